@@ -1,0 +1,86 @@
+"""GRPOLossConfig: the loss hyper-parameters, named and defaulted as TRL's GRPOConfig."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal, Optional
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+# Loss types whose objective is the PPO clipped surrogate.
+PPO_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+@dataclass(frozen=True)
+class GRPOLossConfig:
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"] = "dapo"
+    beta: float = 0.0
+    epsilon: float = 0.2
+    epsilon_high: Optional[float] = None
+    delta: Optional[float] = None
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    temperature: float = 1.0
+    max_completion_length: Optional[int] = None
+    use_bias_correction_kl: bool = False
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    entropy_coef: float = 0.0
+    top_entropy_quantile: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            raise ValueError(
+                f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+                f"got {self.importance_sampling_level!r}"
+            )
+        for name in ("beta", "epsilon", "temperature", "sapo_temperature_pos", "sapo_temperature_neg",
+                     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "entropy_coef",
+                     "top_entropy_quantile"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise TypeError(f"{name} must be a finite number, got {value!r}")
+        for name in ("epsilon_high", "delta"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise TypeError(f"{name} must be None or a finite number, got {value!r}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
+            raise ValueError("epsilon and epsilon_high must be >= 0")
+        if self.delta is not None and self.delta <= 1.0:
+            # TRL's two-sided clipping caps the ratio at delta; a cap at or below 1 would clip on-policy tokens.
+            raise ValueError(f"delta must be > 1 (it caps the importance ratio), got {self.delta}")
+        if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
+            raise ValueError("sapo_temperature_pos and sapo_temperature_neg must be > 0")
+        if not 0.0 < self.top_entropy_quantile <= 1.0:
+            raise ValueError(f"top_entropy_quantile must be in (0, 1], got {self.top_entropy_quantile}")
+        if self.loss_type == "dr_grpo":
+            if self.max_completion_length is None:
+                raise ValueError("loss_type='dr_grpo' needs max_completion_length (its fixed normaliser)")
+        if self.max_completion_length is not None and (
+            isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
+            or self.max_completion_length <= 0
+        ):
+            raise ValueError(f"max_completion_length must be a positive int, got {self.max_completion_length!r}")
+
+    @property
+    def epsilon_low(self) -> float:
+        return float(self.epsilon)
+
+    @property
+    def epsilon_high_value(self) -> float:
+        return float(self.epsilon if self.epsilon_high is None else self.epsilon_high)
+
+    @classmethod
+    def from_trl(cls, trl_config: object) -> "GRPOLossConfig":
+        """Build from any object with TRL GRPOConfig attribute names (missing ones keep our defaults)."""
+        kwargs = {f.name: getattr(trl_config, f.name) for f in fields(cls) if hasattr(trl_config, f.name)}
+        return cls(**kwargs)

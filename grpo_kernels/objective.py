@@ -1,0 +1,165 @@
+"""The GRPO objective on per-token log-probs: the one readable source of truth for the math.
+
+Everything in the loss depends on the logits only through the per-token log-prob `lp` and entropy
+`ent`. Every path (reference, chunked torch, Triton) produces those two `[B, T]` tensors its own way and
+then calls `grpo_objective`; autograd through this O(B*T) function yields `g = dLoss/dlp` and
+`e = dLoss/dent`, the only two numbers per token the vocabulary-streaming backward needs.
+
+The formulas follow TRL's `GRPOTrainer._compute_loss` (see shared/GRPO_MATH.md); the symbols below are
+those of that page.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
+
+METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+
+
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
+    """Valid tokens whose entropy is at or above the (1 - top_quantile) quantile of the valid entropies."""
+    valid = mask > 0
+    valid_entropies = entropy.detach()[valid].float()
+    if valid_entropies.numel() == 0:
+        return torch.zeros_like(valid)
+    threshold = torch.quantile(valid_entropies, 1.0 - top_quantile)
+    return (entropy.detach() >= threshold) & valid
+
+
+def vespo_weights(log_ratio: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
+                  importance_ratio: Optional[torch.Tensor], config: GRPOLossConfig) -> torch.Tensor:
+    """VESPO's per-sequence gamma weight phi (no gradient), shape [B, 1] or [B, T] if advantages are."""
+    with torch.no_grad():
+        log_w = (mask * log_ratio.clamp(-20.0, 20.0)).sum(-1, keepdim=True)
+        if importance_ratio is not None:
+            log_rho = importance_ratio.float().log()
+            log_w = log_w + (log_rho if log_rho.shape[-1] == 1 else (mask * log_rho).sum(-1, keepdim=True))
+        log_w = log_w.clamp(min=torch.log(torch.tensor(1e-8)).item(), max=20.0)
+        positive = advantages >= 0
+        k = torch.where(positive, config.vespo_k_pos, config.vespo_k_neg)
+        lam = torch.where(positive, config.vespo_lambda_pos, config.vespo_lambda_neg)
+        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
+        return torch.where(torch.isfinite(phi), phi, torch.zeros_like(phi))
+
+
+def _masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # TRL: a per-sequence quantity ([B, 1], sequence-level ratios) is averaged over sequences.
+    if x.shape[-1] == 1:
+        return x.float().mean()
+    return (x.float() * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def grpo_objective(
+    logps: torch.Tensor,
+    entropy: torch.Tensor,
+    completion_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    config: GRPOLossConfig,
+    old_logps: Optional[torch.Tensor] = None,
+    ref_logps: Optional[torch.Tensor] = None,
+    importance_ratio: Optional[torch.Tensor] = None,
+    num_items_in_batch: Optional[torch.Tensor | float | int] = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Scalar GRPO loss and its metrics from per-token log-probs and entropies.
+
+    logps, entropy: [B, T] float (differentiable). completion_mask: [B, T] in {0, 1}. advantages: [B] or
+    [B, T]. old_logps / ref_logps / importance_ratio ([B, T] or [B, 1]): no gradient. num_items_in_batch:
+    the dapo/cispo/vespo denominator (active tokens of the whole generation batch divided by the number
+    of processes); the local token count when None.
+    """
+    lp = logps
+    m = completion_mask.to(lp.dtype)
+    A = (advantages[:, None] if advantages.dim() == 1 else advantages).to(lp.dtype)
+    eps_lo, eps_hi = config.epsilon_low, config.epsilon_high_value
+
+    # Padding positions carry whatever log-probs the caller had there; zeroing their log-ratios keeps
+    # exp() finite without changing any masked sum. luspo is the exception: TRL averages its loss over
+    # every position, padding included, so its padding terms are kept exactly as TRL computes them.
+    keep_padding = config.loss_type == "luspo"
+    valid = m > 0
+
+    def on_valid(x: torch.Tensor) -> torch.Tensor:
+        return x if keep_padding else torch.where(valid, x, torch.zeros_like(x))
+
+    lp_old = lp.detach() if old_logps is None else old_logps.to(lp.dtype)
+    log_ratio = lp - lp_old  # d
+    if config.importance_sampling_level == "token":
+        log_weight = on_valid(log_ratio)
+    else:  # GSPO: one length-normalised weight per sequence
+        log_weight = (torch.where(valid, log_ratio, 0.0) * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    ratio = torch.exp(log_weight)  # r
+
+    if config.loss_type in PPO_CLIP_LOSS_TYPES:
+        clipped = torch.clamp(ratio, 1 - eps_lo, 1 + eps_hi)
+        capped = torch.clamp(ratio, max=config.delta) if config.delta is not None else ratio
+        per_token_loss = -torch.min(capped * A, clipped * A)
+    elif config.loss_type == "cispo":
+        per_token_loss = -torch.clamp(ratio, max=eps_hi).detach() * A * lp
+    elif config.loss_type == "sapo":
+        k = torch.where(A > 0, config.sapo_temperature_pos, config.sapo_temperature_neg).to(lp.dtype)
+        per_token_loss = -(4.0 / k) * torch.sigmoid(k * (ratio - 1)) * A
+    elif config.loss_type == "vespo":
+        phi = vespo_weights(torch.where(valid, log_ratio, 0.0).detach(), m, A, importance_ratio, config)
+        per_token_loss = -phi * A * lp
+    else:  # pragma: no cover - GRPOLossConfig rejects unknown types
+        raise ValueError(f"unknown loss_type {config.loss_type!r}")
+    per_token_loss = per_token_loss.expand_as(lp)
+
+    if config.top_entropy_quantile < 1.0:
+        per_token_loss = per_token_loss * high_entropy_mask(entropy, m, config.top_entropy_quantile)
+    if importance_ratio is not None and config.loss_type != "vespo":
+        per_token_loss = per_token_loss * importance_ratio.to(lp.dtype)
+
+    kl = None
+    if config.beta != 0.0:
+        ref_minus_lp = on_valid(ref_logps.to(lp.dtype) - lp)
+        kl = torch.exp(ref_minus_lp) - ref_minus_lp - 1  # k3 estimator
+        if config.use_bias_correction_kl:
+            kl = kl * ratio
+        per_token_loss = per_token_loss + config.beta * kl
+
+    loss, entropy_normaliser = _aggregate(per_token_loss, m, config, num_items_in_batch)
+    if config.entropy_coef != 0.0:
+        loss = loss - config.entropy_coef * (entropy * m).sum() / entropy_normaliser
+
+    with torch.no_grad():
+        metrics = {"entropy": _masked_batch_mean(entropy, m)}
+        if kl is not None:
+            metrics["kl"] = _masked_batch_mean(kl, m)
+        if config.loss_type == "cispo":
+            high = (ratio > eps_hi) & (A > 0)
+            low = torch.zeros_like(high)
+        else:
+            low = (ratio < 1 - eps_lo) & (A < 0)
+            high = (ratio > 1 + eps_hi) & (A > 0)
+        metrics["clip_ratio/low_mean"] = _masked_batch_mean(low, m)
+        metrics["clip_ratio/high_mean"] = _masked_batch_mean(high, m)
+        metrics["clip_ratio/region_mean"] = _masked_batch_mean(low | high, m)
+    return loss, metrics
+
+
+def _aggregate(per_token_loss: torch.Tensor, m: torch.Tensor, config: GRPOLossConfig,
+               num_items_in_batch: Optional[torch.Tensor | float | int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scalar loss by loss_type, and the denominator the entropy bonus uses."""
+    local_tokens = m.sum().clamp(min=1.0)
+    loss_type = config.loss_type
+    if loss_type in ("grpo", "sapo"):
+        per_sequence = (per_token_loss * m).sum(-1) / m.sum(-1).clamp(min=1.0)
+        return per_sequence.mean(), local_tokens
+    if loss_type == "bnpo":
+        return (per_token_loss * m).sum() / local_tokens, local_tokens
+    if loss_type == "dr_grpo":
+        return (per_token_loss * m).sum() / (m.shape[0] * config.max_completion_length), local_tokens
+    if loss_type in ("dapo", "cispo", "vespo"):
+        if num_items_in_batch is None:
+            normaliser = local_tokens
+        else:
+            normaliser = torch.as_tensor(num_items_in_batch, dtype=m.dtype, device=m.device).clamp(min=1.0)
+        return (per_token_loss * m).sum() / normaliser, normaliser
+    if loss_type == "luspo":
+        return (per_token_loss * m.sum(-1, keepdim=True)).mean(), local_tokens
+    raise ValueError(f"unknown loss_type {loss_type!r}")  # pragma: no cover
