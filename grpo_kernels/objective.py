@@ -11,6 +11,7 @@ those of that page.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -163,3 +164,12 @@ def _aggregate(per_token_loss: torch.Tensor, m: torch.Tensor, config: GRPOLossCo
     if loss_type == "luspo":
         return (per_token_loss * m.sum(-1, keepdim=True)).mean(), local_tokens
     raise ValueError(f"unknown loss_type {loss_type!r}")  # pragma: no cover
+
+
+@dataclass
+class GRPOLossOutput:
+    """What every loss entry point returns."""
+
+    loss: torch.Tensor  # scalar, differentiable
+    metrics: dict[str, torch.Tensor]  # detached scalars, TRL names
+    logps: torch.Tensor  # [B, T] float32, detached (reusable as old_logps)

@@ -1,0 +1,80 @@
+"""The eager PyTorch path: materializes the logits, fp32 log_softmax, gather, objective.
+
+It is the baseline the benchmarks measure against and, run in float64, the oracle the tests check every
+fused path against. Signatures match the public API in `grpo_kernels.api`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .config import GRPOLossConfig
+from .objective import GRPOLossOutput, grpo_objective
+from .validation import check_linear_inputs, check_logits, check_loss_inputs, check_targets
+
+
+def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
+                         temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-prob of `targets` and entropy, in float32 (float64 stays float64)."""
+    compute_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    log_probs = torch.log_softmax(logits.to(compute_dtype) / temperature, dim=-1)
+    logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return logps, entropy
+
+
+def linear_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    # In the input dtype, as the model's LM head would compute them.
+    return torch.nn.functional.linear(hidden, weight, bias)
+
+
+def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                    bias: Optional[torch.Tensor] = None, temperature: float = 1.0,
+                    return_entropy: bool = False):
+    check_linear_inputs(hidden, weight, bias)
+    check_targets("targets", targets, tuple(hidden.shape[:-1]), weight.shape[0], hidden.device)
+    logps, entropy = logprobs_from_logits(linear_logits(hidden, weight, bias), targets, temperature)
+    return (logps, entropy) if return_entropy else logps
+
+
+def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                          advantages: torch.Tensor, old_logps: Optional[torch.Tensor] = None,
+                          ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
+                          num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
+    config = config or GRPOLossConfig()
+    check_logits(logits)
+    B, T, V = logits.shape
+    check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
+    check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
+                      importance_ratio, num_items_in_batch, config.beta)
+    logps, entropy = logprobs_from_logits(logits, completion_ids, config.temperature)
+    return _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
+                               importance_ratio, num_items_in_batch, config)
+
+
+def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
+                           completion_mask: torch.Tensor, advantages: torch.Tensor,
+                           bias: Optional[torch.Tensor] = None, old_logps: Optional[torch.Tensor] = None,
+                           ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
+                           num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
+    config = config or GRPOLossConfig()
+    check_linear_inputs(hidden, weight, bias)
+    if hidden.dim() != 3:
+        raise ValueError(f"hidden must be [B, T, H], got shape {list(hidden.shape)}")
+    B, T, _ = hidden.shape
+    check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
+    check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
+                      importance_ratio, num_items_in_batch, config.beta)
+    logps, entropy = logprobs_from_logits(linear_logits(hidden, weight, bias), completion_ids, config.temperature)
+    return _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
+                               importance_ratio, num_items_in_batch, config)
+
+
+def _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+                        num_items_in_batch, config) -> GRPOLossOutput:
+    loss, metrics = grpo_objective(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
+                                   ref_logps=ref_logps, importance_ratio=importance_ratio,
+                                   num_items_in_batch=num_items_in_batch)
+    return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps.detach().float())

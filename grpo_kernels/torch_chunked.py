@@ -1,0 +1,181 @@
+"""The streaming algorithm in plain PyTorch: token chunks x vocabulary chunks, online log-sum-exp.
+
+The same algorithm as the Triton kernels, written with torch ops so it runs on any device (it is the
+CPU default). Extra memory is O(tokens + one [TOKEN_CHUNK, VOCAB_CHUNK] tile): the [tokens, vocab]
+logits never exist. The backward recomputes each logits tile and turns it into
+`dz = (g * (onehot - p) - e * p * (log p + ent)) / tau`, then into dH, dW and dbias, accumulating in
+float32 (float64 for float64 inputs) in a fixed order, so results are bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+# A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (16 MiB) bounds the extra memory of every pass.
+TOKEN_CHUNK = 512
+VOCAB_CHUNK = 8192
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], inv_tau: float,
+                  compute_dtype: torch.dtype) -> torch.Tensor:
+    """Logits of one tile, scaled by 1/tau, in compute_dtype."""
+    if h.device.type == "cuda":
+        # Tensor-core GEMM in the input dtype (as the model's LM head), softmax math in float32.
+        z = torch.nn.functional.linear(h, w, b).to(compute_dtype)
+    else:
+        # On CPU a float32 GEMM is both faster and more exact than a bf16 one.
+        z = torch.nn.functional.linear(h.to(compute_dtype), w.to(compute_dtype),
+                                       None if b is None else b.to(compute_dtype))
+    return z * inv_tau if inv_tau != 1.0 else z
+
+
+def _target_in_chunk(targets: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which rows' target falls in [v0, v1), and its column within the chunk (0 where it does not)."""
+    inside = (targets >= v0) & (targets < v1)
+    return inside, torch.where(inside, targets - v0, torch.zeros_like(targets))
+
+
+class _OnlineSoftmaxStats:
+    """Running max, sum of exp and sum of exp * z over vocabulary chunks, for lse and entropy."""
+
+    def __init__(self, rows: int, dtype: torch.dtype, device: torch.device):
+        self.max = torch.full((rows,), float("-inf"), dtype=dtype, device=device)
+        self.sum_exp = torch.zeros(rows, dtype=dtype, device=device)
+        self.sum_exp_z = torch.zeros(rows, dtype=dtype, device=device)
+
+    def update(self, z: torch.Tensor) -> None:
+        new_max = torch.maximum(self.max, z.max(dim=-1).values)
+        rescale = torch.exp(self.max - new_max)
+        p = torch.exp(z - new_max[:, None])
+        self.sum_exp = self.sum_exp * rescale + p.sum(-1)
+        self.sum_exp_z = self.sum_exp_z * rescale + (p * z).sum(-1)
+        self.max = new_max
+
+    def lse_and_entropy(self) -> tuple[torch.Tensor, torch.Tensor]:
+        lse = self.max + torch.log(self.sum_exp)
+        return lse, lse - self.sum_exp_z / self.sum_exp
+
+
+def _logit_grad(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torch.Tensor,
+                e: Optional[torch.Tensor], inside: torch.Tensor, column: torch.Tensor, inv_tau: float) -> torch.Tensor:
+    """dLoss/d(unscaled logits) for one tile, from dLoss/dlp (g) and dLoss/dent (e)."""
+    log_p = z - lse[:, None]
+    p = torch.exp(log_p)
+    dz = -g[:, None] * p
+    if e is not None:
+        dz = dz - e[:, None] * p * (log_p + ent[:, None])
+    rows = torch.nonzero(inside).squeeze(-1)
+    dz[rows, column[rows]] += g[rows]
+    return dz * inv_tau if inv_tau != 1.0 else dz
+
+
+def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                   targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """hidden [N, H], weight [V, H], targets [N] -> (logps, entropy, lse), each [N] in float32/64."""
+    N, V = hidden.shape[0], weight.shape[0]
+    dtype = _compute_dtype(hidden.dtype)
+    inv_tau = 1.0 / temperature
+    logps = torch.empty(N, dtype=dtype, device=hidden.device)
+    entropy = torch.empty_like(logps)
+    lse_out = torch.empty_like(logps)
+    for n0 in range(0, N, TOKEN_CHUNK):
+        n1 = min(n0 + TOKEN_CHUNK, N)
+        h, y = hidden[n0:n1], targets[n0:n1]
+        stats = _OnlineSoftmaxStats(n1 - n0, dtype, hidden.device)
+        target_logit = torch.zeros(n1 - n0, dtype=dtype, device=hidden.device)
+        for v0 in range(0, V, VOCAB_CHUNK):
+            v1 = min(v0 + VOCAB_CHUNK, V)
+            z = _chunk_logits(h, weight[v0:v1], None if bias is None else bias[v0:v1], inv_tau, dtype)
+            stats.update(z)
+            inside, column = _target_in_chunk(y, v0, v1)
+            target_logit += torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
+        lse, ent = stats.lse_and_entropy()
+        logps[n0:n1], entropy[n0:n1], lse_out[n0:n1] = target_logit - lse, ent, lse
+    return logps, entropy, lse_out
+
+
+def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], hidden: torch.Tensor,
+                    weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
+                    entropy: torch.Tensor, temperature: float
+                    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """(dhidden, dweight, dbias) from per-token upstream gradients, recomputing logits tile by tile."""
+    N, V = hidden.shape[0], weight.shape[0]
+    dtype = _compute_dtype(hidden.dtype)
+    inv_tau = 1.0 / temperature
+    g_all = grad_logps.to(dtype)
+    e_all = None if grad_entropy is None else grad_entropy.to(dtype)
+    grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
+    grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+    grad_bias = None if bias is None else torch.zeros(V, dtype=dtype, device=weight.device)
+    for n0 in range(0, N, TOKEN_CHUNK):
+        n1 = min(n0 + TOKEN_CHUNK, N)
+        h, y = hidden[n0:n1], targets[n0:n1]
+        h_c = h.to(dtype)
+        g, e = g_all[n0:n1], None if e_all is None else e_all[n0:n1]
+        dh = torch.zeros(n1 - n0, hidden.shape[1], dtype=dtype, device=hidden.device)
+        for v0 in range(0, V, VOCAB_CHUNK):
+            v1 = min(v0 + VOCAB_CHUNK, V)
+            w = weight[v0:v1]
+            z = _chunk_logits(h, w, None if bias is None else bias[v0:v1], inv_tau, dtype)
+            inside, column = _target_in_chunk(y, v0, v1)
+            dz = _logit_grad(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau)
+            dh += dz @ w.to(dtype)
+            grad_weight[v0:v1] += dz.T @ h_c
+            if grad_bias is not None:
+                grad_bias[v0:v1] += dz.sum(0)
+        grad_hidden[n0:n1] = dh.to(hidden.dtype)
+    return (grad_hidden, grad_weight.to(weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype))
+
+
+def logits_forward(logits: torch.Tensor, targets: torch.Tensor,
+                   temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [N, V] (any float dtype, never copied whole), targets [N] -> (logps, entropy, lse)."""
+    N, V = logits.shape
+    dtype = _compute_dtype(logits.dtype)
+    inv_tau = 1.0 / temperature
+    logps = torch.empty(N, dtype=dtype, device=logits.device)
+    entropy = torch.empty_like(logps)
+    lse_out = torch.empty_like(logps)
+    for n0 in range(0, N, TOKEN_CHUNK):
+        n1 = min(n0 + TOKEN_CHUNK, N)
+        y = targets[n0:n1]
+        stats = _OnlineSoftmaxStats(n1 - n0, dtype, logits.device)
+        target_logit = torch.zeros(n1 - n0, dtype=dtype, device=logits.device)
+        for v0 in range(0, V, VOCAB_CHUNK):
+            v1 = min(v0 + VOCAB_CHUNK, V)
+            z = logits[n0:n1, v0:v1].to(dtype) * inv_tau
+            stats.update(z)
+            inside, column = _target_in_chunk(y, v0, v1)
+            target_logit += torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
+        lse, ent = stats.lse_and_entropy()
+        logps[n0:n1], entropy[n0:n1], lse_out[n0:n1] = target_logit - lse, ent, lse
+    return logps, entropy, lse_out
+
+
+def logits_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], logits: torch.Tensor,
+                    targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
+                    temperature: float) -> torch.Tensor:
+    """dLoss/dlogits [N, V] in the logits' dtype, written tile by tile."""
+    N, V = logits.shape
+    dtype = _compute_dtype(logits.dtype)
+    inv_tau = 1.0 / temperature
+    g_all = grad_logps.to(dtype)
+    e_all = None if grad_entropy is None else grad_entropy.to(dtype)
+    grad_logits = torch.empty_like(logits)
+    for n0 in range(0, N, TOKEN_CHUNK):
+        n1 = min(n0 + TOKEN_CHUNK, N)
+        y = targets[n0:n1]
+        g, e = g_all[n0:n1], None if e_all is None else e_all[n0:n1]
+        for v0 in range(0, V, VOCAB_CHUNK):
+            v1 = min(v0 + VOCAB_CHUNK, V)
+            z = logits[n0:n1, v0:v1].to(dtype) * inv_tau
+            inside, column = _target_in_chunk(y, v0, v1)
+            grad_logits[n0:n1, v0:v1] = _logit_grad(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau)
+    return grad_logits

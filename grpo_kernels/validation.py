@@ -1,0 +1,138 @@
+"""Input checks shared by every path: bad input fails here, naming the argument, before any kernel runs."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _require_tensor(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _require_float(name: str, x: torch.Tensor) -> None:
+    if x.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating tensor (float32, bfloat16, float16 or float64), got {x.dtype}")
+
+
+def _require_finite(name: str, x: torch.Tensor) -> None:
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or Inf values")
+
+
+def _require_device(name: str, x: torch.Tensor, device: torch.device) -> None:
+    if x.device != device:
+        raise ValueError(f"{name} is on {x.device} but hidden/logits are on {device}; put all inputs on one device")
+
+
+def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device) -> None:
+    targets = _require_tensor(name, targets)
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor (int64 token ids), got {targets.dtype}")
+    if tuple(targets.shape) != shape:
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(targets.shape)}")
+    _require_device(name, targets, device)
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} must hold token ids in [0, {vocab_size}), got values in [{int(targets.min())}, {int(targets.max())}]"
+        )
+
+
+def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], check_finite: bool = True) -> None:
+    """hidden [..., H] and weight [V, H] (and bias [V]) of one float dtype family on one device."""
+    hidden = _require_tensor("hidden", hidden)
+    weight = _require_tensor("weight", weight)
+    _require_float("hidden", hidden)
+    _require_float("weight", weight)
+    if hidden.dim() < 1:
+        raise ValueError("hidden must have at least one dimension [..., H]")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be [V, H], got shape {list(weight.shape)}")
+    if weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"hidden size mismatch: hidden has H={hidden.shape[-1]} but weight is [V, H]={list(weight.shape)}")
+    if weight.shape[0] == 0:
+        raise ValueError("weight must have at least one vocabulary row")
+    if weight.dtype != hidden.dtype:
+        raise TypeError(f"weight dtype {weight.dtype} must match hidden dtype {hidden.dtype}")
+    _require_device("weight", weight, hidden.device)
+    if bias is not None:
+        bias = _require_tensor("bias", bias)
+        _require_float("bias", bias)
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must have shape [V]=[{weight.shape[0]}], got {list(bias.shape)}")
+        _require_device("bias", bias, hidden.device)
+    if check_finite:
+        _require_finite("hidden", hidden)
+        _require_finite("weight", weight)
+        if bias is not None:
+            _require_finite("bias", bias)
+
+
+def check_logits(logits: object, check_finite: bool = True) -> None:
+    logits = _require_tensor("logits", logits)
+    _require_float("logits", logits)
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be [B, T, V], got shape {list(logits.shape)}")
+    if logits.shape[-1] == 0:
+        raise ValueError("logits must have a non-empty vocabulary dimension")
+    if check_finite:
+        _require_finite("logits", logits)
+
+
+def check_loss_inputs(
+    batch_shape: tuple[int, int],
+    device: torch.device,
+    completion_mask: object,
+    advantages: object,
+    old_logps: Optional[object],
+    ref_logps: Optional[object],
+    importance_ratio: Optional[object],
+    num_items_in_batch: Optional[object],
+    beta: float,
+) -> None:
+    B, T = batch_shape
+    mask = _require_tensor("completion_mask", completion_mask)
+    if tuple(mask.shape) != (B, T):
+        raise ValueError(f"completion_mask must have shape [B, T]={[B, T]}, got {list(mask.shape)}")
+    _require_device("completion_mask", mask, device)
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_complex:
+            raise TypeError("completion_mask must be bool, integer or float in {0, 1}")
+        if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("completion_mask values must be 0 or 1")
+
+    adv = _require_tensor("advantages", advantages)
+    if tuple(adv.shape) not in ((B,), (B, T)):
+        raise ValueError(f"advantages must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
+    _require_float("advantages", adv)
+    _require_device("advantages", adv, device)
+    _require_finite("advantages", adv)
+
+    for name, value, shapes in (
+        ("old_logps", old_logps, ((B, T),)),
+        ("ref_logps", ref_logps, ((B, T),)),
+        ("importance_ratio", importance_ratio, ((B, T), (B, 1))),
+    ):
+        if value is None:
+            continue
+        value = _require_tensor(name, value)
+        if tuple(value.shape) not in shapes:
+            expected = " or ".join(str(list(s)) for s in shapes)
+            raise ValueError(f"{name} must have shape {expected}, got {list(value.shape)}")
+        _require_float(name, value)
+        _require_device(name, value, device)
+        if bool(torch.isnan(value).any()):
+            raise ValueError(f"{name} contains NaN values")
+    if importance_ratio is not None and bool((importance_ratio < 0).any()):
+        raise ValueError("importance_ratio must be >= 0 (it is a probability ratio)")
+    if beta != 0.0 and ref_logps is None:
+        raise ValueError("config.beta != 0 needs ref_logps (the reference model's per-token log-probs)")
+    if num_items_in_batch is not None:
+        value = torch.as_tensor(num_items_in_batch)
+        if value.numel() != 1 or not bool(torch.isfinite(value.float()).all()) or float(value) < 0:
+            raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {num_items_in_batch!r}")
