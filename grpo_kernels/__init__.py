@@ -6,11 +6,15 @@
     out.loss.backward()
 """
 
-from . import reference
-from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
-from .config import GRPOLossConfig
-from .module import FusedLinearGRPOLoss
-from .objective import GRPOLossOutput, grpo_objective
+from .kernels.launch import use_interpreter_if_no_gpu
+
+use_interpreter_if_no_gpu()
+
+from . import reference  # noqa: E402
+from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs  # noqa: E402
+from .config import GRPOLossConfig  # noqa: E402
+from .module import FusedLinearGRPOLoss  # noqa: E402
+from .objective import GRPOLossOutput, grpo_objective  # noqa: E402
 
 __all__ = [
     "GRPOLossConfig",

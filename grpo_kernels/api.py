@@ -107,9 +107,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
         check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
         check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config.beta)
-    logps, entropy = ops.logits_logprobs(logits.reshape(B * T, V), completion_ids.reshape(B * T),
-                                         config.temperature, backend)
-    return _objective(logps.view(B, T), entropy.view(B, T), completion_mask, advantages, old_logps, ref_logps,
+    logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature, backend)
+    return _objective(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)
 
 

@@ -19,7 +19,7 @@ def _implementation(backend: str) -> ModuleType:
     if backend == "torch":
         return torch_chunked
     if backend == "triton":
-        from .kernels import launch  # imported late: selects the Triton interpreter for CPU tensors first
+        from .kernels import launch  # builds no kernel until called: CPU tensors get the interpreter first
 
         return launch
     raise ValueError(f"backend must be 'torch' or 'triton' here, got {backend!r}")
@@ -35,10 +35,6 @@ def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
 def _linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      targets: torch.Tensor, temperature: float, backend: str
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if backend == "triton":
-        from .kernels import launch
-
-        launch.prepare(hidden.device)
     return _implementation(backend).linear_forward(hidden, weight, bias, targets, temperature)
 
 
@@ -90,16 +86,12 @@ _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup
 @torch.library.custom_op("grpo_kernels::logits_logprobs", mutates_args=())
 def _logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, backend: str
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if backend == "triton":
-        from .kernels import launch
-
-        launch.prepare(logits.device)
     return _implementation(backend).logits_forward(logits, targets, temperature)
 
 
 @_logits_logprobs.register_fake
 def _(logits, targets, temperature, backend):
-    stats = logits.new_empty(logits.shape[0], dtype=_stats_dtype(logits.dtype))
+    stats = logits.new_empty(logits.shape[:2], dtype=_stats_dtype(logits.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
 
@@ -148,6 +140,8 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[t
 
 def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
                     backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [N, V], targets [N] -> (logps [N], entropy [N]), differentiable w.r.t. logits."""
-    logps, entropy, _ = _logits_logprobs(logits.contiguous(), targets.contiguous(), float(temperature), backend)
+    """logits [B, T, V] (rows may be strided, e.g. logits[:, :-1]), targets [B, T] -> (logps, entropy) [B, T]."""
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    logps, entropy, _ = _logits_logprobs(logits, targets.contiguous(), float(temperature), backend)
     return logps, entropy

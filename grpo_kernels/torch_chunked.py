@@ -134,48 +134,56 @@ def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
             None if grad_bias is None else grad_bias.to(bias.dtype))
 
 
+def _row_blocks(logits: torch.Tensor):
+    """Yield (b, t0, t1) blocks of at most TOKEN_CHUNK rows of logits [B, T, V], read in place (no copy)."""
+    B, T, _ = logits.shape
+    for b in range(B):
+        for t0 in range(0, T, TOKEN_CHUNK):
+            yield b, t0, min(t0 + TOKEN_CHUNK, T)
+
+
 def logits_forward(logits: torch.Tensor, targets: torch.Tensor,
                    temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """logits [N, V] (any float dtype, never copied whole), targets [N] -> (logps, entropy, lse)."""
-    N, V = logits.shape
+    """logits [B, T, V] (any float dtype and row strides, never copied whole), targets [B, T] ->
+    (logps, entropy, lse), each [B, T]."""
+    B, T, V = logits.shape
     dtype = _compute_dtype(logits.dtype)
     inv_tau = 1.0 / temperature
-    logps = torch.empty(N, dtype=dtype, device=logits.device)
+    logps = torch.empty(B, T, dtype=dtype, device=logits.device)
     entropy = torch.empty_like(logps)
     lse_out = torch.empty_like(logps)
-    for n0 in range(0, N, TOKEN_CHUNK):
-        n1 = min(n0 + TOKEN_CHUNK, N)
-        y = targets[n0:n1]
-        stats = _OnlineSoftmaxStats(n1 - n0, dtype, logits.device)
-        target_logit = torch.zeros(n1 - n0, dtype=dtype, device=logits.device)
+    for b, t0, t1 in _row_blocks(logits):
+        y = targets[b, t0:t1]
+        stats = _OnlineSoftmaxStats(t1 - t0, dtype, logits.device)
+        target_logit = torch.zeros(t1 - t0, dtype=dtype, device=logits.device)
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
-            z = logits[n0:n1, v0:v1].to(dtype) * inv_tau
+            z = logits[b, t0:t1, v0:v1].to(dtype) * inv_tau
             stats.update(z)
             inside, column = _target_in_chunk(y, v0, v1)
             target_logit += torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
         lse, ent = stats.lse_and_entropy()
-        logps[n0:n1], entropy[n0:n1], lse_out[n0:n1] = target_logit - lse, ent, lse
+        logps[b, t0:t1], entropy[b, t0:t1], lse_out[b, t0:t1] = target_logit - lse, ent, lse
     return logps, entropy, lse_out
 
 
 def logits_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], logits: torch.Tensor,
                     targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
                     temperature: float) -> torch.Tensor:
-    """dLoss/dlogits [N, V] in the logits' dtype, written tile by tile."""
-    N, V = logits.shape
+    """dLoss/dlogits [B, T, V] in the logits' dtype, written tile by tile."""
+    B, T, V = logits.shape
     dtype = _compute_dtype(logits.dtype)
     inv_tau = 1.0 / temperature
     g_all = grad_logps.to(dtype)
     e_all = None if grad_entropy is None else grad_entropy.to(dtype)
-    grad_logits = torch.empty_like(logits)
-    for n0 in range(0, N, TOKEN_CHUNK):
-        n1 = min(n0 + TOKEN_CHUNK, N)
-        y = targets[n0:n1]
-        g, e = g_all[n0:n1], None if e_all is None else e_all[n0:n1]
+    grad_logits = torch.empty(B, T, V, dtype=logits.dtype, device=logits.device)
+    for b, t0, t1 in _row_blocks(logits):
+        y = targets[b, t0:t1]
+        g, e = g_all[b, t0:t1], None if e_all is None else e_all[b, t0:t1]
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
-            z = logits[n0:n1, v0:v1].to(dtype) * inv_tau
+            z = logits[b, t0:t1, v0:v1].to(dtype) * inv_tau
             inside, column = _target_in_chunk(y, v0, v1)
-            grad_logits[n0:n1, v0:v1] = _logit_grad(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau)
+            grad_logits[b, t0:t1, v0:v1] = _logit_grad(z, lse[b, t0:t1], entropy[b, t0:t1], g, e, inside, column,
+                                                       inv_tau)
     return grad_logits

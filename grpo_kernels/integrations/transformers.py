@@ -1,0 +1,180 @@
+"""Patch a transformers causal LM so its forward returns per-token log-probs instead of [B, T, V] logits.
+
+    from grpo_kernels.integrations.transformers import patch_causal_lm
+    model = patch_causal_lm(AutoModelForCausalLM.from_pretrained(...))
+    out = model(input_ids, attention_mask=attention_mask, labels=labels, return_logprobs=True, return_entropy=True)
+    out.logps      # [B, T-1] float32: log p(labels[:, t+1] | tokens <= t), 0 where the label is -100
+    out.entropy    # [B, T-1] float32 (None unless return_entropy=True)
+
+The forward runs the backbone, then streams the LM head through `grpo_kernels.linear_logprobs` on the
+positions whose label is not -100. Without `return_logprobs` / `lm_head_fn` the model's own forward runs
+unchanged (generation, loss, other patches). `lm_head_fn=fn` is the general seam the TRL integration uses:
+`fn(last_hidden_state, weight, bias)` runs inside the model's forward with the whole LM-head weight, which is
+what FSDP and ZeRO-3 need, and its result comes back as `out.head_output`.
+
+Tested families: Llama, Qwen2 (2.5), Qwen3, Mistral, Gemma (1). Models whose logits are post-processed
+(soft-capping, logit scales) are refused, since the kernels compute the plain (h W^T + b) / temperature.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+from transformers.utils import ModelOutput
+
+from .. import linear_logprobs
+from ..api import BACKENDS
+from .lm_head import backbone, check_plain_logits, output_head
+from .sharding import call_with_full_head
+
+IGNORE_INDEX = -100
+_SETTINGS_ATTR = "_grpo_kernels_head_settings"
+_PREVIOUS_FORWARD_ATTR = "_grpo_kernels_previous_forward"
+# Keyword arguments of the plain forward that mean nothing to the backbone when the head is replaced.
+_HEAD_ONLY_KWARGS = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels")
+
+HeadFn = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any]
+
+
+@dataclass(frozen=True)
+class HeadSettings:
+    backend: str = "auto"
+    lm_head_fp32: bool = False  # TRL's cast_lm_head_to_fp32: the head matmul in float32
+
+
+@dataclass
+class CausalLMLogprobsOutput(ModelOutput):
+    """`model(..., return_logprobs=True)`: per-token statistics of the shifted labels, no logits."""
+
+    logps: Optional[torch.Tensor] = None
+    entropy: Optional[torch.Tensor] = None
+    label_mask: Optional[torch.Tensor] = None
+    last_hidden_state: Optional[torch.Tensor] = None
+
+
+@dataclass
+class HeadFnOutput(ModelOutput):
+    """`model(..., lm_head_fn=fn)`: whatever fn returned, and the hidden states it was given."""
+
+    head_output: Any = None
+    last_hidden_state: Optional[torch.Tensor] = None
+
+
+def head_compute_dtype(weight: torch.Tensor, hidden: torch.Tensor, lm_head_fp32: bool) -> torch.dtype:
+    """The dtype of the LM-head matmul: float32 when asked, else autocast's choice for nn.Linear, else the
+    weight's own dtype (what `lm_head(hidden)` would use)."""
+    if lm_head_fp32:
+        return torch.float32
+    if torch.is_autocast_enabled(hidden.device.type):
+        return torch.get_autocast_dtype(hidden.device.type)
+    return weight.dtype
+
+
+def run_head(model: nn.Module, hidden: torch.Tensor, fn: HeadFn) -> Any:
+    """fn(hidden, weight, bias) on the whole LM head of `model`, all three in the head's compute dtype."""
+    settings: HeadSettings = getattr(model, _SETTINGS_ATTR, HeadSettings())
+    head = output_head(model)
+
+    def in_compute_dtype(h: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Any:
+        dtype = head_compute_dtype(weight, h, settings.lm_head_fp32)
+        h = h.to(weight.device)  # a model split across devices can end its backbone elsewhere
+        with torch.autocast(h.device.type, enabled=False):
+            return fn(h.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
+
+    return call_with_full_head(in_compute_dtype, hidden, head)
+
+
+def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, labels: torch.Tensor,
+                           temperature: float, return_entropy: bool) -> CausalLMLogprobsOutput:
+    """Log-probs (and entropies) of labels[:, 1:] from hidden[:, :-1], only where the label is not -100."""
+    if not isinstance(labels, torch.Tensor) or labels.shape != last_hidden_state.shape[:-1]:
+        raise ValueError(
+            f"labels must be a tensor of shape {list(last_hidden_state.shape[:-1])} (same as input_ids), got "
+            f"{list(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__}"
+        )
+    backend = getattr(model, _SETTINGS_ATTR, HeadSettings()).backend
+    hidden = last_hidden_state[:, :-1]
+    targets = labels[:, 1:].to(hidden.device)
+    mask = targets != IGNORE_INDEX
+
+    def valid_positions(h: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        # Prompt and padding positions are skipped: only labelled tokens go through the vocabulary.
+        return linear_logprobs(h[mask], weight, targets[mask], bias=bias, temperature=temperature,
+                               return_entropy=True, backend=backend)
+
+    logps, entropy = run_head(model, hidden, valid_positions)
+    # masked_scatter keeps an all-ignored batch connected to the graph (a zero loss still backpropagates).
+    scatter = lambda x: x.new_zeros(mask.shape).masked_scatter(mask, x)  # noqa: E731
+    return CausalLMLogprobsOutput(logps=scatter(logps), entropy=scatter(entropy) if return_entropy else None,
+                                  label_mask=mask, last_hidden_state=last_hidden_state)
+
+
+def run_backbone(model: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor:
+    kwargs = {k: v for k, v in kwargs.items() if k not in _HEAD_ONLY_KWARGS}
+    kwargs["use_cache"] = False  # scoring, not generating: no KV cache to keep
+    outputs = backbone(model)(*args, **kwargs)
+    return outputs[0] if isinstance(outputs, tuple) else outputs.last_hidden_state
+
+
+def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bool = False) -> nn.Module:
+    """Give `model.forward` the `return_logprobs=True` and `lm_head_fn=` modes (in place; returns `model`).
+
+    Patch the *ForCausalLM model itself, before or after wrapping with PEFT / FSDP / DeepSpeed: those wrappers
+    call it, so the head runs inside the wrapped forward. Patching twice only updates the settings.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_plain_logits(model)
+    backbone(model)
+    output_head(model)
+    setattr(model, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=bool(lm_head_fp32)))
+    if getattr(model, _PREVIOUS_FORWARD_ATTR, None) is not None:
+        return model
+    previous_forward = model.forward
+
+    # The original signature stays visible (functools.wraps): `generate` validates its kwargs against it.
+    @functools.wraps(type(model).forward)
+    def forward(self, *args, return_logprobs: bool = False, lm_head_fn: Optional[HeadFn] = None,
+                temperature: Optional[float] = None, return_entropy: Optional[bool] = None, **kwargs):
+        if not return_logprobs and lm_head_fn is None:
+            if temperature is not None or return_entropy is not None:
+                raise ValueError("temperature / return_entropy only apply with return_logprobs=True")
+            return previous_forward(*args, **kwargs)
+        if return_logprobs and lm_head_fn is not None:
+            raise ValueError("pass either return_logprobs=True or lm_head_fn, not both")
+        if return_logprobs and kwargs.get("labels") is None:
+            raise ValueError("return_logprobs=True needs labels (the input_ids, -100 where no log-prob is wanted)")
+        labels = kwargs.get("labels")
+        last_hidden_state = run_backbone(self, args, kwargs)
+        if lm_head_fn is not None:
+            return HeadFnOutput(head_output=run_head(self, last_hidden_state, lm_head_fn),
+                                last_hidden_state=last_hidden_state)
+        return shifted_label_logprobs(self, last_hidden_state, labels, 1.0 if temperature is None else temperature,
+                                      bool(return_entropy))
+
+    model.forward = types.MethodType(forward, model)
+    setattr(model, _PREVIOUS_FORWARD_ATTR, previous_forward)
+    return model
+
+
+def is_patched(model: nn.Module) -> bool:
+    return getattr(model, _PREVIOUS_FORWARD_ATTR, None) is not None
+
+
+def unpatch_causal_lm(model: nn.Module) -> nn.Module:
+    """Restore the forward `patch_causal_lm` replaced."""
+    previous = getattr(model, _PREVIOUS_FORWARD_ATTR, None)
+    if previous is None:
+        raise ValueError(f"{type(model).__name__} is not patched by grpo_kernels")
+    if getattr(previous, "__func__", None) is type(model).forward:
+        del model.forward  # the class's own forward was in place: drop the instance attribute
+    else:
+        model.forward = previous  # another patch (e.g. TRL's fused head) was in place: put it back
+    delattr(model, _PREVIOUS_FORWARD_ATTR)
+    delattr(model, _SETTINGS_ATTR)
+    return model

@@ -1,0 +1,7 @@
+"""Triton kernels, one family a file; `launch` is the only module the rest of the package imports.
+
+- tiles.py           shared @triton.jit helpers: a logits tile, its softmax gradient
+- linear_forward.py  hidden x LM head -> log-prob, entropy, lse (online log-sum-exp over vocab tiles)
+- linear_backward.py recompute logits tile by tile -> dH (grid over tokens), dW and dbias (grid over vocab)
+- logits.py          the same statistics and gradient when the caller already holds the logits
+"""

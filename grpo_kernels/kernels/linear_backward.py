@@ -1,0 +1,114 @@
+"""Backward: recompute each logits tile, turn it into dz with the per-token g = dLoss/dlp and
+e = dLoss/dent, and contract it with the LM head (dH) and the hidden states (dW, dbias).
+
+Two kernels, each the only writer of its output rows, so results are bitwise reproducible (no
+atomics): dH with a grid over token blocks, dW and dbias with a grid over vocabulary blocks. The price
+is one extra logits recompute (five GEMM-equivalents in forward + backward instead of four)."""
+
+import torch
+import triton
+import triton.language as tl
+
+from .tiles import logits_tile, softmax_grad_tile
+
+
+@triton.jit
+def _grad_hidden_kernel(
+    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_hidden_ptr,
+    N, V, H, stride_hidden, stride_weight, inv_tau,
+    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
+    g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)
+    e = g
+    if HAS_ENT_GRAD:
+        e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
+    for v0 in range(0, V, BLOCK_V):
+        cols = v0 + tl.arange(0, BLOCK_V)
+        col_ok = cols < V
+        z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
+                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
+        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        for k0 in range(0, H, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < H
+            w = tl.load(weight_ptr + cols[:, None] * stride_weight + ks[None, :],
+                        mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+            if UPCAST:
+                w = w.to(tl.float32)
+            out = grad_hidden_ptr + rows[:, None] * H + ks[None, :]
+            out_ok = row_ok[:, None] & k_ok[None, :]
+            acc = tl.load(out, mask=out_ok, other=0.0)
+            acc = tl.dot(dz.to(w.dtype), w, acc, input_precision=PRECISION)
+            tl.store(out, acc, mask=out_ok)
+
+
+@triton.jit
+def _grad_weight_kernel(
+    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_weight_ptr,
+    grad_bias_ptr, N, V, H, stride_hidden, stride_weight, inv_tau,
+    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+    col_ok = cols < V
+    grad_bias = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        rows = n0 + tl.arange(0, BLOCK_N)
+        row_ok = rows < N
+        targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+        entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
+        g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)  # 0 on padding rows: they add nothing
+        e = g
+        if HAS_ENT_GRAD:
+            e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
+        z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
+                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
+        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        grad_bias += tl.sum(dz, 0)
+        dz_t = tl.trans(dz)
+        for k0 in range(0, H, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < H
+            h = tl.load(hidden_ptr + rows[:, None] * stride_hidden + ks[None, :],
+                        mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            if UPCAST:
+                h = h.to(tl.float32)
+            out = grad_weight_ptr + cols[:, None] * H + ks[None, :]
+            out_ok = col_ok[:, None] & k_ok[None, :]
+            acc = tl.load(out, mask=out_ok, other=0.0)
+            acc = tl.dot(dz_t.to(h.dtype), h, acc, input_precision=PRECISION)
+            tl.store(out, acc, mask=out_ok)
+    if HAS_BIAS:
+        tl.store(grad_bias_ptr + cols, grad_bias, mask=col_ok)
+
+
+def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature: float,
+                    blocks: dict, upcast: bool, precision: str):
+    N, H = hidden.shape
+    V = weight.shape[0]
+    # float32 accumulators, each element written by exactly one program
+    grad_hidden = torch.zeros(N, H, dtype=torch.float32, device=hidden.device)
+    grad_weight = torch.zeros(V, H, dtype=torch.float32, device=weight.device)
+    grad_bias = torch.zeros(V, dtype=torch.float32, device=weight.device) if bias is not None else None
+    if N > 0:
+        g = grad_logps.float().contiguous()
+        e = grad_entropy.float().contiguous() if grad_entropy is not None else g
+        common = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, UPCAST=upcast,
+                      PRECISION=precision, **blocks)
+        bias_arg = bias if bias is not None else hidden
+        _grad_hidden_kernel[(triton.cdiv(N, blocks["BLOCK_N"]),)](
+            hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
+            N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, **common)
+        _grad_weight_kernel[(triton.cdiv(V, blocks["BLOCK_V"]),)](
+            hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
+            grad_bias if grad_bias is not None else grad_weight,
+            N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, **common)
+    return (grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
+            grad_bias.to(bias.dtype) if bias is not None else None)
