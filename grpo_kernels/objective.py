@@ -24,10 +24,9 @@ METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
     """Valid tokens whose entropy is at or above the (1 - top_quantile) quantile of the valid entropies."""
     valid = mask > 0
-    valid_entropies = entropy.detach()[valid].float()
-    if valid_entropies.numel() == 0:
-        return torch.zeros_like(valid)
-    threshold = torch.quantile(valid_entropies, 1.0 - top_quantile)
+    # NaN-out the padding instead of indexing it away: static shapes keep torch.compile graphs whole.
+    entropies = torch.where(valid, entropy.detach().float(), float("nan"))
+    threshold = torch.nanquantile(entropies.flatten(), 1.0 - top_quantile)  # NaN when nothing is valid
     return (entropy.detach() >= threshold) & valid
 
 

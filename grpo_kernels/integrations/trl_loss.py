@@ -1,0 +1,204 @@
+"""TRL GRPOTrainer's `_compute_loss`, computed by `fused_linear_grpo_loss` on the last hidden state.
+
+What TRL's loss does and the fused objective does the same way goes through the fused loss; the few TRL
+features whose arithmetic differs from the objective (listed in `fused_path_blocker`) keep TRL's own loss
+code, fed with log-probs and entropies from `grpo_kernels.linear_logprobs` (see trl.py), so no path ever
+builds [B, T, V] logits. Scaling for gradient accumulation, the dapo normaliser and every logged metric
+follow TRL 1.16's `_compute_loss` line by line; the metric names are TRL's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+
+from .. import GRPOLossConfig, fused_linear_grpo_loss
+from ..objective import vespo_weights
+
+TOKEN_NORMALISED_LOSS_TYPES = ("dapo", "cispo", "vespo")
+PPO_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+# Inputs of vision-language batches; the patched path handles text-only batches.
+MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                   "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+# TRL clamps each token's log importance ratio to this range before VESPO sums it.
+_VESPO_LOG_RATIO_RANGE = (math.log(1e-8), 20.0)
+
+
+def fused_path_blocker(trainer: Any, inputs: dict) -> Optional[str]:
+    """Why this step keeps TRL's own loss arithmetic, or None when the fused loss reproduces it exactly."""
+    args = trainer.args
+    loss_type, quantile = trainer.loss_type, trainer.top_entropy_quantile
+    if any(inputs.get(key) is not None for key in MULTIMODAL_KEYS):
+        return "multimodal inputs"
+    if trainer.aux_loss_enabled:
+        return "MoE router auxiliary loss"
+    if trainer.off_policy_mask_threshold is not None:
+        return "off_policy_mask_threshold (the mask needs the log-probs before the loss)"
+    if trainer.use_adaptive_entropy:
+        return "use_adaptive_entropy"
+    if trainer.entropy_coef != 0.0 and loss_type in TOKEN_NORMALISED_LOSS_TYPES:
+        return f"entropy_coef with loss_type={loss_type!r} (TRL averages the bonus over local tokens)"
+    if trainer.entropy_coef != 0.0 and quantile < 1.0:
+        return "entropy_coef with top_entropy_quantile < 1 (TRL's bonus uses the entropy-masked tokens)"
+    if quantile < 1.0 and trainer.accelerator.num_processes > 1:
+        return "top_entropy_quantile < 1 on several processes (TRL's quantile is over all processes)"
+    if loss_type == "luspo" and not _luspo_constant_over_tokens(trainer, inputs):
+        return "luspo with a per-token loss (TRL sums it over the mask per sequence)"
+    if loss_type == "vespo" and min(args.vespo_lambda_pos, args.vespo_lambda_neg) < 1e-4:
+        return "vespo lambda < 1e-4 (TRL clamps it)"
+    return None
+
+
+def _luspo_constant_over_tokens(trainer: Any, inputs: dict) -> bool:
+    # TRL 1.16 aggregates luspo as mean_b(sum_t m L); the objective as mean_{b,t}(L * sum_t m). Equal when L is
+    # one value per sequence: sequence-level weights with no per-token term (KL, entropy mask, per-token IS).
+    ratio = _importance_ratio(trainer, inputs)
+    return (trainer.importance_sampling_level == "sequence" and trainer.beta == 0.0
+            and trainer.top_entropy_quantile == 1.0 and (ratio is None or ratio.shape[-1] == 1))
+
+
+def loss_config(trainer: Any) -> GRPOLossConfig:
+    """GRPOLossConfig from the trainer's resolved attributes (TRL fills epsilon_high, temperature, ...)."""
+    args = trainer.args
+    return GRPOLossConfig(
+        loss_type=trainer.loss_type, beta=float(trainer.beta), epsilon=float(trainer.epsilon_low),
+        epsilon_high=float(trainer.epsilon_high), delta=args.delta,
+        importance_sampling_level=trainer.importance_sampling_level, temperature=float(trainer.temperature),
+        max_completion_length=trainer.max_completion_length, use_bias_correction_kl=args.use_bias_correction_kl,
+        sapo_temperature_pos=args.sapo_temperature_pos, sapo_temperature_neg=args.sapo_temperature_neg,
+        vespo_k_pos=args.vespo_k_pos, vespo_lambda_pos=args.vespo_lambda_pos, vespo_k_neg=args.vespo_k_neg,
+        vespo_lambda_neg=args.vespo_lambda_neg, entropy_coef=float(trainer.entropy_coef),
+        top_entropy_quantile=float(trainer.top_entropy_quantile),
+    )
+
+
+def _importance_ratio(trainer: Any, inputs: dict) -> Optional[torch.Tensor]:
+    """The vLLM importance ratio where TRL applies it: VESPO folds it into its weight whenever present, the
+    other types multiply by it when vLLM's correction is on."""
+    ratio = inputs.get("importance_sampling_ratio")
+    if ratio is None:
+        return None
+    if trainer.loss_type == "vespo":
+        low, high = _VESPO_LOG_RATIO_RANGE
+        return ratio.clamp(min=math.exp(low), max=math.exp(high))
+    if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
+        return ratio
+    return None
+
+
+def _token_normaliser(trainer: Any, inputs: dict, training: bool) -> torch.Tensor:
+    """TRL's dapo/cispo/vespo denominator: the generation batch's tokens per process, per accumulation window."""
+    normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
+    if training:
+        normaliser = normaliser * trainer.current_gradient_accumulation_steps / trainer.args.steps_per_generation
+    return normaliser
+
+
+def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backend: str) -> torch.Tensor:
+    """TRL's `_compute_loss`, with the log-probs, the loss and its metrics from the fused kernel."""
+    prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+    completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+    mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+    completion_length = completion_ids.size(1)
+    training = trainer.model.training
+    mode = "train" if training else "eval"
+    config = loss_config(trainer)
+    ratio = _importance_ratio(trainer, inputs)
+    old_logps = inputs.get("old_per_token_logps")
+    ref_logps = inputs["ref_per_token_logps"] if config.beta != 0.0 else None
+
+    num_items, extra_divisor = None, 1.0
+    if config.loss_type in TOKEN_NORMALISED_LOSS_TYPES:
+        normaliser = _token_normaliser(trainer, inputs, training)
+        # The objective clamps its normaliser at 1; TRL does not after rescaling. Below 1, divide here instead.
+        if float(normaliser) >= 1.0:
+            num_items = normaliser
+        else:
+            num_items, extra_divisor = 1.0, normaliser
+
+    def grpo_head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        # hidden[:, t] predicts token t + 1: the completion tokens are predicted by the positions before them.
+        completion_hidden = hidden[:, -completion_length - 1:-1]
+        return fused_linear_grpo_loss(
+            completion_hidden, weight, completion_ids, mask, inputs["advantages"], bias=bias, old_logps=old_logps,
+            ref_logps=ref_logps, importance_ratio=ratio, num_items_in_batch=num_items, config=config,
+            backend=backend)
+
+    with trainer.accelerator.autocast():
+        out = model(input_ids=torch.cat([prompt_ids, completion_ids], dim=1),
+                    attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
+                    lm_head_fn=grpo_head).head_output
+
+    if config.loss_type in TOKEN_NORMALISED_LOSS_TYPES:
+        loss = out.loss / extra_divisor
+        policy_loss = loss.detach()
+    else:
+        accumulation = trainer.current_gradient_accumulation_steps if training else 1.0
+        loss = out.loss / accumulation
+        # TRL logs the policy loss before the entropy bonus; the bonus is entropy_coef times the masked mean
+        # entropy, which is exactly the `entropy` metric here.
+        policy_loss = out.loss.detach() + config.entropy_coef * out.metrics["entropy"]
+
+    if trainer._entropy_bonus_enabled:
+        trainer._metrics[mode]["policy_loss"].append(trainer.accelerator.gather(policy_loss).nanmean().item())
+        if training and trainer.accelerator.sync_gradients:
+            trainer._metrics[mode]["entropy_coef"].append(trainer.entropy_coef)
+    log_trl_metrics(trainer, mode, out, mask, inputs["advantages"], old_logps, ratio, config)
+    return loss
+
+
+def log_trl_metrics(trainer: Any, mode: str, out: Any, mask: torch.Tensor, advantages: torch.Tensor,
+                    old_logps: Optional[torch.Tensor], ratio: Optional[torch.Tensor], config: GRPOLossConfig) -> None:
+    """The metrics TRL's `_compute_loss` logs, under its names, reduced over processes as TRL does."""
+    metrics, log = out.metrics, trainer._metrics[mode]
+    mask = mask.float()
+    token_count = mask.sum()
+    sequence_level = config.importance_sampling_level == "sequence"
+    ratio_count = torch.tensor(float(mask.shape[0]), device=mask.device) if sequence_level else token_count
+
+    def global_mean(local_mean: torch.Tensor, count: torch.Tensor) -> float:
+        # The fused metrics are local masked means; TRL averages sum / count over all processes.
+        totals = trainer.accelerator.reduce(torch.stack([local_mean.float() * count, count.float()]), reduction="sum")
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+    if config.beta != 0.0:
+        log["kl"].append(global_mean(metrics["kl"], token_count))
+    log["entropy"].append(global_mean(metrics["entropy"], token_count))
+
+    advantages = advantages[:, None] if advantages.dim() == 1 else advantages
+    log_ratio = out.logps - (out.logps if old_logps is None else old_logps)
+    log_ratio = torch.where(mask > 0, log_ratio, torch.zeros_like(log_ratio))
+    if config.loss_type in PPO_CLIP_LOSS_TYPES:
+        for name in ("low_mean", "high_mean", "region_mean"):
+            log[f"clip_ratio/{name}"].append(global_mean(metrics[f"clip_ratio/{name}"], ratio_count))
+        if sequence_level:
+            log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+        weight = torch.exp(log_ratio)
+        low = ((weight < 1 - config.epsilon_low) & (advantages < 0)).float()
+        high = ((weight > 1 + config.epsilon_high_value) & (advantages > 0)).float()
+        low_min = trainer.accelerator.gather(_masked_sequence_mean(low, mask))
+        high_max = trainer.accelerator.gather(_masked_sequence_mean(high, mask))
+        log["clip_ratio/low_min"].append(_nan_reduce(low_min, torch.min))
+        log["clip_ratio/high_max"].append(_nan_reduce(high_max, torch.max))
+    elif config.loss_type == "cispo":
+        # For cispo the objective's high clip indicator is TRL's [r > epsilon_high and A > 0].
+        log["cispo_clip_ratio"].append(global_mean(metrics["clip_ratio/high_mean"], ratio_count))
+    elif config.loss_type == "vespo":
+        phi = vespo_weights(log_ratio, mask, advantages, ratio, config)
+        count = torch.tensor(float(phi.shape[0]), device=phi.device) if phi.shape[-1] == 1 else token_count
+        local = phi.float().mean() if phi.shape[-1] == 1 else (phi * mask).sum() / token_count.clamp(min=1.0)
+        log["vespo/phi_seq_mean"].append(global_mean(local, count))
+
+
+def _masked_sequence_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # As TRL: an empty sequence gives NaN, which the nan-aware min/max then skip.
+    if x.shape[1] == 1:
+        return x.squeeze(1)
+    return (x * mask).sum(-1) / mask.sum(-1)
+
+
+def _nan_reduce(x: torch.Tensor, reduce) -> float:
+    finite = x[~torch.isnan(x)]
+    return float("nan") if finite.numel() == 0 else reduce(finite).item()

@@ -1,0 +1,27 @@
+import pytest
+import torch
+
+# grpo_kernels picks the Triton interpreter on a machine without CUDA; importing it here, before any test
+# module imports triton, makes that choice hold for the whole session.
+import grpo_kernels  # noqa: F401
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+def cpu_triton_available() -> bool:
+    """The Triton interpreter runs CPU tensors only where the GPU build is not in use."""
+    return not torch.cuda.is_available()
+
+
+FUSED_BACKENDS = [
+    "torch",
+    pytest.param("triton", marks=pytest.mark.skipif(not cpu_triton_available(),
+                                                    reason="CPU interpreter tests run on machines without CUDA")),
+]

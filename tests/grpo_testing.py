@@ -1,0 +1,122 @@
+"""Random GRPO problems and float64 comparisons shared by the tests.
+
+Tolerances, per input dtype (errors are measured against the float64 reference run on the same
+inputs rounded to that dtype):
+- loss and metrics: |actual - expected| <= LOSS_TOL * max(1, |expected|)
+- gradients: max |actual - expected| <= GRAD_TOL * max |expected| (the gradients of 16-bit inputs are
+  themselves rounded to 16 bits, which alone costs up to 2^-8 of the largest element for bfloat16)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+LOSS_TOL = {torch.float64: 1e-9, torch.float32: 1e-5, torch.bfloat16: 1e-4, torch.float16: 1e-4}
+GRAD_TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 1.5e-2, torch.float16: 3e-3}
+
+
+@dataclass
+class Problem:
+    hidden: torch.Tensor
+    weight: torch.Tensor
+    bias: Optional[torch.Tensor]
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logps: Optional[torch.Tensor]
+    ref_logps: Optional[torch.Tensor]
+    importance_ratio: Optional[torch.Tensor]
+    extra: dict = field(default_factory=dict)
+
+    def loss_kwargs(self) -> dict:
+        return dict(bias=self.bias, old_logps=self.old_logps, ref_logps=self.ref_logps,
+                    importance_ratio=self.importance_ratio)
+
+
+def make_problem(seed: int, B: int = 3, T: int = 5, H: int = 37, V: int = 150, dtype: torch.dtype = torch.float32,
+                 logit_scale: float = 3.0, with_bias: bool = True, with_old: bool = True, with_ref: bool = True,
+                 importance_ratio: Optional[str] = None, masked_rows: int = 0, token_advantages: bool = False,
+                 device: str = "cpu") -> Problem:
+    """Hidden states and an LM head whose logits have std ~logit_scale; completion tokens sampled from the
+    policy itself (as in real rollouts); old/ref log-probs near the policy's so ratios straddle the clip."""
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, T, H, generator=gen, dtype=torch.float64)
+    weight = torch.randn(V, H, generator=gen, dtype=torch.float64) * (logit_scale / H ** 0.5)
+    bias = torch.randn(V, generator=gen, dtype=torch.float64) * 0.5 if with_bias else None
+    logits = hidden @ weight.T + (bias if bias is not None else 0.0)
+    completion_ids = torch.multinomial(torch.softmax(logits.reshape(-1, V), -1), 1, generator=gen).view(B, T)
+    logps = torch.log_softmax(logits, -1).gather(-1, completion_ids[..., None]).squeeze(-1)
+    mask = (torch.rand(B, T, generator=gen) > 0.25).to(torch.int64)
+    mask[:, 0] = 1
+    if masked_rows:
+        mask[:masked_rows] = 0
+    advantages = torch.randn((B, T) if token_advantages else (B,), generator=gen, dtype=torch.float64)
+    old = (logps + 0.15 * torch.randn(B, T, generator=gen, dtype=torch.float64)).float() if with_old else None
+    ref = (logps + 0.3 * torch.randn(B, T, generator=gen, dtype=torch.float64)).float() if with_ref else None
+    rho = None
+    if importance_ratio is not None:
+        shape = (B, T) if importance_ratio == "token" else (B, 1)
+        rho = (0.5 + torch.rand(shape, generator=gen, dtype=torch.float64)).float()
+    to = dict(device=device)
+    return Problem(
+        hidden=hidden.to(dtype).to(**to), weight=weight.to(dtype).to(**to),
+        bias=None if bias is None else bias.to(dtype).to(**to),
+        completion_ids=completion_ids.to(**to), completion_mask=mask.to(**to), advantages=advantages.float().to(**to),
+        old_logps=None if old is None else old.to(**to), ref_logps=None if ref is None else ref.to(**to),
+        importance_ratio=None if rho is None else rho.to(**to),
+    )
+
+
+def as_float64(problem: Problem) -> Problem:
+    """The same inputs, exactly, in float64 on the CPU (for the reference)."""
+    def cast(x):
+        if x is None:
+            return None
+        x = x.detach().cpu()
+        return x.double() if x.dtype.is_floating_point else x
+    return Problem(**{k: cast(getattr(problem, k)) for k in
+                      ("hidden", "weight", "bias", "completion_ids", "completion_mask", "advantages", "old_logps",
+                       "ref_logps", "importance_ratio")})
+
+
+def run_loss(fn, problem: Problem, config, **kwargs):
+    """Run a loss entry point with fresh leaf copies; return (output, grads dict)."""
+    leaves = {name: getattr(problem, name).detach().clone().requires_grad_()
+              for name in ("hidden", "weight", "bias") if getattr(problem, name) is not None}
+    kw = problem.loss_kwargs()
+    kw["bias"] = leaves.get("bias")
+    out = fn(leaves["hidden"], leaves["weight"], problem.completion_ids, problem.completion_mask, problem.advantages,
+             config=config, **kw, **kwargs)
+    out.loss.backward()
+    return out, {name: leaf.grad for name, leaf in leaves.items()}
+
+
+def assert_loss_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str = "loss") -> None:
+    a, e = float(actual.detach()), float(expected.detach())
+    tol = LOSS_TOL[dtype] * max(1.0, abs(e))
+    assert abs(a - e) <= tol, f"{what}: {a!r} vs float64 reference {e!r} (|diff| {abs(a - e):.3g} > {tol:.3g})"
+
+
+def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    assert actual is not None, f"{what}: no gradient"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
+    assert actual.dtype == dtype, f"{what}: gradient dtype {actual.dtype}, expected {dtype}"
+    err = float((actual.detach().cpu().double() - expected.double()).abs().max())
+    scale = float(expected.abs().max())
+    assert err <= GRAD_TOL[dtype] * max(scale, 1e-12), (
+        f"{what}: max error {err:.3g} > {GRAD_TOL[dtype]:g} x max|grad| {scale:.3g}")
+
+
+def assert_output_matches(out, grads, ref_out, ref_grads, dtype: torch.dtype) -> None:
+    assert_loss_close(out.loss, ref_out.loss, dtype)
+    assert set(out.metrics) == set(ref_out.metrics), f"metric names {sorted(out.metrics)} vs {sorted(ref_out.metrics)}"
+    for name, value in ref_out.metrics.items():
+        assert_loss_close(out.metrics[name], value, dtype, what=f"metric {name}")
+    assert out.logps.dtype == torch.float32 and out.logps.shape == ref_out.logps.shape
+    torch.testing.assert_close(out.logps.cpu().double(), ref_out.logps.double(),
+                               atol=LOSS_TOL[dtype] * 10, rtol=LOSS_TOL[dtype] * 10)
+    for name, expected in ref_grads.items():
+        assert_grad_close(grads[name], expected, dtype, f"d{name}")

@@ -1,0 +1,133 @@
+"""Every fused path against the float64 reference: loss, metrics, logps, and the gradients of hidden, weight
+and bias, over every loss type and option (tolerances in grpo_testing.py)."""
+
+import pytest
+import torch
+from conftest import FUSED_BACKENDS
+from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
+
+CONFIGS = {
+    "dapo_default": dict(),
+    "dapo_beta_kl": dict(beta=0.04),
+    "grpo_seq_gspo": dict(loss_type="grpo", importance_sampling_level="sequence", beta=0.04),
+    "bnpo_eps_high": dict(loss_type="bnpo", epsilon_high=0.28),
+    "dr_grpo_delta": dict(loss_type="dr_grpo", max_completion_length=8, delta=1.3),
+    "cispo": dict(loss_type="cispo", epsilon_high=1.1),
+    "sapo": dict(loss_type="sapo", beta=0.02),
+    "luspo_seq": dict(loss_type="luspo", importance_sampling_level="sequence"),
+    "vespo": dict(loss_type="vespo"),
+    "bias_corrected_kl": dict(beta=0.1, use_bias_correction_kl=True),
+    "temperature": dict(temperature=0.7, beta=0.04),
+    "entropy_bonus": dict(entropy_coef=0.05),
+    "entropy_mask": dict(top_entropy_quantile=0.4, loss_type="grpo"),
+    "seq_delta_rho": dict(importance_sampling_level="sequence", delta=1.2, loss_type="bnpo"),
+}
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _config(name):
+    return GRPOLossConfig(**CONFIGS[name])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config_name", list(CONFIGS))
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_fused_linear_matches_float64_reference(backend, config_name, dtype):
+    problem = make_problem(seed=hash(config_name) % 1000, dtype=dtype,
+                           importance_ratio="token" if "rho" in config_name or config_name == "vespo" else None)
+    config = _config(config_name)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, dtype)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_several_seeds_token_advantages_and_sequence_rho(backend, seed):
+    problem = make_problem(seed=seed, B=4, T=6, importance_ratio="sequence", token_advantages=True)
+    config = GRPOLossConfig(loss_type="grpo", beta=0.04, epsilon_high=0.3)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
+
+
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("shape", [dict(B=1, T=1, H=5, V=3), dict(B=2, T=3, H=17, V=65), dict(B=3, T=4, H=64, V=129)],
+                         ids=["T1_tiny", "odd_H_V65", "V129"])
+def test_shapes_off_the_tile_grid(backend, shape):
+    problem = make_problem(seed=7, **shape)
+    config = GRPOLossConfig(beta=0.04, entropy_coef=0.01)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "luspo"])
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_all_masked_rows_and_fully_masked_batch(backend, loss_type):
+    for masked_rows in (2, 3):  # two of three rows, then the whole batch
+        problem = make_problem(seed=11, B=3, masked_rows=masked_rows)
+        config = GRPOLossConfig(loss_type=loss_type, beta=0.04)
+        out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+        ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+        assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
+        assert torch.isfinite(out.loss)
+        if masked_rows == 3 and loss_type != "luspo":
+            assert float(out.loss.detach()) == 0.0 and float(grads["hidden"].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_long_rows(backend):
+    problem = make_problem(seed=3, B=1, T=4096, H=16, V=40, with_bias=False)
+    config = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
+
+
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_tied_weights_accumulate_both_uses(backend):
+    """An LM head tied to the embeddings gets the gradient of both uses."""
+    torch.manual_seed(0)
+    V, H = 50, 16
+    ids = torch.randint(0, V, (2, 6))
+    problem = make_problem(seed=5, B=2, T=5, H=H, V=V, with_bias=False)
+    embedding = torch.randn(V, H, dtype=torch.float64).requires_grad_()
+    grads = {}
+    for name, bk in (("fused", backend), ("reference", "reference")):
+        emb = embedding.detach().clone().float().requires_grad_() if name == "fused" else embedding
+        hidden = torch.tanh(torch.nn.functional.embedding(ids[:, :5], emb))
+        out = fused_linear_grpo_loss(hidden, emb, ids[:, 1:], problem.completion_mask, problem.advantages.to(emb.dtype),
+                                     old_logps=problem.old_logps, backend=bk)
+        out.loss.backward()
+        grads[name] = emb.grad
+    torch.testing.assert_close(grads["fused"].double(), grads["reference"], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("config_name", ["dapo_beta_kl", "grpo_seq_gspo", "entropy_bonus", "temperature"])
+def test_loss_from_logits_matches_float64_reference(backend, config_name, dtype):
+    gen = torch.Generator().manual_seed(4)
+    B, T, V = 3, 6, 133
+    full_logits = (3.0 * torch.randn(B, T + 1, V, generator=gen, dtype=torch.float64)).to(dtype)
+    problem = make_problem(seed=4, B=B, T=T, V=V)
+    config = _config(config_name)
+    kwargs = dict(old_logps=problem.old_logps, ref_logps=problem.ref_logps)
+    results = []
+    for bk, logits in ((backend, full_logits.clone()), ("reference", full_logits.double())):
+        logits.requires_grad_()
+        # the [:, :-1] slice is strided: the fused paths must read it in place
+        out = grpo_loss_from_logits(logits[:, :-1], problem.completion_ids, problem.completion_mask,
+                                    problem.advantages, config=config, backend=bk, **kwargs)
+        out.loss.backward()
+        results.append((out, logits.grad))
+    (out, grad), (ref_out, ref_grad) = results
+    from grpo_testing import assert_grad_close, assert_loss_close
+    assert_loss_close(out.loss, ref_out.loss, dtype)
+    for name, value in ref_out.metrics.items():
+        assert_loss_close(out.metrics[name], value, dtype, what=name)
+    assert_grad_close(grad, ref_grad, dtype, "dlogits")
+    assert float(grad[:, -1].abs().max()) == 0.0
