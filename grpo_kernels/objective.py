@@ -25,7 +25,7 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: f
     """Valid tokens whose entropy is at or above the (1 - top_quantile) quantile of the valid entropies."""
     valid = mask > 0
     # NaN-out the padding instead of indexing it away: static shapes keep torch.compile graphs whole.
-    entropies = torch.where(valid, entropy.detach().float(), float("nan"))
+    entropies = torch.where(valid, entropy.detach(), float("nan"))
     threshold = torch.nanquantile(entropies.flatten(), 1.0 - top_quantile)  # NaN when nothing is valid
     return (entropy.detach() >= threshold) & valid
 

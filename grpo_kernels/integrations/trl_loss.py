@@ -151,45 +151,55 @@ def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backe
 
 def log_trl_metrics(trainer: Any, mode: str, out: Any, mask: torch.Tensor, advantages: torch.Tensor,
                     old_logps: Optional[torch.Tensor], ratio: Optional[torch.Tensor], config: GRPOLossConfig) -> None:
-    """The metrics TRL's `_compute_loss` logs, under its names, reduced over processes as TRL does."""
-    metrics, log = out.metrics, trainer._metrics[mode]
+    """The metrics TRL's `_compute_loss` logs, under its names, reduced over processes as TRL does.
+
+    `kl` and `entropy` are the fused loss's own metrics; the ratio-based ones are recomputed from the fused
+    log-probs (O(B*T)) because TRL also logs per-sequence extremes and measures clipping after its delta cap.
+    """
+    log = trainer._metrics[mode]
     mask = mask.float()
     token_count = mask.sum()
-    sequence_level = config.importance_sampling_level == "sequence"
-    ratio_count = torch.tensor(float(mask.shape[0]), device=mask.device) if sequence_level else token_count
 
-    def global_mean(local_mean: torch.Tensor, count: torch.Tensor) -> float:
-        # The fused metrics are local masked means; TRL averages sum / count over all processes.
+    def global_mean_of_local(local_mean: torch.Tensor, count: torch.Tensor) -> float:
         totals = trainer.accelerator.reduce(torch.stack([local_mean.float() * count, count.float()]), reduction="sum")
         return (totals[0] / totals[1].clamp(min=1.0)).item()
 
+    def global_masked_mean(x: torch.Tensor) -> float:
+        # As TRL: a per-sequence quantity ([B, 1]) counts sequences, a per-token one counts valid tokens.
+        if x.shape[-1] == 1:
+            return global_mean_of_local(x.float().mean(), torch.tensor(float(x.shape[0]), device=x.device))
+        return global_mean_of_local((x.float() * mask).sum() / token_count.clamp(min=1.0), token_count)
+
     if config.beta != 0.0:
-        log["kl"].append(global_mean(metrics["kl"], token_count))
-    log["entropy"].append(global_mean(metrics["entropy"], token_count))
+        log["kl"].append(global_mean_of_local(out.metrics["kl"], token_count))
+    log["entropy"].append(global_mean_of_local(out.metrics["entropy"], token_count))
 
     advantages = advantages[:, None] if advantages.dim() == 1 else advantages
     log_ratio = out.logps - (out.logps if old_logps is None else old_logps)
     log_ratio = torch.where(mask > 0, log_ratio, torch.zeros_like(log_ratio))
-    if config.loss_type in PPO_CLIP_LOSS_TYPES:
-        for name in ("low_mean", "high_mean", "region_mean"):
-            log[f"clip_ratio/{name}"].append(global_mean(metrics[f"clip_ratio/{name}"], ratio_count))
-        if sequence_level:
-            log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
-        weight = torch.exp(log_ratio)
-        low = ((weight < 1 - config.epsilon_low) & (advantages < 0)).float()
-        high = ((weight > 1 + config.epsilon_high_value) & (advantages > 0)).float()
-        low_min = trainer.accelerator.gather(_masked_sequence_mean(low, mask))
-        high_max = trainer.accelerator.gather(_masked_sequence_mean(high, mask))
-        log["clip_ratio/low_min"].append(_nan_reduce(low_min, torch.min))
-        log["clip_ratio/high_max"].append(_nan_reduce(high_max, torch.max))
-    elif config.loss_type == "cispo":
-        # For cispo the objective's high clip indicator is TRL's [r > epsilon_high and A > 0].
-        log["cispo_clip_ratio"].append(global_mean(metrics["clip_ratio/high_mean"], ratio_count))
-    elif config.loss_type == "vespo":
-        phi = vespo_weights(log_ratio, mask, advantages, ratio, config)
-        count = torch.tensor(float(phi.shape[0]), device=phi.device) if phi.shape[-1] == 1 else token_count
-        local = phi.float().mean() if phi.shape[-1] == 1 else (phi * mask).sum() / token_count.clamp(min=1.0)
-        log["vespo/phi_seq_mean"].append(global_mean(local, count))
+    if config.loss_type == "vespo":
+        log["vespo/phi_seq_mean"].append(global_masked_mean(vespo_weights(log_ratio, mask, advantages, ratio, config)))
+        return
+    if config.importance_sampling_level == "sequence":
+        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    weight = torch.exp(log_ratio)
+    if config.loss_type == "cispo":
+        log["cispo_clip_ratio"].append(global_masked_mean((weight > config.epsilon_high_value) & (advantages > 0)))
+        return
+    if config.loss_type not in PPO_CLIP_LOSS_TYPES:  # sapo logs no clipping
+        return
+    if config.delta is not None:
+        # TRL measures clipping on the ratio after its delta cap (so with delta < 1 + epsilon_high the high clip
+        # ratio reads 0); the metrics follow TRL, the loss is unaffected.
+        weight = weight.clamp(max=config.delta)
+    low = ((weight < 1 - config.epsilon_low) & (advantages < 0)).float()
+    high = ((weight > 1 + config.epsilon_high_value) & (advantages > 0)).float()
+    log["clip_ratio/low_mean"].append(global_masked_mean(low))
+    log["clip_ratio/high_mean"].append(global_masked_mean(high))
+    log["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
+    log["clip_ratio/low_min"].append(_nan_reduce(trainer.accelerator.gather(_masked_sequence_mean(low, mask)), torch.min))
+    log["clip_ratio/high_max"].append(_nan_reduce(trainer.accelerator.gather(_masked_sequence_mean(high, mask)),
+                                                  torch.max))
 
 
 def _masked_sequence_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -43,3 +43,21 @@ def character_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>",
                                    unk_token="<unk>", padding_side="left")
+
+
+def tiny_grpo_trainer(trainer_class, model, output_dir, **config_overrides):
+    """A real TRL GRPOTrainer on CPU around a tiny model, with a one-reward toy task."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    def reward_short_digits(completions, **kwargs):
+        # Any deterministic reward with spread across a group works; this one prefers digits.
+        return [float(sum(ch.isdigit() for ch in text)) - 0.1 * len(text) for text in completions]
+
+    settings = dict(output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=4,
+                    max_completion_length=6, learning_rate=5e-3, max_steps=2, logging_steps=1, report_to=[],
+                    save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0, dataloader_num_workers=0)
+    settings.update(config_overrides)
+    dataset = Dataset.from_dict({"prompt": ["1+1=?", "2+3=?", "4+4=?", "9+0=?"] * 4})
+    return trainer_class(model=model, reward_funcs=reward_short_digits, args=GRPOConfig(**settings),
+                         train_dataset=dataset, processing_class=character_tokenizer())

@@ -1,0 +1,132 @@
+"""The spec itself, checked by hand on small cases whose answers are worked out in the comments."""
+
+import math
+
+import pytest
+import torch
+
+from grpo_kernels import GRPOLossConfig, grpo_objective
+
+
+def _objective(lp, mask, adv, config, **kwargs):
+    lp = torch.tensor(lp, dtype=torch.float64, requires_grad=True)
+    ent = torch.zeros_like(lp)
+    loss, metrics = grpo_objective(lp, ent, torch.tensor(mask, dtype=torch.float64),
+                                   torch.tensor(adv, dtype=torch.float64), config, **kwargs)
+    loss.backward()
+    return loss.item(), lp.grad, metrics
+
+
+def _t(x):
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def test_on_policy_dapo_is_minus_mean_advantage_and_gradient_of_lp():
+    # ratio 1 everywhere: L = -A per token; dapo sums over 3 valid tokens and divides by 3
+    loss, grad, metrics = _objective([[-1.0, -2.0, -3.0], [-0.5, -0.1, -9.0]], [[1, 1, 0], [1, 0, 0]], [2.0, -1.0],
+                                     GRPOLossConfig())
+    assert loss == pytest.approx(-(2 + 2 - 1) / 3)
+    torch.testing.assert_close(grad, _t([[-2 / 3, -2 / 3, 0], [1 / 3, 0, 0]]))
+    assert float(metrics["clip_ratio/region_mean"]) == 0.0
+
+
+def test_ppo_clip_and_delta_cap():
+    # r = exp(log 1.5) = 1.5, eps 0.2. A=+1: min(1.5, 1.2) = 1.2 -> clipped, no gradient.
+    # A=-1: min(-1.5, -1.2) = -1.5 -> L = 1.5, dL/dlp = -A * r = 1.5. With delta=1.4: r' = 1.4 -> L = 1.4, grad 0.
+    old = _t([[0.0], [0.0]])
+    lp = [[math.log(1.5)], [math.log(1.5)]]
+    loss, grad, metrics = _objective(lp, [[1], [1]], [1.0, -1.0], GRPOLossConfig(loss_type="bnpo"), old_logps=old)
+    assert loss == pytest.approx((-1.2 + 1.5) / 2)
+    torch.testing.assert_close(grad, _t([[0.0], [1.5 / 2]]))
+    assert float(metrics["clip_ratio/high_mean"]) == 0.5 and float(metrics["clip_ratio/low_mean"]) == 0.0
+    loss, grad, _ = _objective(lp, [[1], [1]], [1.0, -1.0], GRPOLossConfig(loss_type="bnpo", delta=1.4), old_logps=old)
+    assert loss == pytest.approx((-1.2 + 1.4) / 2)
+    torch.testing.assert_close(grad, _t([[0.0], [0.0]]))
+
+
+def test_k3_kl_and_bias_correction():
+    # lp = -1, ref = -2: kl = exp(-1) - (-1) - 1 = e^-1; on policy, A = 0, loss = beta * kl
+    loss, grad, metrics = _objective([[-1.0]], [[1]], [0.0], GRPOLossConfig(beta=0.5), ref_logps=_t([[-2.0]]))
+    assert loss == pytest.approx(0.5 * math.exp(-1))
+    assert float(metrics["kl"]) == pytest.approx(math.exp(-1))
+    # d kl / d lp = -exp(ref - lp) + 1
+    torch.testing.assert_close(grad, _t([[0.5 * (1 - math.exp(-1))]]))
+    # bias-corrected: kl * r with r = 1 in value but its gradient is that of lp: extra + beta * kl
+    _, grad_bc, _ = _objective([[-1.0]], [[1]], [0.0], GRPOLossConfig(beta=0.5, use_bias_correction_kl=True),
+                               ref_logps=_t([[-2.0]]))
+    torch.testing.assert_close(grad_bc, _t([[0.5 * (1 - math.exp(-1)) + 0.5 * math.exp(-1)]]))
+
+
+def test_sequence_level_ratio_is_length_normalised():
+    # d = [0.2, 0.4, (padding 5.0)] -> r = exp(0.3) for both valid tokens; grpo, A = 1, eps_high = 1 (no clip)
+    lp = [[0.2, 0.4, 5.0]]
+    loss, grad, _ = _objective(lp, [[1, 1, 0]], [1.0], GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
+                                                                      epsilon_high=1.0), old_logps=_t([[0.0, 0.0, 0.0]]))
+    assert loss == pytest.approx(-math.exp(0.3))
+    torch.testing.assert_close(grad, _t([[-math.exp(0.3) / 2, -math.exp(0.3) / 2, 0.0]]))
+
+
+def test_luspo_keeps_padding_as_trl_does():
+    # luspo: mean over all B*T of L * (valid tokens in the row); the padded position counts too
+    loss, grad, _ = _objective([[-1.0, -1.0]], [[1, 0]], [1.0], GRPOLossConfig(loss_type="luspo"))
+    assert loss == pytest.approx((-1 * 1 + -1 * 1) / 2)
+    torch.testing.assert_close(grad, _t([[-0.5, -0.5]]))
+
+
+def test_cispo_weight_is_detached_and_capped():
+    # r = e^1 > eps_high = 2: L = -2 * A * lp, dL/dlp = -2 A
+    loss, grad, metrics = _objective([[1.0]], [[1]], [3.0], GRPOLossConfig(loss_type="cispo", epsilon_high=2.0),
+                                     old_logps=_t([[0.0]]))
+    assert loss == pytest.approx(-2 * 3 * 1.0)
+    torch.testing.assert_close(grad, _t([[-6.0]]))
+    assert float(metrics["clip_ratio/region_mean"]) == 1.0
+
+
+def test_sapo_soft_gate():
+    # r = 1: L = -(4/k) sigmoid(0) A = -(2/k) A, dL/dlp = -(4/k) * k * s(0)(1 - s(0)) * A = -A, then / 2 sequences
+    loss, grad, _ = _objective([[0.0], [0.0]], [[1], [1]], [1.0, -1.0], GRPOLossConfig(loss_type="sapo"),
+                               old_logps=_t([[0.0], [0.0]]))
+    assert loss == pytest.approx(((-2 / 1.0) * 1 + (-2 / 1.05) * -1) / 2)
+    torch.testing.assert_close(grad, _t([[-0.5], [0.5]]))
+
+
+def test_vespo_weight():
+    # on policy: lw = 0, w = 1, phi = exp(lam + 0 - lam) = 1 -> L = -A lp, dL/dlp = -A (dapo-normalised)
+    loss, grad, _ = _objective([[-2.0, -1.0]], [[1, 1]], [0.5], GRPOLossConfig(loss_type="vespo"))
+    assert loss == pytest.approx(-0.5 * (-3.0) / 2)
+    torch.testing.assert_close(grad, _t([[-0.25, -0.25]]))
+
+
+def test_entropy_bonus_and_entropy_mask():
+    lp = torch.zeros(1, 4, dtype=torch.float64, requires_grad=True)
+    ent = torch.tensor([[0.1, 0.9, 0.5, 0.7]], dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(1, 4, dtype=torch.float64)
+    config = GRPOLossConfig(loss_type="bnpo", entropy_coef=0.1, top_entropy_quantile=0.5)
+    loss, _ = grpo_objective(lp, ent, mask, torch.tensor([1.0], dtype=torch.float64), config)
+    loss.backward()
+    # the top half by entropy (0.9, 0.7) keep their -A term; entropy bonus is -0.1 * mean entropy
+    assert loss.item() == pytest.approx(-2 / 4 - 0.1 * 0.55)
+    torch.testing.assert_close(lp.grad, torch.tensor([[0.0, -0.25, 0.0, -0.25]], dtype=torch.float64))
+    torch.testing.assert_close(ent.grad, torch.full((1, 4), -0.1 / 4, dtype=torch.float64))
+
+
+def test_importance_ratio_weights_tokens_and_num_items_normalises():
+    loss, grad, _ = _objective([[0.0, 0.0]], [[1, 1]], [1.0], GRPOLossConfig(), importance_ratio=_t([[0.5, 2.0]]),
+                               num_items_in_batch=10)
+    assert loss == pytest.approx(-(0.5 + 2.0) / 10)
+    torch.testing.assert_close(grad, _t([[-0.05, -0.2]]))
+
+
+def test_dr_grpo_divides_by_batch_times_max_length():
+    loss, _, _ = _objective([[0.0, 0.0], [0.0, 0.0]], [[1, 1], [1, 0]], [1.0, 1.0],
+                            GRPOLossConfig(loss_type="dr_grpo", max_completion_length=4))
+    assert loss == pytest.approx(-3 / (2 * 4))
+
+
+def test_from_trl_reads_matching_attribute_names():
+    class TRLArgs:
+        loss_type, beta, epsilon, epsilon_high, temperature, learning_rate = "grpo", 0.04, 0.3, 0.28, 0.9, 1e-6
+
+    config = GRPOLossConfig.from_trl(TRLArgs())
+    assert (config.loss_type, config.beta, config.epsilon, config.epsilon_high_value, config.temperature) == (
+        "grpo", 0.04, 0.3, 0.28, 0.9)

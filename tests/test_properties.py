@@ -1,0 +1,56 @@
+"""Property test: random shapes and configs, each fused path against the float64 reference."""
+
+import pytest
+import torch
+from conftest import cpu_triton_available
+from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
+from grpo_kernels.config import LOSS_TYPES
+
+
+@st.composite
+def problems_and_configs(draw):
+    loss_type = draw(st.sampled_from(LOSS_TYPES))
+    config = GRPOLossConfig(
+        loss_type=loss_type,
+        beta=draw(st.sampled_from([0.0, 0.04, 0.5])),
+        epsilon=draw(st.floats(0.05, 0.4)),
+        epsilon_high=draw(st.one_of(st.none(), st.floats(0.1, 3.0))),
+        delta=draw(st.one_of(st.none(), st.floats(1.05, 3.0))),
+        importance_sampling_level=draw(st.sampled_from(["token", "sequence"])),
+        temperature=draw(st.sampled_from([1.0, 0.6, 1.3])),
+        max_completion_length=draw(st.integers(1, 12)) if loss_type == "dr_grpo" else None,
+        use_bias_correction_kl=draw(st.booleans()),
+        entropy_coef=draw(st.sampled_from([0.0, 0.02])),
+        top_entropy_quantile=draw(st.sampled_from([1.0, 0.5, 0.2])),
+    )
+    shape = dict(B=draw(st.integers(1, 3)), T=draw(st.integers(1, 6)), H=draw(st.integers(1, 24)),
+                 V=draw(st.integers(2, 90)))
+    problem = make_problem(
+        seed=draw(st.integers(0, 10_000)), **shape, with_bias=draw(st.booleans()), with_old=draw(st.booleans()),
+        with_ref=True, importance_ratio=draw(st.sampled_from([None, "token", "sequence"])),
+        masked_rows=draw(st.integers(0, 1)), token_advantages=draw(st.booleans()),
+        logit_scale=draw(st.sampled_from([0.5, 3.0, 8.0])))
+    return problem, config
+
+
+def _check(problem, config, backend):
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems_and_configs())
+def test_torch_backend_property(case):
+    _check(*case, backend="torch")
+
+
+@pytest.mark.skipif(not cpu_triton_available(), reason="CPU interpreter tests run on machines without CUDA")
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems_and_configs())
+def test_triton_backend_property(case):
+    _check(*case, backend="triton")

@@ -1,0 +1,105 @@
+"""Bad input fails before any kernel runs, with an error that names the argument."""
+
+import pytest
+import torch
+from grpo_testing import make_problem
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
+
+BACKENDS = ["torch", "triton", "reference"]
+
+
+def _call(backend, **overrides):
+    p = make_problem(seed=0, B=2, T=3, H=8, V=20)
+    kwargs = dict(hidden=p.hidden, weight=p.weight, completion_ids=p.completion_ids,
+                  completion_mask=p.completion_mask, advantages=p.advantages, bias=p.bias)
+    config = overrides.pop("config", GRPOLossConfig())
+    kwargs.update(overrides)
+    return fused_linear_grpo_loss(config=config, backend=backend, **kwargs)
+
+
+CASES = [
+    ("hidden rank", dict(hidden=torch.randn(6, 8)), ValueError, "hidden must be \\[B, T, H\\]"),
+    ("H mismatch", dict(weight=torch.randn(20, 9)), ValueError, "hidden size mismatch"),
+    ("weight rank", dict(weight=torch.randn(20, 8, 1)), ValueError, "weight must be \\[V, H\\]"),
+    ("float ids", dict(completion_ids=torch.zeros(2, 3)), TypeError, "completion_ids must be an integer tensor"),
+    ("ids too big", dict(completion_ids=torch.full((2, 3), 20)), ValueError, "completion_ids must hold token ids in \\[0, 20\\)"),
+    ("negative ids", dict(completion_ids=torch.full((2, 3), -1)), ValueError, "completion_ids must hold token ids"),
+    ("ids shape", dict(completion_ids=torch.zeros(2, 4, dtype=torch.long)), ValueError, "completion_ids must have shape"),
+    ("nan hidden", dict(hidden=torch.full((2, 3, 8), float("nan"))), ValueError, "hidden contains NaN or Inf"),
+    ("inf weight", dict(weight=torch.full((20, 8), float("inf"))), ValueError, "weight contains NaN or Inf"),
+    ("mask values", dict(completion_mask=torch.full((2, 3), 2)), ValueError, "completion_mask values must be 0 or 1"),
+    ("mask shape", dict(completion_mask=torch.ones(2, 4)), ValueError, "completion_mask must have shape"),
+    ("advantages shape", dict(advantages=torch.ones(3)), ValueError, "advantages must have shape"),
+    ("nan advantages", dict(advantages=torch.tensor([1.0, float("nan")])), ValueError, "advantages contains NaN"),
+    ("weight dtype", dict(weight=torch.randn(20, 8, dtype=torch.float64)), TypeError, "weight dtype"),
+    ("int hidden", dict(hidden=torch.ones(2, 3, 8, dtype=torch.long)), TypeError, "hidden must be a floating tensor"),
+    ("bias shape", dict(bias=torch.randn(19)), ValueError, "bias must have shape"),
+    ("old_logps shape", dict(old_logps=torch.zeros(2, 2)), ValueError, "old_logps must have shape"),
+    ("rho shape", dict(importance_ratio=torch.ones(2, 2)), ValueError, "importance_ratio must have shape"),
+    ("negative rho", dict(importance_ratio=-torch.ones(2, 3)), ValueError, "importance_ratio must be >= 0"),
+    ("beta without ref", dict(config=GRPOLossConfig(beta=0.1)), ValueError, "needs ref_logps"),
+    ("num items", dict(num_items_in_batch=-3), ValueError, "num_items_in_batch"),
+    ("not a tensor", dict(hidden=[[1.0]]), TypeError, "hidden must be a torch.Tensor"),
+    ("config type", dict(config={"loss_type": "dapo"}), TypeError, "config must be a GRPOLossConfig"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name,overrides,error,message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_named(backend, name, overrides, error, message):
+    if backend == "reference" and name == "config type":
+        pytest.skip("the reference path takes a config positionally; its type check lives in the api")
+    with pytest.raises(error, match=message):
+        _call(backend, **overrides)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="backend must be one of"):
+        _call("cuda-magic")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(loss_type="ppo"), "loss_type must be one of"),
+    (dict(importance_sampling_level="group"), "importance_sampling_level must be one of"),
+    (dict(loss_type="dr_grpo"), "needs max_completion_length"),
+    (dict(temperature=0.0), "temperature must be > 0"),
+    (dict(top_entropy_quantile=0.0), "top_entropy_quantile must be in"),
+    (dict(delta=0.9), "delta must be > 1"),
+    (dict(beta=float("nan")), "beta must be a finite number"),
+    (dict(max_completion_length=0), "max_completion_length must be a positive int"),
+])
+def test_config_rejects(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        GRPOLossConfig(**kwargs)
+
+
+def test_wrong_device_mix_is_named():
+    meta = torch.empty(2, 3, 8, device="meta")
+    with pytest.raises(ValueError, match="weight is on cpu but hidden/logits are on meta"):
+        linear_logprobs(meta, torch.randn(20, 8), torch.zeros(2, 3, dtype=torch.long), backend="torch")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_logits_input_checks(backend):
+    with pytest.raises(ValueError, match="logits must be \\[B, T, V\\]"):
+        grpo_loss_from_logits(torch.randn(6, 20), torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3),
+                              torch.ones(2), backend=backend)
+    with pytest.raises(ValueError, match="completion_ids must hold token ids in \\[0, 20\\)"):
+        grpo_loss_from_logits(torch.randn(2, 3, 20), torch.full((2, 3), 25), torch.ones(2, 3), torch.ones(2),
+                              backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inputs_are_not_modified(backend):
+    p = make_problem(seed=1, B=2, T=3, H=8, V=20, importance_ratio="token")
+    tensors = dict(hidden=p.hidden, weight=p.weight, bias=p.bias, ids=p.completion_ids, mask=p.completion_mask,
+                   adv=p.advantages, old=p.old_logps, ref=p.ref_logps, rho=p.importance_ratio)
+    before = {k: v.clone() for k, v in tensors.items()}
+    hidden = p.hidden.clone().requires_grad_()
+    out = fused_linear_grpo_loss(hidden, p.weight, p.completion_ids, p.completion_mask, p.advantages, bias=p.bias,
+                                 old_logps=p.old_logps, ref_logps=p.ref_logps, importance_ratio=p.importance_ratio,
+                                 config=GRPOLossConfig(beta=0.04), backend=backend)
+    out.loss.backward()
+    for k, v in tensors.items():
+        assert torch.equal(v, before[k]), f"{k} was modified in place"
