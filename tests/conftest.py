@@ -15,13 +15,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
-def cpu_triton_available() -> bool:
-    """The Triton interpreter runs CPU tensors only where the GPU build is not in use."""
-    return not torch.cuda.is_available()
+def triton_device() -> str:
+    """Triton runs compiled on a CUDA machine and under the interpreter on a CPU-only one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-FUSED_BACKENDS = [
-    "torch",
-    pytest.param("triton", marks=pytest.mark.skipif(not cpu_triton_available(),
-                                                    reason="CPU interpreter tests run on machines without CUDA")),
-]
+def device_of(backend: str) -> str:
+    return triton_device() if backend == "triton" else "cpu"
+
+
+FUSED_BACKENDS = ["torch", "triton"]

@@ -10,7 +10,7 @@ inputs rounded to that dtype):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -31,11 +31,18 @@ class Problem:
     old_logps: Optional[torch.Tensor]
     ref_logps: Optional[torch.Tensor]
     importance_ratio: Optional[torch.Tensor]
-    extra: dict = field(default_factory=dict)
+
+    def to(self, device: str) -> "Problem":
+        return Problem(**{name: None if getattr(self, name) is None else getattr(self, name).to(device)
+                          for name in TENSOR_FIELDS})
 
     def loss_kwargs(self) -> dict:
         return dict(bias=self.bias, old_logps=self.old_logps, ref_logps=self.ref_logps,
                     importance_ratio=self.importance_ratio)
+
+
+TENSOR_FIELDS = ("hidden", "weight", "bias", "completion_ids", "completion_mask", "advantages", "old_logps",
+                 "ref_logps", "importance_ratio")
 
 
 def make_problem(seed: int, B: int = 3, T: int = 5, H: int = 37, V: int = 150, dtype: torch.dtype = torch.float32,
@@ -79,9 +86,7 @@ def as_float64(problem: Problem) -> Problem:
             return None
         x = x.detach().cpu()
         return x.double() if x.dtype.is_floating_point else x
-    return Problem(**{k: cast(getattr(problem, k)) for k in
-                      ("hidden", "weight", "bias", "completion_ids", "completion_mask", "advantages", "old_logps",
-                       "ref_logps", "importance_ratio")})
+    return Problem(**{k: cast(getattr(problem, k)) for k in TENSOR_FIELDS})
 
 
 def run_loss(fn, problem: Problem, config, **kwargs):

@@ -3,7 +3,7 @@ and bias, over every loss type and option (tolerances in grpo_testing.py)."""
 
 import pytest
 import torch
-from conftest import FUSED_BACKENDS
+from conftest import FUSED_BACKENDS, device_of
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
@@ -35,7 +35,7 @@ def _config(name):
 @pytest.mark.parametrize("config_name", list(CONFIGS))
 @pytest.mark.parametrize("backend", FUSED_BACKENDS)
 def test_fused_linear_matches_float64_reference(backend, config_name, dtype):
-    problem = make_problem(seed=hash(config_name) % 1000, dtype=dtype,
+    problem = make_problem(seed=sum(map(ord, config_name)), dtype=dtype, device=device_of(backend),
                            importance_ratio="token" if "rho" in config_name or config_name == "vespo" else None)
     config = _config(config_name)
     out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
@@ -46,7 +46,8 @@ def test_fused_linear_matches_float64_reference(backend, config_name, dtype):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("backend", FUSED_BACKENDS)
 def test_several_seeds_token_advantages_and_sequence_rho(backend, seed):
-    problem = make_problem(seed=seed, B=4, T=6, importance_ratio="sequence", token_advantages=True)
+    problem = make_problem(seed=seed, B=4, T=6, importance_ratio="sequence", token_advantages=True,
+                           device=device_of(backend))
     config = GRPOLossConfig(loss_type="grpo", beta=0.04, epsilon_high=0.3)
     out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
     ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
@@ -57,7 +58,7 @@ def test_several_seeds_token_advantages_and_sequence_rho(backend, seed):
 @pytest.mark.parametrize("shape", [dict(B=1, T=1, H=5, V=3), dict(B=2, T=3, H=17, V=65), dict(B=3, T=4, H=64, V=129)],
                          ids=["T1_tiny", "odd_H_V65", "V129"])
 def test_shapes_off_the_tile_grid(backend, shape):
-    problem = make_problem(seed=7, **shape)
+    problem = make_problem(seed=7, **shape, device=device_of(backend))
     config = GRPOLossConfig(beta=0.04, entropy_coef=0.01)
     out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
     ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
@@ -68,7 +69,7 @@ def test_shapes_off_the_tile_grid(backend, shape):
 @pytest.mark.parametrize("backend", FUSED_BACKENDS)
 def test_all_masked_rows_and_fully_masked_batch(backend, loss_type):
     for masked_rows in (2, 3):  # two of three rows, then the whole batch
-        problem = make_problem(seed=11, B=3, masked_rows=masked_rows)
+        problem = make_problem(seed=11, B=3, masked_rows=masked_rows, device=device_of(backend))
         config = GRPOLossConfig(loss_type=loss_type, beta=0.04)
         out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
         ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
@@ -80,7 +81,7 @@ def test_all_masked_rows_and_fully_masked_batch(backend, loss_type):
 
 @pytest.mark.parametrize("backend", FUSED_BACKENDS)
 def test_long_rows(backend):
-    problem = make_problem(seed=3, B=1, T=4096, H=16, V=40, with_bias=False)
+    problem = make_problem(seed=3, B=1, T=4096, H=16, V=40, with_bias=False, device=device_of(backend))
     config = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)
     out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
     ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
@@ -92,17 +93,19 @@ def test_tied_weights_accumulate_both_uses(backend):
     """An LM head tied to the embeddings gets the gradient of both uses."""
     torch.manual_seed(0)
     V, H = 50, 16
+    device = device_of(backend)
     ids = torch.randint(0, V, (2, 6))
     problem = make_problem(seed=5, B=2, T=5, H=H, V=V, with_bias=False)
     embedding = torch.randn(V, H, dtype=torch.float64).requires_grad_()
     grads = {}
-    for name, bk in (("fused", backend), ("reference", "reference")):
-        emb = embedding.detach().clone().float().requires_grad_() if name == "fused" else embedding
-        hidden = torch.tanh(torch.nn.functional.embedding(ids[:, :5], emb))
-        out = fused_linear_grpo_loss(hidden, emb, ids[:, 1:], problem.completion_mask, problem.advantages.to(emb.dtype),
-                                     old_logps=problem.old_logps, backend=bk)
+    for name, bk, dev in (("fused", backend, device), ("reference", "reference", "cpu")):
+        emb = embedding.detach().clone().float().to(dev).requires_grad_() if name == "fused" else embedding
+        hidden = torch.tanh(torch.nn.functional.embedding(ids[:, :5].to(dev), emb))
+        out = fused_linear_grpo_loss(hidden, emb, ids[:, 1:].to(dev), problem.completion_mask.to(dev),
+                                     problem.advantages.to(dev, emb.dtype), old_logps=problem.old_logps.to(dev),
+                                     backend=bk)
         out.loss.backward()
-        grads[name] = emb.grad
+        grads[name] = emb.grad.cpu()
     torch.testing.assert_close(grads["fused"].double(), grads["reference"], atol=1e-5, rtol=1e-4)
 
 
@@ -115,15 +118,15 @@ def test_loss_from_logits_matches_float64_reference(backend, config_name, dtype)
     full_logits = (3.0 * torch.randn(B, T + 1, V, generator=gen, dtype=torch.float64)).to(dtype)
     problem = make_problem(seed=4, B=B, T=T, V=V)
     config = _config(config_name)
-    kwargs = dict(old_logps=problem.old_logps, ref_logps=problem.ref_logps)
     results = []
-    for bk, logits in ((backend, full_logits.clone()), ("reference", full_logits.double())):
-        logits.requires_grad_()
+    for bk, logits, dev in ((backend, full_logits.clone(), device_of(backend)), ("reference", full_logits.double(), "cpu")):
+        logits = logits.to(dev).requires_grad_()
         # the [:, :-1] slice is strided: the fused paths must read it in place
-        out = grpo_loss_from_logits(logits[:, :-1], problem.completion_ids, problem.completion_mask,
-                                    problem.advantages, config=config, backend=bk, **kwargs)
+        out = grpo_loss_from_logits(logits[:, :-1], problem.completion_ids.to(dev), problem.completion_mask.to(dev),
+                                    problem.advantages.to(dev), old_logps=problem.old_logps.to(dev),
+                                    ref_logps=problem.ref_logps.to(dev), config=config, backend=bk)
         out.loss.backward()
-        results.append((out, logits.grad))
+        results.append((out, logits.grad.cpu()))
     (out, grad), (ref_out, ref_grad) = results
     from grpo_testing import assert_grad_close, assert_loss_close
     assert_loss_close(out.loss, ref_out.loss, dtype)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import FUSED_BACKENDS
+from conftest import FUSED_BACKENDS, device_of
 from grpo_testing import make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
@@ -10,7 +10,7 @@ from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 
 @pytest.mark.parametrize("backend", FUSED_BACKENDS)
 def test_bitwise_identical_runs(backend):
-    problem = make_problem(seed=9, B=3, T=9, H=40, V=150)
+    problem = make_problem(seed=9, B=3, T=9, H=40, V=150, device=device_of(backend))
     config = GRPOLossConfig(beta=0.04, entropy_coef=0.01)
     runs = [run_loss(fused_linear_grpo_loss, problem, config, backend=backend) for _ in range(3)]
     first_out, first_grads = runs[0]

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import cpu_triton_available
+from conftest import device_of
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,7 +38,7 @@ def problems_and_configs(draw):
 
 
 def _check(problem, config, backend):
-    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
+    out, grads = run_loss(fused_linear_grpo_loss, problem.to(device_of(backend)), config, backend=backend)
     ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
     assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
 
@@ -49,7 +49,6 @@ def test_torch_backend_property(case):
     _check(*case, backend="torch")
 
 
-@pytest.mark.skipif(not cpu_triton_available(), reason="CPU interpreter tests run on machines without CUDA")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems_and_configs())
 def test_triton_backend_property(case):

@@ -45,7 +45,7 @@ def character_tokenizer() -> PreTrainedTokenizerFast:
                                    unk_token="<unk>", padding_side="left")
 
 
-def tiny_grpo_trainer(trainer_class, model, output_dir, **config_overrides):
+def tiny_grpo_trainer(trainer_class, model, output_dir, peft_config=None, **config_overrides):
     """A real TRL GRPOTrainer on CPU around a tiny model, with a one-reward toy task."""
     from datasets import Dataset
     from trl import GRPOConfig
@@ -60,4 +60,4 @@ def tiny_grpo_trainer(trainer_class, model, output_dir, **config_overrides):
     settings.update(config_overrides)
     dataset = Dataset.from_dict({"prompt": ["1+1=?", "2+3=?", "4+4=?", "9+0=?"] * 4})
     return trainer_class(model=model, reward_funcs=reward_short_digits, args=GRPOConfig(**settings),
-                         train_dataset=dataset, processing_class=character_tokenizer())
+                         train_dataset=dataset, processing_class=character_tokenizer(), peft_config=peft_config)

@@ -1,0 +1,77 @@
+"""Compiled Triton on a real CUDA GPU at LM-head sizes (skipped without one; run with `pytest -m gpu`)."""
+
+import pytest
+import torch
+from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs, reference
+from grpo_kernels.api import resolve_backend
+
+pytestmark = pytest.mark.gpu
+
+
+def test_auto_backend_is_triton_on_cuda():
+    assert resolve_backend("auto", torch.device("cuda")) == "triton"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04), GRPOLossConfig(loss_type="grpo", entropy_coef=0.01,
+                                                                              importance_sampling_level="sequence")],
+                         ids=["dapo_kl", "gspo_entropy"])
+def test_lm_head_sized_problem_matches_float64(dtype, config):
+    problem = make_problem(seed=0, B=4, T=96, H=256, V=32003, dtype=dtype, device="cuda")
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="triton")
+    expected = as_float64(problem).to("cuda")
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, expected, config)
+    assert_output_matches(out, {k: v.cpu() for k, v in grads.items()}, ref_out,
+                          {k: v.cpu() for k, v in ref_grads.items()}, dtype)
+
+
+def test_bitwise_deterministic_on_gpu():
+    problem = make_problem(seed=1, B=8, T=128, H=512, V=50257, dtype=torch.bfloat16, device="cuda")
+    config = GRPOLossConfig(beta=0.04)
+    a_out, a_grads = run_loss(fused_linear_grpo_loss, problem, config, backend="triton")
+    b_out, b_grads = run_loss(fused_linear_grpo_loss, problem, config, backend="triton")
+    assert torch.equal(a_out.loss, b_out.loss)
+    for name in a_grads:
+        assert torch.equal(a_grads[name], b_grads[name]), name
+
+
+def test_peak_memory_far_below_the_logits():
+    N, H, V = 4096, 896, 151936
+    hidden = torch.randn(1, N, H, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = (torch.randn(V, H, device="cuda", dtype=torch.bfloat16) * 0.03).requires_grad_()
+    ids = torch.randint(0, V, (1, N), device="cuda")
+    mask = torch.ones(1, N, device="cuda")
+    adv = torch.randn(1, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fused_linear_grpo_loss(hidden, weight, ids, mask, adv, backend="triton")
+    out.loss.backward()
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    logits_bytes = N * V * 4
+    # gradients (dW fp32 accumulator + bf16 copy, dH) are unavoidable; the logits (2.5 GB here) must not appear
+    grads_bytes = V * H * (4 + 2) + N * H * (4 + 2)
+    assert extra < grads_bytes + 64 * 2**20, f"peak extra {extra / 2**20:.0f} MiB vs logits {logits_bytes / 2**20:.0f} MiB"
+
+
+def test_logits_path_and_logprobs_on_gpu():
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(2, 65, 32000, generator=gen)).to("cuda", torch.bfloat16)
+    problem = make_problem(seed=2, B=2, T=64, V=32000, device="cuda")
+    outs = []
+    for bk, x in (("triton", logits.clone()), ("reference", logits.double())):
+        x.requires_grad_()
+        out = grpo_loss_from_logits(x[:, :-1], problem.completion_ids, problem.completion_mask, problem.advantages,
+                                    old_logps=problem.old_logps, backend=bk)
+        out.loss.backward()
+        outs.append((out.loss.double(), x.grad.double()))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-5)
+    err = (outs[0][1] - outs[1][1]).abs().max() / outs[1][1].abs().max()
+    assert err < 1.5e-2
+    lp = linear_logprobs(problem.hidden, problem.weight, problem.completion_ids, bias=problem.bias)
+    lp_ref = reference.linear_logprobs(problem.hidden.double(), problem.weight.double(), problem.completion_ids,
+                                       bias=problem.bias.double())
+    torch.testing.assert_close(lp.double(), lp_ref, rtol=1e-4, atol=1e-4)
