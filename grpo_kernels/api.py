@@ -7,8 +7,8 @@ from typing import Literal, Optional, Union
 import torch
 
 from . import ops, reference
-from .config import GRPOLossConfig
-from .objective import GRPOLossOutput, grpo_objective
+from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
+from .objective import GRPOLossOutput, aggregation_weights, grpo_objective, masked_batch_mean
 from .validation import check_linear_inputs, check_logits, check_loss_inputs, check_targets
 
 Backend = Literal["auto", "triton", "torch", "reference"]
@@ -82,6 +82,10 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
         check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config.beta)
+    if backend == "triton" and fuses_objective_in_epilogue(config):
+        return _token_level_in_epilogue(hidden.reshape(B * T, H), weight, bias, completion_ids.reshape(B * T),
+                                        completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+                                        num_items_in_batch, config)
     logps, entropy = ops.linear_logprobs(hidden.reshape(B * T, H), weight, bias, completion_ids.reshape(B * T),
                                          config.temperature, backend)
     return _objective(logps.view(B, T), entropy.view(B, T), completion_mask, advantages, old_logps, ref_logps,
@@ -118,3 +122,35 @@ def _objective(logps, entropy, completion_mask, advantages, old_logps, ref_logps
                                    ref_logps=ref_logps, importance_ratio=importance_ratio,
                                    num_items_in_batch=num_items_in_batch)
     return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps.detach().float())
+
+
+def fuses_objective_in_epilogue(config: GRPOLossConfig) -> bool:
+    """Token-level objectives are closed-form per token, so the Triton forward computes them (and g) in its
+    epilogue. Sequence-level weights (GSPO, vespo) and the entropy quantile mask need a reduction over
+    tokens first; they take the log-probs through the autograd objective instead."""
+    return (config.importance_sampling_level == "token" and config.loss_type != "vespo"
+            and config.top_entropy_quantile == 1.0)
+
+
+def _token_level_in_epilogue(hidden, weight, bias, targets, completion_mask, advantages, old_logps, ref_logps,
+                             importance_ratio, num_items_in_batch, config) -> GRPOLossOutput:
+    B, T = completion_mask.shape
+    mask = completion_mask.to(torch.float32)
+    token_weights, entropy_normaliser = aggregation_weights(mask, config, num_items_in_batch)
+    entropy_weights = config.entropy_coef * mask / entropy_normaliser if config.entropy_coef != 0.0 else None
+    advantages = (advantages[:, None] if advantages.dim() == 1 else advantages).expand(B, T)
+    if importance_ratio is not None:
+        importance_ratio = importance_ratio.expand(B, T)
+    loss_kind = 0 if config.loss_type in PPO_CLIP_LOSS_TYPES else {"cispo": 1, "sapo": 2}[config.loss_type]
+    terms, logps, entropy, kl, clip = ops.linear_grpo_token_terms(
+        hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
+        ref_logps if config.beta != 0.0 else None, importance_ratio, mask, config.temperature, loss_kind, config)
+    with torch.no_grad():
+        clip = clip.view(B, T)
+        metrics = {"entropy": masked_batch_mean(entropy.view(B, T), mask)}
+        if config.beta != 0.0:
+            metrics["kl"] = masked_batch_mean(kl.view(B, T), mask)
+        metrics["clip_ratio/low_mean"] = masked_batch_mean((clip & 1) != 0, mask)
+        metrics["clip_ratio/high_mean"] = masked_batch_mean((clip & 2) != 0, mask)
+        metrics["clip_ratio/region_mean"] = masked_batch_mean(clip != 0, mask)
+    return GRPOLossOutput(loss=terms.sum(), metrics=metrics, logps=logps.detach().view(B, T))

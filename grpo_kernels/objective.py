@@ -46,7 +46,7 @@ def vespo_weights(log_ratio: torch.Tensor, mask: torch.Tensor, advantages: torch
         return torch.where(torch.isfinite(phi), phi, torch.zeros_like(phi))
 
 
-def _masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # TRL: a per-sequence quantity ([B, 1], sequence-level ratios) is averaged over sequences.
     if x.shape[-1] == 1:
         return x.float().mean()
@@ -122,46 +122,57 @@ def grpo_objective(
             kl = kl * ratio
         per_token_loss = per_token_loss + config.beta * kl
 
-    loss, entropy_normaliser = _aggregate(per_token_loss, m, config, num_items_in_batch)
+    token_weights, entropy_normaliser = aggregation_weights(m, config, num_items_in_batch)
+    loss = (token_weights * per_token_loss).sum()
     if config.entropy_coef != 0.0:
         loss = loss - config.entropy_coef * (entropy * m).sum() / entropy_normaliser
 
     with torch.no_grad():
-        metrics = {"entropy": _masked_batch_mean(entropy, m)}
+        metrics = {"entropy": masked_batch_mean(entropy, m)}
         if kl is not None:
-            metrics["kl"] = _masked_batch_mean(kl, m)
+            metrics["kl"] = masked_batch_mean(kl, m)
         if config.loss_type == "cispo":
             high = (ratio > eps_hi) & (A > 0)
             low = torch.zeros_like(high)
         else:
             low = (ratio < 1 - eps_lo) & (A < 0)
             high = (ratio > 1 + eps_hi) & (A > 0)
-        metrics["clip_ratio/low_mean"] = _masked_batch_mean(low, m)
-        metrics["clip_ratio/high_mean"] = _masked_batch_mean(high, m)
-        metrics["clip_ratio/region_mean"] = _masked_batch_mean(low | high, m)
+        metrics["clip_ratio/low_mean"] = masked_batch_mean(low, m)
+        metrics["clip_ratio/high_mean"] = masked_batch_mean(high, m)
+        metrics["clip_ratio/region_mean"] = masked_batch_mean(low | high, m)
     return loss, metrics
 
 
-def _aggregate(per_token_loss: torch.Tensor, m: torch.Tensor, config: GRPOLossConfig,
-               num_items_in_batch: Optional[torch.Tensor | float | int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The scalar loss by loss_type, and the denominator the entropy bonus uses."""
+def aggregation_weights(mask: torch.Tensor, config: GRPOLossConfig,
+                        num_items_in_batch: Optional[torch.Tensor | float | int] = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token weights w with loss = sum_{b,t} w * L (every aggregation is linear in L), and the
+    denominator of the entropy bonus.
+
+    grpo, sapo:         mean over sequences of sum_t m L / max(1, sum_t m)  ->  w = m / (B max(1, n_b))
+    bnpo:               sum m L / max(1, sum m)
+    dr_grpo:            sum m L / (B * max_completion_length)
+    dapo, cispo, vespo: sum m L / max(1, num_items_in_batch)  (the local sum m when not given)
+    luspo:              mean over all B*T of L * n_b  (padding included, as TRL)
+    """
+    m = mask
+    B, T = m.shape
     local_tokens = m.sum().clamp(min=1.0)
     loss_type = config.loss_type
     if loss_type in ("grpo", "sapo"):
-        per_sequence = (per_token_loss * m).sum(-1) / m.sum(-1).clamp(min=1.0)
-        return per_sequence.mean(), local_tokens
+        return m / (B * m.sum(-1, keepdim=True).clamp(min=1.0)), local_tokens
     if loss_type == "bnpo":
-        return (per_token_loss * m).sum() / local_tokens, local_tokens
+        return m / local_tokens, local_tokens
     if loss_type == "dr_grpo":
-        return (per_token_loss * m).sum() / (m.shape[0] * config.max_completion_length), local_tokens
+        return m / (B * config.max_completion_length), local_tokens
     if loss_type in ("dapo", "cispo", "vespo"):
         if num_items_in_batch is None:
             normaliser = local_tokens
         else:
             normaliser = torch.as_tensor(num_items_in_batch, dtype=m.dtype, device=m.device).clamp(min=1.0)
-        return (per_token_loss * m).sum() / normaliser, normaliser
+        return m / normaliser, normaliser
     if loss_type == "luspo":
-        return (per_token_loss * m.sum(-1, keepdim=True)).mean(), local_tokens
+        return m.sum(-1, keepdim=True).expand(B, T) / (B * T), local_tokens
     raise ValueError(f"unknown loss_type {loss_type!r}")  # pragma: no cover
 
 

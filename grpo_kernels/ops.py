@@ -127,6 +127,55 @@ def _logits_backward(ctx, grad_logps, grad_entropy, _grad_lse):
 _logits_logprobs.register_autograd(_logits_backward, setup_context=_logits_setup_context)
 
 
+# ---- hidden states x LM head -> token-level GRPO loss terms (objective fused in the Triton epilogue) ---
+
+@torch.library.custom_op("grpo_kernels::linear_grpo_token_terms", mutates_args=())
+def _linear_grpo_token_terms(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                             targets: torch.Tensor, advantages: torch.Tensor, token_weights: torch.Tensor,
+                             entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
+                             ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor],
+                             mask: torch.Tensor, temperature: float, loss_kind: int, eps_low: float, eps_high: float,
+                             delta: Optional[float], beta: float, sapo_pos: float, sapo_neg: float,
+                             bias_correction: bool, keep_padding: bool
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                        torch.Tensor, torch.Tensor]:
+    from .kernels import launch
+
+    objective = dict(loss_kind=loss_kind, eps_low=eps_low, eps_high=eps_high, delta=delta, beta=beta,
+                     sapo_pos=sapo_pos, sapo_neg=sapo_neg, bias_correction=bias_correction, keep_padding=keep_padding)
+    return launch.linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights,
+                                      old_logps, ref_logps, importance_ratio, mask, temperature, objective)
+
+
+@_linear_grpo_token_terms.register_fake
+def _(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps, ref_logps,
+      importance_ratio, mask, temperature, *scalars):
+    per_token = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+    return (*(torch.empty_like(per_token) for _ in range(6)), hidden.new_empty(hidden.shape[0], dtype=torch.int8))
+
+
+def _token_terms_setup_context(ctx, inputs, output) -> None:
+    hidden, weight, bias, targets, _, _, entropy_weights, *_ = inputs
+    temperature = inputs[11]
+    _, _, entropy, lse, grad, _, _ = output
+    ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad, entropy_weights)
+    ctx.temperature, ctx.has_bias = temperature, bias is not None
+
+
+def _token_terms_backward(ctx, grad_terms, *_unused):
+    hidden, weight, bias, targets, lse, entropy, grad, entropy_weights = ctx.saved_tensors
+    # each term depends on its own token only: dLoss/dlp = upstream * g, dLoss/dent = -upstream * entropy weight
+    grad_logps = grad * grad_terms
+    grad_entropy = None if entropy_weights is None else -entropy_weights * grad_terms
+    grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
+        grad_logps.contiguous(), None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
+        targets, lse, entropy, ctx.temperature, "triton")
+    return (grad_hidden, grad_weight, grad_bias if ctx.has_bias else None) + (None,) * 18
+
+
+_linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=_token_terms_setup_context)
+
+
 # ---- entry points for api.py --------------------------------------------------------------------------
 
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
@@ -145,3 +194,19 @@ def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
         logits = logits.contiguous()
     logps, entropy, _ = _logits_logprobs(logits, targets.contiguous(), float(temperature), backend)
     return logps, entropy
+
+
+def linear_grpo_token_terms(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
+                            ref_logps, importance_ratio, mask, temperature, loss_kind, config):
+    """Flattened [N] inputs -> (terms, logps, entropy, kl, clip code); terms.sum() is the loss."""
+    def flat(x):
+        return None if x is None else x.reshape(-1).float().contiguous()
+
+    terms, logps, entropy, _, _, kl, clip = _linear_grpo_token_terms(
+        hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), targets.contiguous(),
+        flat(advantages), flat(token_weights), flat(entropy_weights), flat(old_logps), flat(ref_logps),
+        flat(importance_ratio), flat(mask), float(temperature), loss_kind, config.epsilon_low,
+        config.epsilon_high_value, None if config.delta is None else float(config.delta), float(config.beta),
+        float(config.sapo_temperature_pos), float(config.sapo_temperature_neg), bool(config.use_bias_correction_kl),
+        config.loss_type == "luspo")
+    return terms, logps, entropy, kl, clip

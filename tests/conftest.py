@@ -13,15 +13,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
-
-
-def triton_device() -> str:
-    """Triton runs compiled on a CUDA machine and under the interpreter on a CPU-only one."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def device_of(backend: str) -> str:
-    return triton_device() if backend == "triton" else "cpu"
-
-
-FUSED_BACKENDS = ["torch", "triton"]

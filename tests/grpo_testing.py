@@ -5,7 +5,8 @@ inputs rounded to that dtype):
 - loss and metrics: |actual - expected| <= LOSS_TOL * max(1, |expected|)
 - gradients: max |actual - expected| <= GRAD_TOL * max |expected| + GRAD_ATOL (the gradients of 16-bit
   inputs are themselves rounded to 16 bits, which alone costs up to 2^-8 of the largest element for
-  bfloat16; GRAD_ATOL covers gradients that nearly cancel, e.g. 1 - p for a token with p ~ 1)
+  bfloat16; GRAD_ATOL covers gradients that nearly cancel, e.g. 1 - p for a token with p ~ 1, where
+  float32 logits of magnitude ~30 leave an absolute error of ~1e-6 times |W|)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 LOSS_TOL = {torch.float64: 1e-9, torch.float32: 1e-5, torch.bfloat16: 1e-4, torch.float16: 1e-4}
 GRAD_TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 1.5e-2, torch.float16: 3e-3}
-GRAD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-5, torch.float16: 1e-5}
+GRAD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-4, torch.float16: 1e-4}
 
 
 @dataclass
@@ -127,3 +128,15 @@ def assert_output_matches(out, grads, ref_out, ref_grads, dtype: torch.dtype) ->
                                atol=LOSS_TOL[dtype] * 10, rtol=LOSS_TOL[dtype] * 10)
     for name, expected in ref_grads.items():
         assert_grad_close(grads[name], expected, dtype, f"d{name}")
+
+
+def triton_device() -> str:
+    """Triton runs compiled on a CUDA machine and under the interpreter on a CPU-only one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_of(backend: str) -> str:
+    return triton_device() if backend == "triton" else "cpu"
+
+
+FUSED_BACKENDS = ["torch", "triton"]

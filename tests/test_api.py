@@ -3,8 +3,7 @@ and bias, over every loss type and option (tolerances in grpo_testing.py)."""
 
 import pytest
 import torch
-from conftest import FUSED_BACKENDS, device_of
-from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+from grpo_testing import FUSED_BACKENDS, device_of, as_float64, assert_output_matches, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
 
@@ -134,3 +133,21 @@ def test_loss_from_logits_matches_float64_reference(backend, config_name, dtype)
         assert_loss_close(out.metrics[name], value, dtype, what=name)
     assert_grad_close(grad, ref_grad, dtype, "dlogits")
     assert float(grad[:, -1].abs().max()) == 0.0
+
+
+def test_token_level_triton_fuses_the_objective_in_the_epilogue(monkeypatch):
+    """Token-level configs never go through the separate log-prob op on the Triton path; sequence-level do."""
+    from grpo_kernels import ops
+    from grpo_kernels.api import fuses_objective_in_epilogue
+
+    calls = []
+    original = ops.linear_logprobs
+    monkeypatch.setattr(ops, "linear_logprobs", lambda *a, **k: calls.append(1) or original(*a, **k))
+    problem = make_problem(seed=0, device=device_of("triton"))
+    for config, fused in ((GRPOLossConfig(beta=0.04, loss_type="sapo"), True),
+                          (GRPOLossConfig(importance_sampling_level="sequence"), False),
+                          (GRPOLossConfig(top_entropy_quantile=0.5), False)):
+        assert fuses_objective_in_epilogue(config) is fused
+        calls.clear()
+        run_loss(fused_linear_grpo_loss, problem, config, backend="triton")
+        assert bool(calls) is not fused

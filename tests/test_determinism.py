@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-from conftest import FUSED_BACKENDS, device_of
-from grpo_testing import make_problem, run_loss
+from grpo_testing import FUSED_BACKENDS, device_of, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import FUSED_BACKENDS
+from grpo_testing import FUSED_BACKENDS
 
 from grpo_kernels import linear_logprobs, reference
 

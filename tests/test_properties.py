@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-from conftest import device_of
-from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+from grpo_testing import device_of, as_float64, assert_output_matches, make_problem, run_loss
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from ..api import BACKENDS
 from .transformers import patch_causal_lm
-from .trl_loss import MULTIMODAL_KEYS, fused_compute_loss, fused_path_blocker
+from .trl_loss import fused_compute_loss, fused_path_blocker
 
 # The seams above are TRL internals: only versions whose `_compute_loss` was checked line by line are accepted.
 SUPPORTED_TRL_VERSIONS = SpecifierSet(">=1.16.0,<1.17")
@@ -166,5 +166,4 @@ class GRPOKernelsTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
 
 
-__all__ = ["GRPOKernelsTrainer", "SUPPORTED_TRL_VERSIONS", "check_trl_version", "patch_grpo_trainer",
-           "MULTIMODAL_KEYS"]
+__all__ = ["GRPOKernelsTrainer", "SUPPORTED_TRL_VERSIONS", "check_trl_version", "patch_grpo_trainer"]

@@ -15,10 +15,10 @@ from typing import Any, Optional
 import torch
 
 from .. import GRPOLossConfig, fused_linear_grpo_loss
+from ..config import PPO_CLIP_LOSS_TYPES
 from ..objective import vespo_weights
 
 TOKEN_NORMALISED_LOSS_TYPES = ("dapo", "cispo", "vespo")
-PPO_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 # Inputs of vision-language batches; the patched path handles text-only batches.
 MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
                    "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")

@@ -87,3 +87,14 @@ def logits_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, tem
 
     return launch_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, temperature,
                            _INTERPRETER_LOGITS_BLOCKS if interpreting() else _GPU_LOGITS_BLOCKS)
+
+
+def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
+                        ref_logps, importance_ratio, mask, temperature, objective):
+    prepare(hidden.device)
+    _check_dtype(hidden, "hidden")
+    from .linear_forward import linear_grpo_forward as launch_forward
+
+    blocks, upcast, precision = _linear_options(hidden.dtype)
+    return launch_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
+                          ref_logps, importance_ratio, mask, temperature, objective, blocks, upcast, precision)

@@ -87,7 +87,7 @@ def _run(trainer, model, inputs) -> tuple[float, dict, dict]:
     return loss.item(), grads, {name: list(values) for name, values in trainer._metrics["train"].items()}
 
 
-def _compare(setup, options: dict, inputs: dict | None = None, expect_fused: bool = True) -> None:
+def _compare(setup, options: dict, inputs: dict | None = None, expect_fused: bool = True) -> dict:
     model, reference, patched, batch = setup
     inputs = batch if inputs is None else inputs
     for trainer in (reference, patched):
@@ -107,6 +107,7 @@ def _compare(setup, options: dict, inputs: dict | None = None, expect_fused: boo
     for name, values in expected_metrics.items():
         torch.testing.assert_close(torch.tensor(metrics[name]), torch.tensor(values), atol=METRIC_ATOL, rtol=0,
                                    equal_nan=True, msg=lambda m: f"metric {name}: {m}")
+    return expected_metrics
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
@@ -118,7 +119,11 @@ def test_loss_grads_and_metrics_match_trl(setup, loss_type, level, beta):
         options["epsilon_high"] = 1.1  # cispo's cap is absolute: put it where some ratios exceed it
     # TRL 1.16 sums luspo's per-token loss over the mask; only a loss constant along each sequence goes fused.
     expect_fused = loss_type != "luspo" or (level == "sequence" and beta == 0.0)
-    _compare(setup, options, expect_fused=expect_fused)
+    metrics = _compare(setup, options, expect_fused=expect_fused)
+    if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") and level == "token":
+        assert metrics["clip_ratio/region_mean"][0] > 0  # the batch exercises the clipped branch
+    if loss_type == "cispo" and level == "token":
+        assert metrics["cispo_clip_ratio"][0] > 0
 
 
 @pytest.mark.parametrize("options", [
