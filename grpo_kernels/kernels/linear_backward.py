@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import logits_tile, softmax_grad_tile
+from .tiles import load_row_stats, logits_tile, softmax_grad_tile
 
 
 @triton.jit
@@ -21,13 +21,8 @@ def _grad_hidden_kernel(
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
-    entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
-    g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)
-    e = g
-    if HAS_ENT_GRAD:
-        e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
+    targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
+                                                 HAS_ENT_GRAD)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V
@@ -61,13 +56,9 @@ def _grad_weight_kernel(
     for n0 in range(0, N, BLOCK_N):
         rows = n0 + tl.arange(0, BLOCK_N)
         row_ok = rows < N
-        targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
-        entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
-        g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)  # 0 on padding rows: they add nothing
-        e = g
-        if HAS_ENT_GRAD:
-            e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
+        # g and e read 0 past the last token: those rows add nothing
+        targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
+                                                     HAS_ENT_GRAD)
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
         dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import logits_tile
+from .tiles import logits_tile, online_softmax_update
 from .token_objective import token_objective
 
 
@@ -24,14 +24,8 @@ def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, V, H,
         col_ok = cols < V
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
-        z_or_zero = tl.where(col_ok[None, :], z, 0.0)
-        new_max = tl.maximum(run_max, tl.max(tl.where(col_ok[None, :], z, float("-inf")), 1))
-        rescale = tl.exp(run_max - new_max)
-        p = tl.where(col_ok[None, :], tl.exp(z - new_max[:, None]), 0.0)
-        sum_exp = sum_exp * rescale + tl.sum(p, 1)
-        sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, 1)
-        run_max = new_max
-        target_z += tl.sum(tl.where(cols[None, :] == targets[:, None], z_or_zero, 0.0), 1)
+        run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
+                                                                      cols, col_ok, targets)
     lse = run_max + tl.log(sum_exp)
     return target_z - lse, lse - sum_exp_z / sum_exp, lse
 

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import softmax_grad_tile
+from .tiles import load_row_stats, online_softmax_update, softmax_grad_tile
 
 
 @triton.jit
@@ -33,13 +33,8 @@ def _logits_forward_kernel(
         col_ok = cols < V
         ok = row_ok[:, None] & col_ok[None, :]
         z = tl.load(logits_ptr + row_start[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32) * inv_tau
-        new_max = tl.maximum(run_max, tl.max(tl.where(col_ok[None, :], z, float("-inf")), 1))
-        rescale = tl.exp(run_max - new_max)
-        p = tl.where(col_ok[None, :], tl.exp(z - new_max[:, None]), 0.0)
-        sum_exp = sum_exp * rescale + tl.sum(p, 1)
-        sum_exp_z = sum_exp_z * rescale + tl.sum(p * z, 1)
-        run_max = new_max
-        target_z += tl.sum(tl.where(cols[None, :] == targets[:, None], z, 0.0), 1)
+        run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
+                                                                      cols, col_ok, targets)
     lse = run_max + tl.log(sum_exp)
     tl.store(logps_ptr + rows, target_z - lse, mask=row_ok)
     tl.store(entropy_ptr + rows, lse - sum_exp_z / sum_exp, mask=row_ok)
@@ -55,13 +50,8 @@ def _logits_backward_kernel(
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     row_start = _row_offsets(rows, T, stride_b, stride_t)
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
-    entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
-    g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)
-    e = g
-    if HAS_ENT_GRAD:
-        e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
+    targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
+                                                 HAS_ENT_GRAD)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V

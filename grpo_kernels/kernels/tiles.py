@@ -35,3 +35,30 @@ def softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS
     if HAS_ENT_GRAD:
         dz -= e[:, None] * p * tl.where(col_ok[None, :], log_p + entropy[:, None], 0.0)
     return dz * inv_tau
+
+
+@triton.jit
+def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, cols, col_ok, targets):
+    """Fold one [rows, BLOCK_V] tile of scaled logits into the running max, sum of exp(z - max),
+    sum of exp(z - max) * z (for the entropy) and the target logit."""
+    z_or_zero = tl.where(col_ok[None, :], z, 0.0)
+    new_max = tl.maximum(run_max, tl.max(tl.where(col_ok[None, :], z, float("-inf")), 1))
+    rescale = tl.exp(run_max - new_max)
+    p = tl.where(col_ok[None, :], tl.exp(z - new_max[:, None]), 0.0)
+    sum_exp = sum_exp * rescale + tl.sum(p, 1)
+    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, 1)
+    target_z += tl.sum(tl.where(cols[None, :] == targets[:, None], z_or_zero, 0.0), 1)
+    return new_max, sum_exp, sum_exp_z, target_z
+
+
+@triton.jit
+def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok, HAS_ENT_GRAD: tl.constexpr):
+    """What the backward needs per token: target, lse, entropy, g = dLoss/dlp, e = dLoss/dent (0 off-range)."""
+    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+    lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+    entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
+    g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)
+    e = g
+    if HAS_ENT_GRAD:
+        e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
+    return targets, lse, entropy, g, e
