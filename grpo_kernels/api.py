@@ -81,7 +81,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     if _checking_values():
         check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
         check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
-                          importance_ratio, num_items_in_batch, config.beta)
+                          importance_ratio, num_items_in_batch, config)
     if backend == "triton" and fuses_objective_in_epilogue(config):
         return _token_level_in_epilogue(hidden.reshape(B * T, H), weight, bias, completion_ids.reshape(B * T),
                                         completion_mask, advantages, old_logps, ref_logps, importance_ratio,
@@ -110,7 +110,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     if _checking_values():
         check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
         check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
-                          importance_ratio, num_items_in_batch, config.beta)
+                          importance_ratio, num_items_in_batch, config)
     logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature, backend)
     return _objective(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, fields
 from typing import Literal, Optional
 
@@ -70,6 +71,16 @@ class GRPOLossConfig:
             or self.max_completion_length <= 0
         ):
             raise ValueError(f"max_completion_length must be a positive int, got {self.max_completion_length!r}")
+
+        self._warn_like_trl()
+
+    def _warn_like_trl(self) -> None:
+        """TRL accepts these combinations but warns that they do not follow the papers; so do we."""
+        if self.loss_type == "luspo" and self.importance_sampling_level != "sequence":
+            warnings.warn("loss_type='luspo' follows its paper with importance_sampling_level='sequence'", stacklevel=3)
+        if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+            warnings.warn(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
+                          "sequence by its length; GSPO uses loss_type='grpo'", stacklevel=3)
 
     @property
     def epsilon_low(self) -> float:

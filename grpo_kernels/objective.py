@@ -35,9 +35,8 @@ def vespo_weights(log_ratio: torch.Tensor, mask: torch.Tensor, advantages: torch
     """VESPO's per-sequence gamma weight phi (no gradient), shape [B, 1] or [B, T] if advantages are."""
     with torch.no_grad():
         log_w = (mask * log_ratio.clamp(-20.0, 20.0)).sum(-1, keepdim=True)
-        if importance_ratio is not None:
-            log_rho = importance_ratio.float().log()
-            log_w = log_w + (log_rho if log_rho.shape[-1] == 1 else (mask * log_rho).sum(-1, keepdim=True))
+        if importance_ratio is not None:  # per token (validation refuses a [B, 1] ratio for vespo, as TRL does)
+            log_w = log_w + (mask * importance_ratio.to(mask.dtype).log()).sum(-1, keepdim=True)
         log_w = log_w.clamp(min=torch.log(torch.tensor(1e-8)).item(), max=20.0)
         positive = advantages >= 0
         k = torch.where(positive, config.vespo_k_pos, config.vespo_k_neg)

@@ -48,7 +48,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     B, T, V = logits.shape
     check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
     check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
-                      importance_ratio, num_items_in_batch, config.beta)
+                      importance_ratio, num_items_in_batch, config)
     logps, entropy = logprobs_from_logits(logits, completion_ids, config.temperature)
     return _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
                                importance_ratio, num_items_in_batch, config)
@@ -66,7 +66,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     B, T, _ = hidden.shape
     check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
     check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
-                      importance_ratio, num_items_in_batch, config.beta)
+                      importance_ratio, num_items_in_batch, config)
     logps, entropy = logprobs_from_logits(linear_logits(hidden, weight, bias), completion_ids, config.temperature)
     return _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
                                importance_ratio, num_items_in_batch, config)

@@ -6,6 +6,8 @@ from typing import Optional
 
 import torch
 
+from .config import GRPOLossConfig
+
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
@@ -93,7 +95,7 @@ def check_loss_inputs(
     ref_logps: Optional[object],
     importance_ratio: Optional[object],
     num_items_in_batch: Optional[object],
-    beta: float,
+    config: GRPOLossConfig,
 ) -> None:
     B, T = batch_shape
     mask = _require_tensor("completion_mask", completion_mask)
@@ -130,7 +132,12 @@ def check_loss_inputs(
             raise ValueError(f"{name} contains NaN values")
     if importance_ratio is not None and bool((importance_ratio < 0).any()):
         raise ValueError("importance_ratio must be >= 0 (it is a probability ratio)")
-    if beta != 0.0 and ref_logps is None:
+    if config.loss_type == "vespo" and importance_ratio is not None and importance_ratio.shape[-1] == 1 and T > 1:
+        # TRL: VESPO folds the engine's per-token log-ratios into its sequence weight; a sequence-level IS mode
+        # has none to fold (it requires vllm_importance_sampling_mode 'token_truncate' or 'token_mask').
+        raise ValueError("loss_type='vespo' needs a per-token importance_ratio [B, T], got [B, 1] "
+                         "(TRL requires vllm_importance_sampling_mode='token_truncate' or 'token_mask')")
+    if config.beta != 0.0 and ref_logps is None:
         raise ValueError("config.beta != 0 needs ref_logps (the reference model's per-token log-probs)")
     if num_items_in_batch is not None:
         value = torch.as_tensor(num_items_in_batch)

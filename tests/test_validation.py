@@ -40,6 +40,8 @@ CASES = [
     ("negative rho", dict(importance_ratio=-torch.ones(2, 3)), ValueError, "importance_ratio must be >= 0"),
     ("beta without ref", dict(config=GRPOLossConfig(beta=0.1)), ValueError, "needs ref_logps"),
     ("num items", dict(num_items_in_batch=-3), ValueError, "num_items_in_batch"),
+    ("vespo sequence rho", dict(config=GRPOLossConfig(loss_type="vespo"), importance_ratio=torch.ones(2, 1)),
+     ValueError, "vespo' needs a per-token importance_ratio"),
     ("not a tensor", dict(hidden=[[1.0]]), TypeError, "hidden must be a torch.Tensor"),
     ("config type", dict(config={"loss_type": "dapo"}), TypeError, "config must be a GRPOLossConfig"),
 ]
@@ -72,6 +74,13 @@ def test_unknown_backend():
 def test_config_rejects(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         GRPOLossConfig(**kwargs)
+
+
+def test_combinations_trl_warns_about_warn_here_too():
+    with pytest.warns(UserWarning, match="luspo"):
+        GRPOLossConfig(loss_type="luspo")
+    with pytest.warns(UserWarning, match="GSPO uses loss_type='grpo'"):
+        GRPOLossConfig(loss_type="dapo", importance_sampling_level="sequence")
 
 
 def test_wrong_device_mix_is_named():
