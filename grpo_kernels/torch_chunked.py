@@ -13,9 +13,10 @@ from typing import Optional
 
 import torch
 
-# A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (16 MiB) bounds the extra memory of every pass.
-TOKEN_CHUNK = 512
-VOCAB_CHUNK = 8192
+# A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (4 MiB) bounds the extra memory of every pass; the
+# passes below keep at most two such tiles alive at once (the logits and their exp), updating in place.
+TOKEN_CHUNK = 256
+VOCAB_CHUNK = 4096
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -52,9 +53,9 @@ class _OnlineSoftmaxStats:
     def update(self, z: torch.Tensor) -> None:
         new_max = torch.maximum(self.max, z.max(dim=-1).values)
         rescale = torch.exp(self.max - new_max)
-        p = torch.exp(z - new_max[:, None])
+        p = torch.sub(z, new_max[:, None]).exp_()
         self.sum_exp = self.sum_exp * rescale + p.sum(-1)
-        self.sum_exp_z = self.sum_exp_z * rescale + (p * z).sum(-1)
+        self.sum_exp_z = self.sum_exp_z * rescale + p.mul_(z).sum(-1)
         self.max = new_max
 
     def lse_and_entropy(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,15 +65,17 @@ class _OnlineSoftmaxStats:
 
 def _logit_grad(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torch.Tensor,
                 e: Optional[torch.Tensor], inside: torch.Tensor, column: torch.Tensor, inv_tau: float) -> torch.Tensor:
-    """dLoss/d(unscaled logits) for one tile, from dLoss/dlp (g) and dLoss/dent (e)."""
-    log_p = z - lse[:, None]
+    """dLoss/d(unscaled logits) for one tile, from dLoss/dlp (g) and dLoss/dent (e). Consumes z (in place)."""
+    log_p = z.sub_(lse[:, None])
     p = torch.exp(log_p)
-    dz = -g[:, None] * p
     if e is not None:
-        dz = dz - e[:, None] * p * (log_p + ent[:, None])
+        # dz = -g p - e p (log p + ent), built in the log_p buffer so only two tiles are ever alive
+        dz = log_p.add_(ent[:, None]).mul_(e[:, None]).add_(g[:, None]).mul_(p).neg_()
+    else:
+        dz = p.mul_(-g[:, None])
     rows = torch.nonzero(inside).squeeze(-1)
     dz[rows, column[rows]] += g[rows]
-    return dz * inv_tau if inv_tau != 1.0 else dz
+    return dz.mul_(inv_tau) if inv_tau != 1.0 else dz
 
 
 def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],

@@ -23,4 +23,4 @@ def test_benchmark_suite_runs_on_smoke_shapes():
     # Every skip names its reason (a path that is missing or cannot run on CPU says why).
     for line in output.splitlines():
         if line.startswith("SKIPPED"):
-            assert re.search(r": \S+: .{10,}", line), f"skip without a reason: {line}"
+            assert re.search(r"\.py:\d+: .{10,}", line), f"skip without a reason: {line}"

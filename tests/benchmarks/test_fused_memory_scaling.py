@@ -25,7 +25,7 @@ def _peak_extra(tmp_path, path: str, vocab: int) -> int:
     shape = BenchShape(LMHead(f"scaling-V{vocab}", HIDDEN, vocab), TOKENS_B, TOKENS_T, "float32")
     inputs_file = os.path.join(tmp_path, f"inputs-{vocab}.pt")
     save_inputs(make_inputs(shape, "flat", "cpu", sample_from_policy=False), inputs_file)
-    result = memory.cpu_peak_extra_bytes(memory.ProbeRequest(path, "loss", "dapo", inputs_file))
+    result = memory.cpu_peak_extra_bytes(memory.ProbeRequest(path, "loss", "dapo", inputs_file, threads=1))
     return result["peak_extra_bytes"]
 
 

@@ -1,0 +1,43 @@
+"""What is measured: the operations, the loss configurations and the logit regimes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_kernels import GRPOLossConfig
+
+# loss: fused loss forward + backward (the training step); logprobs: forward-only per-token log-probs
+# (how old/ref log-probs are computed); logits: the loss from precomputed logits, forward + backward.
+OPERATIONS = ("loss", "logprobs", "logits")
+
+# flat: random hidden and weight, near-uniform softmax. peaked: weight scaled until the mean token
+# entropy is PEAKED_TARGET_ENTROPY nats, as for a trained LM; sparsity tricks behave differently on each.
+REGIMES = ("flat", "peaked")
+PEAKED_TARGET_ENTROPY = 0.8
+
+
+@dataclass(frozen=True)
+class LossCase:
+    name: str
+    config: GRPOLossConfig
+    uses_old_logps: bool
+    uses_ref_logps: bool
+
+
+LOSS_CASES: dict[str, LossCase] = {
+    # TRL's default: dapo, no KL, on-policy (old log-probs are the detached current ones).
+    "dapo": LossCase("dapo", GRPOLossConfig(), uses_old_logps=False, uses_ref_logps=False),
+    # The DeepSeekMath paper's setting: per-sequence mean, beta = 0.04 with a reference model, off-policy.
+    "grpo_kl": LossCase("grpo_kl", GRPOLossConfig(loss_type="grpo", beta=0.04), uses_old_logps=True,
+                        uses_ref_logps=True),
+    # GSPO as TRL documents it: sequence-level importance ratio, epsilon 3e-4 / 4e-4, no KL.
+    "gspo": LossCase("gspo", GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
+                                            epsilon=3e-4, epsilon_high=4e-4),
+                     uses_old_logps=True, uses_ref_logps=False),
+}
+
+
+def flops(operation: str, tokens: int, hidden: int, vocab: int) -> int:
+    """Useful FLOPs, counting 2*N*H*V per GEMM-equivalent (the logits-input loss has none)."""
+    gemms = {"loss": 3, "logprobs": 1, "logits": 0}[operation]
+    return 2 * gemms * tokens * hidden * vocab

@@ -1,0 +1,98 @@
+"""benchmarks.report: ratios, tables, README block and plots from pytest-benchmark JSON."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from benchmarks import report
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIB = 2**20
+
+
+def _bench(path, operation, median_s, peak_mib, config="dapo", regime="flat", tokens=1024, **extra):
+    info = {"path": path, "operation": operation, "config": config, "regime": regime, "head": "h",
+            "hidden": 64, "vocab": 1000, "tokens": tokens, "dtype": "float32", "flops": 6 * tokens * 64 * 1000,
+            "peak_extra_bytes": peak_mib * MIB, "mean_entropy": 6.5, **extra}
+    return {"name": f"test_{operation}[{path}]", "group": "g", "stats": {"median": median_s}, "extra_info": info}
+
+
+def _write(tmp_path, benchmarks, skipped=()):
+    data = {"machine_info": {"grpo_bench": {"device": "Test CPU", "device_type": "cpu", "torch": "9.9",
+                                            "command_line": "pytest benchmarks/"}},
+            "commit_info": {"id": "abc"}, "datetime": "2025-01-01", "benchmarks": benchmarks,
+            "skipped": list(skipped)}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_ratios_against_reference_and_floor(tmp_path):
+    source = _write(tmp_path, [
+        _bench("reference", "loss", 0.004, 400),
+        _bench("torch", "loss", 0.001, 100),
+        _bench("floor", "loss", 0.0005, 50, config="-"),
+        _bench("torch", "loss", 0.002, 100, tokens=2048),  # no reference at this size: no ratio
+    ])
+    run = report.load_run(source)
+    reference, floor = report.baselines(run.results)
+    torch_1024 = next(r for r in run.results if r.path == "torch" and r.tokens == 1024)
+    torch_2048 = next(r for r in run.results if r.path == "torch" and r.tokens == 2048)
+    assert report.speedup_vs_reference(torch_1024, reference) == pytest.approx(4.0)
+    assert report.times_floor(torch_1024, floor) == pytest.approx(2.0)
+    assert report.memory_vs_reference(torch_1024, reference) == pytest.approx(0.25)
+    assert report.speedup_vs_reference(torch_2048, reference) is None
+    assert torch_1024.tflops == pytest.approx(6 * 1024 * 64 * 1000 / 1e-3 / 1e12)
+
+
+def test_cuda_event_median_is_preferred_over_wall_clock(tmp_path):
+    source = _write(tmp_path, [_bench("torch", "loss", 0.010, 1, cuda_event_median_ms=7.5)])
+    assert report.load_run(source).results[0].median_ms == pytest.approx(7.5)
+
+
+def _two_size_run(tmp_path):
+    source = _write(tmp_path, [
+        _bench("reference", "loss", 0.004, 400), _bench("torch", "loss", 0.001, 100),
+        _bench("reference", "loss", 0.016, 1600, tokens=4096), _bench("torch", "loss", 0.004, 100, tokens=4096),
+        _bench("torch", "loss", 0.003, 100, regime="peaked", tokens=4096),
+    ], skipped=[{"nodeid": "benchmarks/test_loss.py::test_loss[x]", "reason": "cce: needs CUDA"}])
+    return report.load_run(source)
+
+
+def test_markdown_report_and_readme_block(tmp_path):
+    run = _two_size_run(tmp_path)
+    text = report.full_report(run)
+    assert "| h (64, 1000) | 1024 | torch | 1.00 | 4.00x | - |" in text
+    assert "cce: needs CUDA" in text
+    assert "Test CPU" in text and "`pytest benchmarks/`" in text
+
+    readme = report.readme_block([run])
+    assert readme.startswith("<!-- benchmarks:begin") and readme.rstrip().endswith("<!-- benchmarks:end -->")
+    assert "| h (64, 1000) | 4096 | flat | torch | 4.00 | 4.00x |" in readme
+    assert "| 1024 |" not in readme  # the headline keeps only the largest N per head
+
+
+def test_plots_one_png_per_operation_regime_and_head(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (pip install matplotlib)")
+    written = report.draw_plots(_two_size_run(tmp_path), str(tmp_path / "plots"))
+    assert sorted(os.path.basename(p) for p in written) == ["loss-flat-h.png", "loss-peaked-h.png"]
+    assert all(os.path.getsize(p) > 1000 for p in written)
+
+
+def test_load_rejects_foreign_json(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ValueError, match="not pytest-benchmark JSON"):
+        report.load_run(str(path))
+
+
+@pytest.mark.parametrize("json_path", sorted(glob.glob(os.path.join(REPO_ROOT, "benchmarks", "results", "*.json"))))
+def test_committed_markdown_is_generated_from_committed_json(json_path, monkeypatch):
+    # The committed .md must be exactly what the report makes of the committed JSON: never typed by hand.
+    monkeypatch.chdir(REPO_ROOT)
+    relative = os.path.relpath(json_path, REPO_ROOT)
+    with open(os.path.splitext(json_path)[0] + ".md") as f:
+        committed = f.read()
+    assert report.full_report(report.load_run(relative)) == committed
