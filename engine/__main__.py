@@ -1,0 +1,7 @@
+"""`python -m engine` is `grpo-engine`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,366 @@
+"""The engine's configuration: one dataclass tree, loaded from YAML, overridden by CLI flags, validated once.
+
+Defaults follow TRL's GRPOConfig where TRL has one (lr 1e-6, 8 generations, 256 new tokens, temperature 1,
+beta 0, epsilon 0.2, dapo loss, group-scaled rewards, max_grad_norm 1.0). The `loss` section is the
+kernel's own `GRPOLossConfig`, so every loss option of the kernels is reachable from the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from grpo_kernels import GRPOLossConfig
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the dotted name of the offending key in the message."""
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: Union[str, list[str]] = "all-linear"
+
+
+@dataclass
+class ModelConfig:
+    # A local Hugging Face causal-LM directory; None builds the tiny built-in demo model in code.
+    name_or_path: Optional[str] = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
+    gradient_checkpointing: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class DataConfig:
+    # JSONL / Parquet file or a `datasets.save_to_disk` directory; None uses the built-in addition task.
+    path: Optional[str] = None
+    eval_path: Optional[str] = None
+    prompt_column: str = "prompt"
+    # When set, a plain-text prompt becomes [system, user] chat messages and the chat template is applied.
+    system_prompt: Optional[str] = None
+    max_prompt_length: Optional[int] = 512  # longer prompts keep their last tokens (TRL default 512)
+    shuffle: bool = True
+    # The built-in addition task (used when `path` is None): operands 0..max_operand; eval_size problems
+    # held out for evaluation (0: evaluate on the training prompts).
+    builtin_max_operand: int = 9
+    builtin_eval_size: int = 0
+
+
+@dataclass
+class RolloutConfig:
+    num_generations: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    repetition_penalty: float = 1.0
+    # TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask.
+    mask_truncated_completions: bool = False
+
+
+@dataclass
+class RewardsConfig:
+    # Built-in names (math_accuracy, format, length) or "package.module:function".
+    functions: list[str] = field(default_factory=lambda: ["math_accuracy"])
+    weights: Optional[list[float]] = None  # one per function; all 1.0 when None
+    answer_column: str = "answer"  # the dataset column math_accuracy compares against
+    # The seeds' guide: +1 correct, -1 wrong, -0.5 when no \boxed{} answer is found.
+    math_correct: float = 1.0
+    math_wrong: float = -1.0
+    math_no_answer: float = -0.5
+    # length: DAPO's soft overlong punishment, 0 up to max_new_tokens - length_cache, linear down to -1.
+    length_cache: int = 32
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+
+
+@dataclass
+class OptimConfig:
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0  # 0 disables clipping
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"
+    warmup_ratio: float = 0.0
+    per_device_train_batch_size: int = 8  # completions per micro-batch
+    gradient_accumulation_steps: int = 1
+    num_iterations: int = 1  # optimizer passes over each generated batch (mu in the GRPO paper)
+
+
+@dataclass
+class RunConfig:
+    output_dir: str = "runs/grpo"
+    max_steps: int = 100  # generation rounds; each makes num_iterations optimizer steps
+    seed: int = 42
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # CPU threads for torch (None: torch's default). Tiny models gain nothing from threads, and on a busy
+    # machine idle OpenMP threads spin and slow every small op down.
+    num_threads: Optional[int] = None
+    loss_backend: Literal["auto", "torch", "triton", "reference"] = "auto"
+    save_steps: int = 0  # 0: only the final checkpoint
+    save_total_limit: int = 2  # keep the last k checkpoints
+    resume: Optional[str] = None  # "latest" or a checkpoint directory
+    log_completions_steps: int = 10  # 0 disables sample logging
+    eval_steps: int = 0  # 0: evaluate only before and after training (when an eval split exists)
+    # Completions per evaluation prompt: 1 is greedy decoding; more are sampled with the rollout settings
+    # (accuracy is then the mean over samples, and pass@k is reported).
+    eval_num_samples: int = 1
+    report_to: list[str] = field(default_factory=list)  # "tensorboard", "wandb"
+    progress_bar: bool = True
+    plot: bool = True
+    # Supervised steps on the built-in task's reference answers before RL (built-in model only).
+    warm_start_steps: int = 0
+    warm_start_learning_rate: float = 3e-3
+
+
+@dataclass
+class EngineConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    loss: GRPOLossConfig = field(default_factory=GRPOLossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def generation_batch_size(self, num_processes: int = 1) -> int:
+        """Completions generated per step over all processes."""
+        return self.optim.per_device_train_batch_size * self.optim.gradient_accumulation_steps * num_processes
+
+    def prompts_per_step(self, num_processes: int = 1) -> int:
+        return self.generation_batch_size(num_processes) // self.rollout.num_generations
+
+
+# ----------------------------------------------------------------------------------------------- parsing
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`; ints are accepted where floats are expected."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for option in typing.get_args(tp):
+            if option is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _coerce(value, option, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{key}: must be one of {list(typing.get_args(tp))}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp)
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key)
+    raise ConfigError(f"{key}: unsupported annotation {tp!r}")  # pragma: no cover - a programming error
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown key {dotted!r}; valid keys here: {', '.join(names)}")
+        kwargs[key] = _coerce(value, hints[key], dotted)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # the kernels' GRPOLossConfig validates itself
+        raise ConfigError(f"{prefix}: {exc}") from exc
+
+
+def config_from_dict(data: Optional[dict]) -> EngineConfig:
+    """Build and validate an EngineConfig from a nested mapping (YAML content plus overrides)."""
+    data = dict(data or {})
+    loss = dict(data.get("loss") or {})
+    rollout = data.get("rollout") or {}
+    # One temperature for sampling and for the loss's log-probs, as in TRL: the loss follows the rollout.
+    if "temperature" in loss and "temperature" in rollout and loss["temperature"] != rollout["temperature"]:
+        raise ConfigError("loss.temperature must equal rollout.temperature (set rollout.temperature only)")
+    if "temperature" in rollout:
+        loss["temperature"] = rollout["temperature"]
+    if loss.get("loss_type") == "dr_grpo" and loss.get("max_completion_length") is None:
+        loss["max_completion_length"] = rollout.get("max_new_tokens", RolloutConfig.max_new_tokens)
+    data["loss"] = loss
+    config = _build(EngineConfig, data, "")
+    validate(config)
+    return config
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """`overlay` on top of `base`, section by section (neither input is modified)."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must contain a mapping of sections")
+    return data
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """Set dotted keys ({"run.max_steps": 5}) in a nested mapping (returns a new mapping)."""
+    result = deep_merge({}, data)
+    for dotted, value in overrides.items():
+        section = result
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            existing = section.get(part)
+            if existing is None:
+                existing = section[part] = {}
+            elif not isinstance(existing, dict):
+                raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
+            else:
+                existing = section[part] = dict(existing)
+            section = existing
+        section[leaf] = value
+    return result
+
+
+def load_config(path: Optional[str | Path] = None, overrides: Optional[dict] = None,
+                preset: Optional[dict] = None) -> EngineConfig:
+    """YAML file (optional) + dotted-key overrides, layered over `preset` (optional), then validated."""
+    data = read_yaml(path) if path is not None else {}
+    data = apply_overrides(data, overrides or {})
+    return config_from_dict(deep_merge(preset or {}, data))
+
+
+def leaf_keys(cls: type = EngineConfig, prefix: str = "") -> dict[str, Any]:
+    """Every dotted leaf key of the tree with its annotation: the CLI makes one flag per key."""
+    keys: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        dotted = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys.update(leaf_keys(hints[f.name], dotted + "."))
+        else:
+            keys[dotted] = hints[f.name]
+    return keys
+
+
+def _positive(value: float, key: str, allow_zero: bool = False) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{key} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
+    """Cross-field rules that single annotations cannot express.
+
+    The batch rule needs the number of processes: it is checked when `num_processes` is given (the trainer
+    does so at start), so a config meant for 8 GPUs still loads on a laptop.
+    """
+    r, o, run, rw = config.rollout, config.optim, config.run, config.rewards
+    if r.num_generations < 2:
+        raise ConfigError(f"rollout.num_generations must be >= 2 (advantages compare completions of a "
+                          f"prompt), got {r.num_generations}")
+    _positive(r.max_new_tokens, "rollout.max_new_tokens")
+    _positive(r.temperature, "rollout.temperature")
+    if not 0.0 < r.top_p <= 1.0:
+        raise ConfigError(f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    _positive(r.top_k, "rollout.top_k", allow_zero=True)
+    _positive(r.repetition_penalty, "rollout.repetition_penalty")
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations"):
+        _positive(getattr(o, key), f"optim.{key}")
+    _positive(o.learning_rate, "optim.learning_rate", allow_zero=True)
+    _positive(o.max_grad_norm, "optim.max_grad_norm", allow_zero=True)
+    if not 0.0 <= o.warmup_ratio < 1.0:
+        raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {o.warmup_ratio}")
+    batch = config.generation_batch_size(num_processes or 1)
+    if num_processes is not None and batch % r.num_generations:
+        raise ConfigError(
+            f"the generation batch (optim.per_device_train_batch_size {o.per_device_train_batch_size} x "
+            f"optim.gradient_accumulation_steps {o.gradient_accumulation_steps} x {num_processes} processes "
+            f"= {batch} completions) must be divisible by rollout.num_generations ({r.num_generations})")
+    _positive(run.max_steps, "run.max_steps")
+    for key in ("save_steps", "log_completions_steps", "eval_steps", "warm_start_steps"):
+        _positive(getattr(run, key), f"run.{key}", allow_zero=True)
+    _positive(run.save_total_limit, "run.save_total_limit")
+    _positive(run.eval_num_samples, "run.eval_num_samples")
+    if run.num_threads is not None:
+        _positive(run.num_threads, "run.num_threads")
+    for sink in run.report_to:
+        if sink not in ("tensorboard", "wandb"):
+            raise ConfigError(f"run.report_to: unknown sink {sink!r} (tensorboard, wandb; "
+                              f"metrics.jsonl is always written)")
+    if not rw.functions:
+        raise ConfigError("rewards.functions must name at least one reward function")
+    if rw.weights is not None and len(rw.weights) != len(rw.functions):
+        raise ConfigError(f"rewards.weights has {len(rw.weights)} entries for {len(rw.functions)} rewards.functions")
+    _positive(config.data.builtin_max_operand, "data.builtin_max_operand")
+    _positive(config.data.builtin_eval_size, "data.builtin_eval_size", allow_zero=True)
+    if config.data.max_prompt_length is not None:
+        _positive(config.data.max_prompt_length, "data.max_prompt_length")
+    if run.warm_start_steps and config.model.name_or_path is not None:
+        raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set)")
+    if config.model.name_or_path is not None and not Path(config.model.name_or_path).is_dir():
+        raise ConfigError(f"model.name_or_path {config.model.name_or_path!r} is not a local model directory")
+    for key in ("path", "eval_path"):
+        value = getattr(config.data, key)
+        if value is not None and not Path(value).exists():
+            raise ConfigError(f"data.{key} {value!r} does not exist")
+    if config.loss.loss_type == "dr_grpo" and config.loss.max_completion_length != r.max_new_tokens:
+        raise ConfigError("loss.max_completion_length must equal rollout.max_new_tokens for dr_grpo "
+                          "(its normaliser is the longest possible completion)")

@@ -1,0 +1,135 @@
+"""Loading the policy (and reference) models, and the forward that yields last hidden states, not logits.
+
+The training step never calls the LM head: `HiddenStatePolicy` runs only the decoder stack, and the
+kernels apply `lm_head.weight` inside the fused loss. Wrapping the decoder call in one module keeps the
+forward inside DDP's wrapper, so `accelerate launch` synchronises gradients as usual.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .config import LoraConfig, ModelConfig
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("run.device is 'cuda' but no CUDA device is available")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def resolve_attn_implementation(choice: str, device: torch.device) -> str:
+    if choice != "auto":
+        return choice
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:  # many causal LMs ship without one; EOS is the usual stand-in
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # prompts are left-padded so every completion starts at one column
+    tokenizer.truncation_side = "left"  # over-long prompts keep their end, where the question is
+    return tokenizer
+
+
+def load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> PreTrainedModel:
+    """A local HF causal-LM directory, in the configured dtype and attention implementation."""
+    if not Path(path).is_dir():
+        raise ModelLoadError(f"model path {path!r} is not a directory (model.name_or_path / --model)")
+    if not (Path(path) / "config.json").is_file():
+        raise ModelLoadError(f"model path {path!r} has no config.json: not a Hugging Face model directory")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=resolve_dtype(config.dtype, device),
+            attn_implementation=resolve_attn_implementation(config.attn_implementation, device))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not load the model at {path!r}: {exc}") from exc
+    return model.to(device)
+
+
+def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
+    try:
+        import peft
+    except ImportError as exc:
+        raise ModelLoadError("model.lora.enabled needs the `peft` package: pip install peft") from exc
+    peft_config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                  target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, peft_config)
+
+
+def load_lora_adapters(model: PreTrainedModel, adapter_dir: str) -> nn.Module:
+    import peft
+
+    return peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
+def base_causal_lm(model: nn.Module) -> PreTrainedModel:
+    """The transformers model under a peft wrapper (LoRA layers are injected into it in place)."""
+    return model.get_base_model() if is_peft_model(model) else model
+
+
+def lm_head_parameters(model: nn.Module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The LM head's weight [V, H] (the embedding matrix when tied) and its bias, if any."""
+    head = base_causal_lm(model).get_output_embeddings()
+    return head.weight, getattr(head, "bias", None)
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    # Left padding: real tokens are numbered from 0 as `generate` numbers them, pads get 0 (ignored).
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class HiddenStatePolicy(nn.Module):
+    """Runs a causal LM's decoder and returns its last (final-norm) hidden states [B, L, H]."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        decoder = base_causal_lm(self.lm).get_decoder()
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+        return out.last_hidden_state
+
+
+def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
+    """A gradient-free copy used as the KL reference when the policy is fully fine-tuned."""
+    reference = copy.deepcopy(model)
+    reference.requires_grad_(False)
+    return reference.eval()
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    lm = base_causal_lm(model)
+    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lm.config.use_cache = False
+    if is_peft_model(model):
+        # With frozen embeddings, checkpointed blocks would see inputs without grad and drop adapter grads.
+        lm.enable_input_require_grads()

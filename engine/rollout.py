@@ -1,0 +1,90 @@
+"""Sampling G completions per prompt with Hugging Face `generate` (left-padded prompts, EOS-aware masks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from .config import RolloutConfig
+
+
+@dataclass
+class RolloutBatch:
+    prompts: list[str]  # [N] rendered prompt text, each repeated for its completions
+    completions: list[str]  # [N] decoded completion text (special tokens removed)
+    prompt_ids: torch.Tensor  # [N, P] left-padded
+    prompt_mask: torch.Tensor  # [N, P]
+    completion_ids: torch.Tensor  # [N, T] right-padded
+    completion_attention: torch.Tensor  # [N, T] 1 up to and including the first EOS
+    completion_mask: torch.Tensor  # [N, T] the loss mask (zero for truncated ones when configured)
+    truncated: torch.Tensor  # [N] bool: no EOS within max_new_tokens
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_attention], dim=1)
+
+    def token_ids_lists(self) -> list[list[int]]:
+        return [ids[mask.bool()].tolist() for ids, mask in zip(self.completion_ids, self.completion_attention)]
+
+    def select(self, rows: slice) -> "RolloutBatch":
+        return RolloutBatch(self.prompts[rows], self.completions[rows], self.prompt_ids[rows], self.prompt_mask[rows],
+                            self.completion_ids[rows], self.completion_attention[rows], self.completion_mask[rows],
+                            self.truncated[rows])
+
+
+def mask_after_eos(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention mask up to and including the first EOS, truncated flag per row)."""
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
+    has_eos = is_eos.any(dim=1)
+    length = completion_ids.shape[1]
+    first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, length, dtype=torch.long))
+    positions = torch.arange(length, device=completion_ids.device)[None, :]
+    return (positions <= first_eos[:, None]).long(), ~has_eos
+
+
+def eos_ids(tokenizer: PreTrainedTokenizerBase, generation_config: GenerationConfig) -> list[int]:
+    ids = generation_config.eos_token_id if generation_config.eos_token_id is not None else tokenizer.eos_token_id
+    return list(ids) if isinstance(ids, (list, tuple)) else [ids]
+
+
+@torch.no_grad()
+def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+                         config: RolloutConfig, max_prompt_length: int | None, device: torch.device,
+                         greedy: bool = False) -> RolloutBatch:
+    """One completion per entry of `prompts` (the caller repeats each prompt G times)."""
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
+                        truncation=max_prompt_length is not None, max_length=max_prompt_length,
+                        add_special_tokens=False)
+    prompt_ids, prompt_mask = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+    base_generation = getattr(lm, "generation_config", None) or GenerationConfig()
+    eos = eos_ids(tokenizer, base_generation)
+    generation_config = GenerationConfig(
+        do_sample=not greedy, temperature=config.temperature if not greedy else None,
+        top_p=config.top_p if not greedy else None, top_k=config.top_k if not greedy else None,
+        repetition_penalty=config.repetition_penalty, max_new_tokens=config.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
+    )
+    was_training = lm.training
+    lm.eval()
+    try:
+        output = lm.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=generation_config)
+    finally:
+        lm.train(was_training)
+    completion_ids = output[:, prompt_ids.shape[1]:]
+    if completion_ids.shape[1] == 0:  # every prompt hit EOS at once is impossible; guard the empty slice anyway
+        completion_ids = torch.full((len(prompts), 1), tokenizer.pad_token_id, device=device)
+    attention, truncated = mask_after_eos(completion_ids, eos)
+    # Tokens past the first EOS are padding whatever `generate` put there.
+    padding = torch.full_like(completion_ids, tokenizer.pad_token_id)
+    completion_ids = torch.where(attention.bool(), completion_ids, padding)
+    loss_mask = attention.clone()
+    if config.mask_truncated_completions:
+        loss_mask[truncated] = 0
+    texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    return RolloutBatch(list(prompts), texts, prompt_ids, prompt_mask, completion_ids, attention, loss_mask, truncated)

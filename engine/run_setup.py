@@ -1,0 +1,195 @@
+"""Everything the training loop needs, built once: models, data, rewards, optimizer, logger, resume state.
+
+Kept apart from trainer.py so the loop reads on one screen. Order matters for exact resume: all
+random-number consumers (model init, warm start) run before the sampling RNG is seeded or restored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import yaml
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch import nn
+
+from . import checkpoint as ckpt
+from .config import EngineConfig, validate
+from .data import PromptSampler, check_prompt_column, load_rows, render_prompt
+from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
+from .metrics import MetricsLogger
+from .models import (
+    HiddenStatePolicy,
+    add_lora,
+    enable_gradient_checkpointing,
+    frozen_copy,
+    load_causal_lm,
+    load_lora_adapters,
+    load_tokenizer,
+    resolve_device,
+)
+from .rewards import NamedReward, load_reward_functions
+from .warm_start import supervised_warm_start
+
+BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starting model is written
+
+
+@dataclass
+class Run:
+    config: EngineConfig
+    accelerator: Accelerator
+    run_dir: Path
+    tokenizer: Any
+    policy: nn.Module  # HiddenStatePolicy, wrapped by accelerate (DDP) when distributed
+    lm: nn.Module  # the unwrapped causal LM (peft model under LoRA)
+    reference: Optional[HiddenStatePolicy]  # None: no KL, or LoRA (adapters disabled)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    rewards: list[NamedReward]
+    rows: list[dict[str, Any]]
+    prompts: list[str]  # rendered prompt text per row
+    eval_rows: list[dict[str, Any]]
+    eval_prompts: list[str]
+    sampler: PromptSampler
+    logger: MetricsLogger
+    start_step: int  # last completed step (0 for a fresh run)
+
+    @property
+    def device(self) -> torch.device:
+        return self.accelerator.device
+
+    @property
+    def unwrapped_policy(self) -> HiddenStatePolicy:
+        return self.accelerator.unwrap_model(self.policy)
+
+    def trainer_state(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict()}
+
+
+def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
+    """The multiplier of the base LR after `step` optimizer steps: linear warmup, then constant/linear/cosine."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        if kind == "linear":
+            return max(0.0, 1.0 - progress)
+        if kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return factor
+
+
+def _builtin_base_model(config: EngineConfig, accelerator: Accelerator, base_dir: Path, device: torch.device,
+                        rebuild: bool) -> None:
+    """Build, warm-start and save the demo model (main process); every process then loads it.
+
+    A fresh run rebuilds it (a few seconds, deterministic), so a changed warm start never meets a stale
+    copy; a resumed run must find the one its checkpoints started from.
+    """
+    if not rebuild and not (base_dir / "config.json").is_file():
+        raise ckpt.CheckpointError(f"cannot resume: the built-in run's starting model {base_dir} is missing")
+    if accelerator.is_main_process and rebuild:
+        tokenizer = build_char_tokenizer()
+        lm = build_tiny_model(tokenizer, config.run.seed).to(device)
+        train_rows, _ = addition_problems(config.data.builtin_max_operand, config.data.builtin_eval_size,
+                                          config.run.seed)
+        if config.run.warm_start_steps:
+            losses = supervised_warm_start(
+                lm, tokenizer, [r["prompt"] for r in train_rows], [reference_completion(r) for r in train_rows],
+                config.run.warm_start_steps, config.run.warm_start_learning_rate, batch_size=64,
+                seed=config.run.seed, device=device, backend=config.run.loss_backend)
+            print(f"warm start: {len(losses)} supervised steps, NLL {losses[0]:.3f} -> {losses[-1]:.3f}")
+        lm.save_pretrained(base_dir)
+        tokenizer.save_pretrained(base_dir)
+    accelerator.wait_for_everyone()
+
+
+def _load_data(config: EngineConfig, tokenizer) -> tuple[list[dict], list[dict]]:
+    if config.data.path is None:
+        return addition_problems(config.data.builtin_max_operand, config.data.builtin_eval_size, config.run.seed)
+    rows = load_rows(config.data.path)
+    check_prompt_column(rows, config.data.prompt_column, config.data.path)
+    eval_rows = []
+    if config.data.eval_path is not None:
+        eval_rows = load_rows(config.data.eval_path)
+        check_prompt_column(eval_rows, config.data.prompt_column, config.data.eval_path)
+    return rows, eval_rows
+
+
+def setup_run(config: EngineConfig) -> Run:
+    device = resolve_device(config.run.device)
+    if config.run.num_threads is not None:
+        torch.set_num_threads(config.run.num_threads)
+    accelerator = Accelerator(cpu=device.type == "cpu")
+    validate(config, accelerator.num_processes)  # the batch rule depends on the number of processes
+    run_dir = Path(config.run.output_dir)
+    resume_from = ckpt.resolve_resume(config.run.resume, run_dir) if config.run.resume else None
+    if resume_from is None and ckpt.list_checkpoints(run_dir):
+        # A fresh run would interleave its checkpoints with another run's.
+        raise ckpt.CheckpointError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, or "
+                                   f"choose another --output-dir (or delete the directory)")
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    set_seed(config.run.seed)  # identical model init on every process
+
+    base_path = config.model.name_or_path
+    if base_path is None:
+        base_path = str(run_dir / BASE_MODEL_DIR)
+        _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
+    tokenizer = load_tokenizer(base_path)
+    lora = config.model.lora.enabled
+    policy_path = base_path if resume_from is None or lora else ckpt.model_dir(resume_from)
+    lm = load_causal_lm(policy_path, config.model, accelerator.device)
+    reference = None
+    if config.loss.beta != 0.0 and not lora:
+        # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume.
+        start = lm if resume_from is None else load_causal_lm(base_path, config.model, accelerator.device)
+        reference = HiddenStatePolicy(frozen_copy(start))
+    if lora:
+        if resume_from is None:
+            lm = add_lora(lm, config.model.lora)
+        else:
+            lm = load_lora_adapters(lm, ckpt.model_dir(resume_from))
+    if config.model.gradient_checkpointing:
+        enable_gradient_checkpointing(lm)
+    policy = HiddenStatePolicy(lm).train()
+
+    o = config.optim
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=o.learning_rate,
+                                  betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_epsilon, weight_decay=o.weight_decay)
+    total_optimizer_steps = config.run.max_steps * o.num_iterations
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
+        o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+
+    rows, eval_rows = _load_data(config, tokenizer)
+    render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
+    sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
+    rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
+
+    start_step = 0
+    if resume_from is not None:
+        state = ckpt.load_training_state(resume_from, accelerator.process_index)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        sampler.load_state_dict(state["trainer"]["sampler"])
+        ckpt.set_rng_state(state["rng"])
+        start_step = int(state["trainer"]["step"])
+        if start_step >= config.run.max_steps:
+            raise ckpt.CheckpointError(f"{resume_from} is at step {start_step}; run.max_steps ({config.run.max_steps}) "
+                                       f"leaves nothing to do")
+    else:
+        set_seed(config.run.seed + accelerator.process_index)  # distinct samples on each process
+
+    logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
+                           config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
+    return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
+               [render(r) for r in rows], eval_rows, [render(r) for r in eval_rows], sampler, logger, start_step)

@@ -1,0 +1,182 @@
+"""The GRPO loop: rollout, reward, advantage, log-probs, update, log, checkpoint; one function each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from . import checkpoint as ckpt
+from .advantages import group_advantages, per_function_metrics
+from .config import EngineConfig
+from .data import reward_columns
+from .evaluate import evaluate_prompts
+from .logprobs import reference_logprobs, sequence_logprobs
+from .metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
+from .plot import plot_run
+from .rewards import score_completions
+from .rollout import RolloutBatch, generate_completions
+from .run_setup import Run, setup_run
+from .update import UpdateInputs, num_items_per_process, policy_update
+
+
+@dataclass
+class TrainSummary:
+    run_dir: str
+    steps: int
+    first_rewards: list[float]
+    last_rewards: list[float]
+    eval_before: Optional[dict[str, float]]
+    eval_after: Optional[dict[str, float]]
+
+
+def train(config: EngineConfig) -> TrainSummary:
+    run = setup_run(config)
+    cfg = run.config
+    eval_before = evaluate(run) if run.start_step == 0 else None
+    bar = tqdm(range(run.start_step + 1, cfg.run.max_steps + 1), desc="grpo", disable=not (
+        cfg.run.progress_bar and run.accelerator.is_main_process))
+    for step in bar:
+        timer = StepTimer()
+        with timer.phase("generate"):
+            rows, batch = rollout(run)
+        with timer.phase("score"):
+            advantages, rewards, reward_metrics = score(run, rows, batch)
+        with timer.phase("logprobs"):
+            old_logps, ref_logps = logprobs(run, batch)
+        with timer.phase("update"):
+            update_metrics = update(run, batch, advantages, old_logps, ref_logps, step)
+        log(run, step, {**reward_metrics, **update_metrics, **step_metrics(run, batch, timer)}, batch, rewards, bar)
+        if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
+            log_eval(run, step, evaluate(run))
+        if step == cfg.run.max_steps or (cfg.run.save_steps and step % cfg.run.save_steps == 0):
+            ckpt.save_checkpoint(run.accelerator, run.run_dir, step, run.lm, run.tokenizer, run.optimizer,
+                                 run.scheduler, run.trainer_state(), cfg.run.save_total_limit)
+    return finish(run, eval_before, evaluate(run))
+
+
+def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
+    """Every process draws the same prompts; each generates its contiguous share of the G-fold repeats."""
+    cfg, acc = run.config, run.accelerator
+    indices = run.sampler.next_indices(cfg.prompts_per_step(acc.num_processes))
+    repeated = [i for i in indices for _ in range(cfg.rollout.num_generations)]
+    n_local = cfg.generation_batch_size()
+    local = repeated[acc.process_index * n_local: (acc.process_index + 1) * n_local]
+    batch = generate_completions(run.lm, run.tokenizer, [run.prompts[i] for i in local], cfg.rollout,
+                                 cfg.data.max_prompt_length, run.device)
+    return [run.rows[i] for i in local], batch
+
+
+def score(run: Run, rows: list[dict[str, Any]], batch: RolloutBatch
+          ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """Local rewards, gathered so advantages see whole groups and the whole batch.
+
+    Returns this process's advantages and weighted rewards, and the batch's reward metrics.
+    """
+    cfg, acc = run.config, run.accelerator
+    local = score_completions(run.rewards, batch.prompts, batch.completions,
+                              reward_columns(rows, cfg.data.prompt_column), batch.token_ids_lists())
+    rewards = acc.gather(local.to(run.device)).cpu()
+    weights = torch.tensor([r.weight for r in run.rewards])
+    result = group_advantages(rewards, weights, cfg.rollout.num_generations, cfg.rewards.scale_rewards)
+    share = slice(acc.process_index * len(batch.prompts), (acc.process_index + 1) * len(batch.prompts))
+    metrics = {**result.metrics, **per_function_metrics(rewards, [r.name for r in run.rewards])}
+    return result.advantages[share].to(run.device), result.total_rewards[share], metrics
+
+
+def logprobs(run: Run, batch: RolloutBatch) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Old log-probs only when the batch is reused; reference log-probs only when beta != 0."""
+    cfg = run.config
+    args = (batch, cfg.loss.temperature, cfg.optim.per_device_train_batch_size, cfg.run.loss_backend)
+    old = sequence_logprobs(run.unwrapped_policy, *args) if cfg.optim.num_iterations > 1 else None
+    ref = reference_logprobs(run.unwrapped_policy, run.reference, *args) if cfg.loss.beta != 0.0 else None
+    return old, ref
+
+
+def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: Optional[torch.Tensor],
+           ref_logps: Optional[torch.Tensor], step: int) -> dict[str, float]:
+    """The optimizer steps of this round; loss metrics averaged over processes, and the LR they used."""
+    cfg = run.config
+    lr = run.scheduler.get_last_lr()[0]
+    inputs = UpdateInputs(batch, advantages, old_logps, ref_logps,
+                          num_items_per_process(run.accelerator, batch.completion_mask))
+    metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss,
+                            cfg.optim.per_device_train_batch_size, cfg.optim.num_iterations,
+                            cfg.optim.max_grad_norm, cfg.run.loss_backend, step)
+    return {**gather_mean(run, metrics), "lr": lr}
+
+
+def gather_mean(run: Run, metrics: dict[str, float]) -> dict[str, float]:
+    """Average per-process scalars over processes (sorted names: the same order on every process)."""
+    names = sorted(metrics)
+    values = torch.tensor([metrics[n] for n in names], dtype=torch.float64, device=run.device)
+    values = run.accelerator.reduce(values, reduction="mean")
+    return dict(zip(names, values.tolist()))
+
+
+def step_metrics(run: Run, batch: RolloutBatch, timer: StepTimer) -> dict[str, float]:
+    acc = run.accelerator
+    lengths = acc.gather(batch.completion_attention.sum(dim=1)).cpu()
+    truncated = acc.gather(batch.truncated).cpu()
+    tokens = acc.gather(batch.attention_mask.sum().reshape(1)).sum().item()
+    timing = timer.metrics()
+    return {**completion_metrics(lengths, truncated), **timing, "tokens/s": tokens / timing["time/step"],
+            "memory/peak_mb": peak_memory_mb(run.device),
+            "epoch": run.sampler.epoch + run.sampler.offset / run.sampler.num_rows}
+
+
+def log(run: Run, step: int, metrics: dict[str, float], batch: RolloutBatch, rewards: torch.Tensor, bar) -> None:
+    run.logger.log(step, metrics)
+    bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}", refresh=False)
+    every = run.config.run.log_completions_steps
+    if every and step % every == 0:
+        group = run.config.rollout.num_generations
+        shown = rewards[:group].tolist()
+        run.logger.log_samples(step, batch.prompts[:group], batch.completions[:group], shown)
+        if run.accelerator.is_main_process and run.config.run.progress_bar:
+            tqdm.write(f"step {step}: {batch.prompts[0]!r} -> {batch.completions[0]!r} (reward {shown[0]:.2f})")
+
+
+def log_eval(run: Run, step: int, result: Optional[dict[str, float]]) -> None:
+    if result is not None:
+        run.logger.log(step, {f"eval/{name}": value for name, value in result.items()})
+
+
+def evaluate(run: Run) -> Optional[dict[str, float]]:
+    """Accuracy on the evaluation prompts (main process), greedy or sampled per run.eval_num_samples.
+
+    Sampling runs on a forked, fixed-seed RNG: evaluations are comparable, and the training RNG stream
+    (hence exact resume) is untouched.
+    """
+    if not run.eval_rows:
+        return None
+    result = None
+    samples = run.config.run.eval_num_samples
+    if run.accelerator.is_main_process:
+        with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
+            torch.manual_seed(run.config.run.seed)
+            result = evaluate_prompts(run.lm, run.tokenizer, run.eval_rows, run.eval_prompts, run.rewards,
+                                      run.config.rollout, run.config.data.max_prompt_length, run.device,
+                                      num_samples=samples, greedy=samples == 1,
+                                      prompt_column=run.config.data.prompt_column)
+    run.accelerator.wait_for_everyone()
+    return result
+
+
+def finish(run: Run, eval_before: Optional[dict], eval_after: Optional[dict]) -> TrainSummary:
+    summary = TrainSummary(str(run.run_dir), run.config.run.max_steps, [], [], eval_before, eval_after)
+    if run.accelerator.is_main_process:
+        log_eval(run, run.config.run.max_steps, eval_after)
+        run.logger.close()
+        rewards = [row["reward"] for row in read_metrics(run.run_dir) if "reward" in row]
+        window = max(1, min(10, len(rewards) // 4))
+        summary.first_rewards, summary.last_rewards = rewards[:window], rewards[-window:]
+        if run.config.run.plot:
+            try:
+                plot_run(run.run_dir)
+            except ImportError as exc:  # the run itself succeeded; the picture is optional
+                print(f"no curves.png: {exc}")
+    run.accelerator.wait_for_everyone()
+    return summary

@@ -1,0 +1,93 @@
+from pathlib import Path
+
+import pytest
+
+from engine.cli import build_parser
+from engine.config import ConfigError, EngineConfig, leaf_keys, load_config, validate
+
+
+def test_defaults_follow_trl():
+    config = load_config()
+    assert config.optim.learning_rate == 1e-6
+    assert config.rollout.num_generations == 8
+    assert config.rollout.max_new_tokens == 256
+    assert config.loss.loss_type == "dapo" and config.loss.beta == 0.0 and config.loss.epsilon == 0.2
+    assert config.rewards.scale_rewards == "group"
+    assert (config.rewards.math_correct, config.rewards.math_wrong, config.rewards.math_no_answer) == (1.0, -1.0, -0.5)
+
+
+def test_yaml_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  learning_rate: 1e-5\nloss:\n  beta: 0.04\nrun:\n  max_steps: 7\n")
+    config = load_config(path, {"run.max_steps": 9, "rollout.temperature": 0.7})
+    assert config.optim.learning_rate == 1e-5  # YAML 1.1 reads "1e-5" as a string; it is coerced
+    assert config.loss.beta == 0.04
+    assert config.run.max_steps == 9
+    assert config.loss.temperature == 0.7  # the loss follows the sampling temperature
+
+
+def test_preset_sits_below_yaml_and_flags(tmp_path):
+    preset = {"run": {"max_steps": 50, "seed": 3}}
+    config = load_config(overrides={"run.max_steps": 5}, preset=preset)
+    assert (config.run.max_steps, config.run.seed) == (5, 3)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"run.max_stepz": 3}, "unknown key 'run.max_stepz'"),
+    ({"bogus.x": 1}, "unknown key 'bogus'"),
+    ({"run.max_steps": "ten"}, "run.max_steps: expected an integer"),
+    ({"run.progress_bar": "yes"}, "run.progress_bar: expected true/false"),
+    ({"loss.loss_type": "ppo"}, "loss.loss_type: must be one of"),
+    ({"rollout.num_generations": 1, "optim.per_device_train_batch_size": 1}, "num_generations must be >= 2"),
+    ({"rewards.weights": [1.0, 2.0]}, "rewards.weights has 2 entries for 1"),
+    ({"loss.temperature": 0.5, "rollout.temperature": 0.9}, "loss.temperature must equal rollout.temperature"),
+    ({"model.name_or_path": "/no/such/model"}, "is not a local model directory"),
+    ({"data.path": "/no/such/file.jsonl"}, "data.path '/no/such/file.jsonl' does not exist"),
+    ({"run.report_to": ["mlflow"]}, "unknown sink 'mlflow'"),
+    ({"loss.epsilon": -1.0}, "loss:"),
+])
+def test_bad_values_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load_config(overrides=overrides)
+
+
+def test_batch_rule_counts_processes():
+    config = load_config(overrides={"optim.per_device_train_batch_size": 4})  # 4 x 1 x P must divide by 8
+    with pytest.raises(ConfigError, match=r"= 4 completions\) must be divisible by rollout.num_generations \(8\)"):
+        validate(config, num_processes=1)
+    validate(config, num_processes=2)
+
+
+def test_dr_grpo_gets_its_normaliser_from_max_new_tokens():
+    config = load_config(overrides={"loss.loss_type": "dr_grpo", "rollout.max_new_tokens": 64})
+    assert config.loss.max_completion_length == 64
+
+
+def test_missing_yaml_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_every_leaf_key_is_a_cli_flag():
+    parser = build_parser()
+    args = parser.parse_args(["train", "--loss.beta", "0.04", "--model.lora.enabled", "true"])
+    assert getattr(args, "cfg:loss.beta") == "0.04"
+    keys = leaf_keys(EngineConfig)
+    assert "model.lora.r" in keys and "loss.vespo_k_pos" in keys and "run.resume" in keys
+
+
+@pytest.mark.parametrize("name", ["deepseekmath_grpo.yaml", "gsm8k_qwen_lora.yaml", "demo.yaml"])
+def test_example_configs_load(name, tmp_path, tiny_model_dir):
+    path = Path(__file__).parents[2] / "examples" / name
+    overrides = {} if name == "demo.yaml" else {
+        "model.name_or_path": str(tiny_model_dir), "data.path": str(path.parent / "gsm8k_sample.jsonl")}
+    config = load_config(path, overrides)
+    validate(config, num_processes=1)
+    assert config.rollout.num_generations >= 2
+
+
+def test_demo_yaml_is_the_built_in_preset():
+    from engine.config import read_yaml
+    from engine.demo_task import DEMO_PRESET
+
+    assert read_yaml(Path(__file__).parents[2] / "examples" / "demo.yaml") == DEMO_PRESET

@@ -1,0 +1,111 @@
+"""The loop end to end on the tiny model: metrics, KL / old log-probs paths, LoRA, failure handling."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from engine import checkpoint as ckpt
+from engine.config import load_config
+from engine.rewards import RewardFunctionError
+from engine.trainer import train
+
+TRL_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/math_accuracy/mean", "rewards/length/mean",
+               "completions/mean_length", "completions/clipped_ratio", "entropy", "clip_ratio/low_mean",
+               "clip_ratio/high_mean", "clip_ratio/region_mean", "loss", "grad_norm", "lr", "tokens/s",
+               "time/generate", "time/score", "time/logprobs", "time/update", "memory/peak_mb")
+
+
+def _steps(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row for row in rows if "reward" in row]
+
+
+def test_a_few_steps_end_to_end(small_overrides, tmp_path):
+    config = load_config(overrides={**small_overrides, "run.plot": True, "run.log_completions_steps": 1,
+                                    "run.warm_start_steps": 2})
+    summary = train(config)
+    run_dir = Path(summary.run_dir)
+    steps = _steps(run_dir)
+    assert [row["step"] for row in steps] == [1, 2, 3]
+    for name in TRL_METRICS:
+        assert all(math.isfinite(row[name]) for row in steps), name
+    assert "kl" not in steps[0]  # beta = 0: no reference model
+    assert any(row["grad_norm"] > 0 for row in steps)
+    assert (run_dir / "curves.png").stat().st_size > 0
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 * 4 and {"prompt", "completion", "reward"} <= samples[0].keys()
+    assert summary.eval_before is not None and 0.0 <= summary.eval_after["accuracy"] <= 1.0
+    assert ckpt.list_checkpoints(run_dir)[-1].name == "checkpoint-000003"
+
+
+def test_kl_old_logprobs_and_grad_accumulation(small_overrides):
+    config = load_config(overrides={**small_overrides, "loss.beta": 0.04, "optim.num_iterations": 2,
+                                    "optim.per_device_train_batch_size": 4, "optim.gradient_accumulation_steps": 2,
+                                    "loss.loss_type": "grpo", "optim.warmup_ratio": 0.5, "run.max_steps": 2})
+    train(config)
+    steps = _steps(Path(config.run.output_dir))
+    # Step 1 averages its two passes: the first at the reference (KL 0), the second after one update.
+    assert steps[0]["kl"] > 0 and steps[1]["kl"] > 0
+    assert steps[0]["lr"] < steps[1]["lr"]  # warmup: 2 of the 4 optimizer steps
+
+
+def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):
+    pytest.importorskip("peft")
+    config = load_config(overrides={**small_overrides, "model.name_or_path": str(tiny_model_dir),
+                                    "model.lora.enabled": True, "model.lora.r": 4, "model.lora.dropout": 0.0,
+                                    "model.lora.target_modules": ["q_proj", "v_proj"], "loss.beta": 0.1,
+                                    "model.gradient_checkpointing": True, "run.max_steps": 2})
+    train(config)
+    checkpoint = ckpt.list_checkpoints(config.run.output_dir)[-1]
+    assert (checkpoint / "model" / "adapter_config.json").is_file()
+    assert not (checkpoint / "model" / "model.safetensors").exists()  # adapters only, no second full copy
+    steps = _steps(Path(config.run.output_dir))
+    assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6) and steps[1]["kl"] > 0
+    # `grpo-engine eval` loads an adapter directory on top of its base model.
+    from engine.evaluate import run_eval
+
+    metrics = run_eval(config, str(checkpoint / "model"), num_samples=2, greedy=False, batch_size=8)
+    assert metrics["num_prompts"] == 9 and 0.0 <= metrics["pass@2"] <= 1.0
+
+
+def test_reward_failure_stops_the_run_and_keeps_checkpoints(small_overrides, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import user_rewards
+
+    user_rewards.calls["count"] = 0
+    monkeypatch.setenv("CRASH_AT_CALL", "")
+    config = load_config(overrides={**small_overrides, "run.save_steps": 1, "run.max_steps": 3,
+                                    "rewards.functions": ["length", "user_rewards:wrong_length"]})
+    with pytest.raises(RewardFunctionError, match="'wrong_length' must return a list of"):
+        train(config)
+    assert ckpt.list_checkpoints(config.run.output_dir) == []  # failed before its first step: nothing saved
+
+
+def test_missing_model_and_data_errors(small_overrides, tmp_path):
+    from engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match="not a local model directory"):
+        load_config(overrides={**small_overrides, "model.name_or_path": str(tmp_path / "none")})
+    (tmp_path / "d.jsonl").write_text('{"question": "1+1"}\n')
+    config = load_config(overrides={**small_overrides, "data.path": str(tmp_path / "d.jsonl")})
+    from engine.data import DataError
+
+    with pytest.raises(DataError, match="no 'prompt' column"):
+        train(config)
+
+
+def test_full_model_reference_starts_at_zero_kl(small_overrides):
+    config = load_config(overrides={**small_overrides, "loss.beta": 0.04, "run.max_steps": 2})
+    train(config)
+    steps = _steps(Path(config.run.output_dir))
+    assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6) and steps[1]["kl"] > 0
+
+
+def test_tensorboard_sink(small_overrides):
+    pytest.importorskip("tensorboard")
+    config = load_config(overrides={**small_overrides, "run.report_to": ["tensorboard"], "run.max_steps": 1})
+    train(config)
+    events = list((Path(config.run.output_dir) / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0

@@ -1,0 +1,69 @@
+"""The update step: gradient accumulation does not change the gradient of a batch, and a NaN loss stops."""
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from engine import update as update_module
+from engine.config import ModelConfig
+from engine.models import HiddenStatePolicy, load_causal_lm
+from engine.rollout import RolloutBatch
+from engine.update import NonFiniteLossError, UpdateInputs, policy_update
+from grpo_kernels import GRPOLossConfig
+
+CPU = torch.device("cpu")
+
+
+def synthetic_batch(vocab: int, n: int = 8, prompt_len: int = 5, completion_len: int = 7,
+                    seed: int = 0) -> RolloutBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(3, vocab, (n, prompt_len), generator=g)
+    prompt_mask = torch.ones(n, prompt_len, dtype=torch.long)
+    prompt_mask[::2, :2] = 0  # some left padding
+    completion_ids = torch.randint(3, vocab, (n, completion_len), generator=g)
+    lengths = torch.randint(1, completion_len + 1, (n,), generator=g)
+    mask = (torch.arange(completion_len)[None, :] < lengths[:, None]).long()
+    return RolloutBatch(["p"] * n, ["c"] * n, prompt_ids, prompt_mask, completion_ids, mask, mask.clone(),
+                        torch.zeros(n, dtype=torch.bool))
+
+
+def one_sgd_step(model_dir, loss_config, micro_batch_size, backend="torch"):
+    accelerator = Accelerator(cpu=True)
+    lm = load_causal_lm(str(model_dir), ModelConfig(), CPU)
+    policy = HiddenStatePolicy(lm).train()
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)  # parameter change = -gradient
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    batch = synthetic_batch(lm.config.vocab_size)
+    advantages = torch.linspace(-1.5, 1.5, 8)
+    mask = batch.completion_mask
+    inputs = UpdateInputs(batch, advantages, None, None, float(mask.sum()))
+    metrics = policy_update(accelerator, policy, lm, optimizer, scheduler, inputs, loss_config, micro_batch_size,
+                            num_iterations=1, max_grad_norm=0.0, backend=backend, step=1)
+    grads = {n: before[n] - p.detach() for n, p in policy.named_parameters()}
+    return grads, metrics
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "luspo"])
+def test_accumulation_does_not_change_the_gradient(tiny_model_dir, loss_type):
+    config = GRPOLossConfig(loss_type=loss_type, max_completion_length=7)
+    whole, whole_metrics = one_sgd_step(tiny_model_dir, config, micro_batch_size=8)
+    split, split_metrics = one_sgd_step(tiny_model_dir, config, micro_batch_size=4)
+    assert any(g.abs().max() > 0 for g in whole.values())
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], atol=1e-6, rtol=1e-4, msg=name)
+    assert split_metrics["loss"] == pytest.approx(whole_metrics["loss"], abs=1e-6)
+    assert whole_metrics["grad_norm"] > 0
+
+
+def test_nan_loss_stops_before_the_optimizer_step(tiny_model_dir, monkeypatch):
+    real = update_module.fused_linear_grpo_loss
+
+    def nan_loss(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(update_module, "fused_linear_grpo_loss", nan_loss)
+    with pytest.raises(NonFiniteLossError, match="the loss is nan at step 1"):
+        one_sgd_step(tiny_model_dir, GRPOLossConfig(), micro_batch_size=8)
