@@ -302,6 +302,18 @@ def draw_plots(run: Run, out_dir: str, config: str = "dapo") -> list[str]:
     return written
 
 
+def update_readme(path: str, block: str) -> None:
+    """Replace the generated block between the benchmarks:begin / benchmarks:end markers of a README."""
+    with open(path) as f:
+        text = f.read()
+    begin, end = text.find("<!-- benchmarks:begin"), text.find("<!-- benchmarks:end -->")
+    if begin < 0 or end < begin:
+        raise ValueError(f"{path} has no <!-- benchmarks:begin --> ... <!-- benchmarks:end --> markers")
+    end += len("<!-- benchmarks:end -->\n")
+    with open(path, "w") as f:
+        f.write(text[:begin] + block + text[end:])
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/`")
@@ -309,10 +321,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", help="also write the markdown report to this file (one results file only)")
     parser.add_argument("--plots", help="directory for the PNG plots (default: next to the JSON, <name>-plots/)")
     parser.add_argument("--no-plots", action="store_true", help="do not draw plots")
+    parser.add_argument("--update-readme", metavar="README", help="write the headline block into this file's markers")
     args = parser.parse_args(argv)
     runs = [load_run(path) for path in args.results]
-    if args.readme:
-        sys.stdout.write(readme_block(runs))
+    if args.readme or args.update_readme:
+        if args.update_readme:
+            update_readme(args.update_readme, readme_block(runs))
+        else:
+            sys.stdout.write(readme_block(runs))
         return 0
     if args.out and len(runs) != 1:
         parser.error("--out takes one results file")

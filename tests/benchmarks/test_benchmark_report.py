@@ -96,3 +96,19 @@ def test_committed_markdown_is_generated_from_committed_json(json_path, monkeypa
     with open(os.path.splitext(json_path)[0] + ".md") as f:
         committed = f.read()
     assert report.full_report(report.load_run(relative)) == committed
+
+
+def test_readme_table_is_generated_from_the_committed_results():
+    """The README's headline table is what the report makes of benchmarks/results/*.json, never typed by hand."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sources = sorted(glob.glob(os.path.join(root, "benchmarks", "results", "*.json")))
+    assert sources, "no committed benchmark results"
+    cwd = os.getcwd()
+    os.chdir(root)  # the block names its sources relative to the repository root
+    try:
+        expected = report.readme_block([report.load_run(os.path.relpath(p, root)) for p in sources])
+    finally:
+        os.chdir(cwd)
+    with open(os.path.join(root, "README.md")) as f:
+        readme = f.read()
+    assert expected in readme, "README.md's benchmarks block is stale: run python -m benchmarks.report --update-readme README.md benchmarks/results/*.json"
