@@ -9,7 +9,7 @@ import torch
 from . import ops, reference
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
 from .objective import GRPOLossOutput, aggregation_weights, grpo_objective, masked_batch_mean
-from .validation import check_linear_inputs, check_logits, check_loss_inputs, check_targets
+from .validation import check_config, check_linear_inputs, check_logits, check_loss_inputs, check_targets
 
 Backend = Literal["auto", "triton", "torch", "reference"]
 BACKENDS = ("auto", "triton", "torch", "reference")
@@ -67,9 +67,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                            config: Optional[GRPOLossConfig] = None,
                            backend: Backend = "auto") -> GRPOLossOutput:
     """The GRPO loss from the policy's last hidden states [B, T, H] and LM head [V, H], without logits."""
-    config = config if config is not None else GRPOLossConfig()
-    if not isinstance(config, GRPOLossConfig):
-        raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
+    config = check_config(config)
     backend = resolve_backend(backend, hidden.device if isinstance(hidden, torch.Tensor) else torch.device("cpu"))
     if backend == "reference":
         return reference.fused_linear_grpo_loss(hidden, weight, completion_ids, completion_mask, advantages, bias,
@@ -98,9 +96,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           num_items_in_batch: Optional[Union[torch.Tensor, int, float]] = None,
                           config: Optional[GRPOLossConfig] = None, backend: Backend = "auto") -> GRPOLossOutput:
     """The GRPO loss from logits [B, T, V] the caller already has; no second [B, T, V] tensor is made."""
-    config = config if config is not None else GRPOLossConfig()
-    if not isinstance(config, GRPOLossConfig):
-        raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
+    config = check_config(config)
     backend = resolve_backend(backend, logits.device if isinstance(logits, torch.Tensor) else torch.device("cpu"))
     if backend == "reference":
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,

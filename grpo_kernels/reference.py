@@ -12,7 +12,7 @@ import torch
 
 from .config import GRPOLossConfig
 from .objective import GRPOLossOutput, grpo_objective
-from .validation import check_linear_inputs, check_logits, check_loss_inputs, check_targets
+from .validation import check_config, check_linear_inputs, check_logits, check_loss_inputs, check_targets
 
 
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
@@ -43,7 +43,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           advantages: torch.Tensor, old_logps: Optional[torch.Tensor] = None,
                           ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
                           num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
-    config = config or GRPOLossConfig()
+    config = check_config(config)
     check_logits(logits)
     B, T, V = logits.shape
     check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
@@ -59,7 +59,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                            bias: Optional[torch.Tensor] = None, old_logps: Optional[torch.Tensor] = None,
                            ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
                            num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
-    config = config or GRPOLossConfig()
+    config = check_config(config)
     check_linear_inputs(hidden, weight, bias)
     if hidden.dim() != 3:
         raise ValueError(f"hidden must be [B, T, H], got shape {list(hidden.shape)}")

@@ -32,6 +32,15 @@ def _require_device(name: str, x: torch.Tensor, device: torch.device) -> None:
         raise ValueError(f"{name} is on {x.device} but hidden/logits are on {device}; put all inputs on one device")
 
 
+def check_config(config: object) -> GRPOLossConfig:
+    """None means the defaults (TRL's)."""
+    if config is None:
+        return GRPOLossConfig()
+    if not isinstance(config, GRPOLossConfig):
+        raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
+    return config
+
+
 def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device) -> None:
     targets = _require_tensor(name, targets)
     if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
