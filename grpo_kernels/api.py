@@ -8,7 +8,7 @@ import torch
 
 from . import ops, reference
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
-from .objective import GRPOLossOutput, aggregation_weights, grpo_objective, masked_batch_mean
+from .objective import GRPOLossOutput, aggregation_weights, grpo_loss_output, masked_batch_mean
 from .validation import check_config, check_linear_inputs, check_logits, check_loss_inputs, check_targets
 
 Backend = Literal["auto", "triton", "torch", "reference"]
@@ -86,8 +86,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                                         num_items_in_batch, config)
     logps, entropy = ops.linear_logprobs(hidden.reshape(B * T, H), weight, bias, completion_ids.reshape(B * T),
                                          config.temperature, backend)
-    return _objective(logps.view(B, T), entropy.view(B, T), completion_mask, advantages, old_logps, ref_logps,
-                      importance_ratio, num_items_in_batch, config)
+    return grpo_loss_output(logps.view(B, T), entropy.view(B, T), completion_mask, advantages, old_logps,
+                            ref_logps, importance_ratio, num_items_in_batch, config)
 
 
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
@@ -108,16 +108,9 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
         check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config)
     logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature, backend)
-    return _objective(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
-                      importance_ratio, num_items_in_batch, config)
+    return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
+                            importance_ratio, num_items_in_batch, config)
 
-
-def _objective(logps, entropy, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
-               num_items_in_batch, config) -> GRPOLossOutput:
-    loss, metrics = grpo_objective(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
-                                   ref_logps=ref_logps, importance_ratio=importance_ratio,
-                                   num_items_in_batch=num_items_in_batch)
-    return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps.detach().float())
 
 
 def fuses_objective_in_epilogue(config: GRPOLossConfig) -> bool:

@@ -89,7 +89,8 @@ def grpo_objective(
     if config.importance_sampling_level == "token":
         log_weight = on_valid(log_ratio)
     else:  # GSPO: one length-normalised weight per sequence
-        log_weight = (torch.where(valid, log_ratio, 0.0) * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+        valid_log_ratio = torch.where(valid, log_ratio, 0.0) * m
+        log_weight = valid_log_ratio.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
     ratio = torch.exp(log_weight)  # r
 
     if config.loss_type in PPO_CLIP_LOSS_TYPES:
@@ -182,3 +183,14 @@ class GRPOLossOutput:
     loss: torch.Tensor  # scalar, differentiable
     metrics: dict[str, torch.Tensor]  # detached scalars, TRL names
     logps: torch.Tensor  # [B, T] float32, detached (reusable as old_logps)
+
+
+def grpo_loss_output(logps: torch.Tensor, entropy: torch.Tensor, completion_mask: torch.Tensor,
+                     advantages: torch.Tensor, old_logps: Optional[torch.Tensor], ref_logps: Optional[torch.Tensor],
+                     importance_ratio: Optional[torch.Tensor], num_items_in_batch, config: GRPOLossConfig
+                     ) -> GRPOLossOutput:
+    """grpo_objective packaged as the entry points return it."""
+    loss, metrics = grpo_objective(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
+                                   ref_logps=ref_logps, importance_ratio=importance_ratio,
+                                   num_items_in_batch=num_items_in_batch)
+    return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps.detach().float())

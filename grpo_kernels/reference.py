@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from .config import GRPOLossConfig
-from .objective import GRPOLossOutput, grpo_objective
+from .objective import GRPOLossOutput, grpo_loss_output
 from .validation import check_config, check_linear_inputs, check_logits, check_loss_inputs, check_targets
 
 
@@ -50,8 +50,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)
     logps, entropy = logprobs_from_logits(logits, completion_ids, config.temperature)
-    return _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
-                               importance_ratio, num_items_in_batch, config)
+    return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
+                            importance_ratio, num_items_in_batch, config)
 
 
 def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
@@ -68,13 +68,6 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)
     logps, entropy = logprobs_from_logits(linear_logits(hidden, weight, bias), completion_ids, config.temperature)
-    return _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
-                               importance_ratio, num_items_in_batch, config)
+    return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
+                            importance_ratio, num_items_in_batch, config)
 
-
-def _loss_from_logprobs(logps, entropy, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
-                        num_items_in_batch, config) -> GRPOLossOutput:
-    loss, metrics = grpo_objective(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
-                                   ref_logps=ref_logps, importance_ratio=importance_ratio,
-                                   num_items_in_batch=num_items_in_batch)
-    return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps.detach().float())

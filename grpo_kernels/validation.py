@@ -50,7 +50,8 @@ def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size
     _require_device(name, targets, device)
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
         raise ValueError(
-            f"{name} must hold token ids in [0, {vocab_size}), got values in [{int(targets.min())}, {int(targets.max())}]"
+            f"{name} must hold token ids in [0, {vocab_size}), "
+            f"got values in [{int(targets.min())}, {int(targets.max())}]"
         )
 
 
@@ -65,7 +66,8 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     if weight.dim() != 2:
         raise ValueError(f"weight must be [V, H], got shape {list(weight.shape)}")
     if weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(f"hidden size mismatch: hidden has H={hidden.shape[-1]} but weight is [V, H]={list(weight.shape)}")
+        raise ValueError(f"hidden size mismatch: hidden has H={hidden.shape[-1]} "
+                         f"but weight is [V, H]={list(weight.shape)}")
     if weight.shape[0] == 0:
         raise ValueError("weight must have at least one vocabulary row")
     if weight.dtype != hidden.dtype:

@@ -3,7 +3,7 @@ and bias, over every loss type and option (tolerances in grpo_testing.py)."""
 
 import pytest
 import torch
-from grpo_testing import FUSED_BACKENDS, device_of, as_float64, assert_output_matches, make_problem, run_loss
+from grpo_testing import FUSED_BACKENDS, as_float64, assert_output_matches, device_of, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
 
@@ -118,7 +118,8 @@ def test_loss_from_logits_matches_float64_reference(backend, config_name, dtype)
     problem = make_problem(seed=4, B=B, T=T, V=V)
     config = _config(config_name)
     results = []
-    for bk, logits, dev in ((backend, full_logits.clone(), device_of(backend)), ("reference", full_logits.double(), "cpu")):
+    runs = ((backend, full_logits.clone(), device_of(backend)), ("reference", full_logits.double(), "cpu"))
+    for bk, logits, dev in runs:
         logits = logits.to(dev).requires_grad_()
         # the [:, :-1] slice is strided: the fused paths must read it in place
         out = grpo_loss_from_logits(logits[:, :-1], problem.completion_ids.to(dev), problem.completion_mask.to(dev),

@@ -54,7 +54,8 @@ def test_peak_memory_far_below_the_logits():
     logits_bytes = N * V * 4
     # gradients (dW fp32 accumulator + bf16 copy, dH) are unavoidable; the logits (2.5 GB here) must not appear
     grads_bytes = V * H * (4 + 2) + N * H * (4 + 2)
-    assert extra < grads_bytes + 64 * 2**20, f"peak extra {extra / 2**20:.0f} MiB vs logits {logits_bytes / 2**20:.0f} MiB"
+    assert extra < grads_bytes + 64 * 2**20, (
+        f"peak extra {extra / 2**20:.0f} MiB vs logits {logits_bytes / 2**20:.0f} MiB")
 
 
 def test_logits_path_and_logprobs_on_gpu():

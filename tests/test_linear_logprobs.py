@@ -19,7 +19,8 @@ def test_matches_log_softmax_and_entropy(backend):
     logits = (hidden.double() @ weight.double().T + bias.double()) / 0.8
     log_probs = torch.log_softmax(logits, -1)
     assert logps.shape == targets.shape and logps.dtype == torch.float32
-    torch.testing.assert_close(logps.double(), log_probs.gather(-1, targets[..., None]).squeeze(-1), rtol=1e-5, atol=1e-5)
+    expected = log_probs.gather(-1, targets[..., None]).squeeze(-1)
+    torch.testing.assert_close(logps.double(), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(entropy.double(), -(log_probs.exp() * log_probs).sum(-1), rtol=1e-5, atol=1e-5)
 
 

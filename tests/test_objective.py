@@ -60,8 +60,8 @@ def test_k3_kl_and_bias_correction():
 def test_sequence_level_ratio_is_length_normalised():
     # d = [0.2, 0.4, (padding 5.0)] -> r = exp(0.3) for both valid tokens; grpo, A = 1, eps_high = 1 (no clip)
     lp = [[0.2, 0.4, 5.0]]
-    loss, grad, _ = _objective(lp, [[1, 1, 0]], [1.0], GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
-                                                                      epsilon_high=1.0), old_logps=_t([[0.0, 0.0, 0.0]]))
+    config = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", epsilon_high=1.0)
+    loss, grad, _ = _objective(lp, [[1, 1, 0]], [1.0], config, old_logps=_t([[0.0, 0.0, 0.0]]))
     assert loss == pytest.approx(-math.exp(0.3))
     torch.testing.assert_close(grad, _t([[-math.exp(0.3) / 2, -math.exp(0.3) / 2, 0.0]]))
 

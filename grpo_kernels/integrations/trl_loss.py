@@ -197,7 +197,8 @@ def log_trl_metrics(trainer: Any, mode: str, out: Any, mask: torch.Tensor, advan
     log["clip_ratio/low_mean"].append(global_masked_mean(low))
     log["clip_ratio/high_mean"].append(global_masked_mean(high))
     log["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
-    log["clip_ratio/low_min"].append(_nan_reduce(trainer.accelerator.gather(_masked_sequence_mean(low, mask)), torch.min))
+    low_per_sequence = trainer.accelerator.gather(_masked_sequence_mean(low, mask))
+    log["clip_ratio/low_min"].append(_nan_reduce(low_per_sequence, torch.min))
     log["clip_ratio/high_max"].append(_nan_reduce(trainer.accelerator.gather(_masked_sequence_mean(high, mask)),
                                                   torch.max))
 
