@@ -14,7 +14,7 @@ from torch import nn
 
 from grpo_kernels import linear_logprobs
 
-from .models import HiddenStatePolicy, is_peft_model, lm_head_parameters
+from .models import HiddenStatePolicy, is_peft_model, with_lm_head
 from .rollout import RolloutBatch
 
 
@@ -37,14 +37,13 @@ def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperatur
     if disable_adapters and not is_peft_model(lm):
         raise ValueError("disable_adapters needs a peft (LoRA) policy")
     context = lm.disable_adapter() if disable_adapters else nullcontext()
-    weight, bias = lm_head_parameters(lm)
     chunks = []
     with context:
         for start in range(0, len(batch.prompts), micro_batch_size):
             part = batch.select(slice(start, start + micro_batch_size))
             hidden = completion_hidden_states(policy, part)
-            chunks.append(linear_logprobs(hidden, weight, part.completion_ids, bias=bias,
-                                          temperature=temperature, backend=backend))
+            chunks.append(with_lm_head(lm, hidden, lambda h, weight, bias: linear_logprobs(
+                h, weight, part.completion_ids, bias=bias, temperature=temperature, backend=backend)))
     return torch.cat(chunks, dim=0)
 
 

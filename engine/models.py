@@ -10,11 +10,13 @@ from __future__ import annotations
 import copy
 import importlib.util
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from grpo_kernels.integrations.sharding import call_with_full_head
 
 from .config import LoraConfig, ModelConfig
 
@@ -94,10 +96,11 @@ def base_causal_lm(model: nn.Module) -> PreTrainedModel:
     return model.get_base_model() if is_peft_model(model) else model
 
 
-def lm_head_parameters(model: nn.Module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """The LM head's weight [V, H] (the embedding matrix when tied) and its bias, if any."""
-    head = base_causal_lm(model).get_output_embeddings()
-    return head.weight, getattr(head, "bias", None)
+def with_lm_head(model: nn.Module, hidden: torch.Tensor,
+                 fn: Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any]) -> Any:
+    """fn(hidden, weight [V, H], bias) with the LM head's whole weight (the embedding matrix when tied):
+    gathered under DeepSpeed ZeRO-3 and FSDP2, and never a shard (grpo_kernels.integrations.sharding)."""
+    return call_with_full_head(fn, hidden, base_causal_lm(model).get_output_embeddings())
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

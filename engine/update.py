@@ -21,7 +21,7 @@ from torch import nn
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 
 from .logprobs import completion_hidden_states
-from .models import lm_head_parameters
+from .models import with_lm_head
 from .rollout import RolloutBatch
 
 GLOBAL_TOKEN_NORMALISED = ("dapo", "cispo", "vespo")
@@ -50,12 +50,11 @@ def micro_batch_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateI
                      loss_config: GRPOLossConfig, backend: str):
     part = inputs.batch.select(rows)
     hidden = completion_hidden_states(policy, part)
-    weight, bias = lm_head_parameters(unwrapped_lm)
-    return fused_linear_grpo_loss(
-        hidden, weight, part.completion_ids, part.completion_mask, inputs.advantages[rows], bias=bias,
+    return with_lm_head(unwrapped_lm, hidden, lambda h, weight, bias: fused_linear_grpo_loss(
+        h, weight, part.completion_ids, part.completion_mask, inputs.advantages[rows], bias=bias,
         old_logps=None if inputs.old_logps is None else inputs.old_logps[rows],
         ref_logps=None if inputs.ref_logps is None else inputs.ref_logps[rows],
-        num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend)
+        num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend))
 
 
 def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.Module,

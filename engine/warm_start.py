@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerBase
 from grpo_kernels import linear_logprobs
 
 from .logprobs import completion_hidden_states
-from .models import HiddenStatePolicy, lm_head_parameters
+from .models import HiddenStatePolicy, with_lm_head
 from .rollout import RolloutBatch, mask_after_eos
 
 
@@ -36,14 +36,14 @@ def supervised_warm_start(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
     """`steps` AdamW steps of token-mean NLL on random (prompt, target) pairs; returns the losses."""
     policy = HiddenStatePolicy(lm).train()
     optimizer = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=learning_rate)
-    weight, bias = lm_head_parameters(lm)
     order = random.Random(seed)
     losses = []
     for _ in range(steps):
         rows = [order.randrange(len(prompts)) for _ in range(batch_size)]
         batch = teacher_forced_batch(tokenizer, [prompts[i] for i in rows], [targets[i] for i in rows], device)
         hidden = completion_hidden_states(policy, batch)
-        logps = linear_logprobs(hidden, weight, batch.completion_ids, bias=bias, backend=backend)
+        logps = with_lm_head(lm, hidden, lambda h, weight, bias: linear_logprobs(
+            h, weight, batch.completion_ids, bias=bias, backend=backend))
         mask = batch.completion_mask.float()
         loss = -(logps * mask).sum() / mask.sum()
         loss.backward()
