@@ -125,8 +125,9 @@ def _token_level_in_epilogue(hidden, weight, bias, targets, completion_mask, adv
                              importance_ratio, num_items_in_batch, config) -> GRPOLossOutput:
     B, T = completion_mask.shape
     mask = completion_mask.to(torch.float32)
-    token_weights, entropy_normaliser = aggregation_weights(mask, config, num_items_in_batch)
-    entropy_weights = config.entropy_coef * mask / entropy_normaliser if config.entropy_coef != 0.0 else None
+    token_weights = aggregation_weights(mask, config, num_items_in_batch)
+    # the entropy bonus is the mean entropy over the valid tokens (no entropy mask on this path)
+    entropy_weights = config.entropy_coef * mask / mask.sum().clamp(min=1.0) if config.entropy_coef != 0.0 else None
     advantages = (advantages[:, None] if advantages.dim() == 1 else advantages).expand(B, T)
     if importance_ratio is not None:
         importance_ratio = importance_ratio.expand(B, T)

@@ -76,13 +76,11 @@ def grpo_objective(
     eps_lo, eps_hi = config.epsilon_low, config.epsilon_high_value
 
     # Padding positions carry whatever log-probs the caller had there; zeroing their log-ratios keeps
-    # exp() finite without changing any masked sum. luspo is the exception: TRL averages its loss over
-    # every position, padding included, so its padding terms are kept exactly as TRL computes them.
-    keep_padding = config.loss_type == "luspo"
+    # exp() finite (no inf * 0 = NaN) without changing any masked sum.
     valid = m > 0
 
     def on_valid(x: torch.Tensor) -> torch.Tensor:
-        return x if keep_padding else torch.where(valid, x, torch.zeros_like(x))
+        return torch.where(valid, x, torch.zeros_like(x))
 
     lp_old = lp.detach() if old_logps is None else old_logps.to(lp.dtype)
     log_ratio = lp - lp_old  # d
@@ -109,8 +107,10 @@ def grpo_objective(
         raise ValueError(f"unknown loss_type {config.loss_type!r}")
     per_token_loss = per_token_loss.expand_as(lp)
 
+    entropy_mask = m  # the tokens the policy gradient (and the entropy bonus) act on
     if config.top_entropy_quantile < 1.0:
-        per_token_loss = per_token_loss * high_entropy_mask(entropy, m, config.top_entropy_quantile)
+        entropy_mask = high_entropy_mask(entropy, m, config.top_entropy_quantile).to(lp.dtype)
+        per_token_loss = per_token_loss * entropy_mask
     if importance_ratio is not None and config.loss_type != "vespo":
         per_token_loss = per_token_loss * importance_ratio.to(lp.dtype)
 
@@ -122,10 +122,10 @@ def grpo_objective(
             kl = kl * ratio
         per_token_loss = per_token_loss + config.beta * kl
 
-    token_weights, entropy_normaliser = aggregation_weights(m, config, num_items_in_batch)
-    loss = (token_weights * per_token_loss).sum()
+    loss = (aggregation_weights(m, config, num_items_in_batch) * per_token_loss).sum()
     if config.entropy_coef != 0.0:
-        loss = loss - config.entropy_coef * (entropy * m).sum() / entropy_normaliser
+        # TRL: the bonus is the mean entropy over the tokens it acts on, whatever the loss type's normaliser
+        loss = loss - config.entropy_coef * (entropy * entropy_mask).sum() / entropy_mask.sum().clamp(min=1.0)
 
     with torch.no_grad():
         metrics = {"entropy": masked_batch_mean(entropy, m)}
@@ -144,35 +144,32 @@ def grpo_objective(
 
 
 def aggregation_weights(mask: torch.Tensor, config: GRPOLossConfig,
-                        num_items_in_batch: Optional[torch.Tensor | float | int] = None
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token weights w with loss = sum_{b,t} w * L (every aggregation is linear in L), and the
-    denominator of the entropy bonus.
+                        num_items_in_batch: Optional[torch.Tensor | float | int] = None) -> torch.Tensor:
+    """Per-token weights w with loss = sum_{b,t} w * L: every aggregation is linear in L.
 
     grpo, sapo:         mean over sequences of sum_t m L / max(1, sum_t m)  ->  w = m / (B max(1, n_b))
     bnpo:               sum m L / max(1, sum m)
     dr_grpo:            sum m L / (B * max_completion_length)
     dapo, cispo, vespo: sum m L / max(1, num_items_in_batch)  (the local sum m when not given)
-    luspo:              mean over all B*T of L * n_b  (padding included, as TRL)
+    luspo:              mean over sequences of sum_t m L  (TRL 1.16; GRPO_MATH.md's mean over all B*T of
+                        L * n_b is the same when L is one value per sequence, and counted padding otherwise)
     """
     m = mask
-    B, T = m.shape
+    B = m.shape[0]
     local_tokens = m.sum().clamp(min=1.0)
     loss_type = config.loss_type
     if loss_type in ("grpo", "sapo"):
-        return m / (B * m.sum(-1, keepdim=True).clamp(min=1.0)), local_tokens
+        return m / (B * m.sum(-1, keepdim=True).clamp(min=1.0))
     if loss_type == "bnpo":
-        return m / local_tokens, local_tokens
+        return m / local_tokens
     if loss_type == "dr_grpo":
-        return m / (B * config.max_completion_length), local_tokens
+        return m / (B * config.max_completion_length)
     if loss_type in ("dapo", "cispo", "vespo"):
         if num_items_in_batch is None:
-            normaliser = local_tokens
-        else:
-            normaliser = torch.as_tensor(num_items_in_batch, dtype=m.dtype, device=m.device).clamp(min=1.0)
-        return m / normaliser, normaliser
+            return m / local_tokens
+        return m / torch.as_tensor(num_items_in_batch, dtype=m.dtype, device=m.device).clamp(min=1.0)
     if loss_type == "luspo":
-        return m.sum(-1, keepdim=True).expand(B, T) / (B * T), local_tokens
+        return m / B
     raise ValueError(f"unknown loss_type {loss_type!r}")  # pragma: no cover
 
 

@@ -136,13 +136,13 @@ def _linear_grpo_token_terms(hidden: torch.Tensor, weight: torch.Tensor, bias: O
                              ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor],
                              mask: torch.Tensor, temperature: float, loss_kind: int, eps_low: float, eps_high: float,
                              delta: Optional[float], beta: float, sapo_pos: float, sapo_neg: float,
-                             bias_correction: bool, keep_padding: bool
+                             bias_correction: bool
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                         torch.Tensor, torch.Tensor]:
     from .kernels import launch
 
     objective = dict(loss_kind=loss_kind, eps_low=eps_low, eps_high=eps_high, delta=delta, beta=beta,
-                     sapo_pos=sapo_pos, sapo_neg=sapo_neg, bias_correction=bias_correction, keep_padding=keep_padding)
+                     sapo_pos=sapo_pos, sapo_neg=sapo_neg, bias_correction=bias_correction)
     return launch.linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights,
                                       old_logps, ref_logps, importance_ratio, mask, temperature, objective)
 
@@ -170,7 +170,7 @@ def _token_terms_backward(ctx, grad_terms, *_unused):
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps.contiguous(), None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
         targets, lse, entropy, ctx.temperature, "triton")
-    return (grad_hidden, grad_weight, grad_bias if ctx.has_bias else None) + (None,) * 18
+    return (grad_hidden, grad_weight, grad_bias if ctx.has_bias else None) + (None,) * 17
 
 
 _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=_token_terms_setup_context)
@@ -207,6 +207,5 @@ def linear_grpo_token_terms(hidden, weight, bias, targets, advantages, token_wei
         flat(advantages), flat(token_weights), flat(entropy_weights), flat(old_logps), flat(ref_logps),
         flat(importance_ratio), flat(mask), float(temperature), loss_kind, config.epsilon_low,
         config.epsilon_high_value, None if config.delta is None else float(config.delta), float(config.beta),
-        float(config.sapo_temperature_pos), float(config.sapo_temperature_neg), bool(config.use_bias_correction_kl),
-        config.loss_type == "luspo")
+        float(config.sapo_temperature_pos), float(config.sapo_temperature_neg), bool(config.use_bias_correction_kl))
     return terms, logps, entropy, kl, clip

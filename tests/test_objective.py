@@ -66,11 +66,12 @@ def test_sequence_level_ratio_is_length_normalised():
     torch.testing.assert_close(grad, _t([[-math.exp(0.3) / 2, -math.exp(0.3) / 2, 0.0]]))
 
 
-def test_luspo_keeps_padding_as_trl_does():
-    # luspo: mean over all B*T of L * (valid tokens in the row); the padded position counts too
-    loss, grad, _ = _objective([[-1.0, -1.0]], [[1, 0]], [1.0], GRPOLossConfig(loss_type="luspo"))
-    assert loss == pytest.approx((-1 * 1 + -1 * 1) / 2)
-    torch.testing.assert_close(grad, _t([[-0.5, -0.5]]))
+def test_luspo_sums_each_sequence_then_averages():
+    # TRL 1.16: mean over sequences of sum_t m L; the padded position does not count
+    loss, grad, _ = _objective([[-1.0, -1.0], [-1.0, -1.0]], [[1, 0], [1, 1]], [1.0, 2.0],
+                               GRPOLossConfig(loss_type="luspo", importance_sampling_level="sequence"))
+    assert loss == pytest.approx((-1 * 1 + -2 * 2) / 2)
+    torch.testing.assert_close(grad, _t([[-0.5, 0.0], [-1.0, -1.0]]))
 
 
 def test_cispo_weight_is_detached_and_capped():
@@ -104,10 +105,20 @@ def test_entropy_bonus_and_entropy_mask():
     config = GRPOLossConfig(loss_type="bnpo", entropy_coef=0.1, top_entropy_quantile=0.5)
     loss, _ = grpo_objective(lp, ent, mask, torch.tensor([1.0], dtype=torch.float64), config)
     loss.backward()
-    # the top half by entropy (0.9, 0.7) keep their -A term; entropy bonus is -0.1 * mean entropy
-    assert loss.item() == pytest.approx(-2 / 4 - 0.1 * 0.55)
+    # the top half by entropy (0.9, 0.7) keep their -A term; as in TRL the bonus is -0.1 times the mean
+    # entropy of the tokens it acts on (the same two)
+    assert loss.item() == pytest.approx(-2 / 4 - 0.1 * (0.9 + 0.7) / 2)
     torch.testing.assert_close(lp.grad, torch.tensor([[0.0, -0.25, 0.0, -0.25]], dtype=torch.float64))
-    torch.testing.assert_close(ent.grad, torch.full((1, 4), -0.1 / 4, dtype=torch.float64))
+    torch.testing.assert_close(ent.grad, torch.tensor([[0.0, -0.05, 0.0, -0.05]], dtype=torch.float64))
+
+
+def test_entropy_bonus_is_a_token_mean_for_every_loss_type():
+    # dapo normalises its policy term by num_items_in_batch (10) but the bonus stays a mean over 2 tokens
+    lp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
+    ent = torch.tensor([[1.0, 3.0]], dtype=torch.float64)
+    loss, _ = grpo_objective(lp, ent, torch.ones(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+                             GRPOLossConfig(entropy_coef=0.5), num_items_in_batch=10)
+    assert loss.item() == pytest.approx(-2 / 10 - 0.5 * 2.0)
 
 
 def test_importance_ratio_weights_tokens_and_num_items_normalises():

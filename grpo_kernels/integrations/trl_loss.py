@@ -44,19 +44,9 @@ def fused_path_blocker(trainer: Any, inputs: dict) -> Optional[str]:
         return "entropy_coef with top_entropy_quantile < 1 (TRL's bonus uses the entropy-masked tokens)"
     if quantile < 1.0 and trainer.accelerator.num_processes > 1:
         return "top_entropy_quantile < 1 on several processes (TRL's quantile is over all processes)"
-    if loss_type == "luspo" and not _luspo_constant_over_tokens(trainer, inputs):
-        return "luspo with a per-token loss (TRL sums it over the mask per sequence)"
     if loss_type == "vespo" and min(args.vespo_lambda_pos, args.vespo_lambda_neg) < 1e-4:
         return "vespo lambda < 1e-4 (TRL clamps it)"
     return None
-
-
-def _luspo_constant_over_tokens(trainer: Any, inputs: dict) -> bool:
-    # TRL 1.16 aggregates luspo as mean_b(sum_t m L); the objective as mean_{b,t}(L * sum_t m). Equal when L is
-    # one value per sequence: sequence-level weights with no per-token term (KL, entropy mask, per-token IS).
-    ratio = _importance_ratio(trainer, inputs)
-    return (trainer.importance_sampling_level == "sequence" and trainer.beta == 0.0
-            and trainer.top_entropy_quantile == 1.0 and (ratio is None or ratio.shape[-1] == 1))
 
 
 def loss_config(trainer: Any) -> GRPOLossConfig:

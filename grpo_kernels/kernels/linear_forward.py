@@ -75,8 +75,7 @@ def _linear_grpo_forward_kernel(
     eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
-    HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, KEEP_PADDING: tl.constexpr,
-    HAS_ENTROPY_BONUS: tl.constexpr,
+    HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, HAS_ENTROPY_BONUS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """The same vocabulary stream, then the token-level objective in the epilogue: the backward needs only
@@ -101,7 +100,7 @@ def _linear_grpo_forward_kernel(
         rho = tl.load(rho_ptr + rows, mask=row_ok, other=0.0)
     term, grad, kl, low, high = token_objective(
         logps, old, ref, adv, rho, mask, token_weight, eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
-        LOSS_KIND, HAS_OLD, HAS_REF, HAS_RHO, HAS_DELTA, BIAS_CORRECTION, KEEP_PADDING)
+        LOSS_KIND, HAS_OLD, HAS_REF, HAS_RHO, HAS_DELTA, BIAS_CORRECTION)
     if HAS_ENTROPY_BONUS:
         term -= tl.load(entropy_weight_ptr + rows, mask=row_ok, other=0.0) * entropy
     tl.store(terms_ptr + rows, term, mask=row_ok)
@@ -138,6 +137,6 @@ def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights
         HAS_BIAS=bias is not None, UPCAST=upcast, PRECISION=precision, LOSS_KIND=objective["loss_kind"],
         HAS_OLD=old_logps is not None, HAS_REF=ref_logps is not None, HAS_RHO=importance_ratio is not None,
         HAS_DELTA=objective["delta"] is not None, BIAS_CORRECTION=objective["bias_correction"],
-        KEEP_PADDING=objective["keep_padding"], HAS_ENTROPY_BONUS=entropy_weights is not None, **blocks,
+        HAS_ENTROPY_BONUS=entropy_weights is not None, **blocks,
     )
     return terms, logps, entropy, lse, grad, kl, clip

@@ -14,11 +14,8 @@ PPO_CLIP, CISPO, SAPO = 0, 1, 2
 @triton.jit
 def token_objective(lp, old, ref, adv, rho, mask, weight, eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
                     LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
-                    HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, KEEP_PADDING: tl.constexpr):
-    if KEEP_PADDING:
-        valid = mask == mask  # luspo: every position counts, as in TRL
-    else:
-        valid = mask > 0
+                    HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr):
+    valid = mask > 0
     d_dlp = tl.where(valid, 1.0, 0.0)  # padding log-ratios are pinned to 0, so they carry no gradient
     log_ratio = tl.zeros_like(lp)
     if HAS_OLD:

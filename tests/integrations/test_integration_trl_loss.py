@@ -117,9 +117,7 @@ def test_loss_grads_and_metrics_match_trl(setup, loss_type, level, beta):
     options = dict(loss_type=loss_type, importance_sampling_level=level, beta=beta)
     if loss_type == "cispo":
         options["epsilon_high"] = 1.1  # cispo's cap is absolute: put it where some ratios exceed it
-    # TRL 1.16 sums luspo's per-token loss over the mask; only a loss constant along each sequence goes fused.
-    expect_fused = loss_type != "luspo" or (level == "sequence" and beta == 0.0)
-    metrics = _compare(setup, options, expect_fused=expect_fused)
+    metrics = _compare(setup, options, expect_fused=True)
     if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") and level == "token":
         assert metrics["clip_ratio/region_mean"][0] > 0  # the batch exercises the clipped branch
     if loss_type == "cispo" and level == "token":
