@@ -1,5 +1,7 @@
 """Property test: random shapes and configs, each fused path against the float64 reference."""
 
+import os
+
 import pytest
 import torch
 from grpo_testing import as_float64, assert_output_matches, device_of, make_problem, run_loss
@@ -8,6 +10,11 @@ from hypothesis import strategies as st
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
 from grpo_kernels.config import LOSS_TYPES
+
+
+# Local runs explore new examples every time; CI replays a fixed sequence so a submission cannot fail on a
+# draw nobody has seen (hypothesis prints any failing example for `@example` regression pinning).
+DERANDOMIZE = bool(os.environ.get("CI"))
 
 
 @st.composite
@@ -44,14 +51,14 @@ def _check(problem, config, backend):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(problems_and_configs())
 def test_torch_backend_property(case):
     _check(*case, backend="torch")
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(problems_and_configs())
 def test_triton_backend_property(case):
     _check(*case, backend="triton")
