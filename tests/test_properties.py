@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
 from grpo_kernels.config import LOSS_TYPES
 
-
 # Local runs explore new examples every time; CI replays a fixed sequence so a submission cannot fail on a
 # draw nobody has seen (hypothesis prints any failing example for `@example` regression pinning).
 DERANDOMIZE = bool(os.environ.get("CI"))
