@@ -124,12 +124,12 @@ def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights
     clip = torch.empty(N, dtype=torch.int8, device=hidden.device)
     if N == 0:
         return terms, logps, entropy, lse, grad, kl, clip
-    placeholder = advantages  # pointer for absent optional inputs; never read (its flag is off)
+    absent = advantages  # stands in for an optional input that is not given; never read (its flag is off)
     _linear_grpo_forward_kernel[(triton.cdiv(N, blocks["BLOCK_N"]),)](
         hidden, weight, bias if bias is not None else hidden, targets,
-        advantages, token_weights, entropy_weights if entropy_weights is not None else placeholder,
-        old_logps if old_logps is not None else placeholder, ref_logps if ref_logps is not None else placeholder,
-        importance_ratio if importance_ratio is not None else placeholder, mask,
+        advantages, token_weights, entropy_weights if entropy_weights is not None else absent,
+        old_logps if old_logps is not None else absent, ref_logps if ref_logps is not None else absent,
+        importance_ratio if importance_ratio is not None else absent, mask,
         terms, logps, entropy, lse, grad, kl, clip,
         N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
         objective["eps_low"], objective["eps_high"], objective["delta"] if objective["delta"] is not None else 0.0,
