@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import logits_tile, online_softmax_update
+from .tiles import logits_tile, online_softmax_init, online_softmax_result, online_softmax_update
 from .token_objective import token_objective
 
 
@@ -15,10 +15,7 @@ def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, V, H,
                   inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
     """(log-prob of the target, entropy, lse) per row, one vocabulary tile at a time."""
-    run_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
-    sum_exp = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    sum_exp_z = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    target_z = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V
@@ -26,8 +23,7 @@ def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, V, H,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
         run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
                                                                       cols, col_ok, targets)
-    lse = run_max + tl.log(sum_exp)
-    return target_z - lse, lse - sum_exp_z / sum_exp, lse
+    return online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
 
 
 @triton.jit

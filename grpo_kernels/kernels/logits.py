@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import load_row_stats, online_softmax_update, softmax_grad_tile
+from .tiles import load_row_stats, online_softmax_init, online_softmax_result, online_softmax_update, softmax_grad_tile
 
 
 @triton.jit
@@ -24,10 +24,7 @@ def _logits_forward_kernel(
     row_ok = rows < N
     row_start = _row_offsets(rows, T, stride_b, stride_t)
     targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    run_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
-    sum_exp = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    sum_exp_z = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    target_z = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V
@@ -35,9 +32,9 @@ def _logits_forward_kernel(
         z = tl.load(logits_ptr + row_start[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32) * inv_tau
         run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
                                                                       cols, col_ok, targets)
-    lse = run_max + tl.log(sum_exp)
-    tl.store(logps_ptr + rows, target_z - lse, mask=row_ok)
-    tl.store(entropy_ptr + rows, lse - sum_exp_z / sum_exp, mask=row_ok)
+    logps, entropy, lse = online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
+    tl.store(logps_ptr + rows, logps, mask=row_ok)
+    tl.store(entropy_ptr + rows, entropy, mask=row_ok)
     tl.store(lse_ptr + rows, lse, mask=row_ok)
 
 

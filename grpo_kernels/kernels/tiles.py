@@ -38,6 +38,20 @@ def softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS
 
 
 @triton.jit
+def online_softmax_init(BLOCK_N: tl.constexpr):
+    """Running max, sum of exp, sum of exp * z and target logit of BLOCK_N rows before any tile."""
+    zeros = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    return tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32), zeros, zeros, zeros
+
+
+@triton.jit
+def online_softmax_result(run_max, sum_exp, sum_exp_z, target_z):
+    """(log-prob of the target, entropy, lse) from the running statistics of every tile."""
+    lse = run_max + tl.log(sum_exp)
+    return target_z - lse, lse - sum_exp_z / sum_exp, lse
+
+
+@triton.jit
 def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, cols, col_ok, targets):
     """Fold one [rows, BLOCK_V] tile of scaled logits into the running max, sum of exp(z - max),
     sum of exp(z - max) * z (for the entropy) and the target logit."""
