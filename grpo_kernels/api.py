@@ -1,4 +1,4 @@
-"""The public functions: validate, pick a backend, stream the log-probs, apply the objective."""
+"""The public functions: validate, choose the rows and a backend, stream the log-probs, apply the objective."""
 
 from __future__ import annotations
 
@@ -8,26 +8,22 @@ import torch
 
 from . import ops, reference
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
-from .objective import GRPOLossOutput, aggregation_weights, grpo_loss_output, masked_batch_mean
-from .validation import check_config, check_linear_inputs, check_logits, check_loss_inputs, check_targets
+from .gemm_path import DEFAULT_WORKSPACE_BYTES
+from .layout import TokenLayout
+from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
+                        token_inputs, token_level_terms)
+from .validation import (check_config, check_cu_seqlens, check_linear_inputs, check_logits, check_loss_inputs,
+                         check_mask, check_targets, check_workspace)
 
-Backend = Literal["auto", "triton", "torch", "reference"]
-BACKENDS = ("auto", "triton", "torch", "reference")
+Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
+BACKENDS = ("auto", "gemm", "triton", "torch", "reference")
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """'auto' is Triton on CUDA (when triton is installed) and the chunked torch path elsewhere."""
+    """'auto' is the GEMM path on every device: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend != "auto":
-        return backend
-    if device.type == "cuda":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "torch"
-        return "triton"
-    return "torch"
+    return "gemm" if backend == "auto" else backend
 
 
 def _checking_values() -> bool:
@@ -36,58 +32,156 @@ def _checking_values() -> bool:
     return not torch.compiler.is_compiling()
 
 
+def _device_of(x: object) -> torch.device:
+    return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+
+
+def _needs_grads(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple[bool, bool]:
+    """(hidden needs a gradient, weight or bias does): a frozen head does no dW work, no_grad none at all."""
+    if not torch.is_grad_enabled():
+        return False, False
+    return hidden.requires_grad, weight.requires_grad or (bias is not None and bias.requires_grad)
+
+
+def _row_logprobs(backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                  targets: torch.Tensor, temperature: float, workspace_bytes: int
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logps, entropy) [R] of hidden rows [R, H], differentiable."""
+    if backend == "reference":
+        return reference.logprobs_from_logits(reference.linear_logits(hidden, weight, bias), targets, temperature)
+    return ops.linear_logprobs(hidden, weight, bias, targets, temperature, backend, workspace_bytes)
+
+
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
-                    backend: Backend = "auto") -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+                    backend: Backend = "auto", mask: Optional[torch.Tensor] = None,
+                    workspace_bytes: Optional[int] = None
+                    ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Per-token float32 log-probs of `targets` (and entropies) under softmax((hidden W^T + bias) / temperature).
 
     hidden [..., H], weight [V, H], targets [...] int64. Differentiable w.r.t. hidden, weight and bias; no
-    [tokens, vocab] tensor is ever allocated (except by backend='reference').
+    [tokens, vocab] tensor is ever allocated (except by backend='reference'). With `mask` ([...], 0/1), only the
+    positions where it is nonzero go through the head; the others get log-prob 0 and entropy 0.
     """
-    backend = resolve_backend(backend, hidden.device if isinstance(hidden, torch.Tensor) else torch.device("cpu"))
-    if backend == "reference":
-        return reference.linear_logprobs(hidden, weight, targets, bias, temperature, return_entropy)
+    backend = resolve_backend(backend, _device_of(hidden))
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
+    batch_shape = tuple(hidden.shape[:-1])
     if _checking_values():
-        check_targets("targets", targets, tuple(hidden.shape[:-1]), weight.shape[0], hidden.device)
+        check_targets("targets", targets, batch_shape, weight.shape[0], hidden.device)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    logps, entropy = ops.linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1),
-                                         temperature, backend)
+    workspace_bytes = check_workspace(workspace_bytes)
+    flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    if mask is None:
+        logps, entropy = _row_logprobs(backend, flat_hidden, weight, bias, flat_targets, temperature, workspace_bytes)
+    else:
+        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != batch_shape:
+            raise ValueError(f"mask must be a tensor of shape {list(batch_shape)} (hidden's leading dims), got "
+                             f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
+        layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
+        logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), weight, bias,
+                                       layout.head_rows(flat_targets), temperature, workspace_bytes)
+        logps, entropy = layout.to_grid(logps).reshape(-1), layout.to_grid(entropy).reshape(-1)
     logps, entropy = logps.view(targets.shape), entropy.view(targets.shape)
     return (logps, entropy) if return_entropy else logps
 
 
 def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
-                           completion_mask: torch.Tensor, advantages: torch.Tensor,
+                           completion_mask: Optional[torch.Tensor], advantages: torch.Tensor,
                            bias: Optional[torch.Tensor] = None, old_logps: Optional[torch.Tensor] = None,
                            ref_logps: Optional[torch.Tensor] = None,
                            importance_ratio: Optional[torch.Tensor] = None,
                            num_items_in_batch: Optional[Union[torch.Tensor, int, float]] = None,
                            config: Optional[GRPOLossConfig] = None,
-                           backend: Backend = "auto") -> GRPOLossOutput:
-    """The GRPO loss from the policy's last hidden states [B, T, H] and LM head [V, H], without logits."""
+                           backend: Backend = "auto", cu_seqlens: Optional[torch.Tensor] = None,
+                           workspace_bytes: Optional[int] = None) -> GRPOLossOutput:
+    """The GRPO loss from the policy's last hidden states and LM head [V, H], without logits.
+
+    Padded form: hidden [B, T, H], completion_ids / completion_mask / old_logps / ref_logps [B, T]. Only the
+    positions with completion_mask != 0 go through the head; `logps` is 0 at the others.
+    Packed form (`cu_seqlens` [S + 1], int, from 0 to N): hidden [N, H] holds S sequences back to back,
+    completion_ids / old_logps / ref_logps / importance_ratio are [N], completion_mask is [N] or None (all valid),
+    advantages [S] or [N]; `logps` comes back [N].
+    """
     config = check_config(config)
-    backend = resolve_backend(backend, hidden.device if isinstance(hidden, torch.Tensor) else torch.device("cpu"))
-    if backend == "reference":
-        return reference.fused_linear_grpo_loss(hidden, weight, completion_ids, completion_mask, advantages, bias,
-                                                old_logps, ref_logps, importance_ratio, num_items_in_batch, config)
+    backend = resolve_backend(backend, _device_of(hidden))
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
-    if hidden.dim() != 3:
-        raise ValueError(f"hidden must be [B, T, H], got shape {list(hidden.shape)}")
-    B, T, H = hidden.shape
-    if _checking_values():
-        check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
-        check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
+    workspace_bytes = check_workspace(workspace_bytes)
+    H = hidden.shape[-1]
+    if cu_seqlens is None:
+        if hidden.dim() != 3:
+            raise ValueError(f"hidden must be [B, T, H] (or [N, H] with cu_seqlens), got shape {list(hidden.shape)}")
+        B, T = hidden.shape[:2]
+        if _checking_values():
+            check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
+            check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
+                              importance_ratio, num_items_in_batch, config)
+        layout = TokenLayout.padded(completion_mask, compact=_checking_values())
+    else:
+        if hidden.dim() != 2:
+            raise ValueError(f"with cu_seqlens, hidden must be packed [N, H], got shape {list(hidden.shape)}")
+        N = hidden.shape[0]
+        S = check_cu_seqlens(cu_seqlens, N, hidden.device)
+        check_targets("completion_ids", completion_ids, (N,), weight.shape[0], hidden.device)
+        if completion_mask is not None:
+            check_mask("completion_mask", completion_mask, (N,), hidden.device)
+        layout = TokenLayout.packed(cu_seqlens, completion_mask, N)
+        if isinstance(advantages, torch.Tensor) and advantages.dim() == 1 and advantages.shape[0] == N and N != S:
+            advantages = layout.packed_to_grid(advantages, cu_seqlens)
+        old_logps, ref_logps, importance_ratio = (layout.packed_to_grid(x, cu_seqlens)
+                                                  for x in (old_logps, ref_logps, importance_ratio))
+        completion_mask = layout.mask
+        check_loss_inputs(layout.batch_shape, hidden.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config)
-    if backend == "triton" and fuses_objective_in_epilogue(config):
-        return _token_level_in_epilogue(hidden.reshape(B * T, H), weight, bias, completion_ids.reshape(B * T),
-                                        completion_mask, advantages, old_logps, ref_logps, importance_ratio,
-                                        num_items_in_batch, config)
-    logps, entropy = ops.linear_logprobs(hidden.reshape(B * T, H), weight, bias, completion_ids.reshape(B * T),
-                                         config.temperature, backend)
-    return grpo_loss_output(logps.view(B, T), entropy.view(B, T), completion_mask, advantages, old_logps,
-                            ref_logps, importance_ratio, num_items_in_batch, config)
+
+    hidden_rows = layout.head_rows(hidden.reshape(-1, H))
+    target_rows = layout.head_rows(completion_ids.reshape(-1))
+    loss_inputs = dict(completion_mask=layout.mask, advantages=advantages, config=config, old_logps=old_logps,
+                       ref_logps=ref_logps, importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
+    if is_token_level(config) and backend in ("gemm", "triton"):
+        rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
+        one_pass = _gemm_one_pass if backend == "gemm" else _triton_epilogue
+        loss, logps, entropy = one_pass(hidden_rows, weight, bias, target_rows, rows, config, workspace_bytes)
+        with torch.no_grad():
+            _, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
+    else:
+        logps, entropy = _row_logprobs(backend, hidden_rows, weight, bias, target_rows, config.temperature,
+                                       workspace_bytes)
+        loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
+    logps = logps.detach().float()
+    out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])
+    return GRPOLossOutput(loss=loss, metrics=metrics, logps=out_logps)
+
+
+def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch, advantages, old_logps, ref_logps,
+                importance_ratio) -> TokenInputs:
+    """The token-level objective's per-token inputs, for the rows that go through the head."""
+    grid = token_inputs(layout.mask, advantages, config, num_items_in_batch, old_logps, ref_logps, importance_ratio)
+    B, T = layout.batch_shape
+    return TokenInputs(**{name: None if x is None else layout.per_row(x.view(B, T)) for name, x in vars(grid).items()})
+
+
+def _gemm_one_pass(hidden, weight, bias, targets, rows: TokenInputs, config, workspace_bytes):
+    """Statistics and gradients in the forward (3 GEMMs); the loss value is the spec's sum of per-token terms and
+    the backward only scales the precomputed gradients."""
+    needs_hidden_grad, needs_weight_grad = _needs_grads(hidden, weight, bias)
+    logps, entropy, grad_hidden, grad_weight, grad_bias = ops.gemm_token_level(
+        hidden, weight, bias, targets, rows, config.temperature, config, workspace_bytes, needs_hidden_grad,
+        needs_weight_grad)
+    with torch.no_grad():
+        loss = token_level_terms(logps, entropy, rows, config).sum()
+    if needs_hidden_grad or needs_weight_grad:
+        loss = ops.attach_grads(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias)
+    return loss, logps, entropy
+
+
+def _triton_epilogue(hidden, weight, bias, targets, rows: TokenInputs, config, workspace_bytes):
+    """The fused streaming kernels with the token-level objective in the forward kernel's epilogue."""
+    loss_kind = 0 if config.loss_type in PPO_CLIP_LOSS_TYPES else {"cispo": 1, "sapo": 2}[config.loss_type]
+    terms, logps, entropy, _, _ = ops.linear_grpo_token_terms(
+        hidden, weight, bias, targets, rows.advantages, rows.token_weights, rows.entropy_weights, rows.old_logps,
+        rows.ref_logps, rows.importance_ratio, rows.mask, config.temperature, loss_kind, config)
+    return terms.sum(), logps, entropy
 
 
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
@@ -97,7 +191,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           config: Optional[GRPOLossConfig] = None, backend: Backend = "auto") -> GRPOLossOutput:
     """The GRPO loss from logits [B, T, V] the caller already has; no second [B, T, V] tensor is made."""
     config = check_config(config)
-    backend = resolve_backend(backend, logits.device if isinstance(logits, torch.Tensor) else torch.device("cpu"))
+    backend = resolve_backend(backend, _device_of(logits))
     if backend == "reference":
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)
@@ -107,40 +201,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
         check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
         check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config)
-    logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature, backend)
-    return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
-                            importance_ratio, num_items_in_batch, config)
-
-
-
-def fuses_objective_in_epilogue(config: GRPOLossConfig) -> bool:
-    """Token-level objectives are closed-form per token, so the Triton forward computes them (and g) in its
-    epilogue. Sequence-level weights (GSPO, vespo) and the entropy quantile mask need a reduction over
-    tokens first; they take the log-probs through the autograd objective instead."""
-    return (config.importance_sampling_level == "token" and config.loss_type != "vespo"
-            and config.top_entropy_quantile == 1.0)
-
-
-def _token_level_in_epilogue(hidden, weight, bias, targets, completion_mask, advantages, old_logps, ref_logps,
-                             importance_ratio, num_items_in_batch, config) -> GRPOLossOutput:
-    B, T = completion_mask.shape
-    mask = completion_mask.to(torch.float32)
-    token_weights = aggregation_weights(mask, config, num_items_in_batch)
-    # the entropy bonus is the mean entropy over the valid tokens (no entropy mask on this path)
-    entropy_weights = config.entropy_coef * mask / mask.sum().clamp(min=1.0) if config.entropy_coef != 0.0 else None
-    advantages = (advantages[:, None] if advantages.dim() == 1 else advantages).expand(B, T)
-    if importance_ratio is not None:
-        importance_ratio = importance_ratio.expand(B, T)
-    loss_kind = 0 if config.loss_type in PPO_CLIP_LOSS_TYPES else {"cispo": 1, "sapo": 2}[config.loss_type]
-    terms, logps, entropy, kl, clip = ops.linear_grpo_token_terms(
-        hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-        ref_logps if config.beta != 0.0 else None, importance_ratio, mask, config.temperature, loss_kind, config)
-    with torch.no_grad():
-        clip = clip.view(B, T)
-        metrics = {"entropy": masked_batch_mean(entropy.view(B, T), mask)}
-        if config.beta != 0.0:
-            metrics["kl"] = masked_batch_mean(kl.view(B, T), mask)
-        metrics["clip_ratio/low_mean"] = masked_batch_mean((clip & 1) != 0, mask)
-        metrics["clip_ratio/high_mean"] = masked_batch_mean((clip & 2) != 0, mask)
-        metrics["clip_ratio/region_mean"] = masked_batch_mean(clip != 0, mask)
-    return GRPOLossOutput(loss=terms.sum(), metrics=metrics, logps=logps.detach().view(B, T))
+    # the logits are already there: the streaming row pass over them is the same for every backend
+    logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature,
+                                         "triton" if backend == "triton" else "torch")
+    return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+                            num_items_in_batch, config)

@@ -52,6 +52,67 @@ def masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x.float() * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def per_token_loss(
+    lp: torch.Tensor,
+    m: torch.Tensor,
+    A: torch.Tensor,
+    config: GRPOLossConfig,
+    old_logps: Optional[torch.Tensor] = None,
+    ref_logps: Optional[torch.Tensor] = None,
+    importance_ratio: Optional[torch.Tensor] = None,
+    entropy_mask: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """L[b, t] before aggregation (policy term, entropy mask, rho, + beta * kl), the importance ratio r and the
+    k3 KL (None when beta = 0). lp, m, A: [B, T] (A may be [B, 1]); rows are sequences (GSPO and vespo reduce
+    along them)."""
+    eps_lo, eps_hi = config.epsilon_low, config.epsilon_high_value
+    # Padding positions carry whatever log-probs the caller had there; zeroing their log-ratios keeps
+    # exp() finite (no inf * 0 = NaN) without changing any masked sum.
+    valid = m > 0
+
+    def on_valid(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(valid, x, torch.zeros_like(x))
+
+    lp_old = lp.detach() if old_logps is None else old_logps.to(lp.dtype)
+    log_ratio = lp - lp_old  # d
+    if config.importance_sampling_level == "token":
+        log_weight = on_valid(log_ratio)
+    else:  # GSPO: one length-normalised weight per sequence
+        valid_log_ratio = torch.where(valid, log_ratio, 0.0) * m
+        log_weight = valid_log_ratio.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    ratio = torch.exp(log_weight)  # r
+
+    if config.loss_type in PPO_CLIP_LOSS_TYPES:
+        clipped = torch.clamp(ratio, 1 - eps_lo, 1 + eps_hi)
+        capped = torch.clamp(ratio, max=config.delta) if config.delta is not None else ratio
+        loss = -torch.min(capped * A, clipped * A)
+    elif config.loss_type == "cispo":
+        loss = -torch.clamp(ratio, max=eps_hi).detach() * A * lp
+    elif config.loss_type == "sapo":
+        k = torch.where(A > 0, config.sapo_temperature_pos, config.sapo_temperature_neg).to(lp.dtype)
+        loss = -(4.0 / k) * torch.sigmoid(k * (ratio - 1)) * A
+    elif config.loss_type == "vespo":
+        phi = vespo_weights(torch.where(valid, log_ratio, 0.0).detach(), m, A, importance_ratio, config)
+        loss = -phi * A * lp
+    else:  # pragma: no cover - GRPOLossConfig rejects unknown types
+        raise ValueError(f"unknown loss_type {config.loss_type!r}")
+    loss = loss.expand_as(lp)
+
+    if entropy_mask is not None:
+        loss = loss * entropy_mask
+    if importance_ratio is not None and config.loss_type != "vespo":
+        loss = loss * importance_ratio.to(lp.dtype)
+
+    kl = None
+    if config.beta != 0.0:
+        ref_minus_lp = on_valid(ref_logps.to(lp.dtype) - lp)
+        kl = torch.exp(ref_minus_lp) - ref_minus_lp - 1  # k3 estimator
+        if config.use_bias_correction_kl:
+            kl = kl * ratio
+        loss = loss + config.beta * kl
+    return loss, ratio, kl
+
+
 def grpo_objective(
     logps: torch.Tensor,
     entropy: torch.Tensor,
@@ -75,54 +136,13 @@ def grpo_objective(
     A = (advantages[:, None] if advantages.dim() == 1 else advantages).to(lp.dtype)
     eps_lo, eps_hi = config.epsilon_low, config.epsilon_high_value
 
-    # Padding positions carry whatever log-probs the caller had there; zeroing their log-ratios keeps
-    # exp() finite (no inf * 0 = NaN) without changing any masked sum.
-    valid = m > 0
-
-    def on_valid(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(valid, x, torch.zeros_like(x))
-
-    lp_old = lp.detach() if old_logps is None else old_logps.to(lp.dtype)
-    log_ratio = lp - lp_old  # d
-    if config.importance_sampling_level == "token":
-        log_weight = on_valid(log_ratio)
-    else:  # GSPO: one length-normalised weight per sequence
-        valid_log_ratio = torch.where(valid, log_ratio, 0.0) * m
-        log_weight = valid_log_ratio.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
-    ratio = torch.exp(log_weight)  # r
-
-    if config.loss_type in PPO_CLIP_LOSS_TYPES:
-        clipped = torch.clamp(ratio, 1 - eps_lo, 1 + eps_hi)
-        capped = torch.clamp(ratio, max=config.delta) if config.delta is not None else ratio
-        per_token_loss = -torch.min(capped * A, clipped * A)
-    elif config.loss_type == "cispo":
-        per_token_loss = -torch.clamp(ratio, max=eps_hi).detach() * A * lp
-    elif config.loss_type == "sapo":
-        k = torch.where(A > 0, config.sapo_temperature_pos, config.sapo_temperature_neg).to(lp.dtype)
-        per_token_loss = -(4.0 / k) * torch.sigmoid(k * (ratio - 1)) * A
-    elif config.loss_type == "vespo":
-        phi = vespo_weights(torch.where(valid, log_ratio, 0.0).detach(), m, A, importance_ratio, config)
-        per_token_loss = -phi * A * lp
-    else:  # pragma: no cover - GRPOLossConfig rejects unknown types
-        raise ValueError(f"unknown loss_type {config.loss_type!r}")
-    per_token_loss = per_token_loss.expand_as(lp)
-
     entropy_mask = m  # the tokens the policy gradient (and the entropy bonus) act on
     if config.top_entropy_quantile < 1.0:
         entropy_mask = high_entropy_mask(entropy, m, config.top_entropy_quantile).to(lp.dtype)
-        per_token_loss = per_token_loss * entropy_mask
-    if importance_ratio is not None and config.loss_type != "vespo":
-        per_token_loss = per_token_loss * importance_ratio.to(lp.dtype)
+    loss_per_token, ratio, kl = per_token_loss(lp, m, A, config, old_logps, ref_logps, importance_ratio,
+                                               entropy_mask if config.top_entropy_quantile < 1.0 else None)
 
-    kl = None
-    if config.beta != 0.0:
-        ref_minus_lp = on_valid(ref_logps.to(lp.dtype) - lp)
-        kl = torch.exp(ref_minus_lp) - ref_minus_lp - 1  # k3 estimator
-        if config.use_bias_correction_kl:
-            kl = kl * ratio
-        per_token_loss = per_token_loss + config.beta * kl
-
-    loss = (aggregation_weights(m, config, num_items_in_batch) * per_token_loss).sum()
+    loss = (aggregation_weights(m, config, num_items_in_batch) * loss_per_token).sum()
     if config.entropy_coef != 0.0:
         # TRL: the bonus is the mean entropy over the tokens it acts on, whatever the loss type's normaliser
         loss = loss - config.entropy_coef * (entropy * entropy_mask).sum() / entropy_mask.sum().clamp(min=1.0)
@@ -141,6 +161,84 @@ def grpo_objective(
         metrics["clip_ratio/high_mean"] = masked_batch_mean(high, m)
         metrics["clip_ratio/region_mean"] = masked_batch_mean(low | high, m)
     return loss, metrics
+
+
+def is_token_level(config: GRPOLossConfig) -> bool:
+    """Whether the loss is a sum of per-token terms, each a function of its own token's lp and entropy only.
+    Sequence-level weights (GSPO), vespo's sequence weight and the entropy-quantile mask need a reduction over
+    tokens first."""
+    return (config.importance_sampling_level == "token" and config.loss_type != "vespo"
+            and config.top_entropy_quantile == 1.0)
+
+
+@dataclass
+class TokenInputs:
+    """The per-token inputs of a token-level objective, one value per token, all [N]: token_weights from
+    `aggregation_weights` and entropy_weights (the entropy bonus's per-token coefficient) fold the aggregation
+    in, so the loss is the sum of `token_level_terms`."""
+
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    token_weights: torch.Tensor
+    entropy_weights: Optional[torch.Tensor] = None
+    old_logps: Optional[torch.Tensor] = None
+    ref_logps: Optional[torch.Tensor] = None
+    importance_ratio: Optional[torch.Tensor] = None
+
+    def slice(self, n0: int, n1: int) -> "TokenInputs":
+        return TokenInputs(**{k: None if v is None else v[n0:n1] for k, v in vars(self).items()})
+
+
+def token_level_terms(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs,
+                      config: GRPOLossConfig) -> torch.Tensor:
+    """Per-token contributions to the loss of a token-level objective (`is_token_level`); they sum to
+    `grpo_objective`'s loss. lp, ent and every input: [N]."""
+    def row(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        return None if x is None else x[None, :].to(lp.dtype)
+
+    loss, _, _ = per_token_loss(lp[None, :], row(inputs.mask), row(inputs.advantages), config, row(inputs.old_logps),
+                                row(inputs.ref_logps), row(inputs.importance_ratio))
+    terms = inputs.token_weights.to(lp.dtype) * loss[0]
+    if inputs.entropy_weights is not None:
+        terms = terms - inputs.entropy_weights.to(lp.dtype) * ent
+    return terms
+
+
+def token_level_grads(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs,
+                      config: GRPOLossConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """g = dLoss/dlp and e = dLoss/dent per token (e is None without an entropy bonus), by differentiating
+    `token_level_terms`: the spec itself, not a transcription of its derivative. torch.func, not
+    torch.autograd, so that it also runs inside a custom op (where autograd does not record)."""
+    def loss(lp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
+        return token_level_terms(lp, ent, inputs, config).sum()
+
+    lp, ent = lp.detach(), ent.detach()
+    if inputs.entropy_weights is None:
+        return torch.func.grad(loss, argnums=0)(lp, ent), None
+    return torch.func.grad(loss, argnums=(0, 1))(lp, ent)
+
+
+def token_inputs(mask: torch.Tensor, advantages: torch.Tensor, config: GRPOLossConfig,
+                 num_items_in_batch=None, old_logps: Optional[torch.Tensor] = None,
+                 ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None
+                 ) -> TokenInputs:
+    """TokenInputs of a [B, T] batch (advantages [B] or [B, T], importance_ratio [B, T] or [B, 1]), flattened."""
+    B, T = mask.shape
+    m = mask.to(torch.float32)
+    token_weights = aggregation_weights(m, config, num_items_in_batch)
+    # the entropy bonus is the mean entropy over the valid tokens (no entropy mask at token level)
+    entropy_weights = config.entropy_coef * m / m.sum().clamp(min=1.0) if config.entropy_coef != 0.0 else None
+
+    def flat(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        if x is None:
+            return None
+        x = x[:, None] if x.dim() == 1 else x
+        return x.expand(B, T).reshape(-1).float()
+
+    return TokenInputs(mask=flat(m), advantages=flat(advantages), token_weights=flat(token_weights),
+                       entropy_weights=flat(entropy_weights), old_logps=flat(old_logps),
+                       ref_logps=flat(ref_logps if config.beta != 0.0 else None),
+                       importance_ratio=flat(importance_ratio))
 
 
 def aggregation_weights(mask: torch.Tensor, config: GRPOLossConfig,
@@ -190,4 +288,6 @@ def grpo_loss_output(logps: torch.Tensor, entropy: torch.Tensor, completion_mask
     loss, metrics = grpo_objective(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
                                    ref_logps=ref_logps, importance_ratio=importance_ratio,
                                    num_items_in_batch=num_items_in_batch)
-    return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps.detach().float())
+    # padded positions report log-prob 0, as the padding-free paths (which never compute them) do
+    logps = torch.where(completion_mask != 0, logps.detach().float(), 0.0)
+    return GRPOLossOutput(loss=loss, metrics=metrics, logps=logps)

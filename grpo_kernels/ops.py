@@ -7,22 +7,33 @@ chunked torch code know nothing of autograd; this file wires them to it.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Optional
+import functools
+import json
+import warnings
+from dataclasses import asdict
+from typing import Any, Optional
 
 import torch
 
 from . import torch_chunked
+from .config import GRPOLossConfig
+from .gemm_path import DEFAULT_WORKSPACE_BYTES, GemmBackend
+from .objective import TokenInputs, token_level_grads
 
 
-def _implementation(backend: str) -> ModuleType:
+def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> Any:
+    """The backend behind the small interface: `linear_forward(hidden, weight, bias, targets, temperature) ->
+    (logps, entropy, lse)` and `linear_backward(g, e, hidden, weight, bias, targets, lse, entropy, temperature,
+    needs_hidden_grad, needs_weight_grad) -> (dhidden | None, dweight | None, dbias | None)`."""
+    if backend == "gemm":
+        return GemmBackend(workspace_bytes)
     if backend == "torch":
         return torch_chunked
     if backend == "triton":
         from .kernels import launch  # builds no kernel until called: CPU tensors get the interpreter first
 
         return launch
-    raise ValueError(f"backend must be 'torch' or 'triton' here, got {backend!r}")
+    raise ValueError(f"backend must be 'gemm', 'torch' or 'triton' here, got {backend!r}")
 
 
 def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -33,13 +44,13 @@ def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @torch.library.custom_op("grpo_kernels::linear_logprobs", mutates_args=())
 def _linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     targets: torch.Tensor, temperature: float, backend: str
+                     targets: torch.Tensor, temperature: float, backend: str, workspace_bytes: int
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _implementation(backend).linear_forward(hidden, weight, bias, targets, temperature)
+    return _implementation(backend, workspace_bytes).linear_forward(hidden, weight, bias, targets, temperature)
 
 
 @_linear_logprobs.register_fake
-def _(hidden, weight, bias, targets, temperature, backend):
+def _(hidden, weight, bias, targets, temperature, backend, workspace_bytes):
     stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
@@ -48,34 +59,57 @@ def _(hidden, weight, bias, targets, temperature, backend):
 def _linear_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor],
                               hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                               targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
-                              temperature: float, backend: str
-                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_hidden, grad_weight, grad_bias = _implementation(backend).linear_backward(
-        grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature)
-    # A custom op cannot return None: an empty tensor stands for "no bias".
-    return grad_hidden, grad_weight, grad_bias if grad_bias is not None else hidden.new_empty(0)
+                              temperature: float, backend: str, workspace_bytes: int, needs_hidden_grad: bool,
+                              needs_weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes).linear_backward(
+        grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+        needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
+    # A custom op cannot return None: an empty tensor stands for "not computed" (no bias, frozen head...).
+    return _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
+
+
+def _or_empty(x: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    return x if x is not None else like.new_empty(0)
+
+
+def _computed(x: torch.Tensor) -> bool:
+    # the "not computed" placeholder is 1-D and empty; every real gradient has its input's shape ([0, H] included)
+    return not (x.dim() == 1 and x.numel() == 0)
+
+
+def _grad_or_none(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
+    return x if needed and _computed(x) else None
+
+
+def _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad):
+    grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else hidden.new_empty(0)
+    grad_weight = torch.empty_like(weight) if needs_weight_grad else hidden.new_empty(0)
+    grad_bias = torch.empty_like(bias) if bias is not None and needs_weight_grad else hidden.new_empty(0)
+    return grad_hidden, grad_weight, grad_bias
 
 
 @_linear_logprobs_backward.register_fake
-def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, backend):
-    grad_bias = torch.empty_like(bias) if bias is not None else hidden.new_empty(0)
-    return torch.empty_like(hidden), torch.empty_like(weight), grad_bias
+def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, backend, workspace_bytes,
+      needs_hidden_grad, needs_weight_grad):
+    return _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad)
 
 
 def _linear_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, targets, temperature, backend = inputs
+    hidden, weight, bias, targets, temperature, backend, workspace_bytes = inputs
     _, entropy, lse = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
-    ctx.temperature, ctx.backend, ctx.has_bias = temperature, backend, bias is not None
+    ctx.temperature, ctx.backend, ctx.workspace_bytes = temperature, backend, workspace_bytes
 
 
 def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
     hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+    needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias, targets,
-        lse, entropy, ctx.temperature, ctx.backend)
-    return grad_hidden, grad_weight, grad_bias if ctx.has_bias else None, None, None, None
+        lse, entropy, ctx.temperature, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias)
+    return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
+            _grad_or_none(grad_bias, needs_bias), None, None, None, None)
 
 
 _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -159,7 +193,7 @@ def _token_terms_setup_context(ctx, inputs, output) -> None:
     temperature = inputs[11]
     _, _, entropy, lse, grad, _, _ = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad, entropy_weights)
-    ctx.temperature, ctx.has_bias = temperature, bias is not None
+    ctx.temperature = temperature
 
 
 def _token_terms_backward(ctx, grad_terms, *_unused):
@@ -167,23 +201,117 @@ def _token_terms_backward(ctx, grad_terms, *_unused):
     # each term depends on its own token only: dLoss/dlp = upstream * g, dLoss/dent = -upstream * entropy weight
     grad_logps = grad * grad_terms
     grad_entropy = None if entropy_weights is None else -entropy_weights * grad_terms
+    needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps.contiguous(), None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
-        targets, lse, entropy, ctx.temperature, "triton")
-    return (grad_hidden, grad_weight, grad_bias if ctx.has_bias else None) + (None,) * 17
+        targets, lse, entropy, ctx.temperature, "triton", DEFAULT_WORKSPACE_BYTES, needs_hidden,
+        needs_weight or needs_bias)
+    return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 17
 
 
 _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=_token_terms_setup_context)
 
 
+# ---- hidden states x LM head -> token-level objective with its gradients, in one pass (the GEMM path) -------
+
+def config_key(config: GRPOLossConfig) -> str:
+    """A GRPOLossConfig as a custom-op argument (custom ops take tensors and scalars only)."""
+    return json.dumps(asdict(config), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_from_key(key: str) -> GRPOLossConfig:
+    with warnings.catch_warnings():  # the caller's construction already warned
+        warnings.simplefilter("ignore")
+        return GRPOLossConfig(**json.loads(key))
+
+
+@torch.library.custom_op("grpo_kernels::gemm_token_level", mutates_args=())
+def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
+                      mask: torch.Tensor, advantages: torch.Tensor, token_weights: torch.Tensor,
+                      entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
+                      ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], temperature: float,
+                      config: str, workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    inputs = TokenInputs(mask, advantages, token_weights, entropy_weights, old_logps, ref_logps, importance_ratio)
+    objective = _config_from_key(config)
+
+    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
+        return token_level_grads(logps, entropy, inputs.slice(n0, n1), objective)
+
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(workspace_bytes).linear_forward_with_grads(
+        hidden, weight, bias, targets, temperature, token_grads, needs_hidden_grad, needs_weight_grad)
+    return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
+
+
+@_gemm_token_level.register_fake
+def _(hidden, weight, bias, targets, mask, advantages, token_weights, entropy_weights, old_logps, ref_logps,
+      importance_ratio, temperature, config, workspace_bytes, needs_hidden_grad, needs_weight_grad):
+    stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
+    return (stats, torch.empty_like(stats), *_fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad))
+
+
+@torch.library.custom_op("grpo_kernels::attach_grads", mutates_args=())
+def _attach_grads(loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                  grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_bias: torch.Tensor) -> torch.Tensor:
+    return loss.clone()
+
+
+@_attach_grads.register_fake
+def _(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias):
+    return torch.empty_like(loss)
+
+
+def _attach_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs[4:])
+
+
+def _attach_backward(ctx, grad_loss):
+    # The gradients were computed for an upstream gradient of 1; the backward only scales them.
+    def scaled(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
+        return x * grad_loss.to(x.dtype) if needed and _computed(x) else None
+
+    grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+    _, needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:4]
+    return (None, scaled(grad_hidden, needs_hidden), scaled(grad_weight, needs_weight),
+            scaled(grad_bias, needs_bias), None, None, None)
+
+
+_attach_grads.register_autograd(_attach_backward, setup_context=_attach_setup_context)
+
+
+def gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
+                     inputs: TokenInputs, temperature: float, config: GRPOLossConfig, workspace_bytes: int,
+                     needs_hidden_grad: bool, needs_weight_grad: bool):
+    """Rows [N]: (logps, entropy, dhidden, dweight, dbias) of a token-level objective whose loss is the sum of
+    `token_level_terms`; gradients for an upstream gradient of 1, empty where not needed."""
+    def flat(x):
+        return None if x is None else x.float().contiguous()
+
+    return _gemm_token_level(
+        hidden.detach().contiguous(), weight.detach().contiguous(), None if bias is None else bias.detach().contiguous(),
+        targets.contiguous(), flat(inputs.mask), flat(inputs.advantages), flat(inputs.token_weights),
+        flat(inputs.entropy_weights), flat(inputs.old_logps), flat(inputs.ref_logps), flat(inputs.importance_ratio),
+        float(temperature), config_key(config), int(workspace_bytes), bool(needs_hidden_grad), bool(needs_weight_grad))
+
+
+def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_bias: torch.Tensor) -> torch.Tensor:
+    """`loss` (a value computed without autograd) made differentiable w.r.t. hidden, weight and bias, with the
+    given precomputed gradients scaled by the upstream gradient."""
+    return _attach_grads(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias)
+
+
 # ---- entry points for api.py --------------------------------------------------------------------------
 
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-                    temperature: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+                    temperature: float, backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [N, H], weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable."""
     logps, entropy, _ = _linear_logprobs(hidden.contiguous(), weight.contiguous(),
                                          None if bias is None else bias.contiguous(), targets.contiguous(),
-                                         float(temperature), backend)
+                                         float(temperature), backend, int(workspace_bytes))
     return logps, entropy
 
 

@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit
+
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (4 MiB) bounds the extra memory of every pass; the
 # passes below keep at most two such tiles alive at once (the logits and their exp), updating in place.
 TOKEN_CHUNK = 256
@@ -36,48 +38,6 @@ def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], i
     return z * inv_tau if inv_tau != 1.0 else z
 
 
-def _target_in_chunk(targets: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which rows' target falls in [v0, v1), and its column within the chunk (0 where it does not)."""
-    inside = (targets >= v0) & (targets < v1)
-    return inside, torch.where(inside, targets - v0, torch.zeros_like(targets))
-
-
-class _OnlineSoftmaxStats:
-    """Running max, sum of exp and sum of exp * z over vocabulary chunks, for lse and entropy."""
-
-    def __init__(self, rows: int, dtype: torch.dtype, device: torch.device):
-        self.max = torch.full((rows,), float("-inf"), dtype=dtype, device=device)
-        self.sum_exp = torch.zeros(rows, dtype=dtype, device=device)
-        self.sum_exp_z = torch.zeros(rows, dtype=dtype, device=device)
-
-    def update(self, z: torch.Tensor) -> None:
-        new_max = torch.maximum(self.max, z.max(dim=-1).values)
-        rescale = torch.exp(self.max - new_max)
-        p = torch.sub(z, new_max[:, None]).exp_()
-        self.sum_exp = self.sum_exp * rescale + p.sum(-1)
-        self.sum_exp_z = self.sum_exp_z * rescale + p.mul_(z).sum(-1)
-        self.max = new_max
-
-    def lse_and_entropy(self) -> tuple[torch.Tensor, torch.Tensor]:
-        lse = self.max + torch.log(self.sum_exp)
-        return lse, lse - self.sum_exp_z / self.sum_exp
-
-
-def _logit_grad(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torch.Tensor,
-                e: Optional[torch.Tensor], inside: torch.Tensor, column: torch.Tensor, inv_tau: float) -> torch.Tensor:
-    """dLoss/d(unscaled logits) for one tile, from dLoss/dlp (g) and dLoss/dent (e). Consumes z (in place)."""
-    log_p = z.sub_(lse[:, None])
-    p = torch.exp(log_p)
-    if e is not None:
-        # dz = -g p - e p (log p + ent), built in the log_p buffer so only two tiles are ever alive
-        dz = log_p.add_(ent[:, None]).mul_(e[:, None]).add_(g[:, None]).mul_(p).neg_()
-    else:
-        dz = p.mul_(-g[:, None])
-    rows = torch.nonzero(inside).squeeze(-1)
-    dz[rows, column[rows]] += g[rows]
-    return dz.mul_(inv_tau) if inv_tau != 1.0 else dz
-
-
 def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                    targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """hidden [N, H], weight [V, H], targets [N] -> (logps, entropy, lse), each [N] in float32/64."""
@@ -90,50 +50,58 @@ def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[to
     for n0 in range(0, N, TOKEN_CHUNK):
         n1 = min(n0 + TOKEN_CHUNK, N)
         h, y = hidden[n0:n1], targets[n0:n1]
-        stats = _OnlineSoftmaxStats(n1 - n0, dtype, hidden.device)
-        target_logit = torch.zeros(n1 - n0, dtype=dtype, device=hidden.device)
+        stats = OnlineSoftmaxStats(n1 - n0, dtype, hidden.device)
+        target_z = torch.zeros(n1 - n0, dtype=dtype, device=hidden.device)
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
             z = _chunk_logits(h, weight[v0:v1], None if bias is None else bias[v0:v1], inv_tau, dtype)
             stats.update(z)
-            inside, column = _target_in_chunk(y, v0, v1)
-            target_logit += torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
+            inside, column = target_in_range(y, v0, v1)
+            target_z += target_logit(z, inside, column)
         lse, ent = stats.lse_and_entropy()
-        logps[n0:n1], entropy[n0:n1], lse_out[n0:n1] = target_logit - lse, ent, lse
+        logps[n0:n1], entropy[n0:n1], lse_out[n0:n1] = target_z - lse, ent, lse
     return logps, entropy, lse_out
 
 
 def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], hidden: torch.Tensor,
                     weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
-                    entropy: torch.Tensor, temperature: float
-                    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-    """(dhidden, dweight, dbias) from per-token upstream gradients, recomputing logits tile by tile."""
+                    entropy: torch.Tensor, temperature: float, needs_hidden_grad: bool = True,
+                    needs_weight_grad: bool = True
+                    ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """(dhidden, dweight, dbias) from per-token upstream gradients, recomputing logits tile by tile.
+    A gradient that is not needed is neither computed nor allocated (None in its slot); dbias comes with
+    dweight."""
     N, V = hidden.shape[0], weight.shape[0]
     dtype = _compute_dtype(hidden.dtype)
     inv_tau = 1.0 / temperature
     g_all = grad_logps.to(dtype)
     e_all = None if grad_entropy is None else grad_entropy.to(dtype)
-    grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
-    grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
-    grad_bias = None if bias is None else torch.zeros(V, dtype=dtype, device=weight.device)
+    grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if needs_hidden_grad else None
+    grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if needs_weight_grad else None
+    grad_bias = torch.zeros(V, dtype=dtype, device=weight.device) if needs_weight_grad and bias is not None else None
+    if not (needs_hidden_grad or needs_weight_grad):
+        return None, None, None
     for n0 in range(0, N, TOKEN_CHUNK):
         n1 = min(n0 + TOKEN_CHUNK, N)
         h, y = hidden[n0:n1], targets[n0:n1]
         h_c = h.to(dtype)
         g, e = g_all[n0:n1], None if e_all is None else e_all[n0:n1]
-        dh = torch.zeros(n1 - n0, hidden.shape[1], dtype=dtype, device=hidden.device)
+        dh = torch.zeros(n1 - n0, hidden.shape[1], dtype=dtype, device=hidden.device) if needs_hidden_grad else None
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
             w = weight[v0:v1]
             z = _chunk_logits(h, w, None if bias is None else bias[v0:v1], inv_tau, dtype)
-            inside, column = _target_in_chunk(y, v0, v1)
-            dz = _logit_grad(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau)
-            dh += dz @ w.to(dtype)
-            grad_weight[v0:v1] += dz.T @ h_c
+            inside, column = target_in_range(y, v0, v1)
+            dz = softmax_grad_(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau)
+            if dh is not None:
+                dh += dz @ w.to(dtype)
+            if grad_weight is not None:
+                grad_weight[v0:v1] += dz.T @ h_c
             if grad_bias is not None:
                 grad_bias[v0:v1] += dz.sum(0)
-        grad_hidden[n0:n1] = dh.to(hidden.dtype)
-    return (grad_hidden, grad_weight.to(weight.dtype),
+        if grad_hidden is not None:
+            grad_hidden[n0:n1] = dh.to(hidden.dtype)
+    return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),
             None if grad_bias is None else grad_bias.to(bias.dtype))
 
 
@@ -157,16 +125,16 @@ def logits_forward(logits: torch.Tensor, targets: torch.Tensor,
     lse_out = torch.empty_like(logps)
     for b, t0, t1 in _row_blocks(logits):
         y = targets[b, t0:t1]
-        stats = _OnlineSoftmaxStats(t1 - t0, dtype, logits.device)
-        target_logit = torch.zeros(t1 - t0, dtype=dtype, device=logits.device)
+        stats = OnlineSoftmaxStats(t1 - t0, dtype, logits.device)
+        target_z = torch.zeros(t1 - t0, dtype=dtype, device=logits.device)
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
             z = logits[b, t0:t1, v0:v1].to(dtype) * inv_tau
             stats.update(z)
-            inside, column = _target_in_chunk(y, v0, v1)
-            target_logit += torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
+            inside, column = target_in_range(y, v0, v1)
+            target_z += target_logit(z, inside, column)
         lse, ent = stats.lse_and_entropy()
-        logps[b, t0:t1], entropy[b, t0:t1], lse_out[b, t0:t1] = target_logit - lse, ent, lse
+        logps[b, t0:t1], entropy[b, t0:t1], lse_out[b, t0:t1] = target_z - lse, ent, lse
     return logps, entropy, lse_out
 
 
@@ -186,7 +154,7 @@ def logits_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
             z = logits[b, t0:t1, v0:v1].to(dtype) * inv_tau
-            inside, column = _target_in_chunk(y, v0, v1)
-            grad_logits[b, t0:t1, v0:v1] = _logit_grad(z, lse[b, t0:t1], entropy[b, t0:t1], g, e, inside, column,
+            inside, column = target_in_range(y, v0, v1)
+            grad_logits[b, t0:t1, v0:v1] = softmax_grad_(z, lse[b, t0:t1], entropy[b, t0:t1], g, e, inside, column,
                                                        inv_tau)
     return grad_logits

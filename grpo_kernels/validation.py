@@ -97,6 +97,44 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
         _require_finite("logits", logits)
 
 
+def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.device) -> None:
+    mask = _require_tensor(name, mask)
+    if tuple(mask.shape) != shape:
+        dims = "[B, T]" if len(shape) == 2 else "[N]"
+        raise ValueError(f"{name} must have shape {dims}={list(shape)}, got {list(mask.shape)}")
+    _require_device(name, mask, device)
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_complex:
+            raise TypeError(f"{name} must be bool, integer or float in {{0, 1}}")
+        if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError(f"{name} values must be 0 or 1")
+
+
+def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device) -> int:
+    """Sequence boundaries of a packed batch: int [S + 1], 0 first, non-decreasing, n_tokens last. Returns S."""
+    cu = _require_tensor("cu_seqlens", cu_seqlens)
+    if cu.dtype.is_floating_point or cu.dtype.is_complex or cu.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens must be an integer tensor, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"cu_seqlens must be [S + 1] with S >= 1 sequences, got shape {list(cu.shape)}")
+    _require_device("cu_seqlens", cu, device)
+    if int(cu[0]) != 0 or int(cu[-1]) != n_tokens or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"cu_seqlens must start at 0, never decrease and end at N={n_tokens} (hidden's rows), "
+                         f"got {cu.tolist() if cu.numel() <= 16 else [int(cu[0]), '...', int(cu[-1])]}")
+    return cu.numel() - 1
+
+
+def check_workspace(workspace_bytes: object) -> int:
+    """The GEMM path's logits workspace in bytes; None means the default (1 GiB)."""
+    from .gemm_path import DEFAULT_WORKSPACE_BYTES
+
+    if workspace_bytes is None:
+        return DEFAULT_WORKSPACE_BYTES
+    if isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int) or workspace_bytes <= 0:
+        raise ValueError(f"workspace_bytes must be a positive int (bytes), got {workspace_bytes!r}")
+    return workspace_bytes
+
+
 def check_loss_inputs(
     batch_shape: tuple[int, int],
     device: torch.device,
@@ -109,15 +147,7 @@ def check_loss_inputs(
     config: GRPOLossConfig,
 ) -> None:
     B, T = batch_shape
-    mask = _require_tensor("completion_mask", completion_mask)
-    if tuple(mask.shape) != (B, T):
-        raise ValueError(f"completion_mask must have shape [B, T]={[B, T]}, got {list(mask.shape)}")
-    _require_device("completion_mask", mask, device)
-    if mask.dtype != torch.bool:
-        if mask.dtype.is_complex:
-            raise TypeError("completion_mask must be bool, integer or float in {0, 1}")
-        if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError("completion_mask values must be 0 or 1")
+    check_mask("completion_mask", completion_mask, (B, T), device)
 
     adv = _require_tensor("advantages", advantages)
     if tuple(adv.shape) not in ((B,), (B, T)):

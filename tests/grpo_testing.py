@@ -139,4 +139,4 @@ def device_of(backend: str) -> str:
     return triton_device() if backend == "triton" else "cpu"
 
 
-FUSED_BACKENDS = ["torch", "triton"]
+FUSED_BACKENDS = ["gemm", "torch", "triton"]

@@ -62,14 +62,17 @@ def linear_forward(hidden, weight, bias, targets, temperature):
     return launch_forward(hidden, weight, bias, targets, temperature, blocks, upcast, precision)
 
 
-def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature):
+def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+                    needs_hidden_grad=True, needs_weight_grad=True):
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_backward import linear_backward as launch_backward
 
     blocks, upcast, precision = _linear_options(hidden.dtype)
-    return launch_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
-                           blocks, upcast, precision)
+    grad_hidden, grad_weight, grad_bias = launch_backward(grad_logps, grad_entropy, hidden, weight, bias, targets,
+                                                          lse, entropy, temperature, blocks, upcast, precision)
+    return (grad_hidden if needs_hidden_grad else None, grad_weight if needs_weight_grad else None,
+            grad_bias if needs_weight_grad else None)
 
 
 def logits_forward(logits, targets, temperature):

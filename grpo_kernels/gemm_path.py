@@ -1,0 +1,226 @@
+"""The GEMM-rate backend: the logits of a wave of tokens through one GEMM into a reused float32 workspace,
+one row pass for the statistics, the same workspace turned into dZ in place, then dH and dW by GEMM.
+
+Tokens go in waves of `wave_rows(V, workspace_bytes)` rows, so the extra memory is the workspace (1 GiB by
+default) plus O(tokens) vectors, plus one float32 dW accumulator when the head is trained. For token-level
+objectives `g = dLoss/dlp` and `e = dLoss/dent` are closed-form per token, so `linear_forward_with_grads`
+does the whole step in the forward: three GEMMs in all, the floor. Everything else uses the small backend
+interface (`linear_forward` for the statistics, `linear_backward` for the gradients from g and e), which costs
+a fourth GEMM (the logits again) in the backward.
+
+On CUDA the GEMMs run in the input dtype with float32 output, and the row passes are the Triton kernels of
+`kernels/rows.py`. Elsewhere (CPU) the operands are upcast to float32 (float64 stays float64) and the row
+passes are the torch functions below; the algorithm and the memory bounds are the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit
+
+DEFAULT_WORKSPACE_BYTES = 1 << 30
+# The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
+ROW_CHUNK = 64
+# Bound of the float32 temporary a 16-bit dW update makes when it cannot accumulate in place.
+DW_TEMP_BYTES = 256 << 20
+
+TokenGrads = Callable[[int, int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Optional[torch.Tensor]]]
+
+
+def wave_rows(vocab_size: int, workspace_bytes: int) -> int:
+    """Tokens per wave: as many float32 logits rows as the workspace holds (at least one)."""
+    if workspace_bytes <= 0:
+        raise ValueError(f"workspace_bytes must be > 0, got {workspace_bytes}")
+    return max(1, workspace_bytes // (4 * vocab_size))
+
+
+# ---- row passes: statistics and softmax gradient over whole rows of raw logits z = h W^T -------------------
+
+def _torch_row_stats(z, bias, targets, inv_tau):
+    lse, entropy, target_z = (torch.empty(z.shape[0], dtype=z.dtype, device=z.device) for _ in range(3))
+    for r0 in range(0, z.shape[0], ROW_CHUNK):
+        r1 = min(r0 + ROW_CHUNK, z.shape[0])
+        scaled = z[r0:r1] if bias is None and inv_tau == 1.0 else _scaled(z[r0:r1].clone(), bias, inv_tau)
+        stats = OnlineSoftmaxStats(r1 - r0, z.dtype, z.device)
+        stats.update(scaled)
+        lse[r0:r1], entropy[r0:r1] = stats.lse_and_entropy()
+        inside, column = target_in_range(targets[r0:r1], 0, z.shape[1])
+        target_z[r0:r1] = target_logit(scaled, inside, column)
+    return lse, entropy, target_z
+
+
+def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, out_dtype):
+    for r0 in range(0, z.shape[0], ROW_CHUNK):
+        r1 = min(r0 + ROW_CHUNK, z.shape[0])
+        inside, column = target_in_range(targets[r0:r1], 0, z.shape[1])
+        softmax_grad_(_scaled(z[r0:r1], bias, inv_tau), lse[r0:r1], entropy[r0:r1], g[r0:r1],
+                      None if e is None else e[r0:r1], inside, column, inv_tau)
+    return z
+
+
+def _scaled(z: torch.Tensor, bias: Optional[torch.Tensor], inv_tau: float) -> torch.Tensor:
+    """(z + bias) * inv_tau, in place."""
+    if bias is not None:
+        z.add_(bias)
+    return z.mul_(inv_tau) if inv_tau != 1.0 else z
+
+
+@dataclass(frozen=True)
+class RowOps:
+    """The row pass over a workspace of raw logits: statistics, and dZ written over the logits."""
+
+    stats: Callable  # (z, bias, targets, inv_tau) -> (lse, entropy, target logit)
+    grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, out_dtype) -> dz (a view of z's memory)
+
+
+TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
+
+
+def triton_rows() -> RowOps:
+    from .kernels import launch, rows
+
+    launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
+    return RowOps(rows.row_stats, rows.row_grad_)
+
+
+def default_rows(device: torch.device) -> RowOps:
+    return triton_rows() if device.type == "cuda" else TORCH_ROWS
+
+
+# ---- GEMMs -----------------------------------------------------------------------------------------------
+
+def _gemm_dtype(x: torch.Tensor) -> torch.dtype:
+    """Tensor cores in the input dtype on CUDA; float32 (float64 for the oracle) on CPU, where it is both
+    faster and more exact than a 16-bit GEMM."""
+    if x.device.type == "cuda" or x.dtype == torch.float64:
+        return x.dtype
+    return torch.float32
+
+
+def _mm_wide(a: torch.Tensor, b: torch.Tensor, wide: torch.dtype, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """a @ b with `wide` (float32/64) output; 16-bit operands accumulate and write float32 without a 16-bit round
+    trip (cuBLAS through torch.mm's out_dtype, torch >= 2.8 on CUDA)."""
+    if a.dtype == wide:
+        return torch.mm(a, b, out=out)
+    return torch.mm(a, b, out_dtype=wide, out=out) if out is not None else torch.mm(a, b, out_dtype=wide)
+
+
+class _WeightGrad:
+    """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it; later waves add. A
+    float32 GEMM adds in place (addmm); 16-bit operands cannot addmm into float32 (pytorch#154086), so they go
+    through a temporary of at most DW_TEMP_BYTES, vocabulary slice by slice."""
+
+    def __init__(self, weight: torch.Tensor, wide: torch.dtype):
+        self.acc = torch.empty(weight.shape, dtype=wide, device=weight.device)
+        self.started = False
+
+    def add(self, dz: torch.Tensor, h: torch.Tensor) -> None:
+        if not self.started:
+            _mm_wide(dz.T, h, self.acc.dtype, out=self.acc)
+            self.started = True
+        elif dz.dtype == self.acc.dtype:
+            self.acc.addmm_(dz.T, h)
+        else:
+            step = max(1, DW_TEMP_BYTES // (4 * h.shape[1]))
+            for v0 in range(0, dz.shape[1], step):
+                self.acc[v0:v0 + step].add_(_mm_wide(dz[:, v0:v0 + step].T, h, self.acc.dtype))
+
+    def result(self, dtype: torch.dtype) -> torch.Tensor:
+        if not self.started:
+            self.acc.zero_()
+        return self.acc if self.acc.dtype == dtype else self.acc.to(dtype)
+
+
+# ---- the wave loop ---------------------------------------------------------------------------------------
+
+def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: RowOps, *,
+            token_grads: Optional[TokenGrads] = None, given: Optional[tuple] = None,
+            needs_hidden_grad: bool = False, needs_weight_grad: bool = False):
+    """One pass over the tokens in waves. Statistics are computed (and returned) unless `given` = (lse, entropy,
+    g, e) supplies them with the gradients; gradients are computed when `token_grads` or `given` is set."""
+    N, H = hidden.shape
+    V = weight.shape[0]
+    device = hidden.device
+    gemm = _gemm_dtype(hidden)
+    wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    inv_tau = 1.0 / temperature
+    w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
+    b = None if bias is None else bias.to(wide)
+    grads = token_grads is not None or given is not None
+    needs_hidden_grad, needs_weight_grad = grads and needs_hidden_grad, grads and needs_weight_grad
+
+    logps = entropy = lse = None
+    if given is None:
+        logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
+    grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
+    grad_weight = _WeightGrad(weight, wide) if needs_weight_grad else None
+    grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
+
+    step = wave_rows(V, workspace_bytes)
+    workspace = torch.empty(min(step, N), V, dtype=wide, device=device) if N else None
+    for n0 in range(0, N, step):
+        n1 = min(n0 + step, N)
+        h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
+        z = _mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
+        if given is None:
+            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau)
+            lp_w = target_z - lse_w
+            logps[n0:n1], entropy[n0:n1], lse[n0:n1] = lp_w, ent_w, lse_w
+            if not grads:
+                continue
+            g, e = token_grads(n0, n1, lp_w, ent_w)
+        else:
+            lse_w, ent_w = given[0][n0:n1], given[1][n0:n1]
+            g, e = given[2][n0:n1], None if given[3] is None else given[3][n0:n1]
+        dz = rows.grad_(z, b, y, lse_w, ent_w, g.to(wide).contiguous(), None if e is None else e.to(wide).contiguous(),
+                        inv_tau, gemm)
+        if needs_hidden_grad:
+            if dz.dtype == hidden.dtype:
+                torch.mm(dz, w, out=grad_hidden[n0:n1])
+            else:
+                grad_hidden[n0:n1] = torch.mm(dz, w)
+        if grad_weight is not None:
+            grad_weight.add(dz, h)
+        if grad_bias is not None:
+            grad_bias += dz.sum(0, dtype=wide)
+    dweight = None if grad_weight is None else grad_weight.result(weight.dtype)
+    dbias = None if grad_bias is None else grad_bias.to(bias.dtype)
+    return logps, entropy, lse, grad_hidden, dweight, dbias
+
+
+class GemmBackend:
+    """The backend interface (per-token statistics forward; gradients from g and e backward), plus the
+    one-pass token-level step."""
+
+    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, rows: Optional[RowOps] = None):
+        self.workspace_bytes = int(workspace_bytes)
+        self.rows = rows
+
+    def _rows(self, device: torch.device) -> RowOps:
+        return self.rows if self.rows is not None else default_rows(device)
+
+    def linear_forward(self, hidden, weight, bias, targets, temperature):
+        """hidden [N, H], weight [V, H], targets [N] -> (logps, entropy, lse) [N]: one GEMM per wave."""
+        logps, entropy, lse, *_ = _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes,
+                                          self._rows(hidden.device))
+        return logps, entropy, lse
+
+    def linear_backward(self, grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+                        needs_hidden_grad=True, needs_weight_grad=True):
+        """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent: the logits again, dZ, two GEMMs."""
+        *_, dh, dw, db = _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes,
+                                 self._rows(hidden.device), given=(lse, entropy, grad_logps, grad_entropy),
+                                 needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
+        return dh, dw, db
+
+    def linear_forward_with_grads(self, hidden, weight, bias, targets, temperature, token_grads: TokenGrads,
+                                  needs_hidden_grad=True, needs_weight_grad=True):
+        """Statistics and the gradients of a token-level objective in one pass: per wave the logits GEMM, the
+        statistics, `token_grads(n0, n1, logps, entropy) -> (g, e)` for those tokens, dZ in place, dH and dW."""
+        return _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes, self._rows(hidden.device),
+                       token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
+                       needs_weight_grad=needs_weight_grad)

@@ -1,0 +1,116 @@
+"""Row kernels of the GEMM path: softmax statistics of, and the softmax gradient over, whole rows of a float32
+logits workspace that a cuBLAS GEMM has just filled.
+
+One program per row, sweeping the vocabulary in BLOCK_V chunks. The statistics kernel keeps per-lane running
+(max, sum exp, sum exp * z) and folds the lanes at the end. The gradient kernel writes dZ over the logits it
+reads, in place, narrowed to the GEMM dtype: row i's 16-bit dZ occupies the first half of row i's float32 bytes.
+That is race-free because each row has one program, which sweeps its chunks in ascending order: the bytes that
+chunk j writes, [2j, 2j+2) x BLOCK_V x 2, lie at or below the float32 chunk it has just read and never reach a
+chunk not yet read ([4(j+1), ...) x BLOCK_V).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, target_z_ptr, V, inv_tau,
+                      HAS_BIAS: tl.constexpr, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0)
+    z_row = z_ptr + row.to(tl.int64) * stride_z
+    run_max = tl.full((BLOCK_V,), float("-inf"), dtype=tl.float32)
+    sum_exp = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    sum_exp_z = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    for v0 in range(0, V, BLOCK_V):
+        cols = v0 + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        z = tl.load(z_row + cols, mask=ok, other=0.0)
+        if HAS_BIAS:
+            z += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        z = tl.where(ok, z * inv_tau, float("-inf"))
+        new_max = tl.maximum(run_max, z)
+        # lanes that have seen only -inf keep sums of 0 (avoids -inf - -inf)
+        rescale = tl.where(new_max == float("-inf"), 0.0, tl.exp(run_max - new_max))
+        p = tl.where(ok, tl.exp(z - new_max), 0.0)
+        sum_exp = sum_exp * rescale + p
+        sum_exp_z = sum_exp_z * rescale + p * tl.where(ok, z, 0.0)
+        run_max = new_max
+    row_max = tl.max(run_max, 0)
+    lane_scale = tl.where(run_max == float("-inf"), 0.0, tl.exp(run_max - row_max))
+    total = tl.sum(sum_exp * lane_scale, 0)
+    lse = row_max + tl.log(total)
+    entropy = lse - tl.sum(sum_exp_z * lane_scale, 0) / total
+
+    target = tl.load(targets_ptr + row)
+    inside = (target >= 0) & (target < V)
+    safe = tl.where(inside, target, 0)
+    target_z = tl.load(z_row + safe)
+    if HAS_BIAS:
+        target_z += tl.load(bias_ptr + safe).to(tl.float32)
+    tl.store(lse_ptr + row, lse)
+    tl.store(entropy_ptr + row, entropy)
+    tl.store(target_z_ptr + row, tl.where(inside, target_z * inv_tau, 0.0))
+
+
+@triton.jit
+def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr,
+                     V, inv_tau, HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0)
+    z_row = z_ptr + row.to(tl.int64) * stride_z
+    dz_row = dz_ptr + row.to(tl.int64) * stride_dz
+    target = tl.load(targets_ptr + row)
+    lse = tl.load(lse_ptr + row)
+    g = tl.load(g_ptr + row)
+    e = 0.0
+    entropy = 0.0
+    if HAS_ENT_GRAD:
+        e = tl.load(e_ptr + row)
+        entropy = tl.load(entropy_ptr + row)
+    for v0 in range(0, V, BLOCK_V):  # ascending: the in-place narrowing depends on it
+        cols = v0 + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        z = tl.load(z_row + cols, mask=ok, other=0.0)
+        if HAS_BIAS:
+            z += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        log_p = z * inv_tau - lse
+        p = tl.exp(log_p)
+        dz = tl.where(cols == target, g, 0.0) - g * p
+        if HAS_ENT_GRAD:
+            dz -= e * p * (log_p + entropy)
+        tl.store(dz_row + cols, (dz * inv_tau).to(dz_ptr.dtype.element_ty), mask=ok)
+
+
+def _block_v(V: int) -> int:
+    # interpreter: numpy blocks, fewer Python-level iterations; GPU: 1024 fp32 per program step (4 KiB)
+    return min(1024, triton.next_power_of_2(V)) if torch.cuda.is_available() else min(256, triton.next_power_of_2(V))
+
+
+def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
+              inv_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """z [rows, V] float32 raw logits (h W^T) -> (lse, entropy, target logit) of (z + bias) * inv_tau, each [rows]."""
+    rows, V = z.shape
+    lse, entropy, target_z = (torch.empty(rows, dtype=torch.float32, device=z.device) for _ in range(3))
+    if rows:
+        _row_stats_kernel[(rows,)](z, z.stride(0), bias if bias is not None else z, targets, lse, entropy, target_z,
+                                   V, inv_tau, HAS_BIAS=bias is not None, BLOCK_V=_block_v(V))
+    return lse, entropy, target_z
+
+
+def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
+              entropy: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float,
+              out_dtype: torch.dtype) -> torch.Tensor:
+    """Overwrite z [rows, V] (float32, rows contiguous) with dLoss/d(raw logits); returns it as a [rows, V] view of
+    z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V)."""
+    rows, V = z.shape
+    assert z.dtype == torch.float32 and z.stride(1) == 1
+    dz = z if out_dtype == torch.float32 else z.view(out_dtype)[:, :V]
+    if rows:
+        _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
+                                  entropy, g, e if e is not None else g, V, inv_tau, HAS_BIAS=bias is not None,
+                                  HAS_ENT_GRAD=e is not None, BLOCK_V=_block_v(V))
+    return dz

@@ -1,0 +1,65 @@
+"""Softmax statistics and the softmax gradient on rows of logits, in torch ops.
+
+Shared by the chunked torch backend (which sees a vocabulary chunk of a row at a time and folds the
+chunks with an online log-sum-exp) and the GEMM path's CPU row pass (which sees whole rows). Every
+function works in the dtype of its input (float32, or float64 for the float64 oracle runs).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+class OnlineSoftmaxStats:
+    """Running max, sum of exp and sum of exp * z over vocabulary chunks, for lse and entropy."""
+
+    def __init__(self, rows: int, dtype: torch.dtype, device: torch.device):
+        self.max = torch.full((rows,), float("-inf"), dtype=dtype, device=device)
+        self.sum_exp = torch.zeros(rows, dtype=dtype, device=device)
+        self.sum_exp_z = torch.zeros(rows, dtype=dtype, device=device)
+
+    def update(self, z: torch.Tensor) -> None:
+        """Fold a [rows, chunk] tile of scaled logits in; allocates one tile-sized temporary."""
+        new_max = torch.maximum(self.max, z.max(dim=-1).values)
+        rescale = torch.exp(self.max - new_max)
+        p = torch.sub(z, new_max[:, None]).exp_()
+        self.sum_exp = self.sum_exp * rescale + p.sum(-1)
+        self.sum_exp_z = self.sum_exp_z * rescale + p.mul_(z).sum(-1)
+        self.max = new_max
+
+    def lse_and_entropy(self) -> tuple[torch.Tensor, torch.Tensor]:
+        lse = self.max + torch.log(self.sum_exp)
+        return lse, lse - self.sum_exp_z / self.sum_exp
+
+
+def target_in_range(targets: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which rows' target falls in [v0, v1), and its column within the range (0 where it does not).
+    Targets outside the weight's vocabulary (a shard's foreign ids, -1) fall in no range."""
+    inside = (targets >= v0) & (targets < v1)
+    return inside, torch.where(inside, targets - v0, torch.zeros_like(targets))
+
+
+def target_logit(z: torch.Tensor, inside: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """z[row, column] where the target is inside this tile, 0 elsewhere."""
+    return torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
+
+
+def softmax_grad_(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor],
+                  inside: torch.Tensor, column: torch.Tensor, inv_tau: float) -> torch.Tensor:
+    """Turn a tile of scaled logits z into dLoss/d(unscaled logits), in place, and return it (z's storage).
+
+    dz = (g (onehot - p) - e p (log p + ent)) / tau with g = dLoss/dlp and e = dLoss/dent per row. One
+    tile-sized temporary (p) is alive besides z.
+    """
+    log_p = z.sub_(lse[:, None])
+    p = torch.exp(log_p)
+    if e is not None:
+        log_p.add_(ent[:, None]).mul_(e[:, None]).add_(g[:, None]).mul_(p).neg_()
+    else:
+        torch.mul(p, -g[:, None], out=log_p)
+    del p
+    rows = torch.nonzero(inside).squeeze(-1)
+    z[rows, column[rows]] += g[rows]
+    return z.mul_(inv_tau) if inv_tau != 1.0 else z
