@@ -110,7 +110,7 @@ class RunConfig:
     # CPU threads for torch (None: torch's default). Tiny models gain nothing from threads, and on a busy
     # machine idle OpenMP threads spin and slow every small op down.
     num_threads: Optional[int] = None
-    loss_backend: Literal["auto", "torch", "triton", "reference"] = "auto"
+    loss_backend: Literal["auto", "gemm", "torch", "triton", "reference"] = "auto"
     save_steps: int = 0  # 0: only the final checkpoint
     save_total_limit: int = 2  # keep the last k checkpoints
     resume: Optional[str] = None  # "latest" or a checkpoint directory

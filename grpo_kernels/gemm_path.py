@@ -150,9 +150,12 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
     inv_tau = 1.0 / temperature
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
-    grads = token_grads is not None or given is not None
-    needs_hidden_grad, needs_weight_grad = grads and needs_hidden_grad, grads and needs_weight_grad
+    wants_grads = token_grads is not None or given is not None
+    needs_hidden_grad, needs_weight_grad = wants_grads and needs_hidden_grad, wants_grads and needs_weight_grad
+    grads = needs_hidden_grad or needs_weight_grad  # no dZ at all under no_grad or with nothing to train
 
+    if given is not None and not grads:
+        return None, None, None, None, None, None
     logps = entropy = lse = None
     if given is None:
         logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))

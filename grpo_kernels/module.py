@@ -40,6 +40,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         entropy_coef: float = 0.0,
         top_entropy_quantile: float = 1.0,
         backend: Backend = "auto",
+        workspace_bytes: Optional[int] = None,
     ):
         super().__init__()
         self.config = GRPOLossConfig(
@@ -52,6 +53,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         )
         self.use_ref_model = use_ref_model
         self.backend = backend
+        self.workspace_bytes = workspace_bytes  # the GEMM path's logits workspace (None: 1 GiB)
 
     def forward(
         self,
@@ -82,11 +84,17 @@ class FusedLinearGRPOLoss(torch.nn.Module):
                 ref_hidden = ref_input.view(B, T, -1) if ref_input.dim() == 2 else ref_input
                 ref_per_token_logps = linear_logprobs(
                     ref_hidden, ref_weight if ref_weight is not None else lin_weight, selected_token_ids,
-                    bias=ref_bias, temperature=self.config.temperature, backend=self.backend)
+                    bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
+                    mask=attention_mask, workspace_bytes=self.workspace_bytes)
         out = fused_linear_grpo_loss(
             hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
             old_logps=old_per_token_logps, ref_logps=ref_per_token_logps, importance_ratio=vllm_is_ratio,
-            num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend)
+            num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend,
+            workspace_bytes=self.workspace_bytes)
         metrics = [out.metrics["kl"]] if self.config.beta != 0.0 else []
-        metrics.append(out.metrics["clip_ratio/region_mean"])
+        if self.config.loss_type in ("sapo", "vespo"):
+            # Liger reports no clipping for the soft-gated (sapo) and gamma-weighted (vespo) objectives: a 0
+            metrics.append(torch.zeros((), device=out.loss.device))
+        else:
+            metrics.append(out.metrics["clip_ratio/region_mean"])
         return out.loss, metrics
