@@ -23,7 +23,9 @@ from .interrupt import TrainingInterrupted
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
                                          "run); relative data paths in it are read next to it")
-    group = parser.add_argument_group("config keys (any key of the YAML tree; values are YAML scalars)")
+    group = parser.add_argument_group(
+        "config keys (any key of the YAML tree; values are YAML scalars)",
+        "Defaults are the engine's; `train` without a model starts from the demo preset (examples/demo.yaml).")
     for key, meaning in key_help().items():
         group.add_argument(f"--{key}", dest=f"cfg:{key}", metavar="VALUE", default=argparse.SUPPRESS, help=meaning)
 
