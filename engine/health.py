@@ -30,7 +30,7 @@ class RunHealth:
                 f"learn from the reward. The task is too hard or too easy for the model, or the reward does not "
                 f"depend on the completion; try a graded reward, more rollout.num_generations or a higher "
                 f"rollout.temperature.")
-        grad_norm = metrics.get("grad_norm")
+        grad_norm = metrics.get("grad_norm", 1.0)
         if self._starts("grad_nonfinite", grad_norm is None or not math.isfinite(grad_norm)):
             messages.append(
                 f"grad_norm is {grad_norm} at step {step}: the gradients overflowed, so the optimizer step may "
