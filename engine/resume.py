@@ -62,6 +62,9 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
         check_fresh_directory(run_dir)
         return None
     point = ckpt.resolve_resume(config.run.resume, run_dir)
+    if announce:
+        for note in point.skipped:
+            print(f"warning: {note}; falling back to an older checkpoint")
     changed = changed_options(ckpt.saved_config(point.path), config)
     if changed:
         listing = ", ".join(f"{key} (saved {saved!r}, now {now!r})" for key, (saved, now) in changed.items())
@@ -73,7 +76,5 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
                                    f"leaves nothing to do (raise --max-steps to train on)")
     if announce:
-        for note in point.skipped:
-            print(f"warning: {note}; falling back to an older checkpoint")
         print(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
     return point
