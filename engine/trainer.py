@@ -61,7 +61,7 @@ def train(config: EngineConfig) -> TrainSummary:
                 saved = save(run, step) if step == cfg.run.max_steps or (
                     cfg.run.save_steps and step % cfg.run.save_steps == 0) else None
                 if step < cfg.run.max_steps and stop.requested(run.accelerator):
-                    stop_training(run, stop, step, saved)
+                    stop_training(run, stop, step, saved, bar)
         bar.close()
         return finish(run, eval_before, evaluate(run))
 
@@ -72,9 +72,10 @@ def save(run: Run, step: int) -> Path:
                                 config_yaml=run.config_yaml)
 
 
-def stop_training(run: Run, stop: StopRequest, step: int, saved: Optional[Path]) -> None:
+def stop_training(run: Run, stop: StopRequest, step: int, saved: Optional[Path], bar) -> None:
     """A stop signal at a step boundary: save (unless this step was just saved), close the sinks, raise."""
     checkpoint = saved or save(run, step)
+    bar.close()  # ends the bar's line, so the hint that follows stands on its own
     run.logger.close()
     raise TrainingInterrupted(stop.signal_name or "a stop signal on another process", step, checkpoint)
 

@@ -160,7 +160,7 @@ def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path
 
 def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_hints_resume(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    args = ["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "1000"]
+    args = ["train", "--output-dir", str(run_dir), *SMALL, "--run.progress_bar", "true", "--run.max_steps", "1000"]
     process = subprocess.Popen([sys.executable, "-m", "engine", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
     metrics = run_dir / "metrics.jsonl"
