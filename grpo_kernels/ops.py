@@ -281,9 +281,11 @@ def _attach_setup_context(ctx, inputs, output) -> None:
 
 
 def _attach_backward(ctx, grad_loss):
-    # The gradients were computed for an upstream gradient of 1; the backward only scales them.
+    # The gradients were computed for an upstream gradient of 1; the backward only scales them, in place: the
+    # saved tensors become the gradients, so no second [V, H] copy exists (autograd takes them over as .grad).
+    # A second backward through the same graph then fails autograd's own in-place check, as it should.
     def scaled(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
-        return x * grad_loss.to(x.dtype) if needed and _computed(x) else None
+        return x.mul_(grad_loss.to(x.dtype)) if needed and _computed(x) else None
 
     grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
     _, needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:4]

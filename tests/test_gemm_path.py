@@ -166,3 +166,18 @@ def test_workspace_bytes_validated():
     with pytest.raises(ValueError, match="workspace_bytes"):
         fused_linear_grpo_loss(problem.hidden, problem.weight, problem.completion_ids, problem.completion_mask,
                                problem.advantages, backend="gemm", workspace_bytes=-1)
+
+
+def test_gradients_are_not_copied_in_the_backward():
+    """The backward scales the precomputed gradients in place and autograd takes them over as .grad: a second
+    backward through the same graph is refused by autograd's in-place check instead of scaling twice."""
+    problem = make_problem(seed=11, B=2, T=4, H=8, V=20)
+    weight = problem.weight.clone().requires_grad_()
+    out = fused_linear_grpo_loss(problem.hidden, weight, problem.completion_ids, problem.completion_mask,
+                                 problem.advantages, old_logps=problem.old_logps, ref_logps=problem.ref_logps,
+                                 config=TOKEN_LEVEL, backend="gemm")
+    out.loss.backward(retain_graph=True)
+    first = weight.grad.clone()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.loss.backward()
+    torch.testing.assert_close(weight.grad, first)
