@@ -15,7 +15,7 @@ import grpo_kernels
 import grpo_kernels.api
 from grpo_kernels import GRPOLossConfig, grpo_objective
 
-from .cases import LossCase
+from .cases import LOSS_CASES, LossCase
 from .inputs import BenchInputs
 from .shapes import TRITON_INTERPRETER_MAX_MACS, BenchShape, macs
 
@@ -89,6 +89,12 @@ def case_mask(inputs: BenchInputs, case: LossCase) -> torch.Tensor:
         return inputs.completion_mask
     batch, seq_len = inputs.completion_mask.shape
     return right_padded_mask(batch, seq_len, case.valid_fraction, inputs.completion_mask.device)
+
+
+def valid_tokens(inputs: BenchInputs, case_name: str) -> int:
+    """Positions with completion_mask != 0 in a case (the floor, case "-", runs the inputs' own mask)."""
+    mask = case_mask(inputs, LOSS_CASES[case_name]) if case_name in LOSS_CASES else inputs.completion_mask
+    return int(mask.sum())
 
 
 def _loss_kwargs(inputs: BenchInputs, case: LossCase) -> dict:

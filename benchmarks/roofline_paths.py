@@ -238,8 +238,9 @@ def cce(p: Problem, block: int = 128) -> Estimate:
         atomics = math.ceil(N / block) * math.ceil(V / block) * block * H * 8
         phases.append(Phase("backward: recompute + dE + dC (atomics)",
                             flops=2 * (1 + p.hidden_needs_grad + p.weight_grad) * N * V * H,
-                            hbm_bytes=(N + V) * H * (c + 4 + 4 + c), l2_bytes=atomics * (p.hidden_needs_grad
-                                                                                       + p.weight_grad)))
+                            # operands read; each fp32 accumulator zeroed, read by the cast, cast to c
+                            hbm_bytes=(N + V) * H * c + (N * H * p.hidden_needs_grad + V * H * p.weight_grad)
+                            * (4 + 4 + c), l2_bytes=atomics * (p.hidden_needs_grad + p.weight_grad)))
     return Estimate("cce", p, phases, gemms=1 + grads * (1 + p.hidden_needs_grad + p.weight_grad),
                     peak_extra_bytes=N * H * 4 * grads + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
