@@ -74,7 +74,7 @@ def right_padded_mask(batch: int, seq_len: int, valid_fraction: float, device: t
         raise ValueError(f"valid_fraction must be in (0, 1], got {valid_fraction}")
     total = max(batch, round(valid_fraction * batch * seq_len))
     mean = total / batch
-    spread = max(0.0, min(mean - 1, seq_len - mean)) / 2
+    spread = max(0.0, min(mean - 1, seq_len - mean)) / 2 if batch > 1 else 0.0
     lengths = (mean + torch.linspace(-spread, spread, batch, dtype=torch.float64)).floor().long().clamp(1, seq_len)
     for row in range(batch):  # the floors dropped less than one per row: hand the rest to rows with room
         if int(lengths.sum()) == total:
