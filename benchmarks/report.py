@@ -161,11 +161,15 @@ def header(run: Run) -> list[str]:
     versions = ", ".join(f"{name} {m[key]}" for key, name in
                          (("torch", "torch"), ("triton", "triton"), ("cuda", "CUDA"), ("liger_kernel", "liger-kernel"),
                           ("cut_cross_entropy", "cut-cross-entropy")) if m.get(key))
+    tests = m.get("gpu_tests")
+    tests_line = ["", f"GPU tests: `{tests['command']}`: {tests['summary']} (exit code {tests['exit_code']}, "
+                      f"{tests['seconds']} s)."] if tests else []
     return [
         f"Device: **{m.get('device', '?')}** ({m.get('device_type', '?')}, torch threads: {m.get('torch_threads', '?')}, "
         f"load average at the end of the run: {m.get('load_average_1_5_15m', '?')}); {versions}; Python {m.get('python', '?')}.",
         "",
         f"Command: `{m.get('command_line', '?')}`; run {m.get('datetime', '?')} at commit `{(m.get('commit') or '?')[:12]}`.",
+        *tests_line,
     ]
 
 
