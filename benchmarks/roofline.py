@@ -1,7 +1,7 @@
 """Roofline model of every GRPO loss path on H100 / H200, from FLOPs and bytes counted from each algorithm.
 
     python -m benchmarks.roofline                   # S1-S3 (issue 9's targets) and the GPU benchmark shapes
-    python -m benchmarks.roofline --device H200 --paths gemm floor
+    python -m benchmarks.roofline --device H200 --paths gemm floor --section targets --valid-fraction 0.5
 
 The counts live in benchmarks/roofline_paths.py, the rates and the time rule in benchmarks/roofline_model.py.
 The report (benchmarks/report.py) prints `predict_case_ms` beside every GPU measurement.
@@ -16,7 +16,7 @@ from typing import Optional
 
 from .cases import LOSS_CASES
 from .roofline_model import DEVICES, GIB, DeviceRates, Estimate, Problem, device_key
-from .roofline_paths import MODELS
+from .roofline_paths import ALTERNATIVES, MODELS
 from .shapes import SHAPE_SETS, TARGET_SHAPES, BenchShape
 
 # Issue 9's targets: time over the bare GEMMs of the same shape, and memory beyond the gradients.
@@ -47,9 +47,11 @@ def problem(shape: BenchShape, scenario: Scenario, valid_fraction: float = 1.0) 
 
 
 def estimate(path: str, p: Problem) -> Estimate:
-    if path not in MODELS:
-        raise ValueError(f"path must be one of {sorted(MODELS)}, got {path!r}")
-    return MODELS[path](p)
+    """The model of `path` (a benchmarked path, "floor", or a design alternative) on problem `p`."""
+    models = {**MODELS, **ALTERNATIVES}
+    if path not in models:
+        raise ValueError(f"path must be one of {sorted(models)}, got {path!r}")
+    return models[path](p)
 
 
 def x_floor(path: str, p: Problem, rates: DeviceRates) -> float:
@@ -135,26 +137,35 @@ def rates_table(devices: list[str]) -> list[str]:
     return lines
 
 
-def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0) -> str:
+SECTIONS = ("all", "targets", "gpu-set")
+
+
+def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, section: str = "all") -> str:
+    if section not in SECTIONS:
+        raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
     lines = ["## Roofline model (predicted, not measured)", "",
              "Predicted time = sum over phases of max(FLOPs / matmul rate, HBM bytes / achievable bandwidth). "
              "x floor = predicted time / predicted bare GEMMs of the same scenario over every position "
              "(3 for a trained head, 2 frozen, 1 for log-probs); overlapped: if memory-bound phases ran beside "
-             "compute-bound ones (max of total FLOP time and total byte time), a lower bound. Peak extra excludes the inputs, the gradients "
-             "and one float32 dW copy (its own column); target: <= 1.5 GiB. "
-             f"Valid-token fraction: {valid_fraction}.", "", *rates_table(devices), "",
-             "### Issue 9 target shapes (bf16)", "",
-             *table(list(TARGET_SHAPES.items()), list(SCENARIOS.values()), paths, devices, valid_fraction), "",
-             "### GPU benchmark set (benchmarks/shapes.py, bf16), token-level loss", ""]
-    lines += table([(shape.head.name, shape) for shape in SHAPE_SETS["gpu"]], [SCENARIOS["token-level"]], paths,
-                   devices, valid_fraction)
+             "compute-bound ones (max of total FLOP time and total byte time), a lower bound. Peak extra excludes "
+             "the inputs, the gradients and one float32 dW copy (its own column); target: <= 1.5 GiB. "
+             f"Valid-token fraction: {valid_fraction}.", "", *rates_table(devices)]
+    if section in ("all", "targets"):
+        lines += ["", "### Issue 9 target shapes (bf16)", "",
+                  *table(list(TARGET_SHAPES.items()), list(SCENARIOS.values()), paths, devices, valid_fraction)]
+    if section in ("all", "gpu-set"):
+        lines += ["", "### GPU benchmark set (benchmarks/shapes.py, bf16), token-level loss", "",
+                  *table([(shape.head.name, shape) for shape in SHAPE_SETS["gpu"]], [SCENARIOS["token-level"]],
+                         paths, devices, valid_fraction)]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=__doc__.splitlines()[0])
-    parser.add_argument("--paths", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--paths", nargs="+", default=list(MODELS), choices=[*MODELS, *ALTERNATIVES],
+                        help=f"default: every benchmarked path and the floor; design alternatives: {list(ALTERNATIVES)}")
     parser.add_argument("--device", nargs="+", default=list(DEVICES), choices=list(DEVICES), dest="devices")
+    parser.add_argument("--section", default="all", choices=SECTIONS, help="which tables (default: all)")
     parser.add_argument("--valid-fraction", type=float, default=1.0,
                         help="fraction of positions with completion_mask != 0 (default 1.0)")
     args = parser.parse_args(argv)
@@ -162,7 +173,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         replace(Problem(1, 1, 1), valid_fraction=args.valid_fraction)
     except ValueError as error:
         parser.error(str(error))
-    sys.stdout.write(report(args.paths, args.devices, args.valid_fraction))
+    sys.stdout.write(report(args.paths, args.devices, args.valid_fraction, args.section))
     return 0
 
 

@@ -127,3 +127,16 @@ def test_command_prints_the_target_shapes_and_verdicts(capsys):
     assert "| S1 N=8192 H=4096 V=151936 | token-level | gemm | 3 |" in out
     assert "(<= 1.15x)" in out and "(<= 1.45x)" in out and "(<= 1.1x)" in out
     assert "qwen2.5-7b" in out and "H100 SXM5 80GB" in out
+
+
+def test_dw_in_the_gemm_epilogue_drops_the_temporary_and_its_traffic():
+    p = roofline.problem(roofline.TARGET_SHAPES["S1"], roofline.SCENARIOS["token-level"])
+    current, alternative = roofline.estimate("gemm", p), roofline.estimate("gemm+dw-epilogue", p)
+    waves = 5  # n_w = 2^30 // (4 * 151936) = 1767 rows: 8192 tokens in 5 waves
+    assert f"{waves} waves" in current.assumptions[0]
+    # each later wave: GEMM3 writes 4 B per dW element either way (temporary / accumulator); the separate add
+    # (temporary read 4 + accumulator read-modify-write 8) is replaced by the GEMM reading the accumulator (4)
+    V, H = 151936, 4096
+    assert current.hbm_bytes - alternative.hbm_bytes == (waves - 1) * V * H * (4 + 8 - 4)
+    assert current.peak_extra_bytes - alternative.peak_extra_bytes == V * H * 4
+    assert alternative.flops == current.flops
