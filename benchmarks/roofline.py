@@ -143,7 +143,7 @@ SECTIONS = ("all", "targets", "gpu-set")
 def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, section: str = "all") -> str:
     if section not in SECTIONS:
         raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
-    lines = ["## Roofline model (predicted, not measured)", "",
+    lines = ["**Roofline model (predicted, not measured)**", "",
              "Predicted time = sum over phases of max(FLOPs / matmul rate, HBM bytes / achievable bandwidth). "
              "x floor = predicted time / predicted bare GEMMs of the same scenario over every position "
              "(3 for a trained head, 2 frozen, 1 for log-probs); overlapped: if memory-bound phases ran beside "
@@ -151,10 +151,10 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
              "the inputs, the gradients and one float32 dW copy (its own column); target: <= 1.5 GiB. "
              f"Valid-token fraction: {valid_fraction}.", "", *rates_table(devices)]
     if section in ("all", "targets"):
-        lines += ["", "### Issue 9 target shapes (bf16)", "",
+        lines += ["", "#### Issue 9 target shapes (bf16)", "",
                   *table(list(TARGET_SHAPES.items()), list(SCENARIOS.values()), paths, devices, valid_fraction)]
     if section in ("all", "gpu-set"):
-        lines += ["", "### GPU benchmark set (benchmarks/shapes.py, bf16), token-level loss", "",
+        lines += ["", "#### GPU benchmark set (benchmarks/shapes.py, bf16), token-level loss", "",
                   *table([(shape.head.name, shape) for shape in SHAPE_SETS["gpu"]], [SCENARIOS["token-level"]],
                          paths, devices, valid_fraction)]
     return "\n".join(lines) + "\n"

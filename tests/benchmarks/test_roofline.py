@@ -1,5 +1,7 @@
 """benchmarks.roofline: a case counted by hand, and the model's sanity (frozen head, padding, two passes)."""
 
+import os
+
 import pytest
 
 from benchmarks import roofline
@@ -140,3 +142,13 @@ def test_dw_in_the_gemm_epilogue_drops_the_temporary_and_its_traffic():
     assert current.hbm_bytes - alternative.hbm_bytes == (waves - 1) * V * H * (4 + 8 - 4)
     assert current.peak_extra_bytes - alternative.peak_extra_bytes == V * H * 4
     assert alternative.flops == current.flops
+
+
+def test_docs_table_is_what_the_command_prints():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        docs = f.read()
+    begin, end = docs.index("<!-- roofline:begin -->\n"), docs.index("<!-- roofline:end -->")
+    expected = roofline.report(list(MODELS), list(DEVICES), 1.0, "targets")
+    assert docs[begin + len("<!-- roofline:begin -->\n"):end] == expected, (
+        "docs/benchmarks.md's roofline block is stale: paste `python -m benchmarks.roofline --section targets`")
