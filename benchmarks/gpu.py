@@ -37,6 +37,7 @@ from .roofline import predict_case_ms
 from .runner import is_out_of_memory
 from .run import RESULTS_DIR, device_slug
 
+FAILED = "FAILED"  # marks a case that raised (not a skip): the command then exits 1
 NO_GPU_MESSAGE = ("python -m benchmarks.gpu needs a CUDA GPU, and torch.cuda.is_available() is False here. "
                   "Without one: `python -m benchmarks.roofline` prints the model's predictions, "
                   "`python -m benchmarks.run` runs the CPU benchmarks.")
@@ -132,11 +133,11 @@ def run_benchmarks(cases: list[GpuCase], later: list[GpuCase], budget_s: float, 
                   + (f" (predicted {predicted:.2f})" if predicted else ""), flush=True)
         except PathUnavailable as reason:
             skipped.append({"nodeid": f"gpu::{case.id}", "reason": f"{case.path}: {reason}"})
-        except (torch.cuda.OutOfMemoryError, RuntimeError) as error:
-            if not is_out_of_memory(error):
-                raise
-            skipped.append({"nodeid": f"gpu::{case.id}",
-                            "reason": f"{case.path}: out of memory at N={case.shape.tokens}"})
+        except Exception as error:  # noqa: BLE001 - one broken case must not cost the other cases' results
+            what = (f"out of memory at N={case.shape.tokens}" if is_out_of_memory(error)
+                    else f"{FAILED}: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}")
+            skipped.append({"nodeid": f"gpu::{case.id}", "reason": f"{case.path}: {what}"})
+            print(f"{case.id}: {what}", flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return records, skipped
@@ -196,7 +197,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     code = write_results(json_path, meta, records, skipped)
     print(f"wrote {json_path} and its .md in {time.monotonic() - started:.0f} s", file=sys.stderr)
     failed_tests = gpu_tests is not None and gpu_tests["exit_code"] != 0
-    return 1 if failed_tests else code
+    failed_cases = [s for s in skipped if f": {FAILED}: " in s["reason"]]
+    return 1 if failed_tests or failed_cases else code
 
 
 if __name__ == "__main__":

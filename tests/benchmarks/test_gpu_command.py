@@ -75,6 +75,11 @@ def test_run_loop_and_results_files_on_cpu(tmp_path):
     assert [r["extra_info"]["path"] for r in records] == ["floor", "torch", "torch"]
     assert all(r["stats"]["median"] > 0 and r["extra_info"]["valid_tokens"] > 0 for r in records)
     assert len(skipped) == 1 and skipped[0]["reason"].startswith("cce: ")
+    # a case that raises is recorded as failed, and the others still run
+    broken = gpu_plan.GpuCase("torch", "loss", "no_such_case", shape)
+    more, failed = gpu.run_benchmarks([broken, cases[0]], [], budget_s=60, device=torch.device("cpu"),
+                                      device_name="test")
+    assert len(more) == 1 and f": {gpu.FAILED}: KeyError" in failed[0]["reason"]
     # a spent budget skips the rest with the reason
     _, late = gpu.run_benchmarks(cases[:1], [], budget_s=0, device=torch.device("cpu"), device_name="test")
     assert "budget is spent" in late[0]["reason"]
