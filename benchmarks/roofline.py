@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 from .cases import LOSS_CASES
@@ -163,14 +163,15 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=__doc__.splitlines()[0])
     parser.add_argument("--paths", nargs="+", default=list(MODELS), choices=[*MODELS, *ALTERNATIVES],
-                        help=f"default: every benchmarked path and the floor; design alternatives: {list(ALTERNATIVES)}")
+                        help="default: every benchmarked path and the floor; also design alternatives: "
+                             + ", ".join(ALTERNATIVES))
     parser.add_argument("--device", nargs="+", default=list(DEVICES), choices=list(DEVICES), dest="devices")
     parser.add_argument("--section", default="all", choices=SECTIONS, help="which tables (default: all)")
     parser.add_argument("--valid-fraction", type=float, default=1.0,
                         help="fraction of positions with completion_mask != 0 (default 1.0)")
     args = parser.parse_args(argv)
     try:
-        replace(Problem(1, 1, 1), valid_fraction=args.valid_fraction)
+        Problem(1, 1, 1, valid_fraction=args.valid_fraction)
     except ValueError as error:
         parser.error(str(error))
     sys.stdout.write(report(args.paths, args.devices, args.valid_fraction, args.section))

@@ -135,6 +135,8 @@ def test_gpu_results_carry_the_roofline_prediction(tmp_path):
     assert f"| {predicted:,.2f} | {60.0 / predicted:.2f}x |" in text
     floor_predicted = roofline.predict_case_ms("NVIDIA H100", "floor", "loss", "-", 4096, 151936, 8192, "bfloat16")
     assert f"| {floor_predicted:,.2f} | {40.0 / floor_predicted:.2f}x |" in text
+    # the README headline takes the GPU command's dapo_kl rows (it has no plain dapo case)
+    assert "| S1 (4096, 151936) | 8192 | flat | gemm | 60.00 |" in report.readme_block([run])
 
 
 def test_cpu_results_have_no_prediction_columns(tmp_path):
