@@ -184,7 +184,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     os.chdir(repo_root)
     free, _total = torch.cuda.mem_get_info()
-    plan = make_plan(PATHS, free, args.budget_s, run_tests=not args.skip_tests)
+    try:
+        plan = make_plan(PATHS, free, args.budget_s, run_tests=not args.skip_tests)
+    except ValueError as error:
+        parser.error(str(error))
     gpu_tests = None if args.skip_tests else run_gpu_tests(TESTS_BUDGET_S)
     budget = args.budget_s - (time.monotonic() - started) - WRITE_MARGIN_S  # what the tests left
     records, skipped = run_benchmarks(plan.cases, [case for case, _ in plan.over_budget], budget,
