@@ -53,11 +53,12 @@ def floor(p: Problem) -> Estimate:
                     assumptions=["no padding is dropped (the measured floor runs every position)"])
 
 
-def gemm(p: Problem, dw_in_gemm_epilogue: bool = False) -> Estimate:
+def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
     """The GEMM-rate path: waves of n_w rows through a reused float32 [n_w, V] logits workspace.
 
-    dw_in_gemm_epilogue models a design alternative, not the code: GEMM3 adds into the float32 accumulator
-    itself (beta = 1, e.g. a Triton GEMM or cuBLASLt with a float32 C): no temporary, accumulator read + written.
+    Later waves' GEMM3 adds into the float32 dW accumulator itself (kernels/accumulate_mm.py: the accumulator
+    read and written once per wave, no temporary). dw_through_temporary models the design it replaced: a float32
+    temporary from torch.mm(out_dtype=float32), then added into the accumulator.
     """
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     n_w = min(N, max(1, p.workspace_bytes // (4 * V)))
@@ -88,7 +89,7 @@ def gemm(p: Problem, dw_in_gemm_epilogue: bool = False) -> Estimate:
                 later = count - 1 if first else count
                 if first:  # the first wave's GEMM3 writes the float32 accumulator directly
                     phases.append(_gemm("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
-                if later and dw_in_gemm_epilogue:  # the GEMM reads the accumulator as C and writes it back
+                if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
                     gemm3 = _gemm("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
                     phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
                 elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
@@ -101,9 +102,9 @@ def gemm(p: Problem, dw_in_gemm_epilogue: bool = False) -> Estimate:
         if p.hidden_needs_grad:
             phases.append(Phase("backward: scale dH by the incoming gradient", hbm_bytes=2 * N * H * c))
     gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
-    temporary = V * H * 4 if p.weight_grad and n_waves > 1 and not dw_in_gemm_epilogue else 0
+    temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
     gathered = N * H * c if N < p.tokens else 0
-    return Estimate("gemm+dw-epilogue" if dw_in_gemm_epilogue else "gemm", p, phases, gemms=gemms,
+    return Estimate("gemm+dw-temporary" if dw_through_temporary else "gemm", p, phases, gemms=gemms,
                     peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
@@ -263,5 +264,5 @@ MODELS: dict[str, Callable[[Problem], Estimate]] = {
 
 # Designs the code does not implement, for comparison (`python -m benchmarks.roofline --paths ...`).
 ALTERNATIVES: dict[str, Callable[[Problem], Estimate]] = {
-    "gemm+dw-epilogue": partial(gemm, dw_in_gemm_epilogue=True),
+    "gemm+dw-temporary": partial(gemm, dw_through_temporary=True),
 }

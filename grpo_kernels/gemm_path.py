@@ -25,8 +25,6 @@ from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target
 DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
 ROW_CHUNK = 64
-# Bound of the float32 temporary a 16-bit dW update makes when it cannot accumulate in place.
-DW_TEMP_BYTES = 256 << 20
 
 TokenGrads = Callable[[int, int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Optional[torch.Tensor]]]
 
@@ -110,9 +108,10 @@ def _mm_wide(a: torch.Tensor, b: torch.Tensor, wide: torch.dtype, out: Optional[
 
 
 class _WeightGrad:
-    """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it; later waves add. A
-    float32 GEMM adds in place (addmm); 16-bit operands cannot addmm into float32 (pytorch#154086), so they go
-    through a temporary of at most DW_TEMP_BYTES, vocabulary slice by slice."""
+    """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it (a GEMM with float32
+    output); later waves add into it inside the GEMM: addmm for float32 operands, and for 16-bit ones (which
+    cuBLAS through torch cannot add into float32, pytorch#154086) the Triton GEMM of kernels/accumulate_mm.py,
+    which reads and writes the accumulator once per wave and makes no temporary."""
 
     def __init__(self, weight: torch.Tensor, wide: torch.dtype):
         self.acc = torch.empty(weight.shape, dtype=wide, device=weight.device)
@@ -125,9 +124,9 @@ class _WeightGrad:
         elif dz.dtype == self.acc.dtype:
             self.acc.addmm_(dz.T, h)
         else:
-            step = max(1, DW_TEMP_BYTES // (4 * h.shape[1]))
-            for v0 in range(0, dz.shape[1], step):
-                self.acc[v0:v0 + step].add_(_mm_wide(dz[:, v0:v0 + step].T, h, self.acc.dtype))
+            from .kernels.accumulate_mm import accumulate_at_b
+
+            accumulate_at_b(self.acc, dz, h)
 
     def result(self, dtype: torch.dtype) -> torch.Tensor:
         if not self.started:

@@ -181,3 +181,24 @@ def test_gradients_are_not_copied_in_the_backward():
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.loss.backward()
     torch.testing.assert_close(weight.grad, first)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_accumulate_gemm_adds_a_16_bit_product_into_float32(dtype):
+    """The 16-bit dW update across waves (CUDA): C += A^T B inside the GEMM, A with a row stride of 2M as the
+    narrowed dZ has; under the Triton interpreter here."""
+    from grpo_kernels.kernels.accumulate_mm import accumulate_at_b
+
+    triton_rows()  # selects the interpreter on CPU
+    gen = torch.Generator().manual_seed(12)
+    K, M, N = 37, 70, 45
+    storage = torch.randn(K, 2 * M, generator=gen).to(dtype)
+    a = storage[:, :M]
+    b = torch.randn(K, N, generator=gen).to(dtype)
+    c = torch.randn(M, N, generator=gen)
+    expected = c + a.float().T @ b.float()
+    out = accumulate_at_b(c, a, b)
+    assert out.data_ptr() == c.data_ptr()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="float32"):
+        accumulate_at_b(c.to(dtype), a, b)
