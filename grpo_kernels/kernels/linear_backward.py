@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .configs import KernelConfig
 from .tiles import load_row_stats, logits_tile, softmax_grad_tile
 
 
@@ -81,25 +82,35 @@ def _grad_weight_kernel(
 
 
 def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature: float,
-                    blocks: dict, upcast: bool, precision: str):
+                    configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str,
+                    needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
+    """configs: (grad_hidden, grad_weight) table entries. A gradient not needed is None, and neither its
+    kernel nor its buffer exists; grad_bias comes with the weight's."""
     N, H = hidden.shape
     V = weight.shape[0]
+    hidden_config, weight_config = configs
     # float32 accumulators, each element written by exactly one program
-    grad_hidden = torch.zeros(N, H, dtype=torch.float32, device=hidden.device)
-    grad_weight = torch.zeros(V, H, dtype=torch.float32, device=weight.device)
-    grad_bias = torch.zeros(V, dtype=torch.float32, device=weight.device) if bias is not None else None
-    if N > 0:
+    grad_hidden = torch.zeros(N, H, dtype=torch.float32, device=hidden.device) if needs_hidden_grad else None
+    grad_weight = torch.zeros(V, H, dtype=torch.float32, device=weight.device) if needs_weight_grad else None
+    grad_bias = (torch.zeros(V, dtype=torch.float32, device=weight.device)
+                 if needs_weight_grad and bias is not None else None)
+    if N > 0 and (needs_hidden_grad or needs_weight_grad):
         g = grad_logps.float().contiguous()
         e = grad_entropy.float().contiguous() if grad_entropy is not None else g
-        common = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, UPCAST=upcast,
-                      PRECISION=precision, **blocks)
+        flags = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, UPCAST=upcast,
+                     PRECISION=precision)
         bias_arg = bias if bias is not None else hidden
-        _grad_hidden_kernel[(triton.cdiv(N, blocks["BLOCK_N"]),)](
-            hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
-            N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, **common)
-        _grad_weight_kernel[(triton.cdiv(V, blocks["BLOCK_V"]),)](
-            hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
-            grad_bias if grad_bias is not None else grad_weight,
-            N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, **common)
-    return (grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
-            grad_bias.to(bias.dtype) if bias is not None else None)
+        if needs_hidden_grad:
+            _grad_hidden_kernel[(triton.cdiv(N, hidden_config.block_n),)](
+                hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
+                N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+                **flags, **hidden_config.launch_options(upcast))
+        if needs_weight_grad:
+            _grad_weight_kernel[(triton.cdiv(V, weight_config.block_v),)](
+                hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
+                grad_bias if grad_bias is not None else grad_weight,
+                N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+                **flags, **weight_config.launch_options(upcast))
+    return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
+            grad_weight.to(weight.dtype) if grad_weight is not None else None,
+            grad_bias.to(bias.dtype) if grad_bias is not None else None)

@@ -76,3 +76,16 @@ def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok
     if HAS_ENT_GRAD:
         e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
     return targets, lse, entropy, g, e
+
+
+@triton.jit
+def online_softmax_merge(run_max, sum_exp, sum_exp_z, target_z, part_max, part_sum_exp, part_sum_exp_z,
+                         part_target_z):
+    """Fold the statistics of another vocabulary range (same rows) into the running ones. The target logit
+    adds: it is 0 in every range that does not hold the target."""
+    new_max = tl.maximum(run_max, part_max)
+    rescale = tl.exp(run_max - new_max)
+    part_rescale = tl.exp(part_max - new_max)
+    sum_exp = sum_exp * rescale + part_sum_exp * part_rescale
+    sum_exp_z = sum_exp_z * rescale + part_sum_exp_z * part_rescale
+    return new_max, sum_exp, sum_exp_z, target_z + part_target_z

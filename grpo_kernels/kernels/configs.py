@@ -1,0 +1,99 @@
+"""Block / warp / stage tables of the Triton kernels, per GPU architecture.
+
+Every GPU entry here is compiled for sm_90a and sm_80 by `python -m benchmarks.kernel_report`, and
+tests/kernels/test_kernel_report.py fails if any of them spills registers or if a Hopper build of a
+tensor-core kernel has no wgmma. Hopper's wgmma needs the dot's M (the first block of the A operand) to be
+a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
+
+Why these shapes (measured with the report, bf16, zero spill bytes everywhere):
+- forward: a [64 tokens, 128 vocab] logits tile over 64-wide slices of H; 8 warps keep the online-softmax
+  state and the accumulator within 255 registers (at 4 warps the forward spilled).
+- grad_hidden: the dz tile is 256 vocabulary columns wide, so the [64, H] float32 dH accumulator is read
+  and written once per 256 columns instead of once per 128 (half the traffic of the accumulator).
+- grad_weight: the dz tile is 256 tokens tall, so the [64, H] float32 dW accumulator is read and written
+  once per 256 tokens instead of once per 64 (a quarter of the traffic).
+- float32 inputs use exact (non-TF32) dots without tensor cores; their tiles are smaller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    block_n: int
+    block_v: int
+    block_k: int = 0  # 0 for the logits-input kernels, which have no H loop
+    num_warps: int = 4
+    num_stages: int = 2
+    # constexprs the kernel takes for its block shape
+    blocks: dict = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        blocks = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v}
+        if self.block_k:
+            blocks["BLOCK_K"] = self.block_k
+        object.__setattr__(self, "blocks", blocks)
+
+    def launch_options(self, interpreted: bool) -> dict:
+        """Keyword arguments of a kernel launch: the blocks, plus warps and stages on a GPU."""
+        if interpreted:
+            return dict(self.blocks)
+        return dict(self.blocks, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+# The kernels a table holds an entry for. "forward" serves both linear forwards (log-probs and the
+# GRPO epilogue) and the split-vocabulary partial-statistics kernel; "merge" the split merge.
+KERNELS = ("forward", "grad_hidden", "grad_weight", "merge", "logits")
+SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
+
+_MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
+_LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
+
+GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
+    "sm90": {
+        "forward": {SIXTEEN_BIT: KernelConfig(64, 128, 64, num_warps=8, num_stages=3),
+                    FLOAT32: KernelConfig(64, 64, 32, num_warps=4, num_stages=2)},
+        "grad_hidden": {SIXTEEN_BIT: KernelConfig(64, 256, 32, num_warps=8, num_stages=3),
+                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+        "grad_weight": {SIXTEEN_BIT: KernelConfig(128, 64, 32, num_warps=8, num_stages=3),
+                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+        "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
+        "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
+    },
+    "sm80": {
+        "forward": {SIXTEEN_BIT: KernelConfig(64, 128, 64, num_warps=8, num_stages=3),
+                    FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+        "grad_hidden": {SIXTEEN_BIT: KernelConfig(64, 256, 32, num_warps=8, num_stages=3),
+                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+        "grad_weight": {SIXTEEN_BIT: KernelConfig(256, 64, 32, num_warps=8, num_stages=3),
+                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+        "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
+        "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
+    },
+}
+# Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
+GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
+
+# The interpreter runs blocks as numpy arrays: bigger blocks mean fewer Python-level programs, which is
+# what its run time is made of. Warps and stages mean nothing there.
+_INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
+INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
+    "forward": _INTERPRETER_LINEAR, "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
+    "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
+}
+
+
+def arch_of(capability: tuple[int, int]) -> str:
+    """The table for a CUDA compute capability: Hopper, Ampere / Ada, or the default."""
+    major = capability[0]
+    if major == 9:
+        return "sm90"
+    if major == 8:
+        return "sm80"
+    return "default"
+
+
+def dtype_class(is_float32: bool) -> str:
+    return FLOAT32 if is_float32 else SIXTEEN_BIT
