@@ -5,14 +5,17 @@ tests/kernels/test_kernel_report.py fails if any of them spills registers or if 
 tensor-core kernel has no wgmma. Hopper's wgmma needs the dot's M (the first block of the A operand) to be
 a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
 
-Why these shapes (measured with the report, bf16, zero spill bytes everywhere):
-- forward: a [64 tokens, 128 vocab] logits tile over 64-wide slices of H; 8 warps keep the online-softmax
-  state and the accumulator within 255 registers (at 4 warps the forward spilled).
-- grad_hidden: the dz tile is 256 vocabulary columns wide, so the [64, H] float32 dH accumulator is read
-  and written once per 256 columns instead of once per 128 (half the traffic of the accumulator).
-- grad_weight: the dz tile is 256 tokens tall, so the [64, H] float32 dW accumulator is read and written
-  once per 256 tokens instead of once per 64 (a quarter of the traffic).
-- float32 inputs use exact (non-TF32) dots without tensor cores; their tiles are smaller.
+Why these shapes (bf16 / fp16; zero spill bytes on both archs in the report):
+- forward: a [64 tokens, 128 vocab] logits tile over 64-wide slices of H on Hopper (256 vocab spilled
+  there), 256 vocab on Ampere; 8 warps keep the online-softmax state and the accumulator within 255
+  registers (the old 4-warp build spilled 656 B).
+- grad_hidden / grad_weight contract transposed tall-skinny tiles (linear_backward.py): the float32
+  accumulator round trip, the backward's dominant traffic, happens once per BLOCK_V vocabulary columns
+  (dH) / BLOCK_N tokens (dW). Hopper: dH 32 tokens x 512 vocab, dW 512 tokens x 16 vocab, with
+  BLOCK_K 64 (the contraction's wgmma M; 32 falls back to mma.sync). Ampere: 64 x 256 and 256 x 32.
+  Before, both were 64 x 128: 4x (dH) and 8x (dW) more accumulator traffic on Hopper.
+- float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
+  backward.
 """
 
 from __future__ import annotations
@@ -55,20 +58,20 @@ GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": {
         "forward": {SIXTEEN_BIT: KernelConfig(64, 128, 64, num_warps=8, num_stages=3),
                     FLOAT32: KernelConfig(64, 64, 32, num_warps=4, num_stages=2)},
-        "grad_hidden": {SIXTEEN_BIT: KernelConfig(64, 256, 32, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
-        "grad_weight": {SIXTEEN_BIT: KernelConfig(128, 64, 32, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+        "grad_hidden": {SIXTEEN_BIT: KernelConfig(32, 512, 64, num_warps=8, num_stages=2),
+                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
+        "grad_weight": {SIXTEEN_BIT: KernelConfig(512, 16, 64, num_warps=8, num_stages=3),
+                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
         "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
         "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
     },
     "sm80": {
-        "forward": {SIXTEEN_BIT: KernelConfig(64, 128, 64, num_warps=8, num_stages=3),
+        "forward": {SIXTEEN_BIT: KernelConfig(64, 256, 64, num_warps=8, num_stages=2),
                     FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
         "grad_hidden": {SIXTEEN_BIT: KernelConfig(64, 256, 32, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
-        "grad_weight": {SIXTEEN_BIT: KernelConfig(256, 64, 32, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
+                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
+        "grad_weight": {SIXTEEN_BIT: KernelConfig(256, 32, 64, num_warps=8, num_stages=3),
+                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
         "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
         "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
     },

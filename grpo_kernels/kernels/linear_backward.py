@@ -3,7 +3,16 @@ e = dLoss/dent, and contract it with the LM head (dH) and the hidden states (dW,
 
 Two kernels, each the only writer of its output rows, so results are bitwise reproducible (no
 atomics): dH with a grid over token blocks, dW and dbias with a grid over vocabulary blocks. The price
-is one extra logits recompute (five GEMM-equivalents in forward + backward instead of four)."""
+is one extra logits recompute (five GEMM-equivalents in forward + backward instead of four).
+
+A program's float32 accumulator ([tokens, H] for dH, [vocab, H] for dW) is far too big for the chip,
+so it is read and written in global memory once per dz tile it absorbs; what bounds that traffic is the
+reduction length of each read-modify-write: the vocabulary width of a dH tile, the token height of a
+dW tile. Both kernels therefore contract transposed, tall-skinny tiles: dH^T[k, tokens] +=
+W[cols, k]^T @ dz^T[cols, tokens] with a narrow token block (16-64, the tensor-core N dimension) and a
+wide vocabulary tile (the reduction), and dW^T[k, cols] += H[rows, k]^T @ dz[rows, cols] with a narrow
+vocabulary block and a tall token tile. The register cost of the dz tile is the same as a square tile
+of equal area, but each accumulator round trip absorbs 4-16x more of the reduction (configs.py)."""
 
 import torch
 import triton
@@ -27,9 +36,11 @@ def _grad_hidden_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V
-        z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
-        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        # [BLOCK_V, BLOCK_N]: vocabulary-major
+        zt = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
+                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, True)
+        dzt = softmax_grad_tile(zt, cols[:, None] == targets[None, :], col_ok[:, None], lse[None, :],
+                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < H
@@ -37,10 +48,10 @@ def _grad_hidden_kernel(
                         mask=col_ok[:, None] & k_ok[None, :], other=0.0)
             if UPCAST:
                 w = w.to(tl.float32)
-            out = grad_hidden_ptr + rows[:, None] * H + ks[None, :]
-            out_ok = row_ok[:, None] & k_ok[None, :]
+            out = grad_hidden_ptr + rows[None, :] * H + ks[:, None]  # dH^T slice [BLOCK_K, BLOCK_N]
+            out_ok = k_ok[:, None] & row_ok[None, :]
             acc = tl.load(out, mask=out_ok, other=0.0)
-            acc = tl.dot(dz.to(w.dtype), w, acc, input_precision=PRECISION)
+            acc = tl.dot(tl.trans(w), dzt.to(w.dtype), acc, input_precision=PRECISION)
             tl.store(out, acc, mask=out_ok)
 
 
@@ -62,9 +73,9 @@ def _grad_weight_kernel(
                                                      HAS_ENT_GRAD)
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
-        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        dz = softmax_grad_tile(z, cols[None, :] == targets[:, None], col_ok[None, :], lse[:, None],
+                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD)
         grad_bias += tl.sum(dz, 0)
-        dz_t = tl.trans(dz)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < H
@@ -72,10 +83,10 @@ def _grad_weight_kernel(
                         mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             if UPCAST:
                 h = h.to(tl.float32)
-            out = grad_weight_ptr + cols[:, None] * H + ks[None, :]
-            out_ok = col_ok[:, None] & k_ok[None, :]
+            out = grad_weight_ptr + cols[None, :] * H + ks[:, None]  # dW^T slice [BLOCK_K, BLOCK_V]
+            out_ok = k_ok[:, None] & col_ok[None, :]
             acc = tl.load(out, mask=out_ok, other=0.0)
-            acc = tl.dot(dz_t.to(h.dtype), h, acc, input_precision=PRECISION)
+            acc = tl.dot(tl.trans(h), dz.to(h.dtype), acc, input_precision=PRECISION)
             tl.store(out, acc, mask=out_ok)
     if HAS_BIAS:
         tl.store(grad_bias_ptr + cols, grad_bias, mask=col_ok)

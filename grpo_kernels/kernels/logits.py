@@ -55,7 +55,8 @@ def _logits_backward_kernel(
         col_ok = cols < V
         ok = row_ok[:, None] & col_ok[None, :]
         z = tl.load(logits_ptr + row_start[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32) * inv_tau
-        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        dz = softmax_grad_tile(z, cols[None, :] == targets[:, None], col_ok[None, :], lse[:, None],
+                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD)
         out = grad_logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
         tl.store(out, dz.to(grad_logits_ptr.dtype.element_ty), mask=ok)
 

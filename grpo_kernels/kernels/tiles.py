@@ -7,9 +7,15 @@ import triton.language as tl
 @triton.jit
 def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden, stride_weight,
                 inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
-    """(hidden[rows] @ weight[cols]^T + bias[cols]) / tau as a float32 [BLOCK_N, BLOCK_V] tile."""
-    acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+                VOCAB_MAJOR: tl.constexpr = False):
+    """(hidden[rows] @ weight[cols]^T + bias[cols]) / tau as a float32 [BLOCK_N, BLOCK_V] tile, or its
+    transpose [BLOCK_V, BLOCK_N] when VOCAB_MAJOR (the tensor-core M dimension is then the vocabulary,
+    so a tile can be only 16 tokens wide)."""
+    if VOCAB_MAJOR:
+        acc = tl.zeros((BLOCK_V, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_ok = ks < H
@@ -20,20 +26,29 @@ def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H,
         if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
             h = h.to(tl.float32)
             w = w.to(tl.float32)
-        acc = tl.dot(h, tl.trans(w), acc, input_precision=PRECISION)
+        if VOCAB_MAJOR:
+            acc = tl.dot(w, tl.trans(h), acc, input_precision=PRECISION)
+        else:
+            acc = tl.dot(h, tl.trans(w), acc, input_precision=PRECISION)
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        if VOCAB_MAJOR:
+            acc += bias[:, None]
+        else:
+            acc += bias[None, :]
     return acc * inv_tau
 
 
 @triton.jit
-def softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr):
-    """dLoss/d(unscaled logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile; 0 off-vocab."""
-    log_p = z - lse[:, None]
-    p = tl.where(col_ok[None, :], tl.exp(log_p), 0.0)
-    dz = tl.where(cols[None, :] == targets[:, None], g[:, None], 0.0) - g[:, None] * p
+def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr):
+    """dLoss/d(unscaled logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile; 0 off-vocab.
+    Every argument is already broadcast against z (either orientation); a target outside the weight's
+    vocabulary (a shard) matches no column, so that token gets no one-hot term."""
+    log_p = z - lse
+    p = tl.where(col_ok, tl.exp(log_p), 0.0)
+    dz = tl.where(is_target, g, 0.0) - g * p
     if HAS_ENT_GRAD:
-        dz -= e[:, None] * p * tl.where(col_ok[None, :], log_p + entropy[:, None], 0.0)
+        dz -= e * p * tl.where(col_ok, log_p + entropy, 0.0)
     return dz * inv_tau
 
 
