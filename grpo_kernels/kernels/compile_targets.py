@@ -45,6 +45,12 @@ class CompileTarget:
                 return getattr(module, self.kernel)
         raise LookupError(f"no kernel named {self.kernel}")
 
+    def all_constexprs(self, fn) -> dict:
+        """This target's constexprs, plus the defaults of those the launchers leave out."""
+        defaults = {name: param.default for name, param in zip(fn.arg_names, fn.params)
+                    if param.is_constexpr and param.has_default}
+        return {**defaults, **dict(self.constexprs)}
+
     def signature(self, fn) -> tuple[dict, dict]:
         """(signature, attrs) of triton.compiler.ASTSource for this target."""
         constexprs = dict(self.constexprs)
@@ -62,7 +68,8 @@ class CompileTarget:
                 signature[name] = "i32"
                 if name in _MULTIPLE_OF_16:
                     attrs[(index,)] = [["tt.divisibility", 16]]
-        missing = [name for name, param in zip(fn.arg_names, fn.params) if param.is_constexpr and name not in constexprs]
+        missing = [name for name, param in zip(fn.arg_names, fn.params)
+                   if param.is_constexpr and name not in constexprs and not param.has_default]
         if missing:
             raise ValueError(f"{self.kernel}: constexprs {missing} not set by compile_targets")
         return signature, attrs

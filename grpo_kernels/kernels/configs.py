@@ -6,9 +6,10 @@ tensor-core kernel has no wgmma. Hopper's wgmma needs the dot's M (the first blo
 a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
 
 Why these shapes (bf16 / fp16; zero spill bytes on both archs in the report):
-- forward: a [64 tokens, 128 vocab] logits tile over 64-wide slices of H on Hopper (256 vocab spilled
-  there), 256 vocab on Ampere; 8 warps keep the online-softmax state and the accumulator within 255
-  registers (the old 4-warp build spilled 656 B).
+- forward: vocabulary-major [512 vocab, 32 tokens] logits tiles over 64-wide slices of H, 8 warps. Each
+  program re-reads its hidden block once per vocabulary tile, so the tile width sets the forward's
+  traffic: 512 reads a quarter of what the old [64, 128] tile did (which also spilled 656 B at 4 warps).
+  1024 x 16 needs 267 KB of shared memory on Hopper (over the 227 KB limit).
 - grad_hidden / grad_weight contract transposed tall-skinny tiles (linear_backward.py): the float32
   accumulator round trip, the backward's dominant traffic, happens once per BLOCK_V vocabulary columns
   (dH) / BLOCK_N tokens (dW). Hopper: dH 32 tokens x 512 vocab, dW 512 tokens x 16 vocab, with
@@ -30,6 +31,8 @@ class KernelConfig:
     block_k: int = 0  # 0 for the logits-input kernels, which have no H loop
     num_warps: int = 4
     num_stages: int = 2
+    # forward only: [vocab, tokens] logits tiles, so a narrow token block can take a wide vocabulary tile
+    vocab_major: bool = False
     # constexprs the kernel takes for its block shape
     blocks: dict = field(init=False, compare=False, repr=False)
 
@@ -37,6 +40,8 @@ class KernelConfig:
         blocks = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v}
         if self.block_k:
             blocks["BLOCK_K"] = self.block_k
+        if self.vocab_major:
+            blocks["VOCAB_MAJOR"] = True
         object.__setattr__(self, "blocks", blocks)
 
     def launch_options(self, interpreted: bool) -> dict:
@@ -51,12 +56,13 @@ class KernelConfig:
 KERNELS = ("forward", "grad_hidden", "grad_weight", "merge", "logits")
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
+_FORWARD_16BIT = KernelConfig(32, 512, 64, num_warps=8, num_stages=2, vocab_major=True)
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": {
-        "forward": {SIXTEEN_BIT: KernelConfig(64, 128, 64, num_warps=8, num_stages=3),
+        "forward": {SIXTEEN_BIT: _FORWARD_16BIT,
                     FLOAT32: KernelConfig(64, 64, 32, num_warps=4, num_stages=2)},
         "grad_hidden": {SIXTEEN_BIT: KernelConfig(32, 512, 64, num_warps=8, num_stages=2),
                         FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
@@ -66,7 +72,7 @@ GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
         "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
     },
     "sm80": {
-        "forward": {SIXTEEN_BIT: KernelConfig(64, 256, 64, num_warps=8, num_stages=2),
+        "forward": {SIXTEEN_BIT: _FORWARD_16BIT,
                     FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
         "grad_hidden": {SIXTEEN_BIT: KernelConfig(64, 256, 32, num_warps=8, num_stages=3),
                         FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
@@ -83,7 +89,8 @@ GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
 # what its run time is made of. Warps and stages mean nothing there.
 _INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
 INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
-    "forward": _INTERPRETER_LINEAR, "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
+    "forward": KernelConfig(32, 64, 32, vocab_major=True),  # the 16-bit GPU layout
+    "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
 }
 

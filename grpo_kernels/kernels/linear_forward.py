@@ -23,16 +23,22 @@ _MIN_TILES_PER_SPLIT = 8
 @triton.jit
 def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, v_end, H, stride_hidden,
                   stride_weight, inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Running (max, sum exp, sum exp * z, target logit) per row over vocabulary [v_start, v_end)."""
+                  BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
+    """Running (max, sum exp, sum exp * z, target logit) per row over vocabulary [v_start, v_end).
+    VOCAB_MAJOR tiles are [BLOCK_V, BLOCK_N] (tensor-core M = vocabulary), so a narrow token block can
+    take a wide vocabulary tile: the hidden block is re-read once per tile, so wider tiles read less."""
     run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
     for v0 in range(v_start, v_end, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < v_end
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
-        run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
-                                                                      cols, col_ok, targets)
+                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+        if VOCAB_MAJOR:
+            run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
+                run_max, sum_exp, sum_exp_z, target_z, z, cols[:, None] == targets[None, :], col_ok[:, None], 0)
+        else:
+            run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
+                run_max, sum_exp, sum_exp_z, target_z, z, cols[None, :] == targets[:, None], col_ok[None, :], 1)
     return run_max, sum_exp, sum_exp_z, target_z
 
 
@@ -55,13 +61,14 @@ def _linear_logprobs_forward_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, logps_ptr, entropy_ptr, lse_ptr,
     N, V, H, stride_hidden, stride_weight, inv_tau,
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
     stats = _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden,
-                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
+                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K,
+                          VOCAB_MAJOR)
     logps, entropy, lse = online_softmax_result(stats[0], stats[1], stats[2], stats[3])
     tl.store(logps_ptr + rows, logps, mask=row_ok)
     tl.store(entropy_ptr + rows, entropy, mask=row_ok)
@@ -73,7 +80,7 @@ def _partial_stats_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr,
     N, V, H, stride_hidden, stride_weight, inv_tau, split_width,
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
     """Program (token block, split): the four running statistics of vocabulary
     [split * split_width, (split + 1) * split_width), written to partial[:, split, rows]."""
@@ -84,7 +91,8 @@ def _partial_stats_kernel(
     v_start = split * split_width
     run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
         hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, tl.minimum(v_start + split_width, V), H,
-        stride_hidden, stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
+        stride_hidden, stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K,
+                          VOCAB_MAJOR)
     stat = tl.num_programs(1) * N
     at = partial_ptr + split * N + rows
     tl.store(at, run_max, mask=row_ok)
@@ -213,7 +221,7 @@ def _linear_grpo_forward_kernel(
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
     HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, HAS_ENTROPY_BONUS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
     """The same vocabulary stream, then the token-level objective in the epilogue: the backward needs only
     the per-token g this writes (and the entropy weight)."""
@@ -221,7 +229,8 @@ def _linear_grpo_forward_kernel(
     row_ok = rows < N
     targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
     stats = _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden,
-                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
+                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K,
+                          VOCAB_MAJOR)
     logps, entropy, lse = online_softmax_result(stats[0], stats[1], stats[2], stats[3])
     _grpo_epilogue(rows, row_ok, logps, entropy, lse, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr,
                    ref_ptr, rho_ptr, mask_ptr, terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,

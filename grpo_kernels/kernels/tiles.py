@@ -67,16 +67,17 @@ def online_softmax_result(run_max, sum_exp, sum_exp_z, target_z):
 
 
 @triton.jit
-def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, cols, col_ok, targets):
-    """Fold one [rows, BLOCK_V] tile of scaled logits into the running max, sum of exp(z - max),
-    sum of exp(z - max) * z (for the entropy) and the target logit."""
-    z_or_zero = tl.where(col_ok[None, :], z, 0.0)
-    new_max = tl.maximum(run_max, tl.max(tl.where(col_ok[None, :], z, float("-inf")), 1))
+def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, is_target, col_ok, VOCAB_AXIS: tl.constexpr):
+    """Fold one tile of scaled logits (vocabulary along VOCAB_AXIS; is_target and col_ok broadcast against
+    it) into each token's running max, sum of exp(z - max), sum of exp(z - max) * z (for the entropy)
+    and target logit."""
+    z_or_zero = tl.where(col_ok, z, 0.0)
+    new_max = tl.maximum(run_max, tl.max(tl.where(col_ok, z, float("-inf")), VOCAB_AXIS))
     rescale = tl.exp(run_max - new_max)
-    p = tl.where(col_ok[None, :], tl.exp(z - new_max[:, None]), 0.0)
-    sum_exp = sum_exp * rescale + tl.sum(p, 1)
-    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, 1)
-    target_z += tl.sum(tl.where(cols[None, :] == targets[:, None], z_or_zero, 0.0), 1)
+    p = tl.where(col_ok, tl.exp(z - tl.expand_dims(new_max, VOCAB_AXIS)), 0.0)
+    sum_exp = sum_exp * rescale + tl.sum(p, VOCAB_AXIS)
+    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, VOCAB_AXIS)
+    target_z += tl.sum(tl.where(is_target, z_or_zero, 0.0), VOCAB_AXIS)
     return new_max, sum_exp, sum_exp_z, target_z
 
 

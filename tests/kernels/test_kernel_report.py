@@ -1,5 +1,5 @@
 """Every GPU block/warp/stage entry of the Triton launchers compiles for Hopper (sm_90a) and Ampere (sm_80)
-without register spills, and Hopper builds of tensor-core kernels use wgmma. No GPU needed: triton
+without register spills and within the shared memory of the GPU, and Hopper builds of tensor-core kernels use wgmma. No GPU needed: triton
 compiles for a named target, and its bundled cuobjdump reads the cubins. The compiles run in a
 subprocess because this process has the Triton interpreter on (it cannot compile), and they are cached
 on disk by triton, so a rerun takes seconds."""
@@ -62,10 +62,12 @@ def test_problems_flags_spills_and_missing_wgmma():
     from benchmarks.kernel_report import problems
 
     clean = dict(kernel="k", arch="sm90", dtype="bf16", variant="-", num_warps=8, num_stages=2, registers=200,
-                 stack_bytes=0, spill_stores=0, tensor_cores=True, wgmma=4, mma=0)
+                 stack_bytes=0, spill_stores=0, shared_bytes=100_000, tensor_cores=True, wgmma=4, mma=0)
     assert problems([clean]) == []
     assert "spills" in problems([dict(clean, stack_bytes=8)])[0]
     assert "spills" in problems([dict(clean, spill_stores=1)])[0]
     assert "without wgmma" in problems([dict(clean, wgmma=0, mma=32)])[0]
     assert problems([dict(clean, arch="sm80", wgmma=0, mma=32)]) == []
+    assert "shared memory" in problems([dict(clean, shared_bytes=267264)])[0]
+    assert "shared memory" in problems([dict(clean, arch="sm80", wgmma=0, shared_bytes=200_000)])[0]
     assert problems([dict(clean, tensor_cores=False, wgmma=0)]) == []

@@ -61,8 +61,13 @@ def _assert_grad(actual, expected, dtype, what):
     assert err <= GRAD_TOL[dtype] * float(expected.abs().max()) + GRAD_ATOL[dtype], f"{what}: max error {err:.3g}"
 
 
+@pytest.mark.parametrize("vocab_major", [True, False], ids=["vocab_major", "token_major"])
 @pytest.mark.parametrize("splits", [1, 3, 64])
-def test_forward_matches_float64(splits):
+def test_forward_matches_float64(monkeypatch, splits, vocab_major):
+    from grpo_kernels.kernels.configs import INTERPRETER_CONFIGS, KernelConfig
+
+    # both tile layouts of the GPU tables (16-bit inputs: vocabulary-major; float32: token-major)
+    monkeypatch.setitem(INTERPRETER_CONFIGS, "forward", KernelConfig(32, 64, 32, vocab_major=vocab_major))
     (hidden, weight, bias), targets, _, _ = _inputs(seed=splits)
     logps, entropy, lse = launch.linear_forward(*_on_device(hidden, weight, bias, targets), TEMPERATURE,
                                                 vocab_splits=splits)
