@@ -91,7 +91,8 @@ def problems(rows: list[dict]) -> list[str]:
     build without wgmma."""
     out = []
     for r in rows:
-        where = f"{r['kernel']} {r['arch']} {r['dtype']} {r['variant']} (warps {r['num_warps']}, stages {r['num_stages']})"
+        where = (f"{r['kernel']} {r['arch']} {r['dtype']} {r['variant']} "
+                 f"(warps {r['num_warps']}, stages {r['num_stages']})")
         if r["shared_bytes"] > SHARED_LIMIT[r["arch"]]:
             out.append(f"{where}: {r['shared_bytes']} B of shared memory, over the {SHARED_LIMIT[r['arch']]} B limit")
         if r["stack_bytes"] > 0 or r["spill_stores"] > 0:

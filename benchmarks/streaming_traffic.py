@@ -69,7 +69,8 @@ def streaming_bytes(N: int, H: int, V: int, forward: Tiles, grad_hidden: Tiles, 
 
 def table(N: int, H: int, V: int, s: int, sms: int, layouts: dict) -> str:
     gemm = gemm_bytes(N, H, V, s)
-    lines = [f"N={N}, H={H}, V={V}, {s}-byte inputs, {sms} SMs; GEMMs replaced: forward {gemm['forward'] / 1e9:.1f} GB, "
+    lines = [f"N={N}, H={H}, V={V}, {s}-byte inputs, {sms} SMs; "
+             f"GEMMs replaced: forward {gemm['forward'] / 1e9:.1f} GB, "
              f"backward {gemm['backward'] / 1e9:.1f} GB", "",
              "| tiles | forward GB | x GEMM | dH GB | dW GB | backward GB | x GEMM |", "|---|---|---|---|---|---|---|"]
     for name, (fwd, dh, dw) in layouts.items():

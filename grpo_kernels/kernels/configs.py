@@ -51,36 +51,30 @@ class KernelConfig:
         return dict(self.blocks, num_warps=self.num_warps, num_stages=self.num_stages)
 
 
-# The kernels a table holds an entry for. "forward" serves both linear forwards (log-probs and the
-# GRPO epilogue) and the split-vocabulary partial-statistics kernel; "merge" the split merge.
-KERNELS = ("forward", "grad_hidden", "grad_weight", "merge", "logits")
+# A table's entries: "forward" serves both linear forwards (log-probs and the GRPO epilogue) and the
+# split-vocabulary partial-statistics kernel, "merge" the split merge, "logits" the logits-input kernels.
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
 _FORWARD_16BIT = KernelConfig(32, 512, 64, num_warps=8, num_stages=2, vocab_major=True)
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
+
+def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple) -> dict[str, dict[str, KernelConfig]]:
+    """One architecture's table from (16-bit, float32) entries of the three linear kernels."""
+    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight}
+    table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
+    return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
+
+
+_BACKWARD_FLOAT32 = KernelConfig(64, 64, 16, num_warps=8, num_stages=2)
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
-    "sm90": {
-        "forward": {SIXTEEN_BIT: _FORWARD_16BIT,
-                    FLOAT32: KernelConfig(64, 64, 32, num_warps=4, num_stages=2)},
-        "grad_hidden": {SIXTEEN_BIT: KernelConfig(32, 512, 64, num_warps=8, num_stages=2),
-                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
-        "grad_weight": {SIXTEEN_BIT: KernelConfig(512, 16, 64, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
-        "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
-        "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
-    },
-    "sm80": {
-        "forward": {SIXTEEN_BIT: _FORWARD_16BIT,
-                    FLOAT32: KernelConfig(64, 64, 32, num_warps=8, num_stages=2)},
-        "grad_hidden": {SIXTEEN_BIT: KernelConfig(64, 256, 32, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
-        "grad_weight": {SIXTEEN_BIT: KernelConfig(256, 32, 64, num_warps=8, num_stages=3),
-                        FLOAT32: KernelConfig(64, 64, 16, num_warps=8, num_stages=2)},
-        "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
-        "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS},
-    },
+    "sm90": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=4, num_stages=2)),
+                   grad_hidden=(KernelConfig(32, 512, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32),
+                   grad_weight=(KernelConfig(512, 16, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+    "sm80": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=8, num_stages=2)),
+                   grad_hidden=(KernelConfig(64, 256, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
+                   grad_weight=(KernelConfig(256, 32, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]

@@ -57,19 +57,30 @@ def _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau,
+                       HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
+    """This program's token block: (rows, row_ok, log-prob, entropy, lse) over the whole vocabulary."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+    run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
+        hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden, stride_weight, inv_tau,
+        HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+    logps, entropy, lse = online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
+    return rows, row_ok, logps, entropy, lse
+
+
+@triton.jit
 def _linear_logprobs_forward_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, logps_ptr, entropy_ptr, lse_ptr,
     N, V, H, stride_hidden, stride_weight, inv_tau,
     HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    stats = _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden,
-                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K,
-                          VOCAB_MAJOR)
-    logps, entropy, lse = online_softmax_result(stats[0], stats[1], stats[2], stats[3])
+    rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
+        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, HAS_BIAS,
+        UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     tl.store(logps_ptr + rows, logps, mask=row_ok)
     tl.store(entropy_ptr + rows, entropy, mask=row_ok)
     tl.store(lse_ptr + rows, lse, mask=row_ok)
@@ -91,8 +102,7 @@ def _partial_stats_kernel(
     v_start = split * split_width
     run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
         hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, tl.minimum(v_start + split_width, V), H,
-        stride_hidden, stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K,
-                          VOCAB_MAJOR)
+        stride_hidden, stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     stat = tl.num_programs(1) * N
     at = partial_ptr + split * N + rows
     tl.store(at, run_max, mask=row_ok)
@@ -225,13 +235,9 @@ def _linear_grpo_forward_kernel(
 ):
     """The same vocabulary stream, then the token-level objective in the epilogue: the backward needs only
     the per-token g this writes (and the entropy weight)."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    stats = _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden,
-                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K,
-                          VOCAB_MAJOR)
-    logps, entropy, lse = online_softmax_result(stats[0], stats[1], stats[2], stats[3])
+    rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
+        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, HAS_BIAS,
+        UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     _grpo_epilogue(rows, row_ok, logps, entropy, lse, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr,
                    ref_ptr, rho_ptr, mask_ptr, terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
                    eps_low, eps_high, delta, beta, sapo_pos, sapo_neg, LOSS_KIND, HAS_OLD, HAS_REF, HAS_RHO,

@@ -1,6 +1,6 @@
 """Every GPU block/warp/stage entry of the Triton launchers compiles for Hopper (sm_90a) and Ampere (sm_80)
-without register spills and within the shared memory of the GPU, and Hopper builds of tensor-core kernels use wgmma. No GPU needed: triton
-compiles for a named target, and its bundled cuobjdump reads the cubins. The compiles run in a
+without register spills and within the GPU's shared memory, and Hopper builds of tensor-core kernels use
+wgmma. No GPU needed: triton compiles for a named target, and its bundled cuobjdump reads the cubins. The compiles run in a
 subprocess because this process has the Triton interpreter on (it cannot compile), and they are cached
 on disk by triton, so a rerun takes seconds."""
 

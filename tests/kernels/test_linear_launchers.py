@@ -210,5 +210,6 @@ def test_out_of_shard_targets_logits():
     torch.testing.assert_close(logps.cpu().double().flatten(), expected_logps, atol=1e-4, rtol=1e-4)
     grad_logits = launch.logits_backward(*_on_device(g.float().view(2, 12), e.float().view(2, 12)), logits,
                                          flat_targets, lse, entropy, TEMPERATURE)
-    _assert_grad(grad_logits.reshape(24, -1), _float64_dz(hidden, weight, bias, targets, g, e), torch.float32, "dlogits")
+    expected = _float64_dz(hidden, weight, bias, targets, g, e)
+    _assert_grad(grad_logits.reshape(24, -1), expected, torch.float32, "dlogits")
 
