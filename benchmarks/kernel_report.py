@@ -30,8 +30,8 @@ from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-COLUMNS = ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k", "num_warps", "num_stages",
-           "registers", "stack_bytes", "spill_stores", "shared_bytes", "wgmma", "mma")
+COLUMNS = ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k", "vocab_major", "num_warps",
+           "num_stages", "registers", "stack_bytes", "spill_stores", "shared_bytes", "wgmma", "mma")
 
 
 def _cuobjdump() -> str:
@@ -113,7 +113,8 @@ def markdown(rows: list[dict], environment: dict) -> str:
              "Environment: " + ", ".join(f"{k} {v}" for k, v in environment.items()), "",
              f"Builds: {len(rows)}; with spills: {sum(r['stack_bytes'] > 0 or r['spill_stores'] > 0 for r in rows)}; "
              f"Hopper tensor-core builds without wgmma: "
-             f"{sum(r['arch'] == 'sm90' and r['tensor_cores'] and r['wgmma'] == 0 for r in rows)}", "",
+             f"{sum(r['arch'] == 'sm90' and r['tensor_cores'] and r['wgmma'] == 0 for r in rows)}; "
+             f"over the shared-memory limit: {sum(r['shared_bytes'] > SHARED_LIMIT[r['arch']] for r in rows)}", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         lines.append("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |")

@@ -77,7 +77,8 @@ class CompileTarget:
     def row(self) -> dict:
         c = self.config
         return dict(kernel=self.kernel, arch=self.arch, dtype=self.dtype, variant=self.variant, block_n=c.block_n,
-                    block_v=c.block_v, block_k=c.block_k, num_warps=c.num_warps, num_stages=c.num_stages)
+                    block_v=c.block_v, block_k=c.block_k, vocab_major=c.vocab_major, num_warps=c.num_warps,
+                    num_stages=c.num_stages)
 
 
 def _flags_text(flags: dict) -> str:
