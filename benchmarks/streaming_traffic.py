@@ -32,26 +32,26 @@ def _waves(programs: int, sms: int) -> int:
     return math.ceil(programs / sms)
 
 
+def _stream(tokens: int, H: int, vocab: int, stream_block: int, tile: int, s: int, sms: int) -> int:
+    """Programs over `tokens` blocks of stream_block rows, each streaming `vocab` rows of the other operand
+    (shared by a wave) and re-reading its own block once per tile of `tile` rows."""
+    shared = _waves(math.ceil(tokens / stream_block), sms) * vocab * H * s
+    return shared + math.ceil(vocab / tile) * tokens * H * s
+
+
 def forward_bytes(N: int, H: int, V: int, tiles: Tiles, s: int = 2, sms: int = 132) -> int:
-    weight = _waves(math.ceil(N / tiles.block_n), sms) * V * H * s
-    hidden = math.ceil(V / tiles.block_v) * N * H * s
-    return weight + hidden + 4 * 3 * N
+    return _stream(N, H, V, tiles.block_n, tiles.block_v, s, sms) + 4 * 3 * N
 
 
 def grad_hidden_bytes(N: int, H: int, V: int, tiles: Tiles, s: int = 2, sms: int = 132) -> int:
-    weight = _waves(math.ceil(N / tiles.block_n), sms) * V * H * s
-    vocab_tiles = math.ceil(V / tiles.block_v)
-    hidden = vocab_tiles * N * H * s
-    accumulator = vocab_tiles * N * H * 4 * 2
-    return weight + hidden + accumulator + N * H * (4 + s)
+    accumulator = math.ceil(V / tiles.block_v) * N * H * 4 * 2
+    return _stream(N, H, V, tiles.block_n, tiles.block_v, s, sms) + accumulator + N * H * (4 + s)
 
 
 def grad_weight_bytes(N: int, H: int, V: int, tiles: Tiles, s: int = 2, sms: int = 132) -> int:
-    hidden = _waves(math.ceil(V / tiles.block_v), sms) * N * H * s
-    token_tiles = math.ceil(N / tiles.block_n)
-    weight = token_tiles * V * H * s
-    accumulator = token_tiles * V * H * 4 * 2
-    return hidden + weight + accumulator + V * H * (4 + s)
+    # the roles swap: programs own vocabulary blocks and stream the hidden states
+    accumulator = math.ceil(N / tiles.block_n) * V * H * 4 * 2
+    return _stream(V, H, N, tiles.block_v, tiles.block_n, s, sms) + accumulator + V * H * (4 + s)
 
 
 def gemm_bytes(N: int, H: int, V: int, s: int = 2) -> dict:
