@@ -213,3 +213,10 @@ def test_out_of_shard_targets_logits():
     expected = _float64_dz(hidden, weight, bias, targets, g, e)
     _assert_grad(grad_logits.reshape(24, -1), expected, torch.float32, "dlogits")
 
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5])
+def test_vocab_splits_must_be_a_positive_int(bad):
+    (hidden, weight, bias), targets, _, _ = _inputs(seed=8, N=4, V=20)
+    with pytest.raises(ValueError, match="vocab_splits must be a positive int"):
+        launch.linear_forward(*_on_device(hidden, weight, bias, targets), TEMPERATURE, vocab_splits=bad)
