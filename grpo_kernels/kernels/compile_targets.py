@@ -16,10 +16,13 @@ DTYPES = ("fp32", "bf16", "fp16")
 ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled for (90 = sm_90a)
 
 # pointer arguments in the input's dtype; every other pointer is float32 except these
-_INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_logits_ptr"}
+_INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_logits_ptr", "dz_ptr", "a_ptr",
+                   "b_ptr"}
 _OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
 _FLOAT_SCALARS = {"inv_tau", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
-_MULTIPLE_OF_16 = {"H", "stride_hidden", "stride_weight"}  # as the JIT specializes them for real heads
+# as the JIT specializes them for real heads (V a multiple of 8 makes the GEMM path's row strides so too)
+_MULTIPLE_OF_16 = {"H", "stride_hidden", "stride_weight", "stride_z", "stride_dz", "stride_ak", "stride_bk",
+                   "stride_cm"}
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,9 @@ class CompileTarget:
         return ARCHS[self.arch]
 
     def jit_function(self):
-        from . import linear_backward, linear_forward, logits
+        from . import accumulate_mm, linear_backward, linear_forward, logits, rows
 
-        for module in (linear_forward, linear_backward, logits):
+        for module in (linear_forward, linear_backward, logits, rows, accumulate_mm):
             if hasattr(module, self.kernel):
                 return getattr(module, self.kernel)
         raise LookupError(f"no kernel named {self.kernel}")
@@ -111,6 +114,27 @@ _GRPO_FLAGS = _grid(LOSS_KIND=[0, 1, 2], HAS_OLD=[True], HAS_REF=[True], HAS_RHO
                     BIAS_CORRECTION=[True], HAS_ENTROPY_BONUS=[True])
 
 
+def _gemm_path_targets(arch: str, dtype: str, bias: list, ent: list) -> list[CompileTarget]:
+    """The GEMM path's kernels (kernels/rows.py, kernels/accumulate_mm.py): their launch options are fixed in
+    those files, not per-arch tables; the report holds them to the same rules."""
+    from .accumulate_mm import _GPU_BLOCKS
+    from .rows import GPU_BLOCK_V, GPU_ROW_WARPS
+
+    row_config = KernelConfig(block_n=1, block_v=GPU_BLOCK_V, num_warps=GPU_ROW_WARPS, num_stages=1)
+    out = [CompileTarget("_row_stats_kernel", "rows", arch, dtype, _flags_text(dict(HAS_BIAS=b)), row_config,
+                         (("HAS_BIAS", b), ("BLOCK_V", GPU_BLOCK_V)), tensor_cores=False) for b in bias]
+    out += [CompileTarget("_row_grad_kernel", "rows", arch, dtype, _flags_text(dict(HAS_BIAS=b, HAS_ENT_GRAD=e)),
+                          row_config, (("HAS_BIAS", b), ("HAS_ENT_GRAD", e), ("BLOCK_V", GPU_BLOCK_V)),
+                          tensor_cores=False) for b in bias for e in ent]
+    if dtype != "fp32":  # float32 operands accumulate with torch's addmm
+        blocks = {k: v for k, v in _GPU_BLOCKS.items() if k not in ("num_warps", "num_stages")}
+        config = KernelConfig(block_n=blocks["BLOCK_N"], block_v=blocks["BLOCK_M"], block_k=blocks["BLOCK_K"],
+                              num_warps=_GPU_BLOCKS["num_warps"], num_stages=_GPU_BLOCKS["num_stages"])
+        out.append(CompileTarget("_accumulate_at_b_kernel", "accumulate_mm", arch, dtype, "-", config,
+                                 tuple({**blocks, "UPCAST": False}.items()), tensor_cores=True))
+    return out
+
+
 def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[CompileTarget]:
     """Every (kernel, arch, dtype, constexpr variant) build; heaviest_only keeps, per kernel, arch and dtype,
     the variant with every register-costing flag on (what a spill check needs)."""
@@ -127,6 +151,7 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent), True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
+        out += _gemm_path_targets(arch, dtype, bias, ent)
         if dtype == dtypes[0]:
             # the merge reads only float32 statistics: one build per arch
             out += _targets("_merge_logprobs_kernel", "merge", arch, "fp32", [{}], False, has_blocks=False)

@@ -85,9 +85,15 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
         tl.store(dz_row + cols, (dz * inv_tau).to(dz_ptr.dtype.element_ty), mask=ok)
 
 
-def _block_v(V: int) -> int:
-    # interpreter: numpy blocks, fewer Python-level iterations; GPU: 1024 fp32 per program step (4 KiB)
-    return min(1024, triton.next_power_of_2(V)) if torch.cuda.is_available() else min(256, triton.next_power_of_2(V))
+# GPU launch options (compiled for sm_90a and sm_80 by benchmarks/kernel_report.py: about 30-50 registers, no
+# spills): 1024 float32 per program step, 4 warps. The interpreter takes smaller numpy blocks.
+GPU_BLOCK_V, GPU_ROW_WARPS = 1024, 4
+
+
+def _launch_options(V: int, device: torch.device) -> dict:
+    if device.type == "cuda":
+        return dict(BLOCK_V=min(GPU_BLOCK_V, triton.next_power_of_2(V)), num_warps=GPU_ROW_WARPS)
+    return dict(BLOCK_V=min(256, triton.next_power_of_2(V)))
 
 
 def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
@@ -97,7 +103,7 @@ def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
     lse, entropy, target_z = (torch.empty(rows, dtype=torch.float32, device=z.device) for _ in range(3))
     if rows:
         _row_stats_kernel[(rows,)](z, z.stride(0), bias if bias is not None else z, targets, lse, entropy, target_z,
-                                   V, inv_tau, HAS_BIAS=bias is not None, BLOCK_V=_block_v(V))
+                                   V, inv_tau, HAS_BIAS=bias is not None, **_launch_options(V, z.device))
     return lse, entropy, target_z
 
 
@@ -112,5 +118,5 @@ def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
     if rows:
         _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
                                   entropy, g, e if e is not None else g, V, inv_tau, HAS_BIAS=bias is not None,
-                                  HAS_ENT_GRAD=e is not None, BLOCK_V=_block_v(V))
+                                  HAS_ENT_GRAD=e is not None, **_launch_options(V, z.device))
     return dz
