@@ -40,7 +40,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         entropy_coef: float = 0.0,
         top_entropy_quantile: float = 1.0,
         backend: Backend = "auto",
+        process_group: Optional[object] = None,
     ):
+        """`process_group`: the group over which `lin_weight` (and `bias`) hold vocabulary shards, when they are
+        this rank's rows of the head (a DTensor head sharded on dim 0 needs none)."""
         super().__init__()
         self.config = GRPOLossConfig(
             loss_type=loss_type, beta=beta, epsilon=epsilon_low, epsilon_high=epsilon_high, delta=delta,
@@ -52,6 +55,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         )
         self.use_ref_model = use_ref_model
         self.backend = backend
+        self.process_group = process_group
 
     def forward(
         self,
@@ -82,11 +86,13 @@ class FusedLinearGRPOLoss(torch.nn.Module):
                 ref_hidden = ref_input.view(B, T, -1) if ref_input.dim() == 2 else ref_input
                 ref_per_token_logps = linear_logprobs(
                     ref_hidden, ref_weight if ref_weight is not None else lin_weight, selected_token_ids,
-                    bias=ref_bias, temperature=self.config.temperature, backend=self.backend)
+                    bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
+                    process_group=self.process_group)
         out = fused_linear_grpo_loss(
             hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
             old_logps=old_per_token_logps, ref_logps=ref_per_token_logps, importance_ratio=vllm_is_ratio,
-            num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend)
+            num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend,
+            process_group=self.process_group)
         metrics = [out.metrics["kl"]] if self.config.beta != 0.0 else []
         metrics.append(out.metrics["clip_ratio/region_mean"])
         return out.loss, metrics
