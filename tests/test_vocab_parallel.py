@@ -20,3 +20,16 @@ def test_sharded_head_matches_unsharded_reference(tmp_path, world, suite):
 
 def test_sharded_head_triton_interpreter(tmp_path):
     _spawn(tmp_path, 2, "triton")
+
+
+def test_bad_sharded_inputs_name_the_argument(tmp_path):
+    _spawn(tmp_path, 2, "errors")
+
+
+def test_process_group_needs_torch_distributed():
+    import torch
+
+    from grpo_kernels import linear_logprobs
+
+    with pytest.raises(ValueError, match="process_group was given but torch.distributed is not initialised"):
+        linear_logprobs(torch.randn(2, 4), torch.randn(5, 4), torch.zeros(2, dtype=torch.long), process_group=object())

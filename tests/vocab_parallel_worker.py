@@ -156,6 +156,44 @@ def check_module(problem, backend: str) -> None:
     assert_grad_close(head.weight.grad, ref_grads["weight"], torch.float32, "dweight")
 
 
+def largest_new_tensor(fn: Callable[[], object]) -> int:
+    """Elements of the largest buffer any op allocates while fn runs (views and out= writes reuse their
+    input's storage and are not counted)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class RecordSizes(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {x.untyped_storage().data_ptr() for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)}
+            for x in tree_leaves(out):
+                if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in inputs:
+                    self.largest = max(self.largest, x.untyped_storage().nbytes() // x.element_size())
+            return out
+
+    recorder = RecordSizes()
+    with recorder:
+        fn()
+    return recorder.largest
+
+
+def check_no_tokens_by_vocab_buffer(backend: str) -> None:
+    """Every buffer the sharded forward+backward allocates is smaller than [N, V] and [V, H]: with N = H and
+    V split in two, the largest legitimate ones (the local workspace [N, V_local], the local dW [V_local, H])
+    are about half of either."""
+    B, T, H, V = 4, 8, 32, 301
+    problem = make_problem(seed=5, B=B, T=T, H=H, V=V)
+    problem.completion_mask.fill_(1)
+    limit = min(B * T * V, V * H)
+    for config in (GRPOLossConfig(beta=0.04), GRPOLossConfig(importance_sampling_level="sequence", loss_type="grpo")):
+        largest = largest_new_tensor(lambda: sharded_loss(problem, config, "group", backend))
+        assert largest < limit, f"{backend}: a {largest}-element buffer (N*V, V*H >= {limit})"
+        # the spy sees the unsharded head's [N, V] logits in the reference
+        assert largest_new_tensor(lambda: reference.linear_logits(problem.hidden, problem.weight, None)) >= limit
+
+
 # ---- suites: one per spawned group --------------------------------------------------------------------------
 
 def parity_suite(backends: tuple[str, ...]) -> None:
@@ -176,6 +214,7 @@ def parity_suite(backends: tuple[str, ...]) -> None:
         for form in ("group", "dtensor"):
             check_linear_logprobs(problem, form, backend)
         check_module(problem, backend)
+        check_no_tokens_by_vocab_buffer(backend)
         # bfloat16 and a wave of a few tokens (several per-wave combines in the GEMM one-pass route)
         problem = make_problem(seed=8, V=V, dtype=torch.bfloat16)
         check_loss(problem, GRPOLossConfig(beta=0.04, entropy_coef=0.02), "group", backend, torch.bfloat16,
@@ -188,10 +227,59 @@ def triton_suite() -> None:
         check_loss(problem, config, "group", "triton")
 
 
+def error_suite() -> None:
+    import pytest
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    V = 67
+    problem = make_problem(seed=9, V=V)
+    mesh = cpu_mesh(world)
+    B, T, H = problem.hidden.shape
+    group = dist.group.WORLD
+    head = ShardedHead("group", problem.weight, problem.bias)
+    dt_weight = distribute_tensor(problem.weight, mesh, [Shard(0)])
+    dt_bias = distribute_tensor(problem.bias, mesh, [Shard(0)])
+
+    def loss(hidden=problem.hidden, weight=head.weight, bias=head.bias, ids=problem.completion_ids, **kwargs):
+        kwargs.setdefault("process_group", group)
+        return fused_linear_grpo_loss(hidden, weight, ids, problem.completion_mask, problem.advantages, bias=bias,
+                                      **kwargs)
+
+    with pytest.raises(ValueError, match=r"weight must be sharded on dim 0"):
+        loss(weight=distribute_tensor(problem.weight, mesh, [Shard(1)]), bias=None, process_group=None)
+    wrong_total = DTensor.from_local(dt_weight.to_local(), mesh, [Shard(0)], shape=(V + 5, H), stride=(H, 1))
+    with pytest.raises(ValueError, match=r"weight: the group's shard sizes .* sum to 67, but the DTensor weight "
+                                         r"has 72"):
+        loss(weight=wrong_total, bias=None, process_group=None)
+    with pytest.raises(ValueError, match=r"process_group must be None with a DTensor weight"):
+        loss(weight=dt_weight, bias=dt_bias)
+    with pytest.raises(TypeError, match=r"bias must be a DTensor .*mixed DTensor/plain"):
+        loss(weight=dt_weight, bias=head.bias, process_group=None)
+    with pytest.raises(TypeError, match=r"bias is a DTensor but weight is not"):
+        loss(bias=dt_bias)
+    with pytest.raises(TypeError, match=r"hidden must be a plain tensor"):
+        loss(hidden=distribute_tensor(problem.hidden, mesh, [Shard(0)]))
+    with pytest.raises(ValueError, match=r"completion_ids must hold token ids in \[0, 67\)"):
+        loss(ids=torch.full_like(problem.completion_ids, V))
+    with pytest.raises(ValueError, match=r"weight: the ranks' shards disagree on the hidden size"):
+        wide = torch.randn(head.weight.shape[0], H + rank)
+        loss(hidden=torch.randn(B, T, H + rank), weight=wide, bias=None)
+    with pytest.raises(ValueError, match=r"hidden: every rank of the group must pass the same tokens"):
+        loss(hidden=problem.hidden[: B - rank], ids=problem.completion_ids[: B - rank])
+    with pytest.raises(ValueError, match=r"bias: each rank's bias shard must match"):
+        loss(bias=problem.bias[: head.weight.shape[0] + rank])
+    with pytest.raises(ValueError, match=r"backend='reference'"):
+        loss(backend="reference")
+    with pytest.raises(ValueError, match=r"weight: every rank of the group needs at least one vocabulary row"):
+        linear_logprobs(problem.hidden, problem.weight[:rank * V], problem.completion_ids % 1, process_group=group)
+
+
 SUITES: dict[str, Callable[[], None]] = {
     "gemm": lambda: parity_suite(("gemm",)),
     "torch": lambda: parity_suite(("torch",)),
     "triton": triton_suite,
+    "errors": error_suite,
 }
 
 
