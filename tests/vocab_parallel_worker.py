@@ -275,11 +275,15 @@ def error_suite() -> None:
         linear_logprobs(problem.hidden, problem.weight[:rank * V], problem.completion_ids % 1, process_group=group)
 
 
+def two_process_suite() -> None:
+    parity_suite(("gemm", "torch"))
+    triton_suite()
+    error_suite()
+
+
 SUITES: dict[str, Callable[[], None]] = {
-    "gemm": lambda: parity_suite(("gemm",)),
-    "torch": lambda: parity_suite(("torch",)),
-    "triton": triton_suite,
-    "errors": error_suite,
+    "two_processes": two_process_suite,
+    "three_processes": lambda: parity_suite(("gemm", "torch")),
 }
 
 
