@@ -10,12 +10,12 @@ from . import ops, reference
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
 from .gemm_path import DEFAULT_WORKSPACE_BYTES
 from .layout import TokenLayout
-from .sharded_head import resolve_sharded_head
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_level_terms)
-from .vocab_parallel import VocabShard
+from .sharded_head import resolve_sharded_head
 from .validation import (check_config, check_cu_seqlens, check_linear_inputs, check_logits, check_loss_inputs,
                          check_mask, check_targets, check_workspace)
+from .vocab_parallel import VocabShard
 
 Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
 BACKENDS = ("auto", "gemm", "triton", "torch", "reference")

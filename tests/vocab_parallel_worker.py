@@ -11,23 +11,9 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 from grpo_testing import as_float64, assert_grad_close, assert_loss_close, assert_output_matches, make_problem
+from test_api import CONFIGS  # every loss type and option of the single-process parity tests
 
 from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
-
-CONFIGS = {
-    "dapo_beta": dict(beta=0.04),
-    "dapo_no_beta": dict(),
-    "grpo": dict(loss_type="grpo", beta=0.04),
-    "grpo_seq": dict(loss_type="grpo", importance_sampling_level="sequence", beta=0.04),
-    "bnpo": dict(loss_type="bnpo", epsilon_high=0.28),
-    "dr_grpo": dict(loss_type="dr_grpo", max_completion_length=8, delta=1.3),
-    "cispo": dict(loss_type="cispo", epsilon_high=1.1),
-    "sapo": dict(loss_type="sapo", beta=0.02),
-    "luspo_seq": dict(loss_type="luspo", importance_sampling_level="sequence"),
-    "vespo": dict(loss_type="vespo"),
-    "entropy_bonus_temperature": dict(entropy_coef=0.05, temperature=0.7),
-    "entropy_mask": dict(top_entropy_quantile=0.4, loss_type="grpo", beta=0.04),
-}
 
 
 def uneven_sizes(V: int, world: int) -> list[int]:
@@ -167,7 +153,8 @@ def largest_new_tensor(fn: Callable[[], object]) -> int:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            inputs = {x.untyped_storage().data_ptr() for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)}
+            tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+            inputs = {x.untyped_storage().data_ptr() for x in tensors}
             for x in tree_leaves(out):
                 if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in inputs:
                     self.largest = max(self.largest, x.untyped_storage().nbytes() // x.element_size())
@@ -202,7 +189,8 @@ def parity_suite(backends: tuple[str, ...]) -> None:
     for backend in backends:
         for i, (name, kwargs) in enumerate(CONFIGS.items()):
             config = GRPOLossConfig(**kwargs)
-            problem = make_problem(seed=100 + i, V=V, importance_ratio="token" if name == "vespo" else None)
+            rho = "token" if "rho" in name or name == "vespo" else None
+            problem = make_problem(seed=100 + i, V=V, importance_ratio=rho)
             for form in ("group", "dtensor"):
                 head_sizes = ShardedHead(form, problem.weight, None).sizes
                 targets_on_every_shard(problem, head_sizes)
