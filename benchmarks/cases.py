@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from grpo_kernels import GRPOLossConfig
 
@@ -22,9 +23,13 @@ class LossCase:
     config: GRPOLossConfig
     uses_old_logps: bool
     uses_ref_logps: bool
+    frozen_head: bool = False  # weight.requires_grad False (LoRA): only dH is asked for
+    # None: the inputs' own mask. A fraction: a right-padded mask with that fraction of ones (benchmarks.paths).
+    valid_fraction: Optional[float] = None
 
 
-LOSS_CASES: dict[str, LossCase] = {
+# The cases every path runs at every shape (test_loss.py, test_logits_loss.py).
+STANDARD_LOSS_CASES: dict[str, LossCase] = {
     # TRL's default: dapo, no KL, on-policy (old log-probs are the detached current ones).
     "dapo": LossCase("dapo", GRPOLossConfig(), uses_old_logps=False, uses_ref_logps=False),
     # The DeepSeekMath paper's setting: per-sequence mean, beta = 0.04 with a reference model, off-policy.
@@ -35,6 +40,31 @@ LOSS_CASES: dict[str, LossCase] = {
                                             epsilon=3e-4, epsilon_high=4e-4),
                      uses_old_logps=True, uses_ref_logps=False),
 }
+
+# Issue 9's target setting: dapo with beta = 0.04, old and reference log-probs given.
+_DAPO_KL = LossCase("dapo_kl", GRPOLossConfig(beta=0.04), uses_old_logps=True, uses_ref_logps=True)
+VALID_FRACTIONS = (1.0, 0.5, 0.25)
+
+
+def _variant(name: str, **changes) -> LossCase:
+    return replace(_DAPO_KL, name=name, **changes)
+
+
+# Frozen head and padding rows (test_variants.py, the GPU command); looked up by name like the standard ones.
+VARIANT_LOSS_CASES: dict[str, LossCase] = {
+    "dapo_kl": _DAPO_KL,
+    "dapo_kl_frozen": _variant("dapo_kl_frozen", frozen_head=True),
+    **{f"dapo_kl_valid{round(f * 100)}": _variant(f"dapo_kl_valid{round(f * 100)}", valid_fraction=f)
+       for f in VALID_FRACTIONS},
+    **{f"dapo_kl_frozen_valid{round(f * 100)}": _variant(f"dapo_kl_frozen_valid{round(f * 100)}", frozen_head=True,
+                                                         valid_fraction=f) for f in VALID_FRACTIONS},
+    # Sequence-level in the target setting (GSPO's ratio with the KL term and both log-probs).
+    "gspo_kl": LossCase("gspo_kl", GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04,
+                                                  epsilon=3e-4, epsilon_high=4e-4),
+                        uses_old_logps=True, uses_ref_logps=True),
+}
+
+LOSS_CASES: dict[str, LossCase] = {**STANDARD_LOSS_CASES, **VARIANT_LOSS_CASES}
 
 
 def flops(operation: str, tokens: int, hidden: int, vocab: int) -> int:

@@ -12,15 +12,18 @@ from typing import Callable
 import torch
 
 import grpo_kernels
+import grpo_kernels.api
 from grpo_kernels import GRPOLossConfig, grpo_objective
 
-from .cases import LossCase
+from .cases import LOSS_CASES, LossCase
 from .inputs import BenchInputs
 from .shapes import TRITON_INTERPRETER_MAX_MACS, BenchShape, macs
 
-# reference is first: it is the baseline every ratio is taken against.
-PATHS = ("reference", "torch", "triton", "liger", "cce")
-OWN_BACKENDS = ("reference", "torch", "triton")
+# This package's backends as its API lists them (so a backend added there, e.g. "gemm", is benchmarked
+# without an edit here); reference is first: it is the baseline every ratio is taken against.
+_LISTED = ("reference", "torch", "triton")  # the report's row order
+OWN_BACKENDS = (*_LISTED, *(name for name in grpo_kernels.api.BACKENDS if name not in ("auto", *_LISTED)))
+PATHS = (*OWN_BACKENDS, "liger", "cce")
 
 Step = Callable[[], object]
 
@@ -62,6 +65,38 @@ def check_available(path: str, operation: str, shape: BenchShape, device: torch.
         _require_cuda(device, "Cut Cross-Entropy's linear_cross_entropy")
 
 
+def right_padded_mask(batch: int, seq_len: int, valid_fraction: float, device: torch.device) -> torch.Tensor:
+    """[batch, seq_len] int64 mask with round(valid_fraction * batch * seq_len) ones, each row ones then zeros.
+
+    Row lengths spread evenly around the mean (GRPO completions differ in length), each in [1, seq_len].
+    """
+    if not 0.0 < valid_fraction <= 1.0:
+        raise ValueError(f"valid_fraction must be in (0, 1], got {valid_fraction}")
+    total = max(batch, round(valid_fraction * batch * seq_len))
+    mean = total / batch
+    spread = max(0.0, min(mean - 1, seq_len - mean)) / 2 if batch > 1 else 0.0
+    lengths = (mean + torch.linspace(-spread, spread, batch, dtype=torch.float64)).floor().long().clamp(1, seq_len)
+    for row in range(batch):  # the floors dropped less than one per row: hand the rest to rows with room
+        if int(lengths.sum()) == total:
+            break
+        lengths[row] += int(lengths[row] < seq_len)
+    return (torch.arange(seq_len)[None, :] < lengths[:, None]).to(device=device, dtype=torch.int64)
+
+
+def case_mask(inputs: BenchInputs, case: LossCase) -> torch.Tensor:
+    """The completion mask a case runs with: the inputs' own, or right padding at the case's valid fraction."""
+    if case.valid_fraction is None:
+        return inputs.completion_mask
+    batch, seq_len = inputs.completion_mask.shape
+    return right_padded_mask(batch, seq_len, case.valid_fraction, inputs.completion_mask.device)
+
+
+def valid_tokens(inputs: BenchInputs, case_name: str) -> int:
+    """Positions with completion_mask != 0 in a case (the floor, case "-", runs the inputs' own mask)."""
+    mask = case_mask(inputs, LOSS_CASES[case_name]) if case_name in LOSS_CASES else inputs.completion_mask
+    return int(mask.sum())
+
+
 def _loss_kwargs(inputs: BenchInputs, case: LossCase) -> dict:
     return {
         "old_logps": inputs.old_logps if case.uses_old_logps else None,
@@ -90,12 +125,15 @@ def _cce_logps(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor) ->
 
 
 def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
-    """Loss forward + backward; the step returns the gradients w.r.t. hidden and weight."""
-    leaves = (inputs.hidden, inputs.weight)
+    """Loss forward + backward; the step returns the gradients w.r.t. hidden and weight (hidden only when the
+    case freezes the head: the weight is then passed detached, as a frozen LM head under LoRA is)."""
+    weight = inputs.weight.detach() if case.frozen_head else inputs.weight
+    leaves = (inputs.hidden,) if case.frozen_head else (inputs.hidden, weight)
+    mask = case_mask(inputs, case)
     if path in OWN_BACKENDS:
         def step():
             out = grpo_kernels.fused_linear_grpo_loss(
-                inputs.hidden, inputs.weight, inputs.completion_ids, inputs.completion_mask, inputs.advantages,
+                inputs.hidden, weight, inputs.completion_ids, mask, inputs.advantages,
                 config=case.config, backend=path, **_loss_kwargs(inputs, case))
             return torch.autograd.grad(out.loss, leaves)
         return step
@@ -104,9 +142,8 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
 
         def step():
             kwargs = _loss_kwargs(inputs, case)
-            loss, _metrics = module(inputs.hidden, inputs.weight, inputs.completion_ids, inputs.completion_mask,
-                                    inputs.advantages, ref_per_token_logps=kwargs["ref_logps"],
-                                    old_per_token_logps=kwargs["old_logps"])
+            loss, _metrics = module(inputs.hidden, weight, inputs.completion_ids, mask, inputs.advantages,
+                                    ref_per_token_logps=kwargs["ref_logps"], old_per_token_logps=kwargs["old_logps"])
             return torch.autograd.grad(loss, leaves)
         return step
     if path == "cce":
@@ -114,9 +151,9 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
             raise PathUnavailable("Cut Cross-Entropy has no sampling temperature")
 
         def step():
-            logps = _cce_logps(inputs.hidden, inputs.weight, inputs.completion_ids)
+            logps = _cce_logps(inputs.hidden, weight, inputs.completion_ids)
             # The objective needs no entropy for these configs (no entropy bonus or mask): zeros stand in.
-            loss, _metrics = grpo_objective(logps, torch.zeros_like(logps), inputs.completion_mask,
+            loss, _metrics = grpo_objective(logps, torch.zeros_like(logps), mask,
                                             inputs.advantages, case.config, **_loss_kwargs(inputs, case))
             return torch.autograd.grad(loss, leaves)
         return step

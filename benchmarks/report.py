@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from . import roofline
 from .cases import LOSS_CASES, OPERATIONS, REGIMES
 from .paths import PATHS
 
@@ -107,6 +108,30 @@ def times_floor(result: Result, floor: dict) -> Optional[float]:
     return result.median_ms / base.median_ms if base and result.path != "floor" else None
 
 
+def predicted_ms(run: Run, result: Result) -> Optional[float]:
+    """The roofline model's time for this case on the run's GPU (None on CPU and for unmodelled cases)."""
+    if run.meta.get("device_type") != "cuda":
+        return None
+    return roofline.predict_case_ms(run.meta.get("device", ""), result.path, result.operation, result.config,
+                                    result.hidden, result.vocab, result.tokens, result.dtype,
+                                    result.extra.get("valid_tokens"))
+
+
+def _prediction_cells(run: Run, result: Result) -> str:
+    """' | predicted ms | measured / predicted' for GPU runs, nothing otherwise."""
+    if run.meta.get("device_type") != "cuda":
+        return ""
+    predicted = predicted_ms(run, result)
+    ratio = None if predicted is None else result.median_ms / predicted
+    return f" | {_fmt(predicted, ',.2f')} | {_ratio(ratio)}"
+
+
+def _prediction_header(run: Run) -> tuple[str, str]:
+    if run.meta.get("device_type") != "cuda":
+        return "", ""
+    return " | predicted ms | measured / predicted", "---:|---:|"
+
+
 def memory_vs_reference(result: Result, reference: dict) -> Optional[float]:
     ref = reference.get(_key(result))
     if not ref or not ref.peak_extra_bytes or result.peak_extra_bytes is None:
@@ -136,11 +161,15 @@ def header(run: Run) -> list[str]:
     versions = ", ".join(f"{name} {m[key]}" for key, name in
                          (("torch", "torch"), ("triton", "triton"), ("cuda", "CUDA"), ("liger_kernel", "liger-kernel"),
                           ("cut_cross_entropy", "cut-cross-entropy")) if m.get(key))
+    tests = m.get("gpu_tests")
+    tests_line = ["", f"GPU tests: `{tests['command']}`: {tests['summary']} (exit code {tests['exit_code']}, "
+                      f"{tests['seconds']} s)."] if tests else []
     return [
         f"Device: **{m.get('device', '?')}** ({m.get('device_type', '?')}, torch threads: {m.get('torch_threads', '?')}, "
         f"load average at the end of the run: {m.get('load_average_1_5_15m', '?')}); {versions}; Python {m.get('python', '?')}.",
         "",
         f"Command: `{m.get('command_line', '?')}`; run {m.get('datetime', '?')} at commit `{(m.get('commit') or '?')[:12]}`.",
+        *tests_line,
     ]
 
 
@@ -152,10 +181,16 @@ LEGEND = (
     "(3 for the loss step, 1 for the log-probs). TFLOP/s counts 2*N*H*V per GEMM-equivalent over all B*T "
     "positions, padding included."
 )
+GPU_LEGEND = (
+    " Predicted ms is the roofline model's time for the case on this GPU (benchmarks/roofline.py; "
+    "`python -m benchmarks.roofline` prints its counts); measured / predicted above 1 is time the model "
+    "does not explain."
+)
 
 
 def case_tables(run: Run) -> list[str]:
     reference, floor = baselines(run.results)
+    predicted_head, predicted_rule = _prediction_header(run)
     lines: list[str] = []
     grouped = defaultdict(list)
     for r in run.results:
@@ -175,22 +210,23 @@ def case_tables(run: Run) -> list[str]:
             title = f"config `{config}`, " if operation != "logprobs" else ""
             lines += ["", f"**{title}{regime} logits** (mean token entropy, nats: {entropy})", "",
                       "| head (H, V) | N | path | median ms | speedup vs reference | x floor | TFLOP/s "
-                      "| peak extra MiB | memory vs reference |",
-                      "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+                      f"| peak extra MiB | memory vs reference{predicted_head} |",
+                      "|---|---:|---|---:|---:|---:|---:|---:|---:|" + predicted_rule]
             for r in rows:
                 lines.append(
                     f"| {r.head} ({r.hidden}, {r.vocab}) | {r.tokens} | {r.path} | {r.median_ms:,.2f} "
                     f"| {_ratio(speedup_vs_reference(r, reference))} | {_ratio(times_floor(r, floor))} "
                     f"| {_fmt(r.tflops, '.3g')} | {_mib(r.peak_extra_bytes)} "
-                    f"| {_ratio(memory_vs_reference(r, reference))} |")
+                    f"| {_ratio(memory_vs_reference(r, reference))}{_prediction_cells(run, r)} |")
     floors = sorted((r for r in run.results if r.path == "floor"), key=lambda r: (r.operation, r.head, r.tokens))
     if floors:
-        lines += ["", "### Bare-GEMM floor", "", "| operation | head (H, V) | N | GEMMs | median ms | TFLOP/s | peak extra MiB |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+        lines += ["", "### Bare-GEMM floor", "",
+                  f"| operation | head (H, V) | N | GEMMs | median ms | TFLOP/s | peak extra MiB{predicted_head} |",
+                  "|---|---|---:|---:|---:|---:|---:|" + predicted_rule]
         for r in floors:
             gemms = 3 if r.operation == "loss" else 1
             lines.append(f"| {r.operation} | {r.head} ({r.hidden}, {r.vocab}) | {r.tokens} | {gemms} | {r.median_ms:,.2f} "
-                         f"| {_fmt(r.tflops, '.3g')} | {_mib(r.peak_extra_bytes)} |")
+                         f"| {_fmt(r.tflops, '.3g')} | {_mib(r.peak_extra_bytes)}{_prediction_cells(run, r)} |")
     return lines
 
 
@@ -222,7 +258,7 @@ def skipped_table(run: Run) -> list[str]:
 def full_report(run: Run) -> str:
     lines = [f"## GRPO loss benchmarks: {run.meta.get('device', '?')}", "",
              f"Generated by `python -m benchmarks.report {run.source}` from pytest-benchmark JSON; do not edit by hand.",
-             "", *header(run), "", LEGEND]
+             "", *header(run), "", LEGEND + (GPU_LEGEND if run.meta.get("device_type") == "cuda" else "")]
     lines += case_tables(run) + memory_wall_table(run) + skipped_table(run)
     return "\n".join(lines) + "\n"
 
@@ -233,14 +269,16 @@ def readme_block(runs: list[Run]) -> str:
     lines = [f"<!-- benchmarks:begin - generated by `python -m benchmarks.report --readme {sources}`; do not edit -->"]
     for run in runs:
         reference, floor = baselines(run.results)
-        loss = [r for r in run.results if r.operation == "loss" and r.config == "dapo" and r.path != "floor"]
+        # the suite's dapo, or the GPU command's dapo with beta = 0.04 (issue 9's target setting)
+        config = "dapo" if any(r.config == "dapo" for r in run.results) else "dapo_kl"
+        loss = [r for r in run.results if r.operation == "loss" and r.config == config and r.path != "floor"]
         largest = {}
         for r in loss:
             largest[r.head] = max(largest.get(r.head, 0), r.tokens)
         rows = sorted((r for r in loss if r.tokens == largest[r.head]),
                       key=lambda r: (r.head, REGIMES.index(r.regime), PATH_ORDER.get(r.path, 99)))
         lines += ["", f"**{run.meta.get('device', '?')}** (torch {run.meta.get('torch', '?')}, "
-                      f"`{run.meta.get('command_line', '?')}`): GRPO loss forward + backward, dapo, {rows[0].dtype if rows else ''}", "",
+                      f"`{run.meta.get('command_line', '?')}`): GRPO loss forward + backward, {config}, {rows[0].dtype if rows else ''}", "",
                   "| head (H, V) | N | logits | path | median ms | speedup vs reference | x floor | peak extra MiB |",
                   "|---|---:|---|---|---:|---:|---:|---:|"]
         for r in rows:

@@ -13,7 +13,7 @@ import torch
 from . import memory
 from .cases import LOSS_CASES, flops
 from .inputs import BenchInputs, make_inputs, save_inputs
-from .paths import PathUnavailable, check_available, make_floor_step, make_step
+from .paths import PathUnavailable, check_available, make_floor_step, make_step, valid_tokens
 from .shapes import BenchShape
 
 
@@ -114,7 +114,8 @@ class BenchRunner:
         out_of_memory = None
         try:
             inputs, inputs_file = self.inputs.get(shape, regime)
-            benchmark.extra_info.update({"mean_entropy": inputs.mean_entropy, "logit_scale": inputs.logit_scale})
+            benchmark.extra_info.update({"mean_entropy": inputs.mean_entropy, "logit_scale": inputs.logit_scale,
+                                         "valid_tokens": valid_tokens(inputs, case_name)})
             if path == "floor":
                 step = make_floor_step(operation, inputs)
             else:

@@ -1,17 +1,21 @@
-"""Atomic, resumable checkpoints: HF-format model (or LoRA adapters) + tokenizer, optimizer, scheduler,
-every process's RNG state and the data position.
+"""Atomic, verified, resumable checkpoints: HF-format model (or LoRA adapters) + tokenizer, optimizer,
+scheduler, every process's RNG state, the data position and the run's config.
 
 A checkpoint is written to a hidden temporary directory and renamed into place only when complete, so an
-interrupted save never replaces (or corrupts) the last good one; loaders ignore the temporary names.
+interrupted save never replaces (or corrupts) the last good one; loaders ignore the temporary names. Its
+last file is a manifest of every file's size and SHA-256, checked before resuming: a truncated or corrupted
+file (even one that still loads) is reported by name, and `latest` falls back to the newest intact one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -20,6 +24,8 @@ from accelerate import Accelerator
 
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
+MANIFEST_FILE = "checksums.json"
+CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
 
 
 class CheckpointError(RuntimeError):
@@ -39,16 +45,74 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
-def resolve_resume(resume: str, run_dir: str | Path) -> Path:
-    if resume == "latest":
-        found = list_checkpoints(run_dir)
-        if not found:
-            raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint")
-        return found[-1]
-    path = Path(resume)
-    if not (path / STATE_FILE).is_file():
-        raise CheckpointError(f"run.resume {resume!r} is not a checkpoint directory (no {STATE_FILE})")
-    return path
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    manifest = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+
+
+def checkpoint_problems(path: Path) -> list[str]:
+    """What is wrong with a checkpoint, one entry per damaged file; empty when it is intact."""
+    problems = []
+    try:
+        json.loads((path / STATE_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        problems.append(f"{STATE_FILE} is unreadable ({exc})")
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text())
+    except FileNotFoundError:
+        return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
+    except (OSError, ValueError) as exc:
+        return problems + [f"{MANIFEST_FILE} is unreadable ({exc})"]
+    for name, expected in manifest.items():
+        file = path / name
+        if not file.is_file():
+            problems.append(f"{name} is missing")
+        elif file.stat().st_size != expected["bytes"]:
+            problems.append(f"{name} is truncated or overwritten ({file.stat().st_size} bytes, saved with "
+                            f"{expected['bytes']})")
+        elif file_sha256(file) != expected["sha256"]:
+            problems.append(f"{name} is corrupted (its SHA-256 differs from the one saved with it)")
+    return problems
+
+
+@dataclass
+class ResumePoint:
+    path: Path
+    step: int
+    skipped: list[str]  # damaged newer checkpoints passed over, with their problems
+
+
+def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
+    """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
+    if resume != "latest":
+        path = Path(resume)
+        if not (path / STATE_FILE).is_file():
+            raise CheckpointError(f"run.resume {resume!r} is not a checkpoint directory (no {STATE_FILE})")
+        problems = checkpoint_problems(path)
+        if problems:
+            raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "
+                                  f"(--resume with no value picks the newest intact checkpoint)")
+        return ResumePoint(path, _step(path), [])
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint")
+    skipped = []
+    for path in reversed(found):
+        problems = checkpoint_problems(path)
+        if not problems:
+            return ResumePoint(path, _step(path), skipped)
+        skipped.append(f"{path.name} is damaged: {'; '.join(problems)}")
+    raise CheckpointError(f"no intact checkpoint in {checkpoint_root(run_dir)}: " + "; ".join(skipped))
+
+
+def _step(path: Path) -> int:
+    return int(json.loads((path / STATE_FILE).read_text())["step"])
 
 
 def rng_state() -> dict[str, Any]:
@@ -68,7 +132,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm: torch.nn.Module, tokenizer,
                     optimizer: torch.optim.Optimizer, scheduler, trainer_state: dict[str, Any],
-                    keep_last: int) -> Path:
+                    keep_last: int, config_yaml: str) -> Path:
     """Write checkpoint-<step> atomically on every process's behalf; returns its path."""
     root = checkpoint_root(run_dir)
     final = root / f"{PREFIX}{step:06d}"
@@ -87,8 +151,10 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / STATE_FILE).write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+        (tmp / CONFIG_FILE).write_text(config_yaml)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        write_manifest(tmp)  # last: it covers every process's files
         if final.exists():  # re-saving a step (a resumed run): swap, then drop the old copy
             stale = root / f".old-{PREFIX}{step:06d}"
             os.replace(final, stale)
@@ -108,12 +174,19 @@ def load_training_state(path: Path, process_index: int) -> dict[str, Any]:
     if not rng_file.is_file():
         raise CheckpointError(f"{path} has no RNG state for process {process_index}: it was saved with fewer "
                               f"processes; resume with the same number of processes")
-    return {
-        "trainer": json.loads((path / STATE_FILE).read_text()),
-        "optimizer": torch.load(path / "optimizer.pt", weights_only=False),
-        "scheduler": torch.load(path / "scheduler.pt", weights_only=False),
-        "rng": torch.load(rng_file, weights_only=False),
-    }
+    state = {}
+    for key, file in (("trainer", path / STATE_FILE), ("optimizer", path / "optimizer.pt"),
+                      ("scheduler", path / "scheduler.pt"), ("rng", rng_file)):
+        try:
+            state[key] = json.loads(file.read_text()) if key == "trainer" else torch.load(file, weights_only=False)
+        except Exception as exc:  # torch.load raises many types on a damaged file; the name is what matters
+            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+    return state
+
+
+def saved_config(path: Path) -> str:
+    """The config.yaml text a checkpoint was saved with (its manifest guarantees it is there)."""
+    return (path / CONFIG_FILE).read_text()
 
 
 def model_dir(path: Optional[Path]) -> Optional[str]:

@@ -15,14 +15,40 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from .config import ConfigError, leaf_keys, load_config, read_yaml
+from .config_help import key_help
 from .demo_task import DEMO_PRESET
+from .interrupt import TrainingInterrupted
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, run)")
-    group = parser.add_argument_group("config keys (any key of the YAML tree)")
-    for key in leaf_keys():
-        group.add_argument(f"--{key}", dest=f"cfg:{key}", metavar="VALUE", default=argparse.SUPPRESS)
+    parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
+                                         "run); relative data paths in it are read next to it")
+    group = parser.add_argument_group(
+        "config keys (any key of the YAML tree; values are YAML scalars)",
+        "Defaults are the engine's; `train` without a model starts from the demo preset (examples/demo.yaml).")
+    for key, meaning in key_help().items():
+        group.add_argument(f"--{key}", dest=f"cfg:{key}", metavar="VALUE", default=argparse.SUPPRESS, help=meaning)
+
+
+def _join_negative_values(argv: Sequence[str]) -> list[str]:
+    """`--optim.learning_rate -1e-5` -> `--optim.learning_rate=-1e-5`: argparse takes "-1e-5" for an option
+    (its negative-number rule knows no exponents), so a config flag's negative number is attached to it."""
+    flags = {f"--{key}" for key in leaf_keys()}
+    joined: list[str] = []
+    for arg in argv:
+        if joined and joined[-1] in flags and arg.startswith("-") and _is_number(arg):
+            joined[-1] = f"{joined[-1]}={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
@@ -38,10 +64,12 @@ def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grpo-engine", description=__doc__.split("\n\n")[0])
+    # allow_abbrev=False: a misspelt key (--optim.learning_rat) must fail, not match the key it abbreviates.
+    parser = argparse.ArgumentParser(prog="grpo-engine", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)")
+    train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
+                           allow_abbrev=False)
     train.add_argument("--model", help="local Hugging Face causal-LM directory (= --model.name_or_path)")
     train.add_argument("--data", help="JSONL / Parquet / datasets directory with a prompt column (= --data.path)")
     train.add_argument("--output-dir", help="run directory (= --run.output_dir)")
@@ -50,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="continue from the latest checkpoint of the run directory, or from the given one")
     _add_config_flags(train)
 
-    evaluate = sub.add_parser("eval", help="accuracy and pass@k with the reward functions")
-    evaluate.add_argument("--model", required=True, help="model directory (a checkpoint's model/ works, LoRA too)")
+    evaluate = sub.add_parser("eval", help="accuracy and pass@k with the reward functions", allow_abbrev=False)
+    evaluate.add_argument("--model", required=True, help="model directory (a checkpoint's model/ works, LoRA too); "
+                                                         "overrides model.name_or_path of --config")
     evaluate.add_argument("--data", help="prompt file; default: the built-in task's held-out split")
     evaluate.add_argument("--num-samples", type=int, default=1, help="samples per prompt for pass@k (default 1)")
     evaluate.add_argument("--sample", action="store_true", help="sample at rollout.temperature even with one sample")
@@ -59,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output", help="also write the metrics to this JSON file")
     _add_config_flags(evaluate)
 
-    plot = sub.add_parser("plot", help="PNG of reward / KL / entropy curves of a run directory")
+    plot = sub.add_parser("plot", help="PNG of reward / KL / entropy curves of a run directory", allow_abbrev=False)
     plot.add_argument("run_dir")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
     return parser
@@ -95,12 +124,12 @@ def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
 def _eval(args: argparse.Namespace) -> int:
     from .evaluate import run_eval
 
-    overrides = _overrides(args, {"data": "data.path"})
+    overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
     preset = {"rollout": DEMO_PRESET["rollout"], "rewards": DEMO_PRESET["rewards"]} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
-    metrics = run_eval(config, args.model, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
+    metrics = run_eval(config, config.model.name_or_path, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
                        batch_size=args.batch_size)
     text = json.dumps(metrics, indent=2)
     print(text)
@@ -118,15 +147,27 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     handlers = {"train": _train, "eval": _eval, "plot": _plot}
     try:
         return handlers[args.command](args)
     except ConfigError as exc:
         print(f"grpo-engine: config error: {exc}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as exc:
+        output_dir = exc.checkpoint.parent.parent
+        print(f"grpo-engine train: {exc}. Continue with: grpo-engine train --resume --output-dir {output_dir} "
+              f"(and the same options)", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
+              f"--resume", file=sys.stderr)
+        return 130
     except (FileNotFoundError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
-        # The engine's own errors name their cause; a traceback would bury it.
+        # The engine's own errors name their cause; a traceback would bury it. A reward function's own
+        # traceback is the exception: the bug is in the user's code.
+        if getattr(exc, "user_traceback", None):
+            print(exc.user_traceback, file=sys.stderr, end="")
         print(f"grpo-engine {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

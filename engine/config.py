@@ -26,11 +26,11 @@ class ConfigError(ValueError):
 
 @dataclass
 class LoraConfig:
-    enabled: bool = False
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
-    target_modules: Union[str, list[str]] = "all-linear"
+    enabled: bool = False  # train LoRA adapters (peft) instead of every weight
+    r: int = 16  # adapter rank
+    alpha: int = 32  # adapter scale numerator (the update is scaled by alpha / r)
+    dropout: float = 0.05  # dropout on the adapters' input
+    target_modules: Union[str, list[str]] = "all-linear"  # module names to adapt, or "all-linear"
 
 
 @dataclass
@@ -38,8 +38,9 @@ class ModelConfig:
     # A local Hugging Face causal-LM directory; None builds the tiny built-in demo model in code.
     name_or_path: Optional[str] = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    # auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward: less memory, more time
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -47,26 +48,26 @@ class ModelConfig:
 class DataConfig:
     # JSONL / Parquet file or a `datasets.save_to_disk` directory; None uses the built-in addition task.
     path: Optional[str] = None
-    eval_path: Optional[str] = None
-    prompt_column: str = "prompt"
+    eval_path: Optional[str] = None  # prompts for evaluation before / after / every run.eval_steps
+    prompt_column: str = "prompt"  # the column holding the prompt text or chat messages
     # When set, a plain-text prompt becomes [system, user] chat messages and the chat template is applied.
     system_prompt: Optional[str] = None
     max_prompt_length: Optional[int] = 512  # longer prompts keep their last tokens (TRL default 512)
-    shuffle: bool = True
+    shuffle: bool = True  # a fresh seeded permutation of the prompts each epoch
     # The built-in addition task (used when `path` is None): operands 0..max_operand; eval_size problems
     # held out for evaluation (0: evaluate on the training prompts).
     builtin_max_operand: int = 9
-    builtin_eval_size: int = 0
+    builtin_eval_size: int = 0  # built-in task: problems held out for evaluation (0: evaluate on training ones)
 
 
 @dataclass
 class RolloutConfig:
-    num_generations: int = 8
-    max_new_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 disables top-k
-    repetition_penalty: float = 1.0
+    num_generations: int = 8  # completions per prompt (G): advantages compare each with its group
+    max_new_tokens: int = 256  # the longest completion
+    temperature: float = 1.0  # sampling temperature; the loss's log-probs use the same one
+    top_p: float = 1.0  # nucleus sampling (1: off)
+    top_k: int = 0  # top-k sampling (0: off)
+    repetition_penalty: float = 1.0  # transformers' repetition penalty in generate (1: off)
     # TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask.
     mask_truncated_completions: bool = False
 
@@ -79,52 +80,55 @@ class RewardsConfig:
     answer_column: str = "answer"  # the dataset column math_accuracy compares against
     # The seeds' guide: +1 correct, -1 wrong, -0.5 when no \boxed{} answer is found.
     math_correct: float = 1.0
-    math_wrong: float = -1.0
-    math_no_answer: float = -0.5
+    math_wrong: float = -1.0  # math_accuracy: reward of a wrong answer
+    math_no_answer: float = -0.5  # math_accuracy: reward when no \boxed{} answer is found
     # length: DAPO's soft overlong punishment, 0 up to max_new_tokens - length_cache, linear down to -1.
     length_cache: int = 32
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    scale_rewards: Literal["group", "batch", "none"] = "group"  # divide advantages by the group / batch std
 
 
 @dataclass
 class OptimConfig:
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
+    learning_rate: float = 1e-6  # AdamW's peak learning rate
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    adam_beta1: float = 0.9  # AdamW's first-moment decay
+    adam_beta2: float = 0.999  # AdamW's second-moment decay
+    adam_epsilon: float = 1e-8  # AdamW's denominator epsilon
     max_grad_norm: float = 1.0  # 0 disables clipping
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"
-    warmup_ratio: float = 0.0
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"  # the LR's shape after warmup
+    warmup_ratio: float = 0.0  # fraction of the optimizer steps spent warming the LR up linearly
     per_device_train_batch_size: int = 8  # completions per micro-batch
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
     num_iterations: int = 1  # optimizer passes over each generated batch (mu in the GRPO paper)
 
 
 @dataclass
 class RunConfig:
-    output_dir: str = "runs/grpo"
+    output_dir: str = "runs/grpo"  # run directory: metrics.jsonl, samples.jsonl, config.yaml, checkpoints/
     max_steps: int = 100  # generation rounds; each makes num_iterations optimizer steps
-    seed: int = 42
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 42  # seeds model init, prompt order and sampling
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     # CPU threads for torch (None: torch's default). Tiny models gain nothing from threads, and on a busy
     # machine idle OpenMP threads spin and slow every small op down.
     num_threads: Optional[int] = None
-    loss_backend: Literal["auto", "torch", "triton", "reference"] = "auto"
+    # The kernels' backend for log-probs and loss (auto: the GEMM path; see grpo_kernels' README).
+    loss_backend: Literal["auto", "gemm", "torch", "triton", "reference"] = "auto"
     save_steps: int = 0  # 0: only the final checkpoint
     save_total_limit: int = 2  # keep the last k checkpoints
     resume: Optional[str] = None  # "latest" or a checkpoint directory
+    # Ctrl-C / SIGTERM: finish the step in progress, save a checkpoint and stop with a hint to --resume.
+    save_on_interrupt: bool = True
     log_completions_steps: int = 10  # 0 disables sample logging
     eval_steps: int = 0  # 0: evaluate only before and after training (when an eval split exists)
     # Completions per evaluation prompt: 1 is greedy decoding; more are sampled with the rollout settings
     # (accuracy is then the mean over samples, and pass@k is reported).
     eval_num_samples: int = 1
     report_to: list[str] = field(default_factory=list)  # "tensorboard", "wandb"
-    progress_bar: bool = True
-    plot: bool = True
+    progress_bar: bool = True  # show a tqdm bar with the reward and loss
+    plot: bool = True  # write curves.png at the end
     # Supervised steps on the built-in task's reference answers before RL (built-in model only).
     warm_start_steps: int = 0
-    warm_start_learning_rate: float = 3e-3
+    warm_start_learning_rate: float = 3e-3  # AdamW LR of the supervised warm start
 
 
 @dataclass
@@ -228,7 +232,11 @@ def config_from_dict(data: Optional[dict]) -> EngineConfig:
     if "temperature" in loss and "temperature" in rollout and loss["temperature"] != rollout["temperature"]:
         raise ConfigError("loss.temperature must equal rollout.temperature (set rollout.temperature only)")
     if "temperature" in rollout:
-        loss["temperature"] = rollout["temperature"]
+        temperature = rollout["temperature"]
+        # Checked here, before the loss config sees it and reports it as its own key.
+        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and not temperature > 0:
+            raise ConfigError(f"rollout.temperature must be > 0 (sampling divides the logits by it), got {temperature}")
+        loss["temperature"] = temperature
     if loss.get("loss_type") == "dr_grpo" and loss.get("max_completion_length") is None:
         loss["max_completion_length"] = rollout.get("max_new_tokens", RolloutConfig.max_new_tokens)
     data["loss"] = loss
@@ -280,10 +288,23 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
     return result
 
 
+def resolve_data_paths(data: dict, base: Path) -> dict:
+    """Relative data paths in a YAML file name files next to it, wherever the command runs from."""
+    section = data.get("data")
+    if not isinstance(section, dict):
+        return data
+    resolved = dict(section)
+    for key in ("path", "eval_path"):
+        value = resolved.get(key)
+        if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+            resolved[key] = str(base / value)
+    return {**data, "data": resolved}
+
+
 def load_config(path: Optional[str | Path] = None, overrides: Optional[dict] = None,
                 preset: Optional[dict] = None) -> EngineConfig:
     """YAML file (optional) + dotted-key overrides, layered over `preset` (optional), then validated."""
-    data = read_yaml(path) if path is not None else {}
+    data = resolve_data_paths(read_yaml(path), Path(path).parent) if path is not None else {}
     data = apply_overrides(data, overrides or {})
     return config_from_dict(deep_merge(preset or {}, data))
 

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from .config import EngineConfig, RolloutConfig
 from .data import check_prompt_column, load_rows, render_prompt, reward_columns
 from .demo_task import addition_problems
-from .models import ModelLoadError, load_causal_lm, load_tokenizer, resolve_device
+from .models import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from .rewards import NamedReward, load_reward_functions, score_completions
 from .rollout import generate_completions
 
@@ -65,6 +65,7 @@ def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, ro
 
 def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
     """A model directory, or a LoRA adapter directory (its base is read from adapter_config.json)."""
+    check_model_dir(path)
     if (Path(path) / "adapter_config.json").is_file():
         try:
             from peft import AutoPeftModelForCausalLM

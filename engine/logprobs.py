@@ -28,7 +28,7 @@ def completion_hidden_states(policy: nn.Module, batch: RolloutBatch) -> torch.Te
 @torch.no_grad()
 def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperature: float, micro_batch_size: int,
                       backend: str, disable_adapters: bool = False) -> torch.Tensor:
-    """[N, T] float32 log-probs of the completion tokens, micro-batch by micro-batch, without logits.
+    """[N, T] float32 log-probs of the completion tokens (0 on padding), micro-batch by micro-batch, without logits.
 
     With `disable_adapters` a peft policy scores as its base model: the KL reference of a LoRA run, at no
     extra memory.
@@ -43,7 +43,8 @@ def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperatur
             part = batch.select(slice(start, start + micro_batch_size))
             hidden = completion_hidden_states(policy, part)
             chunks.append(with_lm_head(lm, hidden, lambda h, weight, bias: linear_logprobs(
-                h, weight, part.completion_ids, bias=bias, temperature=temperature, backend=backend)))
+                h, weight, part.completion_ids, bias=bias, temperature=temperature, backend=backend,
+                mask=part.completion_mask)))  # padding never goes through the head
     return torch.cat(chunks, dim=0)
 
 

@@ -7,6 +7,7 @@ file of a resumed run reads as if the run had never stopped.
 from __future__ import annotations
 
 import json
+import math
 import resource
 import sys
 import time
@@ -57,8 +58,17 @@ def completion_metrics(lengths: torch.Tensor, truncated: torch.Tensor) -> dict[s
         "completions/min_length": lengths.min().item(),
         "completions/max_length": lengths.max().item(),
         "completions/clipped_ratio": truncated.float().mean().item(),
+        # TRL reports 0 for the terminated lengths when every completion was truncated.
         "completions/mean_terminated_length": terminated.mean().item() if terminated.numel() else 0.0,
+        "completions/min_terminated_length": terminated.min().item() if terminated.numel() else 0.0,
+        "completions/max_terminated_length": terminated.max().item() if terminated.numel() else 0.0,
     }
+
+
+def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
+    """NaN and infinities become None (JSON null): `json.dumps` would write NaN, which is not JSON."""
+    return {name: None if isinstance(value, float) and not math.isfinite(value) else value
+            for name, value in metrics.items()}
 
 
 def truncate_after(path: Path, last_step: int) -> None:
@@ -103,8 +113,9 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        metrics = json_safe(metrics)
         with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
+            f.write(json.dumps({"step": step, **metrics}, allow_nan=False) + "\n")
         if self.tensorboard is not None:
             for name, value in metrics.items():
                 if isinstance(value, (int, float)):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
@@ -47,13 +49,51 @@ def resolve_attn_implementation(choice: str, device: torch.device) -> str:
     return "sdpa"
 
 
+# A directory without any of these has no tokenizer: transformers would then build an empty one from
+# config.json alone, which fails much later (an IndexError inside `generate`).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model")
+
+
+def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> None:
+    """A clear error, naming the directory, for the ways a model directory is commonly incomplete."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ModelLoadError(f"model path {path!r} is not a directory ({what})")
+    if not any(directory.iterdir()):
+        raise ModelLoadError(f"model directory {path!r} is empty ({what})")
+    if not (directory / "config.json").is_file() and not (directory / "adapter_config.json").is_file():
+        raise ModelLoadError(f"model directory {path!r} has no config.json: not a Hugging Face model directory "
+                             f"(save one with model.save_pretrained)")
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(f"model directory {path!r} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}): "
+                             f"save the tokenizer next to the model with tokenizer.save_pretrained({path!r})")
+
+
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    check_model_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not load the tokenizer in {path!r}: {exc}") from exc
     if tokenizer.pad_token is None:  # many causal LMs ship without one; EOS is the usual stand-in
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # prompts are left-padded so every completion starts at one column
     tokenizer.truncation_side = "left"  # over-long prompts keep their end, where the question is
     return tokenizer
+
+
+@contextmanager
+def hf_progress_bars_off() -> Iterator[None]:
+    """transformers' own bars ("Loading weights", "Writing model shards" at each checkpoint) would break up
+    the training progress bar; they are switched off while training runs."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> PreTrainedModel:

@@ -20,12 +20,12 @@ def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
     except ImportError as exc:
         raise ImportError("plotting needs matplotlib: pip install matplotlib") from exc
     rows = read_metrics(run_dir)
-    panels = [(key, title) for key, title in PANELS if any(key in row for row in rows)]
+    panels = [(key, title) for key, title in PANELS if any(row.get(key) is not None for row in rows)]
     if not panels:
         raise ValueError(f"{run_dir}: metrics.jsonl has no reward, kl or entropy values to plot")
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.4 * len(panels)), sharex=True, squeeze=False)
     for ax, (key, title) in zip(axes[:, 0], panels):
-        points = [(row["step"], row[key]) for row in rows if key in row]
+        points = [(row["step"], row[key]) for row in rows if row.get(key) is not None]  # null: not measured
         ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=1.2)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
+import os
 import re
+import sys
+import traceback
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 
 from .config import RewardsConfig
@@ -23,7 +28,9 @@ RewardFunction = Callable[..., list]
 
 
 class RewardFunctionError(RuntimeError):
-    pass
+    """A reward function failed or misbehaved; `user_traceback` holds its own traceback when it raised."""
+
+    user_traceback: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------------------ math answers
@@ -169,6 +176,10 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
         raise RewardFunctionError(f"unknown reward function {spec!r}: use math_accuracy, format, length or "
                                   f"'package.module:function'")
     module_name, _, attr = spec.partition(":")
+    # As `python script.py` would: a module in the current directory is importable, even from the
+    # `grpo-engine` console script (whose sys.path holds its own directory instead).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -186,25 +197,50 @@ def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[Na
             for spec, w in zip(config.functions, weights)]
 
 
+def _as_reward(value: Any) -> Optional[float]:
+    """TRL's reading of one returned value: None or NaN is "not scored"; bools and numpy / 0-d tensor
+    scalars are numbers. Anything else (or an infinity) is a TypeError."""
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0:
+        value = value.item()
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_, numbers.Real)):
+        value = float(value)
+        if math.isnan(value):
+            return None
+        if math.isfinite(value):
+            return value
+    raise TypeError
+
+
 def score_completions(rewards: list[NamedReward], prompts: list[str], completions: list[str],
                       columns: dict[str, list], completion_ids: list[list[int]]) -> torch.Tensor:
-    """[N, F] float32 rewards, NaN where a function returned None; a misbehaving function raises naming it."""
+    """[N, F] float32 rewards, NaN where a function returned None; a misbehaving function raises naming it.
+
+    A function may return a list, tuple, numpy array or 1-D tensor of N values, as TRL accepts.
+    """
     n = len(completions)
     table = torch.full((n, len(rewards)), math.nan, dtype=torch.float32)
     for j, reward in enumerate(rewards):
         try:
             values = reward.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
         except Exception as exc:
-            raise RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}") from exc
+            error = RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}")
+            # The user's bug is inside the function: keep its frames, without this caller's.
+            error.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
+            raise error from exc
+        if isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim == 1:
+            values = list(values)
         if not isinstance(values, (list, tuple)) or len(values) != n:
             got = f"{len(values)} values" if isinstance(values, (list, tuple)) else repr(type(values).__name__)
             raise RewardFunctionError(f"reward function {reward.name!r} must return a list of {n} floats "
                                       f"(one per completion), got {got}")
         for i, value in enumerate(values):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            try:
+                score = _as_reward(value)
+            except TypeError:
                 raise RewardFunctionError(f"reward function {reward.name!r} returned {value!r} for completion {i}; "
-                                          f"expected a finite float or None")
-            table[i, j] = float(value)
+                                          f"expected a finite number, a bool or None") from None
+            if score is not None:
+                table[i, j] = score
     return table

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import yaml
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
@@ -22,6 +21,7 @@ from . import checkpoint as ckpt
 from .config import EngineConfig, validate
 from .data import PromptSampler, check_prompt_column, load_rows, render_prompt
 from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
+from .health import RunHealth
 from .metrics import MetricsLogger
 from .models import (
     HiddenStatePolicy,
@@ -33,6 +33,7 @@ from .models import (
     load_tokenizer,
     resolve_device,
 )
+from .resume import config_yaml, start_point
 from .rewards import NamedReward, load_reward_functions
 from .warm_start import supervised_warm_start
 
@@ -58,6 +59,9 @@ class Run:
     sampler: PromptSampler
     logger: MetricsLogger
     start_step: int  # last completed step (0 for a fresh run)
+    config_yaml: str  # the config as saved in run_dir and in every checkpoint
+    num_tokens: int = 0  # prompt + completion tokens of all steps so far (TRL's num_tokens)
+    health: RunHealth = field(default_factory=RunHealth)
 
     @property
     def device(self) -> torch.device:
@@ -68,7 +72,7 @@ class Run:
         return self.accelerator.unwrap_model(self.policy)
 
     def trainer_state(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict()}
+        return {"sampler": self.sampler.state_dict(), "num_tokens": self.num_tokens}
 
 
 def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
@@ -130,14 +134,12 @@ def setup_run(config: EngineConfig) -> Run:
     accelerator = Accelerator(cpu=device.type == "cpu")
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of processes
     run_dir = Path(config.run.output_dir)
-    resume_from = ckpt.resolve_resume(config.run.resume, run_dir) if config.run.resume else None
-    if resume_from is None and ckpt.list_checkpoints(run_dir):
-        # A fresh run would interleave its checkpoints with another run's.
-        raise ckpt.CheckpointError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, or "
-                                   f"choose another --output-dir (or delete the directory)")
+    resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
+    resume_from = None if resume_point is None else resume_point.path
     if accelerator.is_main_process:
+        # Written only once the run is known to use this config (a refused resume leaves the old one).
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+        (run_dir / "config.yaml").write_text(config_yaml(config))
     set_seed(config.run.seed)  # identical model init on every process
 
     base_path = config.model.name_or_path
@@ -175,7 +177,7 @@ def setup_run(config: EngineConfig) -> Run:
     sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
 
-    start_step = 0
+    start_step, num_tokens = 0, 0
     if resume_from is not None:
         state = ckpt.load_training_state(resume_from, accelerator.process_index)
         optimizer.load_state_dict(state["optimizer"])
@@ -183,13 +185,12 @@ def setup_run(config: EngineConfig) -> Run:
         sampler.load_state_dict(state["trainer"]["sampler"])
         ckpt.set_rng_state(state["rng"])
         start_step = int(state["trainer"]["step"])
-        if start_step >= config.run.max_steps:
-            raise ckpt.CheckpointError(f"{resume_from} is at step {start_step}; run.max_steps ({config.run.max_steps}) "
-                                       f"leaves nothing to do")
+        num_tokens = int(state["trainer"].get("num_tokens", 0))
     else:
         set_seed(config.run.seed + accelerator.process_index)  # distinct samples on each process
 
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
-               [render(r) for r in rows], eval_rows, [render(r) for r in eval_rows], sampler, logger, start_step)
+               [render(r) for r in rows], eval_rows, [render(r) for r in eval_rows], sampler, logger, start_step,
+               config_yaml(config), num_tokens)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -13,7 +15,9 @@ from .advantages import group_advantages, per_function_metrics
 from .config import EngineConfig
 from .data import reward_columns
 from .evaluate import evaluate_prompts
+from .interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .logprobs import reference_logprobs, sequence_logprobs
+from .models import hf_progress_bars_off
 from .metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
 from .plot import plot_run
 from .rewards import score_completions
@@ -33,28 +37,47 @@ class TrainSummary:
 
 
 def train(config: EngineConfig) -> TrainSummary:
-    run = setup_run(config)
-    cfg = run.config
-    eval_before = evaluate(run) if run.start_step == 0 else None
-    bar = tqdm(range(run.start_step + 1, cfg.run.max_steps + 1), desc="grpo", disable=not (
-        cfg.run.progress_bar and run.accelerator.is_main_process))
-    for step in bar:
-        timer = StepTimer()
-        with timer.phase("generate"):
-            rows, batch = rollout(run)
-        with timer.phase("score"):
-            advantages, rewards, reward_metrics = score(run, rows, batch)
-        with timer.phase("logprobs"):
-            old_logps, ref_logps = logprobs(run, batch)
-        with timer.phase("update"):
-            update_metrics = update(run, batch, advantages, old_logps, ref_logps, step)
-        log(run, step, {**reward_metrics, **update_metrics, **step_metrics(run, batch, timer)}, batch, rewards, bar)
-        if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
-            log_eval(run, step, evaluate(run))
-        if step == cfg.run.max_steps or (cfg.run.save_steps and step % cfg.run.save_steps == 0):
-            ckpt.save_checkpoint(run.accelerator, run.run_dir, step, run.lm, run.tokenizer, run.optimizer,
-                                 run.scheduler, run.trainer_state(), cfg.run.save_total_limit)
-    return finish(run, eval_before, evaluate(run))
+    with hf_progress_bars_off():  # transformers' loading / saving bars would break up the training bar
+        run = setup_run(config)
+        cfg = run.config
+        eval_before = evaluate(run) if run.start_step == 0 else None
+        bar = tqdm(total=cfg.run.max_steps, initial=run.start_step, desc="grpo", disable=not (
+            cfg.run.progress_bar and run.accelerator.is_main_process))
+        with stop_at_step_boundary(cfg.run.save_on_interrupt) as stop:
+            for step in range(run.start_step + 1, cfg.run.max_steps + 1):
+                timer = StepTimer()
+                with timer.phase("generate"):
+                    rows, batch = rollout(run)
+                with timer.phase("score"):
+                    advantages, rewards, reward_metrics = score(run, rows, batch)
+                with timer.phase("logprobs"):
+                    old_logps, ref_logps = logprobs(run, batch)
+                with timer.phase("update"):
+                    update_metrics = update(run, batch, advantages, old_logps, ref_logps, step)
+                metrics = {**reward_metrics, **update_metrics, **step_metrics(run, batch, timer)}
+                log(run, step, metrics, batch, rewards, bar)
+                if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
+                    log_eval(run, step, evaluate(run))
+                saved = save(run, step) if step == cfg.run.max_steps or (
+                    cfg.run.save_steps and step % cfg.run.save_steps == 0) else None
+                if step < cfg.run.max_steps and stop.requested(run.accelerator):
+                    stop_training(run, stop, step, saved, bar)
+        bar.close()
+        return finish(run, eval_before, evaluate(run))
+
+
+def save(run: Run, step: int) -> Path:
+    return ckpt.save_checkpoint(run.accelerator, run.run_dir, step, run.lm, run.tokenizer, run.optimizer,
+                                run.scheduler, run.trainer_state(), run.config.run.save_total_limit,
+                                config_yaml=run.config_yaml)
+
+
+def stop_training(run: Run, stop: StopRequest, step: int, saved: Optional[Path], bar) -> None:
+    """A stop signal at a step boundary: save (unless this step was just saved), close the sinks, raise."""
+    checkpoint = saved or save(run, step)
+    bar.close()  # ends the bar's line, so the hint that follows stands on its own
+    run.logger.close()
+    raise TrainingInterrupted(stop.signal_name or "a stop signal on another process", step, checkpoint)
 
 
 def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
@@ -105,7 +128,7 @@ def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: O
     metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss,
                             cfg.optim.per_device_train_batch_size, cfg.optim.num_iterations,
                             cfg.optim.max_grad_norm, cfg.run.loss_backend, step)
-    return {**gather_mean(run, metrics), "lr": lr}
+    return {**gather_mean(run, metrics), "learning_rate": lr}
 
 
 def gather_mean(run: Run, metrics: dict[str, float]) -> dict[str, float]:
@@ -121,8 +144,10 @@ def step_metrics(run: Run, batch: RolloutBatch, timer: StepTimer) -> dict[str, f
     lengths = acc.gather(batch.completion_attention.sum(dim=1)).cpu()
     truncated = acc.gather(batch.truncated).cpu()
     tokens = acc.gather(batch.attention_mask.sum().reshape(1)).sum().item()
+    run.num_tokens += int(tokens)  # TRL's num_tokens: prompt + completion tokens seen so far, all processes
     timing = timer.metrics()
-    return {**completion_metrics(lengths, truncated), **timing, "tokens/s": tokens / timing["time/step"],
+    return {"num_tokens": run.num_tokens, **completion_metrics(lengths, truncated), **timing,
+            "step_time": timing["time/step"], "tokens/s": tokens / timing["time/step"],
             "memory/peak_mb": peak_memory_mb(run.device),
             "epoch": run.sampler.epoch + run.sampler.offset / run.sampler.num_rows}
 
@@ -130,6 +155,10 @@ def step_metrics(run: Run, batch: RolloutBatch, timer: StepTimer) -> dict[str, f
 def log(run: Run, step: int, metrics: dict[str, float], batch: RolloutBatch, rewards: torch.Tensor, bar) -> None:
     run.logger.log(step, metrics)
     bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}", refresh=False)
+    bar.update(1)
+    if run.accelerator.is_main_process:
+        for message in run.health.check(step, metrics):
+            tqdm.write(f"warning: {message}", file=sys.stderr)
     every = run.config.run.log_completions_steps
     if every and step % every == 0:
         group = run.config.rollout.num_generations
@@ -141,7 +170,7 @@ def log(run: Run, step: int, metrics: dict[str, float], batch: RolloutBatch, rew
 
 def log_eval(run: Run, step: int, result: Optional[dict[str, float]]) -> None:
     if result is not None:
-        run.logger.log(step, {f"eval/{name}": value for name, value in result.items()})
+        run.logger.log(step, {f"eval_{name}": value for name, value in result.items()})  # the Trainer's prefix
 
 
 def evaluate(run: Run) -> Optional[dict[str, float]]:

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
+from grpo_kernels.config import PPO_CLIP_LOSS_TYPES
 
 from .logprobs import completion_hidden_states
 from .models import with_lm_head
@@ -57,6 +58,29 @@ def micro_batch_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateI
         num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend))
 
 
+def sequence_clip_extremes(accelerator: Accelerator, logps: torch.Tensor, inputs: UpdateInputs, rows: slice,
+                           config: GRPOLossConfig) -> dict[str, float]:
+    """TRL's clip_ratio/low_min and high_max: per completion, the fraction of its tokens whose ratio was clipped
+    low (high); the smallest low and largest high fraction over the micro-batch of every process. Empty
+    completions give NaN and are skipped; a micro-batch with none left gives NaN (logged as null)."""
+    mask = inputs.batch.completion_mask[rows].float()
+    old = logps if inputs.old_logps is None else inputs.old_logps[rows]
+    log_ratio = torch.where(mask > 0, logps - old, torch.zeros_like(logps))
+    if config.importance_sampling_level == "sequence":
+        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    ratio = torch.exp(log_ratio)
+    if config.delta is not None:  # TRL measures clipping after its delta cap
+        ratio = ratio.clamp(max=config.delta)
+    advantages = inputs.advantages[rows][:, None]
+    low = ((ratio < 1 - config.epsilon) & (advantages < 0)).float().expand_as(mask)
+    high = ((ratio > 1 + config.epsilon_high_value) & (advantages > 0)).float().expand_as(mask)
+    per_sequence = torch.stack([(low * mask).sum(-1), (high * mask).sum(-1)]) / mask.sum(-1)
+    low_all, high_all = accelerator.gather(per_sequence.T.contiguous()).T
+    low_all, high_all = low_all[~low_all.isnan()], high_all[~high_all.isnan()]
+    return {"clip_ratio/low_min": low_all.min().item() if low_all.numel() else math.nan,
+            "clip_ratio/high_max": high_all.max().item() if high_all.numel() else math.nan}
+
+
 def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.Module,
                   optimizer: torch.optim.Optimizer, scheduler, inputs: UpdateInputs, loss_config: GRPOLossConfig,
                   micro_batch_size: int, num_iterations: int, max_grad_norm: float, backend: str,
@@ -65,7 +89,7 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
     n_local = len(inputs.batch.prompts)
     starts = list(range(0, n_local, micro_batch_size))
     scale = 1.0 if loss_config.loss_type in GLOBAL_TOKEN_NORMALISED else 1.0 / len(starts)
-    metric_sums: dict[str, float] = {}
+    metric_values: dict[str, list[float]] = {}
     step_losses, grad_norms = [], []
     for _ in range(num_iterations):
         step_loss = 0.0
@@ -83,16 +107,25 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
                         f"the rewards and the model's dtype")
                 accelerator.backward(loss)
             step_loss += loss.item()  # the scaled micro-batch losses add up to the optimizer step's loss
-            for name, value in out.metrics.items():
-                metric_sums[name] = metric_sums.get(name, 0.0) + value.item()
+            values = {name: value.item() for name, value in out.metrics.items()}
+            if loss_config.loss_type in PPO_CLIP_LOSS_TYPES:
+                values.update(sequence_clip_extremes(accelerator, out.logps, inputs,
+                                                     slice(start, start + micro_batch_size), loss_config))
+            for name, value in values.items():
+                metric_values.setdefault(name, []).append(value)
         grad_norm = accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm if max_grad_norm > 0 else math.inf)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step_losses.append(step_loss)
         grad_norms.append(float(grad_norm))
-    passes = num_iterations * len(starts)
-    metrics = {name: total / passes for name, total in metric_sums.items()}
+    # Averaged over micro-batches as TRL averages its logged values, NaN (nothing to measure) skipped.
+    metrics = {name: _nan_mean(values) for name, values in metric_values.items()}
     metrics["loss"] = sum(step_losses) / num_iterations
     metrics["grad_norm"] = sum(grad_norms) / num_iterations
     return metrics
+
+
+def _nan_mean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan

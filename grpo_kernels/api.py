@@ -142,11 +142,18 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         check_targets("completion_ids", completion_ids, (N,), _vocab_size(weight, shard), hidden.device)
         if completion_mask is not None:
             check_mask("completion_mask", completion_mask, (N,), hidden.device)
+        for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
+            if value is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != (N,)):
+                raise ValueError(f"{name} must be [N]=[{N}] in the packed form (one value per token), got "
+                                 f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}")
+        if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in ((S,), (N,)):
+            raise ValueError(f"advantages must be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form, got "
+                             f"{list(advantages.shape) if isinstance(advantages, torch.Tensor) else advantages!r}")
         layout = TokenLayout.packed(cu_seqlens, completion_mask, N)
         if isinstance(advantages, torch.Tensor) and advantages.dim() == 1 and advantages.shape[0] == N and N != S:
             advantages = layout.packed_to_grid(advantages, cu_seqlens)
-        old_logps, ref_logps, importance_ratio = (layout.packed_to_grid(x, cu_seqlens)
-                                                  for x in (old_logps, ref_logps, importance_ratio))
+        old_logps, ref_logps = (layout.packed_to_grid(x, cu_seqlens) for x in (old_logps, ref_logps))
+        importance_ratio = layout.packed_to_grid(importance_ratio, cu_seqlens, fill=1.0)
         completion_mask = layout.mask
         check_loss_inputs(layout.batch_shape, hidden.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config)
@@ -155,8 +162,11 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     loss_inputs = dict(completion_mask=layout.mask, advantages=advantages, config=config, old_logps=old_logps,
                        ref_logps=ref_logps, importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
-    # a sharded head takes the GEMM one-pass route (combining per wave) or the two-step route, never the epilogue
-    if is_token_level(config) and (backend == "gemm" or (backend == "triton" and shard is None)):
+    # Under torch.compile the GEMM path takes the two-pass route (4 GEMMs): the one-pass op differentiates the
+    # spec with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM
+    # one-pass route (combining per wave) or the two-step route, never the Triton epilogue.
+    one_pass = (backend == "triton" and shard is None) or (backend == "gemm" and _checking_values())
+    if is_token_level(config) and one_pass:
         rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
         if backend == "gemm":
             loss, logps, entropy = _gemm_one_pass(hidden_rows, weight, bias, target_rows, rows, config,

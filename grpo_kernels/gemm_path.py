@@ -25,8 +25,6 @@ from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target
 DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
 ROW_CHUNK = 64
-# Bound of the float32 temporary a 16-bit dW update makes when it cannot accumulate in place.
-DW_TEMP_BYTES = 256 << 20
 
 TokenGrads = Callable[[int, int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Optional[torch.Tensor]]]
 # (lse, entropy, target logit) of a wave -> the same three over the whole vocabulary of a sharded head
@@ -112,9 +110,10 @@ def _mm_wide(a: torch.Tensor, b: torch.Tensor, wide: torch.dtype, out: Optional[
 
 
 class _WeightGrad:
-    """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it; later waves add. A
-    float32 GEMM adds in place (addmm); 16-bit operands cannot addmm into float32 (pytorch#154086), so they go
-    through a temporary of at most DW_TEMP_BYTES, vocabulary slice by slice."""
+    """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it (a GEMM with float32
+    output); later waves add into it inside the GEMM: addmm for float32 operands, and for 16-bit ones (which
+    cuBLAS through torch cannot add into float32, pytorch#154086) the Triton GEMM of kernels/accumulate_mm.py,
+    which reads and writes the accumulator once per wave and makes no temporary."""
 
     def __init__(self, weight: torch.Tensor, wide: torch.dtype):
         self.acc = torch.empty(weight.shape, dtype=wide, device=weight.device)
@@ -127,9 +126,9 @@ class _WeightGrad:
         elif dz.dtype == self.acc.dtype:
             self.acc.addmm_(dz.T, h)
         else:
-            step = max(1, DW_TEMP_BYTES // (4 * h.shape[1]))
-            for v0 in range(0, dz.shape[1], step):
-                self.acc[v0:v0 + step].add_(_mm_wide(dz[:, v0:v0 + step].T, h, self.acc.dtype))
+            from .kernels.accumulate_mm import accumulate_at_b
+
+            accumulate_at_b(self.acc, dz, h)
 
     def result(self, dtype: torch.dtype) -> torch.Tensor:
         if not self.started:
@@ -155,9 +154,12 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
     inv_tau = 1.0 / temperature
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
-    grads = token_grads is not None or given is not None
-    needs_hidden_grad, needs_weight_grad = grads and needs_hidden_grad, grads and needs_weight_grad
+    wants_grads = token_grads is not None or given is not None
+    needs_hidden_grad, needs_weight_grad = wants_grads and needs_hidden_grad, wants_grads and needs_weight_grad
+    grads = needs_hidden_grad or needs_weight_grad  # no dZ at all under no_grad or with nothing to train
 
+    if given is not None and not grads:
+        return None, None, None, None, None, None
     logps = entropy = lse = None
     if given is None:
         logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))

@@ -71,15 +71,18 @@ class TokenLayout:
         B, T = self.batch_shape
         return rows.new_zeros(B * T).index_put((self.grid_rows,), rows).view(B, T)
 
-    def packed_to_grid(self, packed: Optional[torch.Tensor], cu_seqlens: torch.Tensor) -> Optional[torch.Tensor]:
-        """A per-token [N] input of a packed batch (old/ref log-probs, importance ratio) on the grid."""
+    def packed_to_grid(self, packed: Optional[torch.Tensor], cu_seqlens: torch.Tensor,
+                       fill: float = 0.0) -> Optional[torch.Tensor]:
+        """A per-token [N] input of a packed batch (old/ref log-probs, importance ratio) on the grid, `fill` on the
+        padding (1 for a ratio: vespo takes its log even where the mask is 0)."""
         if packed is None:
             return None
         lengths = cu_seqlens[1:] - cu_seqlens[:-1]
         B, T = self.batch_shape
         sequence = torch.repeat_interleave(torch.arange(B, device=packed.device), lengths)
         offset = torch.arange(packed.numel(), device=packed.device) - cu_seqlens[:-1].repeat_interleave(lengths)
-        return packed.new_zeros(B * T).index_put((sequence * T + offset,), packed.reshape(-1)).view(B, T)
+        grid = packed.new_full((B * T,), fill)
+        return grid.index_put((sequence * T + offset,), packed.reshape(-1)).view(B, T)
 
     def output_rows(self, rows: torch.Tensor, n_input_rows: int) -> torch.Tensor:
         """[R] per-row values back in the input's flat row order ([N] packed / [B*T] padded), 0 elsewhere."""

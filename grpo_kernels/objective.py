@@ -46,8 +46,10 @@ def vespo_weights(log_ratio: torch.Tensor, mask: torch.Tensor, advantages: torch
 
 
 def masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    # TRL: a per-sequence quantity ([B, 1], sequence-level ratios) is averaged over sequences.
-    if x.shape[-1] == 1:
+    # TRL: a per-sequence quantity ([B, 1], sequence-level ratios) is averaged over sequences. (TRL also takes
+    # the plain mean of [B, 1] per-token values when T = 1; padded positions are never computed here, so a
+    # one-token batch gets the masked mean.)
+    if x.shape[-1] == 1 and mask.shape[-1] != 1:
         return x.float().mean()
     return (x.float() * mask).sum() / mask.sum().clamp(min=1.0)
 

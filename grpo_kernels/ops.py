@@ -99,10 +99,22 @@ def _linear_setup_context(ctx, inputs, output) -> None:
     _, entropy, lse = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
     ctx.temperature, ctx.backend, ctx.workspace_bytes = temperature, backend, workspace_bytes
+    ctx.weight_shape = tuple(weight.shape)
+
+
+def _check_weight_unchanged(ctx, weight: torch.Tensor) -> None:
+    # The backward recomputes the logits from the weight. A ZeRO-3 partitioned head is numel 0 again by then
+    # unless it is re-gathered (grpo_kernels.integrations.sharding.call_with_full_head does that).
+    if tuple(weight.shape) != ctx.weight_shape:
+        raise RuntimeError(f"the LM-head weight is {list(weight.shape)} in the backward but was "
+                           f"{list(ctx.weight_shape)} in the forward; a partitioned (ZeRO-3) head must be gathered "
+                           "for the backward too: call the loss through "
+                           "grpo_kernels.integrations.sharding.call_with_full_head")
 
 
 def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
     hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+    _check_weight_unchanged(ctx, weight)
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
@@ -193,11 +205,12 @@ def _token_terms_setup_context(ctx, inputs, output) -> None:
     temperature = inputs[11]
     _, _, entropy, lse, grad, _, _ = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad, entropy_weights)
-    ctx.temperature = temperature
+    ctx.temperature, ctx.weight_shape = temperature, tuple(weight.shape)
 
 
 def _token_terms_backward(ctx, grad_terms, *_unused):
     hidden, weight, bias, targets, lse, entropy, grad, entropy_weights = ctx.saved_tensors
+    _check_weight_unchanged(ctx, weight)
     # each term depends on its own token only: dLoss/dlp = upstream * g, dLoss/dent = -upstream * entropy weight
     grad_logps = grad * grad_terms
     grad_entropy = None if entropy_weights is None else -entropy_weights * grad_terms
@@ -268,9 +281,11 @@ def _attach_setup_context(ctx, inputs, output) -> None:
 
 
 def _attach_backward(ctx, grad_loss):
-    # The gradients were computed for an upstream gradient of 1; the backward only scales them.
+    # The gradients were computed for an upstream gradient of 1; the backward only scales them, in place: the
+    # saved tensors become the gradients, so no second [V, H] copy exists (autograd takes them over as .grad).
+    # A second backward through the same graph then fails autograd's own in-place check, as it should.
     def scaled(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
-        return x * grad_loss.to(x.dtype) if needed and _computed(x) else None
+        return x.mul_(grad_loss.to(x.dtype)) if needed and _computed(x) else None
 
     grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
     _, needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:4]

@@ -140,7 +140,7 @@ def test_loss_from_logits_matches_float64_reference(backend, config_name, dtype)
 def test_token_level_triton_fuses_the_objective_in_the_epilogue(monkeypatch):
     """Token-level configs never go through the separate log-prob op on the Triton path; sequence-level do."""
     from grpo_kernels import ops
-    from grpo_kernels.api import fuses_objective_in_epilogue
+    from grpo_kernels.objective import is_token_level
 
     calls = []
     original = ops.linear_logprobs
@@ -149,7 +149,7 @@ def test_token_level_triton_fuses_the_objective_in_the_epilogue(monkeypatch):
     for config, fused in ((GRPOLossConfig(beta=0.04, loss_type="sapo"), True),
                           (GRPOLossConfig(importance_sampling_level="sequence"), False),
                           (GRPOLossConfig(top_entropy_quantile=0.5), False)):
-        assert fuses_objective_in_epilogue(config) is fused
+        assert is_token_level(config) is fused
         calls.clear()
         run_loss(fused_linear_grpo_loss, problem, config, backend="triton")
         assert bool(calls) is not fused

@@ -14,10 +14,11 @@ class TinyPolicy(torch.nn.Module):
         self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
 
 
+@pytest.mark.parametrize("backend", ["gemm", "torch"])
 @pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04, entropy_coef=0.01),
                                     GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
                                                    top_entropy_quantile=0.5)], ids=["dapo_kl", "gspo_entropy_mask"])
-def test_compiled_step_matches_eager(config):
+def test_compiled_step_matches_eager(config, backend):
     torch.manual_seed(0)
     model = TinyPolicy()
     ids = torch.randint(0, 40, (3, 7))
@@ -28,7 +29,7 @@ def test_compiled_step_matches_eager(config):
     def step(input_ids):
         hidden = torch.tanh(model.body(model.embed(input_ids[:, :-1])))
         out = fused_linear_grpo_loss(hidden, model.lm_head.weight, input_ids[:, 1:], mask, advantages,
-                                     ref_logps=ref_logps, config=config, backend="torch")
+                                     ref_logps=ref_logps, config=config, backend=backend)
         return out.loss
 
     eager = step(ids)
@@ -42,10 +43,11 @@ def test_compiled_step_matches_eager(config):
     torch.testing.assert_close(model.lm_head.weight.grad, eager_grad)
 
 
-def test_compiled_logprobs_under_no_grad():
+@pytest.mark.parametrize("backend", ["gemm", "torch"])
+def test_compiled_logprobs_under_no_grad(backend):
     hidden, weight = torch.randn(2, 5, 8), torch.randn(30, 8)
     targets = torch.randint(0, 30, (2, 5))
-    fn = torch.compile(lambda h: linear_logprobs(h, weight, targets, backend="torch"), backend="aot_eager",
+    fn = torch.compile(lambda h: linear_logprobs(h, weight, targets, backend=backend), backend="aot_eager",
                        fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(fn(hidden), linear_logprobs(hidden, weight, targets, backend="reference"))

@@ -56,3 +56,24 @@ def test_reference_hidden_states_give_ref_logps():
     assert float(kl) > 0
     with pytest.raises(ValueError, match="beta != 0 needs ref_per_token_logps"):
         module(p.hidden, p.weight, p.completion_ids, p.completion_mask, p.advantages)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "sapo", "vespo"])
+def test_metrics_match_liger_module(loss_type):
+    """Same inputs through Liger's own module on CPU: the same loss and the same metric list (Liger reports a clip
+    ratio of 0 for sapo and vespo)."""
+    liger = pytest.importorskip("liger_kernel.chunked_loss")
+    p = make_problem(seed=4, B=2, T=5, H=16, V=40, with_bias=False)
+    kwargs = dict(beta=0.04, loss_type=loss_type, epsilon_high=0.28)
+    theirs = liger.LigerFusedLinearGRPOLoss(**kwargs, compiled=False)
+    ours = FusedLinearGRPOLoss(**kwargs)
+    args = (p.hidden, p.weight, p.completion_ids, p.completion_mask, p.advantages)
+    extra = dict(ref_per_token_logps=p.ref_logps, old_per_token_logps=p.old_logps)
+    their_loss, their_metrics = theirs(*args, **extra)
+    our_loss, our_metrics = ours(*args, **extra)
+    torch.testing.assert_close(our_loss, their_loss, rtol=1e-4, atol=1e-5)
+    assert len(our_metrics) == len(their_metrics)
+    for ours_m, theirs_m in zip(our_metrics, their_metrics):
+        torch.testing.assert_close(ours_m.float(), theirs_m.float(), rtol=1e-4, atol=1e-5)
+    if loss_type != "dapo":
+        assert float(our_metrics[-1]) == 0.0

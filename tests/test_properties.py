@@ -57,6 +57,13 @@ def test_torch_backend_property(case):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
+@settings(max_examples=40, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@given(problems_and_configs())
+def test_gemm_backend_property(case):
+    _check(*case, backend="gemm")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
 @settings(max_examples=15, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
 @given(problems_and_configs())
 def test_triton_backend_property(case):

@@ -9,7 +9,7 @@ import functools
 import pytest
 import torch
 
-from benchmarks.cases import LOSS_CASES
+from benchmarks.cases import LOSS_CASES, STANDARD_LOSS_CASES
 from benchmarks.inputs import make_inputs
 from benchmarks.paths import PATHS, PathUnavailable, check_available, make_step
 from benchmarks.shapes import SHAPE_SETS
@@ -35,7 +35,7 @@ def _run(path, operation, case_name):
 
 @pytest.mark.parametrize("path", [p for p in PATHS if p != "reference"])
 @pytest.mark.parametrize("operation", ["loss", "logprobs", "logits"])
-@pytest.mark.parametrize("case_name", list(LOSS_CASES))
+@pytest.mark.parametrize("case_name", list(STANDARD_LOSS_CASES))  # variants: test_benchmark_variants.py
 def test_path_matches_reference(path, operation, case_name):
     if operation == "logprobs" and case_name != "dapo":
         pytest.skip("forward-only log-probs do not depend on the loss config")

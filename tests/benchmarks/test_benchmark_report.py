@@ -112,3 +112,32 @@ def test_readme_table_is_generated_from_the_committed_results():
     with open(os.path.join(root, "README.md")) as f:
         readme = f.read()
     assert expected in readme, "README.md's benchmarks block is stale: run python -m benchmarks.report --update-readme README.md benchmarks/results/*.json"
+
+
+def test_gpu_results_carry_the_roofline_prediction(tmp_path):
+    from benchmarks import roofline
+
+    shape = dict(head="S1", hidden=4096, vocab=151936, tokens=8192, dtype="bfloat16")
+    data = {"machine_info": {"grpo_bench": {"device": "NVIDIA H100 80GB HBM3", "device_type": "cuda",
+                                            "command_line": "python -m benchmarks.gpu"}},
+            "benchmarks": [_bench("gemm", "loss", 0.060, 3000, config="dapo_kl", **shape, valid_tokens=8192,
+                                  cuda_event_median_ms=60.0),
+                           _bench("floor", "loss", 0.040, 2000, config="-", **shape, cuda_event_median_ms=40.0)]}
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(data))
+    run = report.load_run(str(path))
+    gemm = next(r for r in run.results if r.path == "gemm")
+    predicted = roofline.predict_case_ms("NVIDIA H100 80GB HBM3", "gemm", "loss", "dapo_kl", 4096, 151936, 8192,
+                                         "bfloat16", 8192)
+    assert report.predicted_ms(run, gemm) == pytest.approx(predicted)
+    text = report.full_report(run)
+    assert "| predicted ms | measured / predicted |" in text
+    assert f"| {predicted:,.2f} | {60.0 / predicted:.2f}x |" in text
+    floor_predicted = roofline.predict_case_ms("NVIDIA H100", "floor", "loss", "-", 4096, 151936, 8192, "bfloat16")
+    assert f"| {floor_predicted:,.2f} | {40.0 / floor_predicted:.2f}x |" in text
+    # the README headline takes the GPU command's dapo_kl rows (it has no plain dapo case)
+    assert "| S1 (4096, 151936) | 8192 | flat | gemm | 60.00 |" in report.readme_block([run])
+
+
+def test_cpu_results_have_no_prediction_columns(tmp_path):
+    assert "predicted" not in report.full_report(_two_size_run(tmp_path))

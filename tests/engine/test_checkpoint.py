@@ -12,7 +12,7 @@ from engine import checkpoint as ckpt
 from engine.config import load_config
 from engine.trainer import train
 
-NON_DETERMINISTIC = ("time/", "tokens/s", "memory/")
+NON_DETERMINISTIC = ("time/", "step_time", "tokens/s", "memory/")
 
 
 def test_incomplete_and_temporary_checkpoints_are_ignored(tmp_path):
@@ -20,10 +20,11 @@ def test_incomplete_and_temporary_checkpoints_are_ignored(tmp_path):
     for name in ("checkpoint-000002", "checkpoint-000010", ".tmp-checkpoint-000012", "checkpoint-000011"):
         (root / name).mkdir(parents=True)
     for name in ("checkpoint-000002", "checkpoint-000010", ".tmp-checkpoint-000012"):
-        (root / name / ckpt.STATE_FILE).write_text("{}")
+        (root / name / ckpt.STATE_FILE).write_text('{"step": %d}' % int(name[-6:]))
+        ckpt.write_manifest(root / name)
     # checkpoint-000011 has no state file (a copy interrupted by hand): not a checkpoint either.
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["checkpoint-000002", "checkpoint-000010"]
-    assert ckpt.resolve_resume("latest", tmp_path).name == "checkpoint-000010"
+    assert ckpt.resolve_resume("latest", tmp_path).path.name == "checkpoint-000010"
     with pytest.raises(ckpt.CheckpointError, match="no complete checkpoint"):
         ckpt.resolve_resume("latest", tmp_path / "elsewhere")
 

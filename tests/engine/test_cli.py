@@ -2,8 +2,11 @@
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,18 +17,24 @@ SMALL = ["--run.max_steps", "2", "--run.warm_start_steps", "3", "--run.progress_
          "--optim.per_device_train_batch_size", "8", "--run.log_completions_steps", "0"]
 
 
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+
+
 def grpo_engine(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=ROOT)
+                          env=ENV, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("cli") / "run"
-    result = grpo_engine("train", "--output-dir", str(run_dir), *SMALL)
+    result = grpo_engine("train", "--output-dir", str(run_dir), *SMALL, "--run.progress_bar", "true",
+                         "--run.save_steps", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reward: " in result.stdout and "accuracy on the 9 evaluation prompts" in result.stdout
+    # The training bar is the only one: transformers' loading / saving bars would break it up.
+    assert "grpo: 100%" in result.stderr
+    assert "Writing model shards" not in result.stderr and "Loading weights" not in result.stderr
     return run_dir
 
 
@@ -64,7 +73,9 @@ def test_a_config_error_exits_2_with_the_key():
 @pytest.mark.parametrize("args, code, message", [
     (["train", "--optim.per_device_train_batch_size", "6", "--rollout.num_generations", "4",
       "--run.warm_start_steps", "0"], 2, "must be divisible by rollout.num_generations"),
-    (["eval", "--model", "/no/such/model"], 1, "model path '/no/such/model' is not a directory"),
+    (["eval", "--model", "/no/such/model"], 2, "model.name_or_path '/no/such/model' is not a local model directory"),
+    (["train", "--rollout.temperature", "0"], 2, "rollout.temperature must be > 0"),
+    (["train", "--optim.learning_rate", "-1e-5"], 2, "optim.learning_rate must be >= 0, got -1e-05"),  # it parsed
     (["plot", "/no/such/run"], 1, "metrics.jsonl does not exist"),
 ])
 def test_errors_name_their_cause(args, code, message, capsys, tmp_path):
@@ -82,3 +93,95 @@ def test_unknown_flag_is_rejected(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["train", "--run.max_stepz", "3"])
     assert exc.value.code == 2 and "unrecognized arguments: --run.max_stepz" in capsys.readouterr().err
+
+
+def test_abbreviated_flags_are_rejected(capsys):
+    from engine.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--optim.learning_rat", "1e-5"])
+    assert exc.value.code == 2 and "unrecognized arguments: --optim.learning_rat" in capsys.readouterr().err
+
+
+def test_help_gives_each_key_a_meaning_and_its_default(capsys):
+    from engine.cli import main
+    from engine.config_help import key_help
+
+    assert not [key for key, text in key_help().items() if text.startswith("(default")]  # every key explained
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exc.value.code == 0
+    assert "--optim.learning_rate VALUE AdamW's peak learning rate (default: 1e-06)" in text
+    assert "--loss.beta VALUE KL coefficient against the starting model (0: no reference model) (default: 0.0)" in text
+    assert "--run.save_on_interrupt VALUE Ctrl-C / SIGTERM: finish the step in progress" in text
+
+
+def test_eval_model_flag_overrides_the_yaml(tiny_model_dir, tmp_path, capsys):
+    from engine.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  name_or_path: /no/such/model\n")
+    assert main(["eval", "--config", str(config), "--model", str(tiny_model_dir),
+                 "--data.builtin_max_operand", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_prompts"] == 9
+
+
+@pytest.mark.parametrize("keep, message", [
+    (("config.json", "model.safetensors"), "has no tokenizer files"),
+    ((), "is empty"),
+])
+def test_incomplete_model_directories_are_named(keep, message, tiny_model_dir, tmp_path, capsys):
+    from engine.cli import main
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in keep:
+        shutil.copy(tiny_model_dir / name, model / name)
+    assert main(["eval", "--model", str(model)]) == 1
+    assert f"model directory {str(model)!r} {message}" in capsys.readouterr().err
+    assert main(["train", "--model", str(model), "--output-dir", str(tmp_path / "run")]) == 1
+    assert f"model directory {str(model)!r} {message}" in capsys.readouterr().err
+
+
+def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path, capsys):
+    from engine.cli import main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    code = main(["train", "--output-dir", str(tmp_path / "run"), *SMALL,
+                 "--rewards.functions", "[user_rewards:raises_inside_helper]"])
+    err = capsys.readouterr().err
+    assert code == 1
+    traceback, last = err.rstrip().rsplit("\n", 1)
+    assert traceback.startswith("Traceback") and "in _score_one" in traceback and "KeyError" in traceback
+    assert "engine/rewards.py" not in traceback  # the user's frames only
+    assert last.startswith("grpo-engine train: RewardFunctionError: reward function 'raises_inside_helper' raised")
+
+
+def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_hints_resume(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["train", "--output-dir", str(run_dir), *SMALL, "--run.progress_bar", "true", "--run.max_steps", "1000"]
+    process = subprocess.Popen([sys.executable, "-m", "engine", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 150
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()[-3000:]
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=150)
+    assert process.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("grpo-engine train: SIGINT: stopped after step ") and "--resume" in last
+    step = int(last.split("stopped after step ")[1].split(",")[0])
+    from engine import checkpoint as ckpt
+
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [f"checkpoint-{step:06d}"]
+    logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert logged[-1] == step
+
+    from engine.cli import main
+
+    assert main([*args[:-1], str(step + 1), "--resume"]) == 0  # in this process: one interpreter start less
+    assert f"checkpoint-{step:06d} at step {step} of {step + 1}" in capsys.readouterr().out

@@ -91,3 +91,18 @@ def test_demo_yaml_is_the_built_in_preset():
     from engine.demo_task import DEMO_PRESET
 
     assert read_yaml(Path(__file__).parents[2] / "examples" / "demo.yaml") == DEMO_PRESET
+
+
+def test_relative_data_paths_in_yaml_are_read_next_to_it(tmp_path, monkeypatch):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    (folder / "c.yaml").write_text("data:\n  path: train.jsonl\n  eval_path: train.jsonl\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(folder / "c.yaml")
+    assert config.data.path == config.data.eval_path == str(folder / "train.jsonl")
+    # A flag's relative path is the shell's: relative to the current directory.
+    with pytest.raises(ConfigError, match="data.path 'train.jsonl' does not exist"):
+        load_config(folder / "c.yaml", {"data.path": "train.jsonl"})

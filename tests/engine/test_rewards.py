@@ -108,3 +108,38 @@ def test_math_verify_is_used_when_installed():
     fn = make_math_accuracy(1.0, -1.0, -0.5, "answer")
     # Equal only symbolically: the string normaliser cannot see it.
     assert fn(prompts=[""], completions=["\\boxed{\\sqrt{4}}"], answer=["2"]) == [1.0]
+
+
+def test_numpy_values_and_bools_are_accepted_as_trl_does(monkeypatch):
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    rewards = load_reward_functions(RewardsConfig(functions=["user_rewards:numpy_and_bools"]), 16)
+    table = score_completions(rewards, ["p"] * 6, ["c"] * 6, {}, [[1]] * 6)
+    assert table[:4, 0].tolist() == [0.5, 2.0, 1.0, 0.0]
+    assert math.isnan(table[4, 0]) and math.isnan(table[5, 0])  # NaN and None: not scored
+
+
+def test_a_reward_that_raises_keeps_its_own_traceback(monkeypatch):
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    rewards = load_reward_functions(RewardsConfig(functions=["user_rewards:raises_inside_helper"]), 16)
+    with pytest.raises(RewardFunctionError) as exc:
+        score_completions(rewards, ["p"], ["unknown"], {}, [[1]])
+    assert "in _score_one" in exc.value.user_traceback and "score_completions" not in exc.value.user_traceback
+
+
+def test_module_rewards_resolve_from_the_current_directory(monkeypatch, tmp_path):
+    import sys
+
+    (tmp_path / "my_local_reward.py").write_text("def score(prompts, completions, **kw):\n"
+                                                 "    return [1.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    # As under the `grpo-engine` console script: neither '' nor the current directory is on sys.path.
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    (reward,) = load_reward_functions(RewardsConfig(functions=["my_local_reward:score"]), 16)
+    assert reward.fn([], ["a", "b"]) == [1.0, 1.0]
+
+
+def test_an_infinite_reward_is_rejected(monkeypatch):
+    rewards = load_reward_functions(RewardsConfig(functions=["format"]), 16)
+    rewards[0].fn = lambda **kw: [float("inf")]
+    with pytest.raises(RewardFunctionError, match="returned inf for completion 0; expected a finite number"):
+        score_completions(rewards, ["p"], ["c"], {}, [[1]])

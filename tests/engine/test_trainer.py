@@ -13,7 +13,7 @@ from engine.trainer import train
 
 TRL_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/math_accuracy/mean", "rewards/length/mean",
                "completions/mean_length", "completions/clipped_ratio", "entropy", "clip_ratio/low_mean",
-               "clip_ratio/high_mean", "clip_ratio/region_mean", "loss", "grad_norm", "lr", "tokens/s",
+               "clip_ratio/high_mean", "clip_ratio/region_mean", "loss", "grad_norm", "learning_rate", "tokens/s",
                "time/generate", "time/score", "time/logprobs", "time/update", "memory/peak_mb")
 
 
@@ -48,7 +48,7 @@ def test_kl_old_logprobs_and_grad_accumulation(small_overrides):
     steps = _steps(Path(config.run.output_dir))
     # Step 1 averages its two passes: the first at the reference (KL 0), the second after one update.
     assert steps[0]["kl"] > 0 and steps[1]["kl"] > 0
-    assert steps[0]["lr"] < steps[1]["lr"]  # warmup: 2 of the 4 optimizer steps
+    assert steps[0]["learning_rate"] < steps[1]["learning_rate"]  # warmup: 2 of the 4 optimizer steps
 
 
 def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):

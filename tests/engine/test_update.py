@@ -67,3 +67,23 @@ def test_nan_loss_stops_before_the_optimizer_step(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(update_module, "fused_linear_grpo_loss", nan_loss)
     with pytest.raises(NonFiniteLossError, match="the loss is nan at step 1"):
         one_sgd_step(tiny_model_dir, GRPOLossConfig(), micro_batch_size=8)
+
+
+def test_clip_extremes_are_trls_per_completion_min_and_max():
+    from types import SimpleNamespace
+
+    from engine.update import sequence_clip_extremes
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
+    logps = torch.zeros(3, 4)
+    # ratio = exp(logps - old): row 0 has one token below 1 - epsilon, row 1 one above 1 + epsilon.
+    old = torch.tensor([[0.0, 0.5, -0.5, 0.0], [-0.5, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    inputs = UpdateInputs(SimpleNamespace(completion_mask=mask), torch.tensor([-1.0, 1.0, 1.0]), old, None, 1.0)
+    accelerator, config = Accelerator(cpu=True), GRPOLossConfig(epsilon=0.2)
+    both = sequence_clip_extremes(accelerator, logps, inputs, slice(0, 3), config)
+    # Row 0: 1 of 3 tokens low-clipped (negative advantage), none high; row 1: 1 of 2 high; row 2 is empty.
+    assert both == {"clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.5}
+    first = sequence_clip_extremes(accelerator, logps[:1], inputs, slice(0, 1), config)
+    assert first["clip_ratio/low_min"] == pytest.approx(1 / 3) and first["clip_ratio/high_max"] == 0.0
+    empty = sequence_clip_extremes(accelerator, logps[2:], inputs, slice(2, 3), config)
+    assert all(value != value for value in empty.values())  # NaN: nothing to measure (logged as null)

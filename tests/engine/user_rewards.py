@@ -28,3 +28,27 @@ def crash_at_call(prompts, completions, **kwargs):
     if str(calls["count"]) == os.environ.get("CRASH_AT_CALL"):
         raise KeyboardInterrupt("simulated interruption")
     return [0.0] * len(completions)
+
+
+def reward_short_digits(completions, **kwargs):
+    # The name of tests/integrations' TRL reward, so both trainers log rewards/reward_short_digits/*.
+    return [float(sum(ch.isdigit() for ch in text)) - 0.1 * len(text) for text in completions]
+
+
+def always_none(prompts, completions, **kwargs):
+    return [None] * len(completions)
+
+
+def numpy_and_bools(prompts, completions, **kwargs):
+    import numpy as np
+
+    values = [np.float32(0.5), np.int64(2), True, np.bool_(False), float("nan"), None]
+    return np.array([values[i % len(values)] for i in range(len(completions))], dtype=object)
+
+
+def raises_inside_helper(prompts, completions, **kwargs):
+    return [_score_one(c) for c in completions]
+
+
+def _score_one(completion):
+    return {"known": 1.0}[completion]  # KeyError: the user's own bug

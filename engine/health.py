@@ -1,0 +1,62 @@
+"""Warnings for runs that look healthy in the logs but cannot learn, each saying what it means.
+
+Read from each step's logged metrics; a condition is reported when it starts (or, for zero reward spread,
+once it has lasted `zero_std_steps` steps) and again only after it has cleared, so a long run is not flooded.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+ZERO_STD_STEPS = 10  # "many steps" of frac_reward_zero_std = 1 before warning: single steps happen by chance
+
+
+class RunHealth:
+    def __init__(self, zero_std_steps: int = ZERO_STD_STEPS) -> None:
+        self.zero_std_steps = zero_std_steps
+        self.zero_std_streak = 0
+        self.active: set[str] = set()  # conditions already reported and not yet cleared
+
+    def check(self, step: int, metrics: dict[str, Optional[float]]) -> list[str]:
+        """Warnings for this step's metrics (empty when nothing new is wrong)."""
+        messages = []
+        zero_std = metrics.get("frac_reward_zero_std") == 1.0
+        self.zero_std_streak = self.zero_std_streak + 1 if zero_std else 0
+        if self._starts("zero_std", self.zero_std_streak >= self.zero_std_steps):
+            messages.append(
+                f"frac_reward_zero_std has been 1 for {self.zero_std_streak} steps (up to step {step}): every "
+                f"completion of each prompt got the same reward, so every advantage is 0 and the policy does not "
+                f"learn from the reward. The task is too hard or too easy for the model, or the reward does not "
+                f"depend on the completion; try a graded reward, more rollout.num_generations or a higher "
+                f"rollout.temperature.")
+        grad_norm = metrics.get("grad_norm", 1.0)
+        if self._starts("grad_nonfinite", grad_norm is None or not math.isfinite(grad_norm)):
+            messages.append(
+                f"grad_norm is {grad_norm} at step {step}: the gradients overflowed, so the optimizer step may "
+                f"have written inf/NaN into the weights. Lower optim.learning_rate, keep optim.max_grad_norm > 0, "
+                f"or train in float32 (model.dtype).")
+        if self._starts("grad_zero", grad_norm == 0.0 and not zero_std):
+            messages.append(
+                f"grad_norm is 0 at step {step} although rewards differ within groups: the update changed "
+                f"nothing. No completion token is in the loss (all truncated with "
+                f"rollout.mask_truncated_completions: see completions/clipped_ratio) or no parameter is trainable.")
+        for name, value in metrics.items():
+            if name.startswith("rewards/") and name.endswith("/mean"):
+                function = name[len("rewards/"):-len("/mean")]
+                if self._starts(f"none:{function}", value is None or math.isnan(value)):
+                    messages.append(
+                        f"reward function {function!r} returned None for every completion at step {step}: it "
+                        f"scored nothing (rewards/{function}/mean is null). Completions that no function scores "
+                        f"get reward 0, as in TRL; check the function's conditions and dataset columns.")
+        return messages
+
+    def _starts(self, condition: str, holds: bool) -> bool:
+        """True when `condition` holds now and was not already reported in its current stretch."""
+        if not holds:
+            self.active.discard(condition)
+            return False
+        if condition in self.active:
+            return False
+        self.active.add(condition)
+        return True

@@ -1,0 +1,156 @@
+"""benchmarks.roofline: a case counted by hand, and the model's sanity (frozen head, padding, two passes)."""
+
+import os
+
+import pytest
+
+from benchmarks import roofline
+from benchmarks.roofline_model import DEVICES, DeviceRates, Problem
+from benchmarks.roofline_paths import MODELS
+
+# N=4 tokens, H=2, V=3, bf16 (c=2); a workspace of 24 bytes holds n_w = 24 // (4*3) = 2 rows: 2 waves.
+TINY = Problem(tokens=4, hidden=2, vocab=3, dtype="bfloat16", workspace_bytes=24)
+# 1 FLOP/s on tensor cores and 1 byte/s: every phase's time is max(FLOPs, bytes) in seconds.
+UNIT = DeviceRates("unit", tensor_flops=1.0, fp32_flops=1.0, hbm_bytes_per_s=1.0, hbm_peak_bytes_per_s=1.0,
+                   l2_bytes=0, sms=1, source="test")
+GEMM_FLOPS = 2 * 4 * 2 * 3  # one [4, 2] x [2, 3] GEMM: 48
+
+
+def test_gemm_path_by_hand():
+    est = roofline.estimate("gemm", TINY)
+    # Per wave (2 rows): GEMM1 reads h 2*2*2 + W 3*2*2, writes fp32 Z 2*3*4 = 44 B, 2*2*3*2 = 24 FLOPs;
+    # statistics read Z 24 B + 2 rows * 64 B of per-token vectors; row gradient reads Z 24 B, writes dZ 2*3*2;
+    # GEMM2 reads dZ 12 + W 12, writes dH 2*2*2 = 32 B; GEMM3 reads dZ 12 + h 8, writes fp32 dW 3*2*4 = 44 B.
+    # Once: objective 4 * 64; the second wave's GEMM3 also reads the float32 accumulator it adds into (3*2*4);
+    # cast dW (3*2*(4+2) = 36); backward scales dW (3*2*2*2 = 24) and dH (4*2*2*2 = 32).
+    by_hand = 2 * (44 + 152 + 36 + 32 + 44) + 256 + 24 + 36 + 24 + 32
+    assert by_hand == 988
+    assert est.hbm_bytes == by_hand
+    assert est.flops == 3 * GEMM_FLOPS == 144
+    assert est.gemms == 3
+    # every GEMM phase here is memory-bound at 1 FLOP/s = 1 B/s, so the time is the bytes
+    assert est.seconds(UNIT) == pytest.approx(988)
+    # at 0.5 FLOP/s the six GEMMs (24 FLOPs = 48 s each) become compute-bound: GEMM1 and GEMM2 +4 and +16 s per
+    # wave, the first GEMM3 +4 s; the second GEMM3 moves 44 + 24 = 68 B and stays memory-bound
+    half_rate = DeviceRates(**{**UNIT.__dict__, "tensor_flops": 0.5})
+    assert est.seconds(half_rate) == pytest.approx(988 + 2 * (48 - 44) + 2 * (48 - 32) + (48 - 44))
+    # workspace 2*3*4 + per-token vectors 4*64 (no dW temporary); dW copy 3*2*4
+    assert est.peak_extra_bytes == 24 + 256
+    assert est.fp32_weight_grad_bytes == 24
+
+
+def test_floor_by_hand():
+    est = roofline.estimate("floor", TINY)
+    # logits: reads 4*2 + 3*2 elements, writes 4*3; dH: reads 4*3 + 3*2, writes 4*2; dW: reads 3*4 + 4*2, writes 3*2
+    assert est.hbm_bytes == 2 * ((8 + 6 + 12) + (12 + 6 + 8) + (12 + 8 + 6)) == 156
+    assert est.flops == 144 and est.gemms == 3
+
+
+def test_frozen_head_removes_the_weight_gradient_gemm():
+    frozen = Problem(tokens=4096, hidden=512, vocab=32768, frozen_head=True)
+    trained = Problem(tokens=4096, hidden=512, vocab=32768)
+    gemm_flops = trained.gemm_flops
+    for path in ("floor", "gemm", "triton", "torch", "liger", "cce", "reference"):
+        a, b = roofline.estimate(path, trained), roofline.estimate(path, frozen)
+        dw_gemms = 2 if path == "triton" else 1  # the streaming dW kernel recomputes the logits too
+        assert a.flops - b.flops == dw_gemms * gemm_flops, path
+        assert b.fp32_weight_grad_bytes == 0 and b.hbm_bytes < a.hbm_bytes, path
+    assert not any("GEMM3" in phase.name for phase in roofline.estimate("gemm", frozen).phases)
+
+
+def test_padding_halves_the_work_of_padding_free_paths():
+    full = Problem(tokens=8192, hidden=1024, vocab=65536, workspace_bytes=2**26)
+    half = Problem(tokens=8192, hidden=1024, vocab=65536, workspace_bytes=2**26, valid_fraction=0.5)
+    for path in ("gemm", "triton", "torch"):
+        a, b = roofline.estimate(path, full), roofline.estimate(path, half)
+        assert b.flops == pytest.approx(a.flops / 2), path
+        assert b.seconds(DEVICES["H100"]) < 0.6 * a.seconds(DEVICES["H100"]), path
+    for path in ("floor", "reference", "liger", "cce"):  # they run every position
+        assert roofline.estimate(path, half).flops == roofline.estimate(path, full).flops, path
+
+
+def test_sequence_level_adds_one_gemm_and_log_probs_are_one():
+    shape = dict(tokens=8192, hidden=4096, vocab=151936)
+    token = roofline.estimate("gemm", Problem(**shape))
+    sequence = roofline.estimate("gemm", Problem(**shape, level="sequence"))
+    logprobs = roofline.estimate("gemm", Problem(**shape, operation="logprobs"))
+    assert (token.gemms, sequence.gemms, logprobs.gemms) == (3, 4, 1)
+    assert sequence.flops - token.flops == Problem(**shape).gemm_flops
+    assert logprobs.flops == Problem(**shape).gemm_flops
+
+
+def test_larger_workspace_means_fewer_waves_and_fewer_bytes():
+    shape = dict(tokens=65536, hidden=1536, vocab=151936)
+    small = roofline.estimate("gemm", Problem(**shape, workspace_bytes=2**29))
+    large = roofline.estimate("gemm", Problem(**shape, workspace_bytes=2**31))
+    assert large.hbm_bytes < small.hbm_bytes and large.peak_extra_bytes > small.peak_extra_bytes
+
+
+def test_floor_at_s1_is_the_issues_39_ms():
+    s1 = roofline.problem(roofline.TARGET_SHAPES["S1"], roofline.SCENARIOS["token-level"])
+    # issue 9: about 39 ms for the three bare GEMMs of S1 at ~790 TFLOP/s
+    assert roofline.estimate("floor", s1).seconds(DEVICES["H100"]) * 1e3 == pytest.approx(38.7, abs=0.1)
+
+
+def test_every_path_is_modelled_and_paths_never_beat_the_floor_without_skipping_work():
+    p = roofline.problem(roofline.TARGET_SHAPES["S2"], roofline.SCENARIOS["token-level"])
+    for path in MODELS:
+        for key in DEVICES:
+            assert roofline.x_floor(path, p, DEVICES[key]) >= 0.999, (path, key)
+
+
+def test_bad_problems_are_rejected_with_the_argument_named():
+    with pytest.raises(ValueError, match="valid_fraction"):
+        Problem(tokens=4, hidden=2, vocab=3, valid_fraction=0.0)
+    with pytest.raises(ValueError, match="dtype"):
+        Problem(tokens=4, hidden=2, vocab=3, dtype="int8")
+    with pytest.raises(ValueError, match="tokens"):
+        Problem(tokens=0, hidden=2, vocab=3)
+    with pytest.raises(ValueError, match="path"):
+        roofline.estimate("magic", TINY)
+
+
+def test_predictions_for_benchmark_cases():
+    args = dict(operation="loss", config="dapo_kl", hidden=4096, vocab=151936, tokens=8192, dtype="bfloat16")
+    h100 = roofline.predict_case_ms("NVIDIA H100 80GB HBM3", "gemm", **args)
+    h200 = roofline.predict_case_ms("NVIDIA H200", "gemm", **args)
+    assert h100 is not None and h200 is not None and h200 < h100
+    assert roofline.predict_case_ms("Tesla V100-SXM2-16GB", "gemm", **args) is None  # no rates for it
+    assert roofline.predict_case_ms("NVIDIA H100", "gemm", **{**args, "operation": "logits"}) is None
+    frozen = roofline.predict_case_ms("NVIDIA H100", "gemm", **{**args, "config": "dapo_kl_frozen"})
+    sequence = roofline.predict_case_ms("NVIDIA H100", "gemm", **{**args, "config": "gspo_kl"})
+    assert frozen < h100 < sequence
+    padded = roofline.predict_case_ms("NVIDIA H100", "gemm", **args, valid_tokens=4096)
+    assert padded < 0.6 * h100
+
+
+def test_command_prints_the_target_shapes_and_verdicts(capsys):
+    assert roofline.main(["--paths", "gemm", "floor", "--device", "H100"]) == 0
+    out = capsys.readouterr().out
+    assert "| S1 N=8192 H=4096 V=151936 | token-level | gemm | 3 |" in out
+    assert "(<= 1.15x)" in out and "(<= 1.45x)" in out and "(<= 1.1x)" in out
+    assert "qwen2.5-7b" in out and "H100 SXM5 80GB" in out
+
+
+def test_dw_in_the_gemm_epilogue_drops_the_temporary_and_its_traffic():
+    p = roofline.problem(roofline.TARGET_SHAPES["S1"], roofline.SCENARIOS["token-level"])
+    alternative, current = roofline.estimate("gemm+dw-temporary", p), roofline.estimate("gemm", p)
+    waves = 5  # n_w = 2^30 // (4 * 151936) = 1767 rows: 8192 tokens in 5 waves
+    assert f"{waves} waves" in current.assumptions[0]
+    # (the names: `current` is the code, dW added inside the GEMM; `alternative` the float32-temporary design)
+    # each later wave: GEMM3 writes 4 B per dW element either way (temporary / accumulator); the separate add
+    # (temporary read 4 + accumulator read-modify-write 8) is replaced by the GEMM reading the accumulator (4)
+    V, H = 151936, 4096
+    assert alternative.hbm_bytes - current.hbm_bytes == (waves - 1) * V * H * (4 + 8 - 4)
+    assert alternative.peak_extra_bytes - current.peak_extra_bytes == V * H * 4
+    assert alternative.flops == current.flops
+
+
+def test_docs_table_is_what_the_command_prints():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        docs = f.read()
+    begin, end = docs.index("<!-- roofline:begin -->\n"), docs.index("<!-- roofline:end -->")
+    expected = roofline.report(list(MODELS), list(DEVICES), 1.0, "targets")
+    assert docs[begin + len("<!-- roofline:begin -->\n"):end] == expected, (
+        "docs/benchmarks.md's roofline block is stale: paste `python -m benchmarks.roofline --section targets`")

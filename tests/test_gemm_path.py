@@ -1,0 +1,204 @@
+"""The GEMM-rate backend: waves, the row pass (torch and Triton), gradients in the forward, and the work it skips."""
+
+import pytest
+import torch
+from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, gemm_path, reference, torch_chunked
+from grpo_kernels.gemm_path import GemmBackend, TORCH_ROWS, triton_rows, wave_rows
+
+TOKEN_LEVEL = GRPOLossConfig(loss_type="dapo", beta=0.04, entropy_coef=0.05)
+SEQUENCE_LEVEL = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)
+
+
+def test_wave_rows_fill_the_workspace():
+    assert wave_rows(1000, 4000 * 7) == 7
+    assert wave_rows(1000, 10) == 1  # never fewer than one row
+    with pytest.raises(ValueError, match="workspace_bytes"):
+        wave_rows(1000, 0)
+
+
+@pytest.mark.parametrize("config", [TOKEN_LEVEL, SEQUENCE_LEVEL], ids=["token", "sequence"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_many_waves_match_float64_reference(config, dtype):
+    """A workspace of 3 rows: every wave boundary, the partial last wave and the dW accumulation across waves."""
+    problem = make_problem(seed=5, B=3, T=7, H=24, V=97, dtype=dtype, importance_ratio="token")
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="gemm", workspace_bytes=3 * 4 * 97)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, dtype)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_triton_row_kernels_match_torch_rows(with_bias, temperature):
+    """The CUDA row pass (statistics, dZ in place) against the torch one, under the Triton interpreter."""
+    gen = torch.Generator().manual_seed(3)
+    N, H, V = 9, 16, 301
+    hidden = torch.randn(N, H, generator=gen)
+    weight = torch.randn(V, H, generator=gen) * 0.6
+    bias = torch.randn(V, generator=gen) if with_bias else None
+    targets = torch.randint(0, V, (N,), generator=gen)
+    targets[2] = -1  # a foreign id (vocabulary shard): no target logit, no one-hot
+    g, e = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
+    results = []
+    for rows in (TORCH_ROWS, triton_rows()):
+        backend = GemmBackend(workspace_bytes=4 * 4 * V, rows=rows)
+        stats = backend.linear_forward(hidden, weight, bias, targets, temperature)
+        grads = backend.linear_backward(g, e, hidden, weight, bias, targets, stats[2], stats[1], temperature)
+        results.append((*stats, *grads))
+    for torch_rows, triton in zip(*results):
+        torch.testing.assert_close(triton, torch_rows, rtol=2e-5, atol=2e-5)
+    lse = results[0][2]
+    assert float(results[0][0][2]) == pytest.approx(-float(lse[2]), abs=1e-6)
+
+
+def test_triton_row_grad_narrows_to_bf16_in_place():
+    """dZ written as bf16 over the float32 logits it reads, row by row, equals dZ computed out of place."""
+    from grpo_kernels.kernels import rows
+
+    triton_rows()  # selects the interpreter on CPU
+    gen = torch.Generator().manual_seed(4)
+    R, V = 5, 700
+    z = torch.randn(R, V, generator=gen) * 3
+    targets = torch.randint(0, V, (R,), generator=gen)
+    lse, ent, _ = rows.row_stats(z, None, targets, 1.0)
+    g, e = torch.randn(R, generator=gen), torch.randn(R, generator=gen)
+    expected = rows.row_grad_(z.clone(), None, targets, lse, ent, g, e, 1.0, torch.float32)
+    storage = z.clone()
+    narrowed = rows.row_grad_(storage, None, targets, lse, ent, g, e, 1.0, torch.bfloat16)
+    assert narrowed.dtype == torch.bfloat16 and narrowed.data_ptr() == storage.data_ptr()
+    assert narrowed.stride() == (2 * V, 1)
+    torch.testing.assert_close(narrowed.float(), expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))
+
+
+class _CallCounter:
+    def __init__(self, monkeypatch, module, name):
+        self.calls = 0
+        original = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+
+@pytest.mark.parametrize("config", [TOKEN_LEVEL, SEQUENCE_LEVEL], ids=["token", "sequence"])
+def test_frozen_head_does_no_weight_gradient_work(monkeypatch, config):
+    problem = make_problem(seed=1, B=2, T=5, H=12, V=50)
+    accumulator = _CallCounter(monkeypatch, gemm_path._WeightGrad, "add")
+    hidden = problem.hidden.clone().requires_grad_()
+    out = fused_linear_grpo_loss(hidden, problem.weight, problem.completion_ids, problem.completion_mask,
+                                 problem.advantages, old_logps=problem.old_logps, ref_logps=problem.ref_logps,
+                                 config=config, backend="gemm", workspace_bytes=4 * 4 * 50)
+    out.loss.backward()
+    assert accumulator.calls == 0, "dW was computed for a frozen head"
+    assert hidden.grad is not None and hidden.grad.abs().sum() > 0
+    # the same problem with a trainable head does accumulate (the counter can fail)
+    out = fused_linear_grpo_loss(hidden, problem.weight.clone().requires_grad_(), problem.completion_ids,
+                                 problem.completion_mask, problem.advantages, old_logps=problem.old_logps,
+                                 ref_logps=problem.ref_logps, config=config, backend="gemm")
+    out.loss.backward()
+    assert accumulator.calls > 0
+
+
+@pytest.mark.parametrize("backend", ["gemm", "torch"])
+def test_no_grad_does_no_gradient_work(monkeypatch, backend):
+    problem = make_problem(seed=2, B=2, T=4, H=8, V=40)
+    softmax_grads = _CallCounter(monkeypatch, gemm_path, "softmax_grad_")
+    chunked_grads = _CallCounter(monkeypatch, torch_chunked, "softmax_grad_")
+    with torch.no_grad():
+        out = fused_linear_grpo_loss(problem.hidden.requires_grad_(), problem.weight.requires_grad_(),
+                                     problem.completion_ids, problem.completion_mask, problem.advantages,
+                                     old_logps=problem.old_logps, ref_logps=problem.ref_logps, config=TOKEN_LEVEL,
+                                     backend=backend)
+    assert softmax_grads.calls == 0 and chunked_grads.calls == 0
+    assert torch.isfinite(out.loss) and not out.loss.requires_grad
+    out = fused_linear_grpo_loss(problem.hidden, problem.weight, problem.completion_ids, problem.completion_mask,
+                                 problem.advantages, old_logps=problem.old_logps, ref_logps=problem.ref_logps,
+                                 config=TOKEN_LEVEL, backend=backend)
+    out.loss.backward()  # with gradients on, the counters do move
+    assert softmax_grads.calls + chunked_grads.calls > 0
+
+
+def test_gradient_in_forward_matches_two_pass_route():
+    """The one-pass token-level route (3 GEMMs) and the generic route (statistics, autograd objective, backward
+    from g and e: 4 GEMMs) give the same loss and gradients."""
+    problem = make_problem(seed=8, B=3, T=6, H=20, V=77, importance_ratio="token")
+    out, grads = run_loss(fused_linear_grpo_loss, problem, TOKEN_LEVEL, backend="gemm")
+    from grpo_kernels import api
+
+    with pytest.MonkeyPatch.context() as monkey:  # force the generic route on the same backend
+        monkey.setattr(api, "is_token_level", lambda config: False)
+        out2, grads2 = run_loss(fused_linear_grpo_loss, problem, TOKEN_LEVEL, backend="gemm")
+    torch.testing.assert_close(out.loss, out2.loss, rtol=1e-6, atol=1e-7)
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads2[name], rtol=1e-5, atol=1e-6)
+
+
+def test_backward_scales_the_precomputed_gradients():
+    problem = make_problem(seed=9, B=2, T=5, H=10, V=30)
+    leaves = [problem.hidden.clone().requires_grad_(), problem.weight.clone().requires_grad_()]
+    for scale in (1.0, -2.5):
+        for leaf in leaves:
+            leaf.grad = None
+        out = fused_linear_grpo_loss(*leaves, problem.completion_ids, problem.completion_mask, problem.advantages,
+                                     old_logps=problem.old_logps, ref_logps=problem.ref_logps, config=TOKEN_LEVEL,
+                                     backend="gemm")
+        (scale * out.loss).backward()
+        if scale == 1.0:
+            base = [leaf.grad.clone() for leaf in leaves]
+        else:
+            for leaf, expected in zip(leaves, base):
+                torch.testing.assert_close(leaf.grad, scale * expected)
+
+
+def test_bitwise_reproducible():
+    problem = make_problem(seed=10, B=3, T=6, H=16, V=64)
+    runs = [run_loss(fused_linear_grpo_loss, problem, TOKEN_LEVEL, backend="gemm", workspace_bytes=4 * 4 * 64)
+            for _ in range(2)]
+    assert torch.equal(runs[0][0].loss, runs[1][0].loss)
+    for name in runs[0][1]:
+        assert torch.equal(runs[0][1][name], runs[1][1][name])
+
+
+def test_workspace_bytes_validated():
+    problem = make_problem(seed=0)
+    with pytest.raises(ValueError, match="workspace_bytes"):
+        fused_linear_grpo_loss(problem.hidden, problem.weight, problem.completion_ids, problem.completion_mask,
+                               problem.advantages, backend="gemm", workspace_bytes=-1)
+
+
+def test_gradients_are_not_copied_in_the_backward():
+    """The backward scales the precomputed gradients in place and autograd takes them over as .grad: a second
+    backward through the same graph is refused by autograd's in-place check instead of scaling twice."""
+    problem = make_problem(seed=11, B=2, T=4, H=8, V=20)
+    weight = problem.weight.clone().requires_grad_()
+    out = fused_linear_grpo_loss(problem.hidden, weight, problem.completion_ids, problem.completion_mask,
+                                 problem.advantages, old_logps=problem.old_logps, ref_logps=problem.ref_logps,
+                                 config=TOKEN_LEVEL, backend="gemm")
+    out.loss.backward(retain_graph=True)
+    first = weight.grad.clone()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.loss.backward()
+    torch.testing.assert_close(weight.grad, first)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_accumulate_gemm_adds_a_16_bit_product_into_float32(dtype):
+    """The 16-bit dW update across waves (CUDA): C += A^T B inside the GEMM, A with a row stride of 2M as the
+    narrowed dZ has; under the Triton interpreter here."""
+    from grpo_kernels.kernels.accumulate_mm import accumulate_at_b
+
+    triton_rows()  # selects the interpreter on CPU
+    gen = torch.Generator().manual_seed(12)
+    K, M, N = 37, 70, 45
+    storage = torch.randn(K, 2 * M, generator=gen).to(dtype)
+    a = storage[:, :M]
+    b = torch.randn(K, N, generator=gen).to(dtype)
+    c = torch.randn(M, N, generator=gen)
+    expected = c + a.float().T @ b.float()
+    out = accumulate_at_b(c, a, b)
+    assert out.data_ptr() == c.data_ptr()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="float32"):
+        accumulate_at_b(c.to(dtype), a, b)
