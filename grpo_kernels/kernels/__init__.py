@@ -1,7 +1,10 @@
 """Triton kernels, one family a file; `launch` is the only module the rest of the package imports.
 
 - tiles.py           shared @triton.jit helpers: a logits tile, its softmax gradient
-- linear_forward.py  hidden x LM head -> log-prob, entropy, lse (online log-sum-exp over vocab tiles)
+- linear_forward.py  hidden x LM head -> log-prob, entropy, lse (online log-sum-exp over vocab tiles), the GRPO
+                     epilogue, and the split-vocabulary variant (partial statistics + a fixed-order merge)
 - linear_backward.py recompute logits tile by tile -> dH (grid over tokens), dW and dbias (grid over vocab)
 - logits.py          the same statistics and gradient when the caller already holds the logits
+- configs.py         block / warp / stage tables per GPU architecture (sm_90, sm_80, default) and the interpreter's
+- compile_targets.py every GPU build the launchers can choose, for benchmarks/kernel_report.py and its CI test
 """

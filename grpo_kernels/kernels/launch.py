@@ -1,5 +1,6 @@
-"""Entry point of the Triton backend: picks the interpreter for CPU tensors, the block shapes, and
-the dot precision, then calls the kernel families' launchers."""
+"""Entry point of the Triton backend: picks the interpreter for CPU tensors, the block/warp/stage entry
+of configs.py for the GPU's architecture, the dot precision and the vocabulary split, then calls the
+kernel families' launchers."""
 
 from __future__ import annotations
 
@@ -8,12 +9,7 @@ import sys
 
 import torch
 
-# Block shapes. GPU: a 64-token x 128-vocab logits tile over 64-wide slices of H. Interpreter: bigger
-# numpy blocks mean fewer Python-level programs, which is what its run time is made of.
-_GPU_BLOCKS = {"BLOCK_N": 64, "BLOCK_V": 128, "BLOCK_K": 64}
-_INTERPRETER_BLOCKS = {"BLOCK_N": 32, "BLOCK_V": 64, "BLOCK_K": 32}
-_GPU_LOGITS_BLOCKS = {"BLOCK_N": 4, "BLOCK_V": 1024}
-_INTERPRETER_LOGITS_BLOCKS = {"BLOCK_N": 16, "BLOCK_V": 64}
+from .configs import GPU_CONFIGS, INTERPRETER_CONFIGS, KernelConfig, arch_of, dtype_class
 
 
 def interpreting() -> bool:
@@ -45,34 +41,67 @@ def _check_dtype(x: torch.Tensor, name: str) -> None:
                         "use backend='torch' for float64")
 
 
-def _linear_options(dtype: torch.dtype) -> tuple[dict, bool, str]:
+def config_for(kernel: str, dtype: torch.dtype, device: torch.device) -> KernelConfig:
+    """The table entry of one kernel for this device's architecture and the input dtype."""
+    if interpreting():
+        return INTERPRETER_CONFIGS[kernel]
+    arch = arch_of(torch.cuda.get_device_capability(device))
+    return GPU_CONFIGS[arch][kernel][dtype_class(dtype == torch.float32)]
+
+
+def _linear_options(dtype: torch.dtype) -> tuple[bool, str]:
     upcast = interpreting()
-    blocks = dict(_INTERPRETER_BLOCKS if upcast else _GPU_BLOCKS)
     # float32 inputs get exact (not TF32) dots so they meet float32 tolerances; 16-bit inputs use tensor cores.
     precision = "ieee" if (dtype == torch.float32 or upcast) else "tf32"
-    return blocks, upcast, precision
+    return upcast, precision
 
 
-def linear_forward(hidden, weight, bias, targets, temperature):
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def linear_forward(hidden, weight, bias, targets, temperature, vocab_splits: int | None = None):
+    """vocab_splits: programs per token block along the vocabulary (None: enough to fill the GPU when N is
+    small, 1 under the interpreter); forced values are for tests and tuning."""
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_forward import linear_forward as launch_forward
 
-    blocks, upcast, precision = _linear_options(hidden.dtype)
-    return launch_forward(hidden, weight, bias, targets, temperature, blocks, upcast, precision)
+    upcast, precision = _linear_options(hidden.dtype)
+    configs = _forward_configs(hidden)
+    return launch_forward(hidden, weight, bias, targets, temperature, configs, upcast, precision,
+                          _vocab_splits(vocab_splits, hidden, weight, configs[0]))
+
+
+def _forward_configs(hidden: torch.Tensor) -> tuple[KernelConfig, KernelConfig]:
+    return config_for("forward", hidden.dtype, hidden.device), config_for("merge", hidden.dtype, hidden.device)
+
+
+def _vocab_splits(requested: int | None, hidden: torch.Tensor, weight: torch.Tensor, config: KernelConfig) -> int:
+    from .linear_forward import auto_vocab_splits
+
+    if requested is not None:
+        if not isinstance(requested, int) or requested < 1:
+            raise ValueError(f"vocab_splits must be a positive int or None, got {requested!r}")
+        return requested
+    if interpreting():
+        return 1
+    return auto_vocab_splits(hidden.shape[0], weight.shape[0], config, _sm_count(hidden.device))
 
 
 def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
-                    needs_hidden_grad=True, needs_weight_grad=True):
+                    needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
+    """(grad_hidden, grad_weight, grad_bias); a gradient not needed is None and its kernel does not run
+    (a frozen LM head costs no dW work and no V x H buffer). grad_bias follows needs_weight_grad."""
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_backward import linear_backward as launch_backward
 
-    blocks, upcast, precision = _linear_options(hidden.dtype)
-    grad_hidden, grad_weight, grad_bias = launch_backward(grad_logps, grad_entropy, hidden, weight, bias, targets,
-                                                          lse, entropy, temperature, blocks, upcast, precision)
-    return (grad_hidden if needs_hidden_grad else None, grad_weight if needs_weight_grad else None,
-            grad_bias if needs_weight_grad else None)
+    upcast, precision = _linear_options(hidden.dtype)
+    configs = (config_for("grad_hidden", hidden.dtype, hidden.device),
+               config_for("grad_weight", hidden.dtype, hidden.device))
+    return launch_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+                           configs, upcast, precision, needs_hidden_grad, needs_weight_grad)
 
 
 def logits_forward(logits, targets, temperature):
@@ -80,8 +109,8 @@ def logits_forward(logits, targets, temperature):
     _check_dtype(logits, "logits")
     from .logits import logits_forward as launch_forward
 
-    return launch_forward(logits, targets, temperature,
-                          _INTERPRETER_LOGITS_BLOCKS if interpreting() else _GPU_LOGITS_BLOCKS)
+    return launch_forward(logits, targets, temperature, config_for("logits", logits.dtype, logits.device),
+                          interpreting())
 
 
 def logits_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, temperature):
@@ -89,15 +118,17 @@ def logits_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, tem
     from .logits import logits_backward as launch_backward
 
     return launch_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, temperature,
-                           _INTERPRETER_LOGITS_BLOCKS if interpreting() else _GPU_LOGITS_BLOCKS)
+                           config_for("logits", logits.dtype, logits.device), interpreting())
 
 
 def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-                        ref_logps, importance_ratio, mask, temperature, objective):
+                        ref_logps, importance_ratio, mask, temperature, objective, vocab_splits: int | None = None):
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_forward import linear_grpo_forward as launch_forward
 
-    blocks, upcast, precision = _linear_options(hidden.dtype)
+    upcast, precision = _linear_options(hidden.dtype)
+    configs = _forward_configs(hidden)
     return launch_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-                          ref_logps, importance_ratio, mask, temperature, objective, blocks, upcast, precision)
+                          ref_logps, importance_ratio, mask, temperature, objective, configs, upcast, precision,
+                          _vocab_splits(vocab_splits, hidden, weight, configs[0]))

@@ -3,12 +3,22 @@ e = dLoss/dent, and contract it with the LM head (dH) and the hidden states (dW,
 
 Two kernels, each the only writer of its output rows, so results are bitwise reproducible (no
 atomics): dH with a grid over token blocks, dW and dbias with a grid over vocabulary blocks. The price
-is one extra logits recompute (five GEMM-equivalents in forward + backward instead of four)."""
+is one extra logits recompute (five GEMM-equivalents in forward + backward instead of four).
+
+A program's float32 accumulator ([tokens, H] for dH, [vocab, H] for dW) is far too big for the chip,
+so it is read and written in global memory once per dz tile it absorbs; what bounds that traffic is the
+reduction length of each read-modify-write: the vocabulary width of a dH tile, the token height of a
+dW tile. Both kernels therefore contract transposed, tall-skinny tiles: dH^T[k, tokens] +=
+W[cols, k]^T @ dz^T[cols, tokens] with a narrow token block (16-64, the tensor-core N dimension) and a
+wide vocabulary tile (the reduction), and dW^T[k, cols] += H[rows, k]^T @ dz[rows, cols] with a narrow
+vocabulary block and a tall token tile. The register cost of the dz tile is the same as a square tile
+of equal area, but each accumulator round trip absorbs 4-16x more of the reduction (configs.py)."""
 
 import torch
 import triton
 import triton.language as tl
 
+from .configs import KernelConfig
 from .tiles import load_row_stats, logits_tile, softmax_grad_tile
 
 
@@ -26,9 +36,11 @@ def _grad_hidden_kernel(
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V
-        z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
-        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        # [BLOCK_V, BLOCK_N]: vocabulary-major
+        zt = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
+                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, True)
+        dzt = softmax_grad_tile(zt, cols[:, None] == targets[None, :], col_ok[:, None], lse[None, :],
+                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < H
@@ -36,10 +48,10 @@ def _grad_hidden_kernel(
                         mask=col_ok[:, None] & k_ok[None, :], other=0.0)
             if UPCAST:
                 w = w.to(tl.float32)
-            out = grad_hidden_ptr + rows[:, None] * H + ks[None, :]
-            out_ok = row_ok[:, None] & k_ok[None, :]
+            out = grad_hidden_ptr + rows[None, :] * H + ks[:, None]  # dH^T slice [BLOCK_K, BLOCK_N]
+            out_ok = k_ok[:, None] & row_ok[None, :]
             acc = tl.load(out, mask=out_ok, other=0.0)
-            acc = tl.dot(dz.to(w.dtype), w, acc, input_precision=PRECISION)
+            acc = tl.dot(tl.trans(w), dzt.to(w.dtype), acc, input_precision=PRECISION)
             tl.store(out, acc, mask=out_ok)
 
 
@@ -61,9 +73,9 @@ def _grad_weight_kernel(
                                                      HAS_ENT_GRAD)
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
-        dz = softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD)
+        dz = softmax_grad_tile(z, cols[None, :] == targets[:, None], col_ok[None, :], lse[:, None],
+                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD)
         grad_bias += tl.sum(dz, 0)
-        dz_t = tl.trans(dz)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < H
@@ -71,35 +83,45 @@ def _grad_weight_kernel(
                         mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             if UPCAST:
                 h = h.to(tl.float32)
-            out = grad_weight_ptr + cols[:, None] * H + ks[None, :]
-            out_ok = col_ok[:, None] & k_ok[None, :]
+            out = grad_weight_ptr + cols[None, :] * H + ks[:, None]  # dW^T slice [BLOCK_K, BLOCK_V]
+            out_ok = k_ok[:, None] & col_ok[None, :]
             acc = tl.load(out, mask=out_ok, other=0.0)
-            acc = tl.dot(dz_t.to(h.dtype), h, acc, input_precision=PRECISION)
+            acc = tl.dot(tl.trans(h), dz.to(h.dtype), acc, input_precision=PRECISION)
             tl.store(out, acc, mask=out_ok)
     if HAS_BIAS:
         tl.store(grad_bias_ptr + cols, grad_bias, mask=col_ok)
 
 
 def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature: float,
-                    blocks: dict, upcast: bool, precision: str):
+                    configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str,
+                    needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
+    """configs: (grad_hidden, grad_weight) table entries. A gradient not needed is None, and neither its
+    kernel nor its buffer exists; grad_bias comes with the weight's."""
     N, H = hidden.shape
     V = weight.shape[0]
+    hidden_config, weight_config = configs
     # float32 accumulators, each element written by exactly one program
-    grad_hidden = torch.zeros(N, H, dtype=torch.float32, device=hidden.device)
-    grad_weight = torch.zeros(V, H, dtype=torch.float32, device=weight.device)
-    grad_bias = torch.zeros(V, dtype=torch.float32, device=weight.device) if bias is not None else None
-    if N > 0:
+    grad_hidden = torch.zeros(N, H, dtype=torch.float32, device=hidden.device) if needs_hidden_grad else None
+    grad_weight = torch.zeros(V, H, dtype=torch.float32, device=weight.device) if needs_weight_grad else None
+    grad_bias = (torch.zeros(V, dtype=torch.float32, device=weight.device)
+                 if needs_weight_grad and bias is not None else None)
+    if N > 0 and (needs_hidden_grad or needs_weight_grad):
         g = grad_logps.float().contiguous()
         e = grad_entropy.float().contiguous() if grad_entropy is not None else g
-        common = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, UPCAST=upcast,
-                      PRECISION=precision, **blocks)
+        flags = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, UPCAST=upcast,
+                     PRECISION=precision)
         bias_arg = bias if bias is not None else hidden
-        _grad_hidden_kernel[(triton.cdiv(N, blocks["BLOCK_N"]),)](
-            hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
-            N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, **common)
-        _grad_weight_kernel[(triton.cdiv(V, blocks["BLOCK_V"]),)](
-            hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
-            grad_bias if grad_bias is not None else grad_weight,
-            N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, **common)
-    return (grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
-            grad_bias.to(bias.dtype) if bias is not None else None)
+        if needs_hidden_grad:
+            _grad_hidden_kernel[(triton.cdiv(N, hidden_config.block_n),)](
+                hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
+                N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+                **flags, **hidden_config.launch_options(upcast))
+        if needs_weight_grad:
+            _grad_weight_kernel[(triton.cdiv(V, weight_config.block_v),)](
+                hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
+                grad_bias if grad_bias is not None else grad_weight,
+                N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+                **flags, **weight_config.launch_options(upcast))
+    return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
+            grad_weight.to(weight.dtype) if grad_weight is not None else None,
+            grad_bias.to(bias.dtype) if grad_bias is not None else None)

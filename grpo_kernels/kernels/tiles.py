@@ -7,9 +7,15 @@ import triton.language as tl
 @triton.jit
 def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden, stride_weight,
                 inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
-    """(hidden[rows] @ weight[cols]^T + bias[cols]) / tau as a float32 [BLOCK_N, BLOCK_V] tile."""
-    acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+                VOCAB_MAJOR: tl.constexpr = False):
+    """(hidden[rows] @ weight[cols]^T + bias[cols]) / tau as a float32 [BLOCK_N, BLOCK_V] tile, or its
+    transpose [BLOCK_V, BLOCK_N] when VOCAB_MAJOR (the tensor-core M dimension is then the vocabulary,
+    so a tile can be only 16 tokens wide)."""
+    if VOCAB_MAJOR:
+        acc = tl.zeros((BLOCK_V, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         k_ok = ks < H
@@ -20,20 +26,29 @@ def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H,
         if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
             h = h.to(tl.float32)
             w = w.to(tl.float32)
-        acc = tl.dot(h, tl.trans(w), acc, input_precision=PRECISION)
+        if VOCAB_MAJOR:
+            acc = tl.dot(w, tl.trans(h), acc, input_precision=PRECISION)
+        else:
+            acc = tl.dot(h, tl.trans(w), acc, input_precision=PRECISION)
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        if VOCAB_MAJOR:
+            acc += bias[:, None]
+        else:
+            acc += bias[None, :]
     return acc * inv_tau
 
 
 @triton.jit
-def softmax_grad_tile(z, cols, col_ok, targets, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr):
-    """dLoss/d(unscaled logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile; 0 off-vocab."""
-    log_p = z - lse[:, None]
-    p = tl.where(col_ok[None, :], tl.exp(log_p), 0.0)
-    dz = tl.where(cols[None, :] == targets[:, None], g[:, None], 0.0) - g[:, None] * p
+def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr):
+    """dLoss/d(unscaled logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile; 0 off-vocab.
+    Every argument is already broadcast against z (either orientation); a target outside the weight's
+    vocabulary (a shard) matches no column, so that token gets no one-hot term."""
+    log_p = z - lse
+    p = tl.where(col_ok, tl.exp(log_p), 0.0)
+    dz = tl.where(is_target, g, 0.0) - g * p
     if HAS_ENT_GRAD:
-        dz -= e[:, None] * p * tl.where(col_ok[None, :], log_p + entropy[:, None], 0.0)
+        dz -= e * p * tl.where(col_ok, log_p + entropy, 0.0)
     return dz * inv_tau
 
 
@@ -52,16 +67,17 @@ def online_softmax_result(run_max, sum_exp, sum_exp_z, target_z):
 
 
 @triton.jit
-def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, cols, col_ok, targets):
-    """Fold one [rows, BLOCK_V] tile of scaled logits into the running max, sum of exp(z - max),
-    sum of exp(z - max) * z (for the entropy) and the target logit."""
-    z_or_zero = tl.where(col_ok[None, :], z, 0.0)
-    new_max = tl.maximum(run_max, tl.max(tl.where(col_ok[None, :], z, float("-inf")), 1))
+def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, is_target, col_ok, VOCAB_AXIS: tl.constexpr):
+    """Fold one tile of scaled logits (vocabulary along VOCAB_AXIS; is_target and col_ok broadcast against
+    it) into each token's running max, sum of exp(z - max), sum of exp(z - max) * z (for the entropy)
+    and target logit."""
+    z_or_zero = tl.where(col_ok, z, 0.0)
+    new_max = tl.maximum(run_max, tl.max(tl.where(col_ok, z, float("-inf")), VOCAB_AXIS))
     rescale = tl.exp(run_max - new_max)
-    p = tl.where(col_ok[None, :], tl.exp(z - new_max[:, None]), 0.0)
-    sum_exp = sum_exp * rescale + tl.sum(p, 1)
-    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, 1)
-    target_z += tl.sum(tl.where(cols[None, :] == targets[:, None], z_or_zero, 0.0), 1)
+    p = tl.where(col_ok, tl.exp(z - tl.expand_dims(new_max, VOCAB_AXIS)), 0.0)
+    sum_exp = sum_exp * rescale + tl.sum(p, VOCAB_AXIS)
+    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, VOCAB_AXIS)
+    target_z += tl.sum(tl.where(is_target, z_or_zero, 0.0), VOCAB_AXIS)
     return new_max, sum_exp, sum_exp_z, target_z
 
 
@@ -76,3 +92,16 @@ def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok
     if HAS_ENT_GRAD:
         e = tl.load(e_ptr + rows, mask=row_ok, other=0.0)
     return targets, lse, entropy, g, e
+
+
+@triton.jit
+def online_softmax_merge(run_max, sum_exp, sum_exp_z, target_z, part_max, part_sum_exp, part_sum_exp_z,
+                         part_target_z):
+    """Fold the statistics of another vocabulary range (same rows) into the running ones. The target logit
+    adds: it is 0 in every range that does not hold the target."""
+    new_max = tl.maximum(run_max, part_max)
+    rescale = tl.exp(run_max - new_max)
+    part_rescale = tl.exp(part_max - new_max)
+    sum_exp = sum_exp * rescale + part_sum_exp * part_rescale
+    sum_exp_z = sum_exp_z * rescale + part_sum_exp_z * part_rescale
+    return new_max, sum_exp, sum_exp_z, target_z + part_target_z

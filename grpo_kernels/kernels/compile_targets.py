@@ -1,0 +1,134 @@
+"""Every GPU kernel build the launchers can ask for, as arguments of `triton.compile`: the kernel, its
+argument types, its constexprs and its warps / stages, per architecture table and input dtype.
+
+benchmarks/kernel_report.py compiles them for sm_90a and sm_80 without a GPU; the CI test compiles the
+heaviest variant of each. Keep this in step with the launchers: a kernel or flag added there belongs here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .configs import GPU_CONFIGS, KernelConfig, dtype_class
+
+DTYPES = ("fp32", "bf16", "fp16")
+ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled for (90 = sm_90a)
+
+# pointer arguments in the input's dtype; every other pointer is float32 except these
+_INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_logits_ptr"}
+_OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
+_FLOAT_SCALARS = {"inv_tau", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
+_MULTIPLE_OF_16 = {"H", "stride_hidden", "stride_weight"}  # as the JIT specializes them for real heads
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    kernel: str  # the @triton.jit function's name
+    table: str  # configs.py kernel entry
+    arch: str  # "sm90" | "sm80"
+    dtype: str  # input dtype
+    variant: str  # the constexpr flags, readable
+    config: KernelConfig
+    constexprs: tuple  # ((name, value), ...)
+    tensor_cores: bool  # its dots run on tensor cores (16-bit inputs): Hopper builds must use wgmma
+
+    @property
+    def capability(self) -> int:
+        return ARCHS[self.arch]
+
+    def jit_function(self):
+        from . import linear_backward, linear_forward, logits
+
+        for module in (linear_forward, linear_backward, logits):
+            if hasattr(module, self.kernel):
+                return getattr(module, self.kernel)
+        raise LookupError(f"no kernel named {self.kernel}")
+
+    def all_constexprs(self, fn) -> dict:
+        """This target's constexprs, plus the defaults of those the launchers leave out."""
+        defaults = {name: param.default for name, param in zip(fn.arg_names, fn.params)
+                    if param.is_constexpr and param.has_default}
+        return {**defaults, **dict(self.constexprs)}
+
+    def signature(self, fn) -> tuple[dict, dict]:
+        """(signature, attrs) of triton.compiler.ASTSource for this target."""
+        constexprs = dict(self.constexprs)
+        signature, attrs = {}, {}
+        for index, (name, param) in enumerate(zip(fn.arg_names, fn.params)):
+            if param.is_constexpr:
+                signature[name] = "constexpr"
+                continue
+            if name.endswith("_ptr"):
+                signature[name] = "*" + self.dtype if name in _INPUT_POINTERS else _OTHER_POINTERS.get(name, "*fp32")
+                attrs[(index,)] = [["tt.divisibility", 16]]
+            elif name in _FLOAT_SCALARS:
+                signature[name] = "fp32"
+            else:
+                signature[name] = "i32"
+                if name in _MULTIPLE_OF_16:
+                    attrs[(index,)] = [["tt.divisibility", 16]]
+        missing = [name for name, param in zip(fn.arg_names, fn.params)
+                   if param.is_constexpr and name not in constexprs and not param.has_default]
+        if missing:
+            raise ValueError(f"{self.kernel}: constexprs {missing} not set by compile_targets")
+        return signature, attrs
+
+    def row(self) -> dict:
+        c = self.config
+        return dict(kernel=self.kernel, arch=self.arch, dtype=self.dtype, variant=self.variant, block_n=c.block_n,
+                    block_v=c.block_v, block_k=c.block_k, vocab_major=c.vocab_major, num_warps=c.num_warps,
+                    num_stages=c.num_stages)
+
+
+def _flags_text(flags: dict) -> str:
+    on = [f"{k}={v}" if not isinstance(v, bool) else k for k, v in flags.items() if v is not False]
+    return ",".join(on) or "-"
+
+
+def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict], linear: bool, has_blocks=True):
+    config = GPU_CONFIGS[arch][table][dtype_class(dtype == "fp32")]
+    for flags in variants:
+        constexprs = dict(flags)
+        if linear:
+            constexprs.update(UPCAST=False, PRECISION="ieee" if dtype == "fp32" else "tf32")
+        blocks = dict(config.blocks)
+        if not has_blocks:
+            blocks.pop("BLOCK_V")
+        constexprs.update(blocks)
+        yield CompileTarget(kernel, table, arch, dtype, _flags_text(flags), config, tuple(constexprs.items()),
+                            tensor_cores=linear and dtype != "fp32")
+
+
+def _grid(**choices) -> list[dict]:
+    names = list(choices)
+    return [dict(zip(names, values)) for values in itertools.product(*(choices[n] for n in names))]
+
+
+# The GRPO epilogue at its heaviest (every optional input given) for each loss kind; the other flags only
+# remove work.
+_GRPO_FLAGS = _grid(LOSS_KIND=[0, 1, 2], HAS_OLD=[True], HAS_REF=[True], HAS_RHO=[True], HAS_DELTA=[True],
+                    BIAS_CORRECTION=[True], HAS_ENTROPY_BONUS=[True])
+
+
+def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[CompileTarget]:
+    """Every (kernel, arch, dtype, constexpr variant) build; heaviest_only keeps, per kernel, arch and dtype,
+    the variant with every register-costing flag on (what a spill check needs)."""
+    bias = [True] if heaviest_only else [False, True]
+    ent = [True] if heaviest_only else [False, True]
+    kinds = _GRPO_FLAGS
+    out: list[CompileTarget] = []
+    for arch, dtype in itertools.product(ARCHS, dtypes):
+        out += _targets("_linear_logprobs_forward_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias), True)
+        out += _targets("_partial_stats_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias), True)
+        out += _targets("_linear_grpo_forward_kernel", "forward", arch, dtype,
+                        [dict(HAS_BIAS=b, **k) for b in bias for k in kinds], True)
+        out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent), True)
+        out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent), True)
+        out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
+        out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
+        if dtype == dtypes[0]:
+            # the merge reads only float32 statistics: one build per arch
+            out += _targets("_merge_logprobs_kernel", "merge", arch, "fp32", [{}], False, has_blocks=False)
+            out += _targets("_merge_grpo_kernel", "merge", arch, "fp32", kinds, False, has_blocks=False)
+    return out

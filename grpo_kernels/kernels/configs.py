@@ -1,0 +1,103 @@
+"""Block / warp / stage tables of the Triton kernels, per GPU architecture.
+
+Every GPU entry here is compiled for sm_90a and sm_80 by `python -m benchmarks.kernel_report`, and
+tests/kernels/test_kernel_report.py fails if any of them spills registers or if a Hopper build of a
+tensor-core kernel has no wgmma. Hopper's wgmma needs the dot's M (the first block of the A operand) to be
+a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
+
+Why these shapes (bf16 / fp16; zero spill bytes on both archs in the report):
+- forward: vocabulary-major [512 vocab, 32 tokens] logits tiles over 64-wide slices of H, 8 warps. Each
+  program re-reads its hidden block once per vocabulary tile, so the tile width sets the forward's
+  traffic: 512 reads a quarter of what the old [64, 128] tile did (which also spilled 656 B at 4 warps).
+  1024 x 16 needs 267 KB of shared memory on Hopper (over the 227 KB limit).
+- grad_hidden / grad_weight contract transposed tall-skinny tiles (linear_backward.py): the float32
+  accumulator round trip, the backward's dominant traffic, happens once per BLOCK_V vocabulary columns
+  (dH) / BLOCK_N tokens (dW). Hopper: dH 32 tokens x 512 vocab, dW 512 tokens x 16 vocab, with
+  BLOCK_K 64 (the contraction's wgmma M; 32 falls back to mma.sync). Ampere: 64 x 256 and 256 x 32.
+  Before, both were 64 x 128: 4x (dH) and 8x (dW) more accumulator traffic on Hopper.
+- float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
+  backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    block_n: int
+    block_v: int
+    block_k: int = 0  # 0 for the logits-input kernels, which have no H loop
+    num_warps: int = 4
+    num_stages: int = 2
+    # forward only: [vocab, tokens] logits tiles, so a narrow token block can take a wide vocabulary tile
+    vocab_major: bool = False
+    # constexprs the kernel takes for its block shape
+    blocks: dict = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        blocks = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v}
+        if self.block_k:
+            blocks["BLOCK_K"] = self.block_k
+        if self.vocab_major:
+            blocks["VOCAB_MAJOR"] = True
+        object.__setattr__(self, "blocks", blocks)
+
+    def launch_options(self, interpreted: bool) -> dict:
+        """Keyword arguments of a kernel launch: the blocks, plus warps and stages on a GPU."""
+        if interpreted:
+            return dict(self.blocks)
+        return dict(self.blocks, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+# A table's entries: "forward" serves both linear forwards (log-probs and the GRPO epilogue) and the
+# split-vocabulary partial-statistics kernel, "merge" the split merge, "logits" the logits-input kernels.
+SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
+
+_FORWARD_16BIT = KernelConfig(32, 512, 64, num_warps=8, num_stages=2, vocab_major=True)
+_MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
+_LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
+
+
+def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple) -> dict[str, dict[str, KernelConfig]]:
+    """One architecture's table from (16-bit, float32) entries of the three linear kernels."""
+    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight}
+    table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
+    return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
+
+
+_BACKWARD_FLOAT32 = KernelConfig(64, 64, 16, num_warps=8, num_stages=2)
+GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
+    "sm90": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=4, num_stages=2)),
+                   grad_hidden=(KernelConfig(32, 512, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32),
+                   grad_weight=(KernelConfig(512, 16, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+    "sm80": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=8, num_stages=2)),
+                   grad_hidden=(KernelConfig(64, 256, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
+                   grad_weight=(KernelConfig(256, 32, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+}
+# Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
+GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
+
+# The interpreter runs blocks as numpy arrays: bigger blocks mean fewer Python-level programs, which is
+# what its run time is made of. Warps and stages mean nothing there.
+_INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
+INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
+    "forward": KernelConfig(32, 64, 32, vocab_major=True),  # the 16-bit GPU layout
+    "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
+    "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
+}
+
+
+def arch_of(capability: tuple[int, int]) -> str:
+    """The table for a CUDA compute capability: Hopper, Ampere / Ada, or the default."""
+    major = capability[0]
+    if major == 9:
+        return "sm90"
+    if major == 8:
+        return "sm80"
+    return "default"
+
+
+def dtype_class(is_float32: bool) -> str:
+    return FLOAT32 if is_float32 else SIXTEEN_BIT
