@@ -18,7 +18,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from grpo_kernels.integrations.sharding import call_with_full_head
+from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from .config import LoraConfig, ModelConfig
 
@@ -139,8 +139,12 @@ def base_causal_lm(model: nn.Module) -> PreTrainedModel:
 def with_lm_head(model: nn.Module, hidden: torch.Tensor,
                  fn: Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any]) -> Any:
     """fn(hidden, weight [V, H], bias) with the LM head's whole weight (the embedding matrix when tied):
-    gathered under DeepSpeed ZeRO-3 and FSDP2, and never a shard (grpo_kernels.integrations.sharding)."""
-    return call_with_full_head(fn, hidden, base_causal_lm(model).get_output_embeddings())
+    gathered under DeepSpeed ZeRO-3 and FSDP2, and never a shard (grpo_kernels.integrations.sharding) -- except
+    a tensor-parallel head (transformers' tp_plan), whose DTensor shards the kernels take as they are."""
+    head = base_causal_lm(model).get_output_embeddings()
+    if is_vocab_parallel_head(head):
+        return fn(hidden, head.weight, head.bias)
+    return call_with_full_head(fn, hidden, head)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

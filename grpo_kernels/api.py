@@ -12,8 +12,10 @@ from .gemm_path import DEFAULT_WORKSPACE_BYTES
 from .layout import TokenLayout
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_level_terms)
+from .sharded_head import resolve_sharded_head
 from .validation import (check_config, check_cu_seqlens, check_linear_inputs, check_logits, check_loss_inputs,
                          check_mask, check_targets, check_workspace)
+from .vocab_parallel import VocabShard
 
 Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
 BACKENDS = ("auto", "gemm", "triton", "torch", "reference")
@@ -36,6 +38,10 @@ def _device_of(x: object) -> torch.device:
     return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
 
 
+def _vocab_size(weight: torch.Tensor, shard: Optional[VocabShard]) -> int:
+    return weight.shape[0] if shard is None else shard.vocab_size
+
+
 def _needs_grads(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple[bool, bool]:
     """(hidden needs a gradient, weight or bias does): a frozen head does no dW work, no_grad none at all."""
     if not torch.is_grad_enabled():
@@ -44,9 +50,11 @@ def _needs_grads(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
 
 
 def _row_logprobs(backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                  targets: torch.Tensor, temperature: float, workspace_bytes: int
+                  targets: torch.Tensor, temperature: float, workspace_bytes: int, shard: Optional[VocabShard] = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logps, entropy) [R] of hidden rows [R, H], differentiable."""
+    if shard is not None:
+        return shard.row_logprobs(backend, hidden, weight, bias, targets, temperature, workspace_bytes)
     if backend == "reference":
         return reference.logprobs_from_logits(reference.linear_logits(hidden, weight, bias), targets, temperature)
     return ops.linear_logprobs(hidden, weight, bias, targets, temperature, backend, workspace_bytes)
@@ -55,32 +63,36 @@ def _row_logprobs(backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
                     backend: Backend = "auto", mask: Optional[torch.Tensor] = None,
-                    workspace_bytes: Optional[int] = None
+                    workspace_bytes: Optional[int] = None, process_group: Optional[object] = None
                     ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Per-token float32 log-probs of `targets` (and entropies) under softmax((hidden W^T + bias) / temperature).
 
     hidden [..., H], weight [V, H], targets [...] int64. Differentiable w.r.t. hidden, weight and bias; no
     [tokens, vocab] tensor is ever allocated (except by backend='reference'). With `mask` ([...], 0/1), only the
     positions where it is nonzero go through the head; the others get log-prob 0 and entropy 0.
+    A vocabulary-sharded head (a DTensor weight placed Shard(0), or this rank's rows plus `process_group`): see
+    `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
+    weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
     batch_shape = tuple(hidden.shape[:-1])
     if _checking_values():
-        check_targets("targets", targets, batch_shape, weight.shape[0], hidden.device)
+        check_targets("targets", targets, batch_shape, _vocab_size(weight, shard), hidden.device)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     workspace_bytes = check_workspace(workspace_bytes)
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if mask is None:
-        logps, entropy = _row_logprobs(backend, flat_hidden, weight, bias, flat_targets, temperature, workspace_bytes)
+        logps, entropy = _row_logprobs(backend, flat_hidden, weight, bias, flat_targets, temperature, workspace_bytes,
+                                       shard)
     else:
         if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != batch_shape:
             raise ValueError(f"mask must be a tensor of shape {list(batch_shape)} (hidden's leading dims), got "
                              f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
         layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
         logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), weight, bias,
-                                       layout.head_rows(flat_targets), temperature, workspace_bytes)
+                                       layout.head_rows(flat_targets), temperature, workspace_bytes, shard)
         logps, entropy = layout.to_grid(logps).reshape(-1), layout.to_grid(entropy).reshape(-1)
     logps, entropy = logps.view(targets.shape), entropy.view(targets.shape)
     return (logps, entropy) if return_entropy else logps
@@ -94,7 +106,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                            num_items_in_batch: Optional[Union[torch.Tensor, int, float]] = None,
                            config: Optional[GRPOLossConfig] = None,
                            backend: Backend = "auto", cu_seqlens: Optional[torch.Tensor] = None,
-                           workspace_bytes: Optional[int] = None) -> GRPOLossOutput:
+                           workspace_bytes: Optional[int] = None,
+                           process_group: Optional[object] = None) -> GRPOLossOutput:
     """The GRPO loss from the policy's last hidden states and LM head [V, H], without logits.
 
     Padded form: hidden [B, T, H], completion_ids / completion_mask / old_logps / ref_logps [B, T]. Only the
@@ -102,9 +115,13 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     Packed form (`cu_seqlens` [S + 1], int, from 0 to N): hidden [N, H] holds S sequences back to back,
     completion_ids / old_logps / ref_logps / importance_ratio are [N], completion_mask is [N] or None (all valid),
     advantages [S] or [N]; `logps` comes back [N].
+    Vocabulary-sharded head: `weight` (and `bias`) a DTensor placed Shard(0) on a 1-D mesh, or this rank's rows
+    of the head with `process_group=`; every rank passes the same hidden and inputs (completion_ids are global
+    token ids) and gets the same loss, metrics and logps, dH summed over the group, and its own shard's dW/dbias.
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
+    weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
     workspace_bytes = check_workspace(workspace_bytes)
     H = hidden.shape[-1]
@@ -113,7 +130,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
             raise ValueError(f"hidden must be [B, T, H] (or [N, H] with cu_seqlens), got shape {list(hidden.shape)}")
         B, T = hidden.shape[:2]
         if _checking_values():
-            check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
+            check_targets("completion_ids", completion_ids, (B, T), _vocab_size(weight, shard), hidden.device)
             check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                               importance_ratio, num_items_in_batch, config)
         layout = TokenLayout.padded(completion_mask, compact=_checking_values())
@@ -122,7 +139,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
             raise ValueError(f"with cu_seqlens, hidden must be packed [N, H], got shape {list(hidden.shape)}")
         N = hidden.shape[0]
         S = check_cu_seqlens(cu_seqlens, N, hidden.device)
-        check_targets("completion_ids", completion_ids, (N,), weight.shape[0], hidden.device)
+        check_targets("completion_ids", completion_ids, (N,), _vocab_size(weight, shard), hidden.device)
         if completion_mask is not None:
             check_mask("completion_mask", completion_mask, (N,), hidden.device)
         for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
@@ -146,17 +163,22 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     loss_inputs = dict(completion_mask=layout.mask, advantages=advantages, config=config, old_logps=old_logps,
                        ref_logps=ref_logps, importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
     # Under torch.compile the GEMM path takes the two-pass route (4 GEMMs): the one-pass op differentiates the
-    # spec with torch.func inside a custom op, which a compiled graph cannot run.
-    one_pass = backend == "triton" or (backend == "gemm" and _checking_values())
+    # spec with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM
+    # one-pass route (combining per wave) or the two-step route, never the Triton epilogue.
+    one_pass = (backend == "triton" and shard is None) or (backend == "gemm" and _checking_values())
     if is_token_level(config) and one_pass:
         rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
-        route = _gemm_one_pass if backend == "gemm" else _triton_epilogue
-        loss, logps, entropy = route(hidden_rows, weight, bias, target_rows, rows, config, workspace_bytes)
+        if backend == "gemm":
+            loss, logps, entropy = _gemm_one_pass(hidden_rows, weight, bias, target_rows, rows, config,
+                                                  workspace_bytes, shard)
+        else:
+            loss, logps, entropy = _triton_epilogue(hidden_rows, weight, bias, target_rows, rows, config,
+                                                    workspace_bytes)
         with torch.no_grad():
             _, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
     else:
         logps, entropy = _row_logprobs(backend, hidden_rows, weight, bias, target_rows, config.temperature,
-                                       workspace_bytes)
+                                       workspace_bytes, shard)
         loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
     logps = logps.detach().float()
     out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])
@@ -171,11 +193,13 @@ def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch,
     return TokenInputs(**{name: None if x is None else layout.per_row(x.view(B, T)) for name, x in vars(grid).items()})
 
 
-def _gemm_one_pass(hidden, weight, bias, targets, rows: TokenInputs, config, workspace_bytes):
+def _gemm_one_pass(hidden, weight, bias, targets, rows: TokenInputs, config, workspace_bytes,
+                   shard: Optional[VocabShard] = None):
     """Statistics and gradients in the forward (3 GEMMs); the loss value is the spec's sum of per-token terms and
     the backward only scales the precomputed gradients."""
     needs_hidden_grad, needs_weight_grad = _needs_grads(hidden, weight, bias)
-    logps, entropy, grad_hidden, grad_weight, grad_bias = ops.gemm_token_level(
+    logps, entropy, grad_hidden, grad_weight, grad_bias = (ops.gemm_token_level if shard is None else
+                                                           shard.gemm_token_level)(
         hidden, weight, bias, targets, rows, config.temperature, config, workspace_bytes, needs_hidden_grad,
         needs_weight_grad)
     with torch.no_grad():

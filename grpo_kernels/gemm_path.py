@@ -27,6 +27,8 @@ DEFAULT_WORKSPACE_BYTES = 1 << 30
 ROW_CHUNK = 64
 
 TokenGrads = Callable[[int, int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Optional[torch.Tensor]]]
+# (lse, entropy, target logit) of a wave -> the same three over the whole vocabulary of a sharded head
+CombineStats = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 def wave_rows(vocab_size: int, workspace_bytes: int) -> int:
@@ -138,9 +140,12 @@ class _WeightGrad:
 
 def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: RowOps, *,
             token_grads: Optional[TokenGrads] = None, given: Optional[tuple] = None,
-            needs_hidden_grad: bool = False, needs_weight_grad: bool = False):
+            needs_hidden_grad: bool = False, needs_weight_grad: bool = False,
+            combine_stats: Optional[CombineStats] = None):
     """One pass over the tokens in waves. Statistics are computed (and returned) unless `given` = (lse, entropy,
-    g, e) supplies them with the gradients; gradients are computed when `token_grads` or `given` is set."""
+    g, e) supplies them with the gradients; gradients are computed when `token_grads` or `given` is set.
+    `combine_stats` turns each wave's statistics of this vocabulary shard into the whole vocabulary's
+    (vocab_parallel.py), before g and e are taken from them."""
     N, H = hidden.shape
     V = weight.shape[0]
     device = hidden.device
@@ -170,6 +175,8 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
         z = _mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
         if given is None:
             lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau)
+            if combine_stats is not None:
+                lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
             lp_w = target_z - lse_w
             logps[n0:n1], entropy[n0:n1], lse[n0:n1] = lp_w, ent_w, lse_w
             if not grads:
@@ -220,9 +227,11 @@ class GemmBackend:
         return dh, dw, db
 
     def linear_forward_with_grads(self, hidden, weight, bias, targets, temperature, token_grads: TokenGrads,
-                                  needs_hidden_grad=True, needs_weight_grad=True):
+                                  needs_hidden_grad=True, needs_weight_grad=True,
+                                  combine_stats: Optional[CombineStats] = None):
         """Statistics and the gradients of a token-level objective in one pass: per wave the logits GEMM, the
-        statistics, `token_grads(n0, n1, logps, entropy) -> (g, e)` for those tokens, dZ in place, dH and dW."""
+        statistics (combined over the vocabulary shards by `combine_stats` when given), `token_grads(n0, n1,
+        logps, entropy) -> (g, e)` for those tokens, dZ in place, dH and dW."""
         return _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes, self._rows(hidden.device),
                        token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
-                       needs_weight_grad=needs_weight_grad)
+                       needs_weight_grad=needs_weight_grad, combine_stats=combine_stats)

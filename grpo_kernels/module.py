@@ -41,7 +41,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         top_entropy_quantile: float = 1.0,
         backend: Backend = "auto",
         workspace_bytes: Optional[int] = None,
+        process_group: Optional[object] = None,
     ):
+        """`process_group`: the group over which `lin_weight` (and `bias`) hold vocabulary shards, when they are
+        this rank's rows of the head (a DTensor head sharded on dim 0 needs none)."""
         super().__init__()
         self.config = GRPOLossConfig(
             loss_type=loss_type, beta=beta, epsilon=epsilon_low, epsilon_high=epsilon_high, delta=delta,
@@ -54,6 +57,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         self.use_ref_model = use_ref_model
         self.backend = backend
         self.workspace_bytes = workspace_bytes  # the GEMM path's logits workspace (None: 1 GiB)
+        self.process_group = process_group
 
     def forward(
         self,
@@ -85,12 +89,12 @@ class FusedLinearGRPOLoss(torch.nn.Module):
                 ref_per_token_logps = linear_logprobs(
                     ref_hidden, ref_weight if ref_weight is not None else lin_weight, selected_token_ids,
                     bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
-                    mask=attention_mask, workspace_bytes=self.workspace_bytes)
+                    mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group)
         out = fused_linear_grpo_loss(
             hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
             old_logps=old_per_token_logps, ref_logps=ref_per_token_logps, importance_ratio=vllm_is_ratio,
             num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend,
-            workspace_bytes=self.workspace_bytes)
+            workspace_bytes=self.workspace_bytes, process_group=self.process_group)
         metrics = [out.metrics["kl"]] if self.config.beta != 0.0 else []
         if self.config.loss_type in ("sapo", "vespo"):
             # Liger reports no clipping for the soft-gated (sapo) and gamma-weighted (vespo) objectives: a 0

@@ -1,0 +1,147 @@
+"""Vocabulary-parallel LM heads: each rank of a process group holds the rows W[v0:v1] of the head.
+
+A wrapper around any backend of the small interface (`ops._implementation`): the backend streams the local
+shard with local targets (global id - v0, and -1 where the target lives on another rank, which every backend
+reads as "no target logit here"), then the per-token statistics of the shards are combined:
+
+- all-reduce MAX of the local log-sum-exps lse_r            -> m                (1 float per token)
+- all-reduce SUM of [exp(lse_r - m), exp(lse_r - m) * (lse_r - ent_r), z_y]   (3 floats per token)
+
+lse = m + log(sum exp(lse_r - m)); E[z] = sum_r exp(lse_r - lse) (lse_r - ent_r) since lse_r - ent_r is the mean
+logit under the shard's own softmax; entropy = lse - E[z]; lp = z_y - lse (z_y, the target logit, is nonzero on
+the owning rank only). Two collectives rather than one all-gather of (lse_r, ent_r, z_y): the all-gather moves
+3 x world floats per token, growing with the group, and a hand-written fused MAX/SUM needs a custom reduction
+that torch.distributed (NCCL, gloo) does not offer; the MAX is 1 float per token, its latency is the only cost.
+
+Backward: the backend's `linear_backward` on the local shard with the GLOBAL lse and entropy and the local
+targets is exactly the shard's slice of dZ, so dW and dbias are local (no communication) and dH is a partial
+sum: one all-reduce SUM of dH. The GEMM path's one-pass route (gradients in the forward) combines per wave,
+between the row statistics and g/e, through `gemm_path._stream`'s `combine_stats` hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from .gemm_path import GemmBackend, wave_rows
+from .objective import TokenInputs, token_level_grads
+
+try:  # DTensor is public from torch 2.5; older builds only take the process_group form
+    from torch.distributed.tensor import DTensor, Shard
+except ImportError:  # pragma: no cover
+    DTensor = Shard = None
+
+
+def is_dtensor(x: object) -> bool:
+    return DTensor is not None and isinstance(x, DTensor)
+
+
+@dataclass(frozen=True)
+class VocabShard:
+    """This rank's place in a vocabulary-parallel head: rows [offset, offset + sizes[rank]) of vocab_size."""
+
+    group: object  # a torch.distributed ProcessGroup
+    sizes: tuple[int, ...]  # every rank's number of vocabulary rows, in group rank order
+    rank: int
+
+    @property
+    def offset(self) -> int:
+        return sum(self.sizes[:self.rank])
+
+    @property
+    def vocab_size(self) -> int:
+        return sum(self.sizes)
+
+    def local_targets(self, targets: torch.Tensor) -> torch.Tensor:
+        """Global token ids -> ids in this shard, -1 for the ids another rank holds."""
+        local = targets - self.offset
+        return torch.where((local >= 0) & (local < self.sizes[self.rank]), local, torch.full_like(local, -1))
+
+    def wave_workspace(self, workspace_bytes: int) -> int:
+        """A workspace giving this rank the same tokens per GEMM wave as every other rank (the per-wave combine
+        is a collective: all ranks must run the same number of waves, whatever their shard's size)."""
+        return wave_rows(max(self.sizes), workspace_bytes) * 4 * self.sizes[self.rank]
+
+    def combine_stats(self, lse: torch.Tensor, entropy: torch.Tensor, target_z: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Local (lse, entropy, target logit or 0) [n] -> the same over the whole vocabulary, on every rank."""
+        m = lse.clone()
+        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=self.group)
+        w = torch.exp(lse - m)
+        parts = torch.stack([w, w * (lse - entropy), target_z])
+        dist.all_reduce(parts, op=dist.ReduceOp.SUM, group=self.group)
+        total_lse = m + torch.log(parts[0])
+        return total_lse, total_lse - parts[1] / parts[0], parts[2]
+
+    def all_reduce_sum_(self, x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        if x is not None:
+            dist.all_reduce(x, op=dist.ReduceOp.SUM, group=self.group)
+        return x
+
+    # ---- the two routes api.py takes ----------------------------------------------------------------------
+
+    def row_logprobs(self, backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     targets: torch.Tensor, temperature: float, workspace_bytes: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logps, entropy) [R] over the whole vocabulary of hidden rows [R, H], differentiable w.r.t. hidden
+        and the local weight/bias shard."""
+        return _ShardedLogprobs.apply(hidden.contiguous(), weight.contiguous(),
+                                      None if bias is None else bias.contiguous(), self.local_targets(targets),
+                                      float(temperature), backend, int(workspace_bytes), self)
+
+    def gemm_token_level(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                         targets: torch.Tensor, inputs: TokenInputs, temperature: float, config, workspace_bytes: int,
+                         needs_hidden_grad: bool, needs_weight_grad: bool):
+        """`ops.gemm_token_level` on a shard: (logps, entropy, dhidden, dweight, dbias) of a token-level
+        objective in one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
+        from .ops import _or_empty  # ops imports the backends; imported late to keep this module light
+
+        inputs = TokenInputs(**{k: None if v is None else v.float().contiguous() for k, v in vars(inputs).items()})
+
+        def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
+            return token_level_grads(logps, entropy, inputs.slice(n0, n1), config)
+
+        logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(
+            self.wave_workspace(workspace_bytes)).linear_forward_with_grads(
+            hidden.detach().contiguous(), weight.detach().contiguous(),
+            None if bias is None else bias.detach().contiguous(), self.local_targets(targets), float(temperature),
+            token_grads, needs_hidden_grad, needs_weight_grad, combine_stats=self.combine_stats)
+        self.all_reduce_sum_(grad_hidden)
+        return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), \
+            _or_empty(grad_bias, hidden)
+
+
+class _ShardedLogprobs(torch.autograd.Function):
+    """The backend's forward on the shard + the combine; backward: the backend's backward with the global
+    statistics, then the all-reduce of dH."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, local_targets, temperature, backend, workspace_bytes, shard):
+        from .ops import _implementation
+
+        implementation = _implementation(backend, shard.wave_workspace(workspace_bytes))
+        logps, entropy, lse = implementation.linear_forward(hidden, weight, bias, local_targets, temperature)
+        # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
+        target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
+        lse, entropy, target_z = shard.combine_stats(lse, entropy, target_z)
+        ctx.save_for_backward(hidden, weight, bias, local_targets, lse, entropy)
+        ctx.implementation, ctx.temperature, ctx.shard = implementation, temperature, shard
+        ctx.set_materialize_grads(False)
+        return target_z - lse, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logps, grad_entropy):
+        hidden, weight, bias, local_targets, lse, entropy = ctx.saved_tensors
+        needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
+        grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
+        grad_hidden, grad_weight, grad_bias = ctx.implementation.linear_backward(
+            grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
+            local_targets, lse, entropy, ctx.temperature, needs_hidden_grad=needs_hidden,
+            needs_weight_grad=needs_weight or needs_bias)
+        ctx.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
+        return (grad_hidden if needs_hidden else None, grad_weight if needs_weight else None,
+                grad_bias if needs_bias else None, None, None, None, None, None)

@@ -1,0 +1,21 @@
+"""A model loaded with transformers' tensor-parallel plan (2 gloo processes on CPU): engine.models.with_lm_head
+hands its vocabulary-sharded LM head to the fused loss as it is, and the loss, log-probs and each rank's
+LM-head gradient shard equal the whole model's (tests/engine/tp_worker.py)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_tensor_parallel_head_matches_whole_model(tiny_model_dir, tmp_path):
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", OMP_NUM_THREADS="1")
+    init_file = tmp_path / "init"
+    ranks = [subprocess.Popen([sys.executable, str(Path(__file__).parent / "tp_worker.py"), str(tiny_model_dir),
+                               str(init_file), str(rank), "2"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    outputs = [rank.communicate(timeout=240)[0] for rank in ranks]
+    for rank, output in zip(ranks, outputs):
+        assert rank.returncode == 0, output[-4000:]
