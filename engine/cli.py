@@ -1,4 +1,4 @@
-"""`grpo-engine train | eval | plot`.
+"""`grpo-engine train | eval | plot | bench`.
 
 Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`); values are read as
 YAML scalars, so numbers, booleans, null and [lists] work. Flags override the YAML file, which overrides
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="PNG of reward / KL / entropy curves of a run directory")
     plot.add_argument("run_dir")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
+
+    from .bench import build_parser as build_bench_parser
+    build_bench_parser(sub.add_parser("bench", help="one GRPO step of a real architecture: reference loss vs fused"))
     return parser
 
 
@@ -117,9 +120,15 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import bench_and_print
+
+    return bench_and_print(args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"train": _train, "eval": _eval, "plot": _plot}
+    handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench}
     try:
         return handlers[args.command](args)
     except ConfigError as exc:
