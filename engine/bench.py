@@ -188,19 +188,23 @@ def run_in_fresh_process(spec: StepSpec, repeats: int, budget_bytes: Optional[in
 def longest_fitting_length(spec: StepSpec, budget_bytes: int, start: int, limit: int, resolution: int,
                            threads: Optional[int] = None) -> tuple[Optional[int], int]:
     """(longest completion length that fits the budget or None, number of probes): doubling from `start`
-    up to `limit`, then bisection to `resolution` tokens."""
+    (the last doubling clipped to `limit`), then bisection to `resolution` tokens. `limit` itself fitting
+    returns `limit`: the longest that fits is at least that."""
     def fits(length: int) -> bool:
         probe = replace(spec, completion_length=length)
         return run_in_fresh_process(probe, 0, budget_bytes, threads).fits
 
     probes, low, high = 0, None, None
     length = start
-    while length <= limit:
+    while True:
         probes += 1
         if not fits(length):
             high = length
             break
-        low, length = length, length * 2
+        low = length
+        if length >= limit:
+            break
+        length = min(length * 2, limit)
     if low is None or high is None:  # the start does not fit, or the limit does
         return low, probes
     while high - low > resolution:
@@ -224,6 +228,8 @@ def format_report(rows: Sequence[dict[str, Any]], header: str) -> str:
         peak = f"{result.peak_bytes / 2**20:.0f}" if result.peak_bytes is not None else result.error
         longest = row.get("longest")
         longest_text = "-" if "longest" not in row else ("none" if longest is None else str(longest))
+        if row.get("limit_fits"):
+            longest_text = f">= {longest} (--max-length)"
         lines.append(f"| {result.spec.backend} | {step_s} | {peak} | {longest_text} | {row.get('probes', '-')} |")
     return "\n".join(lines)
 
@@ -260,6 +266,8 @@ def _positive_ints(args: argparse.Namespace, names: Sequence[str]) -> None:
 def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     _positive_ints(args, ["batch_size", "prompt_length", "completion_length", "repeats", "threads",
                           "start_length", "max_length", "resolution"])
+    if args.start_length > args.max_length:
+        raise ValueError(f"--start-length ({args.start_length}) must not exceed --max-length ({args.max_length})")
     if args.budget_gb is not None and args.budget_gb <= 0:
         raise ValueError(f"--budget-gb must be > 0, got {args.budget_gb}")
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
@@ -280,6 +288,7 @@ def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         if budget is not None:
             row["longest"], row["probes"] = longest_fitting_length(spec, budget, args.start_length,
                                                                    args.max_length, args.resolution, args.threads)
+            row["limit_fits"] = row["longest"] == args.max_length
         rows.append(row)
     return rows
 

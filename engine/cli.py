@@ -101,7 +101,7 @@ def _eval(args: argparse.Namespace) -> int:
     overrides = _overrides(args, {"data": "data.path"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
-    preset = {"rollout": DEMO_PRESET["rollout"], "rewards": DEMO_PRESET["rewards"]} if builtin_task else None
+    preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
     metrics = run_eval(config, args.model, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
                        batch_size=args.batch_size)

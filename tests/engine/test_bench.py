@@ -60,15 +60,19 @@ def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
         spec, budget is None or spec.completion_length <= 512, None, 0.5, 3 * 2**20))
     assert main(["bench", "--scale", "tiny", "--device", "cpu", "--backends", "reference", "torch", "--budget-gb", "1",
                  "--max-length", "2048"]) == 0
+    assert main(["bench", "--scale", "tiny", "--device", "cpu", "--backends", "torch", "--budget-gb", "1",
+                 "--start-length", "128", "--max-length", "300"]) == 0  # 128, 256, 300: the limit fits
     out = capsys.readouterr().out
     assert "qwen2.5-0.5b (tiny) on cpu" in out and "longest completion within 1 GiB" in out
     assert "| reference | 0.500 | 3 | 512 | 6 |" in out and "| torch | 0.500 | 3 | 512 | 6 |" in out
+    assert "| torch | 0.500 | 3 | >= 300 (--max-length) | 3 |" in out
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--backends", "fastest"], "--backends: unknown ['fastest']"),
     (["--completion-length", "0"], "--completion-length must be >= 1, got 0"),
     (["--budget-gb", "-2"], "--budget-gb must be > 0, got -2.0"),
+    (["--start-length", "512", "--max-length", "256"], "--start-length (512) must not exceed --max-length (256)"),
 ])
 def test_bad_flags_are_named(capsys, flags, message):
     assert main(["bench", "--scale", "tiny", "--device", "cpu", *flags]) == 1
