@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -86,3 +87,12 @@ def test_full_demo_meets_its_targets(request, tmp_path):
     result = run_seed(0, tmp_path, [])
     assert result.sampled_before < 0.8, result  # RL, not the warm start, does the learning
     assert result.passed, result
+
+
+def test_eval_without_data_scores_the_demo_task(tiny_model_dir, tmp_path):
+    """`grpo-engine eval --model M` on a demo checkpoint scores the demo's 36 problems, not the 0..9 table."""
+    from engine.cli import main
+
+    output = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(tiny_model_dir), "--output", str(output)]) == 0
+    assert json.loads(output.read_text())["num_prompts"] == (DEMO_PRESET["data"]["builtin_max_operand"] + 1) ** 2 == 36
