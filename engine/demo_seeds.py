@@ -100,6 +100,11 @@ def run_seed(seed: int, output_dir: Path, train_args: Sequence[str]) -> SeedResu
                "--run.progress_bar", "false", *train_args]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     wall, cpu = timed_run(command, output_dir / f"seed-{seed}.log")
+    return seed_result(seed, run_dir, wall, cpu)
+
+
+def seed_result(seed: int, run_dir: Path, wall: float, cpu: float) -> SeedResult:
+    """The row of a finished demo run: its reward curve, and its start and final models scored."""
     rewards = [row["reward"] for row in read_metrics(run_dir) if "reward" in row]
     first, last, best = reward_windows(rewards)
     start, final = run_dir / "base_model", model_dir(list_checkpoints(run_dir)[-1])
