@@ -32,17 +32,18 @@ from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, Qw
 from grpo_kernels import GRPOLossConfig
 from grpo_kernels.api import BACKENDS
 
+def _qwen25(vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int,
+            tied: bool) -> Callable[[], PretrainedConfig]:
+    return lambda: Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                               num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                               rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=tied)
+
+
 # Architectures of the released checkpoints (their config.json values), built with transformers' classes.
 ARCHITECTURES: dict[str, Callable[[], PretrainedConfig]] = {
-    "qwen2.5-0.5b": lambda: Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                                        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                                        rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True),
-    "qwen2.5-1.5b": lambda: Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
-                                        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                                        rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True),
-    "qwen2.5-7b": lambda: Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-                                      num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-                                      rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    "qwen2.5-0.5b": _qwen25(151936, 896, 4864, layers=24, heads=14, kv_heads=2, tied=True),
+    "qwen2.5-1.5b": _qwen25(151936, 1536, 8960, layers=28, heads=12, kv_heads=2, tied=True),
+    "qwen2.5-7b": _qwen25(152064, 3584, 18944, layers=28, heads=28, kv_heads=4, tied=False),
     "llama-3-8b": lambda: LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                                       num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                                       rope_theta=5e5, rms_norm_eps=1e-5, tie_word_embeddings=False),

@@ -10,7 +10,13 @@ import torch
 
 from engine.config import load_config
 from engine.demo_seeds import SeedResult, format_table, reward_windows, run_seed
-from engine.demo_task import DEMO_PRESET, addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
+from engine.demo_task import (
+    DEMO_PRESET,
+    addition_problems,
+    build_char_tokenizer,
+    build_tiny_model,
+    reference_completion,
+)
 from engine.models import HiddenStatePolicy
 from engine.trainer import train
 from engine.warm_start import reference_answer_probability, supervised_warm_start, teacher_forced_batch
