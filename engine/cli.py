@@ -1,4 +1,4 @@
-"""`grpo-engine train | eval | plot`.
+"""`grpo-engine train | eval | plot | bench`.
 
 Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`); values are read as
 YAML scalars, so numbers, booleans, null and [lists] work. Flags override the YAML file, which overrides
@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="PNG of reward / KL / entropy curves of a run directory", allow_abbrev=False)
     plot.add_argument("run_dir")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
+
+    from .bench import build_parser as build_bench_parser
+    build_bench_parser(sub.add_parser("bench", help="one GRPO step of a real architecture: reference loss vs fused"))
     return parser
 
 
@@ -127,7 +130,7 @@ def _eval(args: argparse.Namespace) -> int:
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
-    preset = {"rollout": DEMO_PRESET["rollout"], "rewards": DEMO_PRESET["rewards"]} if builtin_task else None
+    preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
     metrics = run_eval(config, config.model.name_or_path, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
                        batch_size=args.batch_size)
@@ -146,9 +149,15 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import bench_and_print
+
+    return bench_and_print(args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
-    handlers = {"train": _train, "eval": _eval, "plot": _plot}
+    handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench}
     try:
         return handlers[args.command](args)
     except ConfigError as exc:

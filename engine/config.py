@@ -129,6 +129,8 @@ class RunConfig:
     # Supervised steps on the built-in task's reference answers before RL (built-in model only).
     warm_start_steps: int = 0
     warm_start_learning_rate: float = 3e-3  # AdamW LR of the supervised warm start
+    # The warm start stops early once the mean probability of the reference answers reaches this.
+    warm_start_target: float = 1.0
 
 
 @dataclass
@@ -374,6 +376,8 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
     _positive(config.data.builtin_eval_size, "data.builtin_eval_size", allow_zero=True)
     if config.data.max_prompt_length is not None:
         _positive(config.data.max_prompt_length, "data.max_prompt_length")
+    if not 0.0 < run.warm_start_target <= 1.0:
+        raise ConfigError(f"run.warm_start_target must be in (0, 1], got {run.warm_start_target}")
     if run.warm_start_steps and config.model.name_or_path is not None:
         raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set)")
     if config.model.name_or_path is not None and not Path(config.model.name_or_path).is_dir():

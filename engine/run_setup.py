@@ -105,11 +105,14 @@ def _builtin_base_model(config: EngineConfig, accelerator: Accelerator, base_dir
         train_rows, _ = addition_problems(config.data.builtin_max_operand, config.data.builtin_eval_size,
                                           config.run.seed)
         if config.run.warm_start_steps:
-            losses = supervised_warm_start(
+            warm = supervised_warm_start(
                 lm, tokenizer, [r["prompt"] for r in train_rows], [reference_completion(r) for r in train_rows],
                 config.run.warm_start_steps, config.run.warm_start_learning_rate, batch_size=64,
-                seed=config.run.seed, device=device, backend=config.run.loss_backend)
-            print(f"warm start: {len(losses)} supervised steps, NLL {losses[0]:.3f} -> {losses[-1]:.3f}")
+                seed=config.run.seed, device=device, backend=config.run.loss_backend,
+                target=config.run.warm_start_target)
+            nll = f", NLL {warm.losses[0]:.3f} -> {warm.losses[-1]:.3f}" if warm.losses else ""
+            print(f"warm start: {len(warm.losses)} supervised steps{nll}, mean probability of the reference "
+                  f"answers {warm.answer_probability:.3f}")
         lm.save_pretrained(base_dir)
         tokenizer.save_pretrained(base_dir)
     accelerator.wait_for_everyone()

@@ -1,12 +1,18 @@
 """A short supervised warm start for the built-in model: a random 0.1 M-parameter model never samples a
 `\\boxed{}` answer, so no reward varies within a group and GRPO has nothing to learn from. A few
 teacher-forced steps on the task's reference answers put the success rate where RL can raise it.
-The negative log-likelihood comes from `linear_logprobs` too, so no logits are formed here either.
+
+It stops at a target, not after a fixed number of steps: once the mean probability of the reference
+answers (the expected sampled accuracy of answering in that form) reaches `target`. Seeds and CPUs then
+hand RL comparable starting points, where a fixed step count would pass on whatever spread the floating
+point of one machine gave. The negative log-likelihood comes from `linear_logprobs` too, so no logits are
+formed here either.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -30,24 +36,48 @@ def teacher_forced_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str],
                         prompt["attention_mask"].to(device), completion_ids, attention, attention.clone(), truncated)
 
 
+@dataclass
+class WarmStartResult:
+    losses: list[float]  # token-mean NLL per step
+    answer_probability: float  # mean P(reference answer | prompt) over the prompts, after the last step
+
+
+def target_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, backend: str) -> torch.Tensor:
+    """[N, T] log-probs of the batch's completion tokens (zero where masked out)."""
+    hidden = completion_hidden_states(policy, batch)
+    logps = with_lm_head(policy.lm, hidden, lambda h, weight, bias: linear_logprobs(
+        h, weight, batch.completion_ids, bias=bias, backend=backend))
+    return logps * batch.completion_mask
+
+
+@torch.no_grad()
+def reference_answer_probability(policy: HiddenStatePolicy, batch: RolloutBatch, backend: str) -> float:
+    """Mean over the rows of the probability of the whole target (EOS included) given the prompt."""
+    return target_logprobs(policy, batch, backend).sum(dim=1).exp().mean().item()
+
+
 def supervised_warm_start(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
                           targets: list[str], steps: int, learning_rate: float, batch_size: int, seed: int,
-                          device: torch.device, backend: str = "auto") -> list[float]:
-    """`steps` AdamW steps of token-mean NLL on random (prompt, target) pairs; returns the losses."""
+                          device: torch.device, backend: str = "auto", target: float = 1.0,
+                          check_every: int = 10) -> WarmStartResult:
+    """Up to `steps` AdamW steps of token-mean NLL on random (prompt, target) pairs, stopping early once
+    the mean reference-answer probability over all prompts reaches `target` (checked every `check_every`)."""
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"warm start target must be in (0, 1], got {target}")
     policy = HiddenStatePolicy(lm).train()
     optimizer = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=learning_rate)
+    every_prompt = teacher_forced_batch(tokenizer, prompts, targets, device)
     order = random.Random(seed)
-    losses = []
-    for _ in range(steps):
+    losses: list[float] = []
+    probability = reference_answer_probability(policy, every_prompt, backend)
+    while len(losses) < steps and probability < target:
         rows = [order.randrange(len(prompts)) for _ in range(batch_size)]
         batch = teacher_forced_batch(tokenizer, [prompts[i] for i in rows], [targets[i] for i in rows], device)
-        hidden = completion_hidden_states(policy, batch)
-        logps = with_lm_head(lm, hidden, lambda h, weight, bias: linear_logprobs(
-            h, weight, batch.completion_ids, bias=bias, backend=backend))
-        mask = batch.completion_mask.float()
-        loss = -(logps * mask).sum() / mask.sum()
+        loss = -target_logprobs(policy, batch, backend).sum() / batch.completion_mask.sum()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    return losses
+        if len(losses) % check_every == 0 or len(losses) == steps:
+            probability = reference_answer_probability(policy, every_prompt, backend)
+    return WarmStartResult(losses, probability)
