@@ -34,7 +34,7 @@ from .models import (
     resolve_device,
 )
 from .resume import config_yaml, start_point
-from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel, tensor_parallel_mesh
+from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rewards import NamedReward, load_reward_functions
 from .warm_start import supervised_warm_start
 
@@ -143,9 +143,8 @@ def setup_run(config: EngineConfig) -> Run:
         torch.set_num_threads(config.run.num_threads)
     world = Accelerator(cpu=device.type == "cpu")
     check_tensor_parallel(config, world.num_processes)
-    mesh = tensor_parallel_mesh(config.model.tensor_parallel, world.device) if config.model.tensor_parallel > 1 \
-        else None
-    accelerator = world if mesh is None else SingleReplicaAccelerator(world)  # TP: all processes, one replica
+    tp = config.model.tensor_parallel
+    accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
@@ -163,13 +162,13 @@ def setup_run(config: EngineConfig) -> Run:
     tokenizer = load_tokenizer(base_path)
     lora = config.model.lora.enabled
     policy_path = base_path if resume_from is None or lora else ckpt.model_dir(resume_from)
-    lm = load_causal_lm(policy_path, config.model, accelerator.device, mesh)
+    lm = load_causal_lm(policy_path, config.model, accelerator.device, tp)
     reference = None
     if config.loss.beta != 0.0 and not lora:
         # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
         # (and always under TP, whose sharded model is loaded rather than copied).
-        start = lm if resume_from is None and mesh is None else load_causal_lm(
-            base_path, config.model, accelerator.device, mesh)
+        start = lm if resume_from is None and tp == 1 else load_causal_lm(
+            base_path, config.model, accelerator.device, tp)
         reference = HiddenStatePolicy(frozen_copy(start) if start is lm else start.requires_grad_(False).eval())
     if lora:
         if resume_from is None:
@@ -186,7 +185,7 @@ def setup_run(config: EngineConfig) -> Run:
     total_optimizer_steps = config.run.max_steps * o.num_iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
         o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))
-    if mesh is None:  # a tensor-parallel model is not wrapped in DDP: its ranks hold different shards
+    if tp == 1:  # a tensor-parallel model is not wrapped in DDP: its ranks hold different shards
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
     rows, eval_rows = _load_data(config, tokenizer)
@@ -197,7 +196,7 @@ def setup_run(config: EngineConfig) -> Run:
     start_step, num_tokens = 0, 0
     if resume_from is not None:
         state = ckpt.load_training_state(resume_from, accelerator.process_index,
-                                         optimizer_shard=None if mesh is None else world.process_index)
+                                         optimizer_shard=None if tp == 1 else world.process_index)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         sampler.load_state_dict(state["trainer"]["sampler"])

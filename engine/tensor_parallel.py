@@ -16,7 +16,6 @@ from typing import ContextManager, Iterable
 import torch
 from accelerate import Accelerator
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from .config import ConfigError, EngineConfig
@@ -37,10 +36,6 @@ def check_tensor_parallel(config: EngineConfig, num_processes: int) -> None:
     if config.model.lora.enabled:
         raise ConfigError("model.tensor_parallel > 1 does not support model.lora.enabled: train LoRA adapters "
                           "with data parallelism (model.tensor_parallel 1)")
-
-
-def tensor_parallel_mesh(size: int, device: torch.device) -> DeviceMesh:
-    return init_device_mesh(device.type, (size,), mesh_dim_names=("tp",))
 
 
 def is_tensor_parallel(model: nn.Module) -> bool:

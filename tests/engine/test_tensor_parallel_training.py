@@ -82,4 +82,4 @@ def test_refuses_tensor_parallel_with_lora():
 def test_refuses_a_model_without_a_tensor_parallel_plan(tmp_path):
     GPT2Config(n_layer=1, n_embd=8, n_head=2).save_pretrained(tmp_path)  # GPT-2 ships no tp plan
     with pytest.raises(ModelLoadError, match="model.tensor_parallel > 1 needs a model with a tensor-parallel plan"):
-        load_causal_lm(str(tmp_path), ModelConfig(), torch.device("cpu"), tensor_parallel_mesh=object())
+        load_causal_lm(str(tmp_path), ModelConfig(), torch.device("cpu"), tensor_parallel=2)
