@@ -13,9 +13,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import GPT2Config
 
+from engine.checkpoint import CheckpointError, load_training_state
 from engine.config import ConfigError, ModelConfig, load_config
 from engine.evaluate import run_eval
 from engine.models import ModelLoadError, load_causal_lm
+from engine.run_setup import setup_run
 from engine.tensor_parallel import check_tensor_parallel
 from test_distributed import _env, _torchrun
 
@@ -63,6 +65,13 @@ def test_tensor_parallel_run_matches_one_process_and_resumes(tmp_path):
     assert metrics["num_prompts"] == 9 and 0.0 <= metrics["accuracy"] <= 1.0
 
 
+def test_training_refuses_more_tensor_parallel_ranks_than_processes(tmp_path):
+    config = load_config(overrides={"model.tensor_parallel": 2, "run.output_dir": str(tmp_path / "run")})
+    with pytest.raises(ConfigError, match=r"model.tensor_parallel is 2 but the run has 1 process"):
+        setup_run(config)
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
 def test_refuses_tensor_parallel_other_than_the_number_of_processes():
     config = load_config(overrides={"model.tensor_parallel": 2})
     with pytest.raises(ConfigError, match=r"model.tensor_parallel is 2 but the run has 4 .*pure tensor parallel"):
@@ -83,3 +92,12 @@ def test_refuses_a_model_without_a_tensor_parallel_plan(tmp_path):
     GPT2Config(n_layer=1, n_embd=8, n_head=2).save_pretrained(tmp_path)  # GPT-2 ships no tp plan
     with pytest.raises(ModelLoadError, match="model.tensor_parallel > 1 needs a model with a tensor-parallel plan"):
         load_causal_lm(str(tmp_path), ModelConfig(), torch.device("cpu"), tensor_parallel=2)
+
+
+def test_resume_refuses_a_checkpoint_without_this_ranks_optimizer_shard(tmp_path):
+    for name in ("rng-0.pt", "optimizer.pt", "scheduler.pt"):
+        torch.save({}, tmp_path / name)
+    (tmp_path / "trainer_state.json").write_text('{"step": 1}')
+    assert load_training_state(tmp_path, 0)["trainer"]["step"] == 1
+    with pytest.raises(CheckpointError, match="no optimizer-tp1.pt: it was saved with another model.tensor_parallel"):
+        load_training_state(tmp_path, 0, optimizer_shard=1)
