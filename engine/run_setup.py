@@ -71,7 +71,7 @@ class Run:
     @property
     def world(self) -> Accelerator:
         """Every process, which under tensor parallelism `accelerator` (one replica) does not show."""
-        return getattr(self.accelerator, "world", self.accelerator)
+        return self.accelerator.world if isinstance(self.accelerator, SingleReplicaAccelerator) else self.accelerator
 
     @property
     def tensor_parallel(self) -> bool:
