@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
+from .tensor_parallel import is_tensor_parallel
+
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
 MANIFEST_FILE = "checksums.json"
@@ -142,13 +144,22 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm
             shutil.rmtree(tmp)  # the leftovers of an interrupted save
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    # Each process keeps its own RNG stream (sampling differs per process).
-    torch.save(rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
+    # Each data-parallel process keeps its own RNG stream (sampling differs per process); under tensor
+    # parallelism (one replica, `accelerator.num_processes` 1) every rank has the main process's stream.
+    if accelerator.num_processes > 1 or accelerator.is_main_process:
+        torch.save(rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
+    tensor_parallel = is_tensor_parallel(lm)
+    if tensor_parallel:
+        # Every rank takes part: transformers gathers the shards into whole weights, which the main one writes
+        # (the checkpoint loads without TP); each rank's optimizer state is its own shard's.
+        lm.save_pretrained(tmp / "model", is_main_process=accelerator.is_main_process, safe_serialization=True)
+        torch.save(optimizer.state_dict(), tmp / optimizer_file(torch.distributed.get_rank()))
     state_dict = accelerator.get_state_dict(lm) if accelerator.distributed_type.name.startswith("FSDP") else None
     if accelerator.is_main_process:
-        lm.save_pretrained(tmp / "model", state_dict=state_dict, safe_serialization=True)
+        if not tensor_parallel:
+            lm.save_pretrained(tmp / "model", state_dict=state_dict, safe_serialization=True)
+            torch.save(optimizer.state_dict(), tmp / optimizer_file(None))
         tokenizer.save_pretrained(tmp / "model")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         (tmp / STATE_FILE).write_text(json.dumps({**trainer_state, "step": step}, indent=2))
         (tmp / CONFIG_FILE).write_text(config_yaml)
@@ -168,14 +179,24 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm
     return final
 
 
-def load_training_state(path: Path, process_index: int) -> dict[str, Any]:
-    """Trainer state, optimizer and scheduler state dicts, and this process's RNG state."""
+def optimizer_file(shard: Optional[int]) -> str:
+    """optimizer.pt, or one file per tensor-parallel rank (`shard`), each holding that rank's shard's state."""
+    return "optimizer.pt" if shard is None else f"optimizer-tp{shard}.pt"
+
+
+def load_training_state(path: Path, process_index: int, optimizer_shard: Optional[int] = None) -> dict[str, Any]:
+    """Trainer state, optimizer (this tensor-parallel rank's, given `optimizer_shard`) and scheduler state
+    dicts, and this process's RNG state."""
     rng_file = path / f"rng-{process_index}.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path} has no RNG state for process {process_index}: it was saved with fewer "
                               f"processes; resume with the same number of processes")
+    optimizer = path / optimizer_file(optimizer_shard)
+    if not optimizer.is_file():
+        raise CheckpointError(f"{path} has no {optimizer.name}: it was saved with another model.tensor_parallel; "
+                              f"resume with the same model.tensor_parallel and number of processes")
     state = {}
-    for key, file in (("trainer", path / STATE_FILE), ("optimizer", path / "optimizer.pt"),
+    for key, file in (("trainer", path / STATE_FILE), ("optimizer", optimizer),
                       ("scheduler", path / "scheduler.pt"), ("rng", rng_file)):
         try:
             state[key] = json.loads(file.read_text()) if key == "trainer" else torch.load(file, weights_only=False)

@@ -42,6 +42,9 @@ class ModelConfig:
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     gradient_checkpointing: bool = False  # recompute activations in the backward: less memory, more time
     lora: LoraConfig = field(default_factory=LoraConfig)
+    # >1: shard the model over that many processes with transformers' tensor-parallel plan (pure TP: it must
+    # equal the number of processes; every process then generates and trains on the whole batch).
+    tensor_parallel: int = 1
 
 
 @dataclass

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.distributed import DistributedConfig
 from transformers.utils import logging as hf_logging
 
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
@@ -96,19 +97,27 @@ def hf_progress_bars_off() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_causal_lm(path: str, config: ModelConfig, device: torch.device) -> PreTrainedModel:
-    """A local HF causal-LM directory, in the configured dtype and attention implementation."""
+def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_parallel: int = 1
+                   ) -> PreTrainedModel:
+    """A local HF causal-LM directory, in the configured dtype and attention implementation; sharded over
+    the `tensor_parallel` processes (all of them) with the model's tensor-parallel plan when that is > 1."""
     if not Path(path).is_dir():
         raise ModelLoadError(f"model path {path!r} is not a directory (model.name_or_path / --model)")
     if not (Path(path) / "config.json").is_file():
         raise ModelLoadError(f"model path {path!r} has no config.json: not a Hugging Face model directory")
+    sharding = {}
+    if tensor_parallel > 1:
+        if not getattr(AutoConfig.from_pretrained(path), "base_model_tp_plan", None):
+            raise ModelLoadError(f"model.tensor_parallel > 1 needs a model with a tensor-parallel plan, and the "
+                                 f"config of {path!r} has none (base_model_tp_plan): use model.tensor_parallel 1")
+        sharding = dict(distributed_config=DistributedConfig(tp_plan="auto", tp_size=tensor_parallel))
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=resolve_dtype(config.dtype, device),
-            attn_implementation=resolve_attn_implementation(config.attn_implementation, device))
+            attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load the model at {path!r}: {exc}") from exc
-    return model.to(device)
+    return model if tensor_parallel > 1 else model.to(device)  # TP places its shards itself
 
 
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:

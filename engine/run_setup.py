@@ -34,6 +34,7 @@ from .models import (
     resolve_device,
 )
 from .resume import config_yaml, start_point
+from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rewards import NamedReward, load_reward_functions
 from .warm_start import supervised_warm_start
 
@@ -43,7 +44,7 @@ BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starti
 @dataclass
 class Run:
     config: EngineConfig
-    accelerator: Accelerator
+    accelerator: Accelerator | SingleReplicaAccelerator  # the latter under tensor parallelism
     run_dir: Path
     tokenizer: Any
     policy: nn.Module  # HiddenStatePolicy, wrapped by accelerate (DDP) when distributed
@@ -66,6 +67,15 @@ class Run:
     @property
     def device(self) -> torch.device:
         return self.accelerator.device
+
+    @property
+    def world(self) -> Accelerator:
+        """Every process, which under tensor parallelism `accelerator` (one replica) does not show."""
+        return self.accelerator.world if isinstance(self.accelerator, SingleReplicaAccelerator) else self.accelerator
+
+    @property
+    def tensor_parallel(self) -> bool:
+        return self.config.model.tensor_parallel > 1
 
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
@@ -134,8 +144,11 @@ def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
     if config.run.num_threads is not None:
         torch.set_num_threads(config.run.num_threads)
-    accelerator = Accelerator(cpu=device.type == "cpu")
-    validate(config, accelerator.num_processes)  # the batch rule depends on the number of processes
+    world = Accelerator(cpu=device.type == "cpu")
+    check_tensor_parallel(config, world.num_processes)
+    tp = config.model.tensor_parallel
+    accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
+    validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path
@@ -152,12 +165,14 @@ def setup_run(config: EngineConfig) -> Run:
     tokenizer = load_tokenizer(base_path)
     lora = config.model.lora.enabled
     policy_path = base_path if resume_from is None or lora else ckpt.model_dir(resume_from)
-    lm = load_causal_lm(policy_path, config.model, accelerator.device)
+    lm = load_causal_lm(policy_path, config.model, accelerator.device, tp)
     reference = None
     if config.loss.beta != 0.0 and not lora:
-        # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume.
-        start = lm if resume_from is None else load_causal_lm(base_path, config.model, accelerator.device)
-        reference = HiddenStatePolicy(frozen_copy(start))
+        # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
+        # (and always under TP, whose sharded model is loaded rather than copied).
+        start = lm if resume_from is None and tp == 1 else load_causal_lm(
+            base_path, config.model, accelerator.device, tp)
+        reference = HiddenStatePolicy(frozen_copy(start) if start is lm else start.requires_grad_(False).eval())
     if lora:
         if resume_from is None:
             lm = add_lora(lm, config.model.lora)
@@ -173,7 +188,8 @@ def setup_run(config: EngineConfig) -> Run:
     total_optimizer_steps = config.run.max_steps * o.num_iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
         o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))
-    policy, optimizer = accelerator.prepare(policy, optimizer)
+    if tp == 1:  # a tensor-parallel model is not wrapped in DDP: its ranks hold different shards
+        policy, optimizer = accelerator.prepare(policy, optimizer)
 
     rows, eval_rows = _load_data(config, tokenizer)
     render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
@@ -182,7 +198,8 @@ def setup_run(config: EngineConfig) -> Run:
 
     start_step, num_tokens = 0, 0
     if resume_from is not None:
-        state = ckpt.load_training_state(resume_from, accelerator.process_index)
+        state = ckpt.load_training_state(resume_from, accelerator.process_index,
+                                         optimizer_shard=None if tp == 1 else world.process_index)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         sampler.load_state_dict(state["trainer"]["sampler"])

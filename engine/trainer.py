@@ -60,7 +60,7 @@ def train(config: EngineConfig) -> TrainSummary:
                     log_eval(run, step, evaluate(run))
                 saved = save(run, step) if step == cfg.run.max_steps or (
                     cfg.run.save_steps and step % cfg.run.save_steps == 0) else None
-                if step < cfg.run.max_steps and stop.requested(run.accelerator):
+                if step < cfg.run.max_steps and stop.requested(run.world):
                     stop_training(run, stop, step, saved, bar)
         bar.close()
         return finish(run, eval_before, evaluate(run))
@@ -183,7 +183,7 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
         return None
     result = None
     samples = run.config.run.eval_num_samples
-    if run.accelerator.is_main_process:
+    if run.accelerator.is_main_process or run.tensor_parallel:  # a TP model runs only with every rank
         with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
             torch.manual_seed(run.config.run.seed)
             result = evaluate_prompts(run.lm, run.tokenizer, run.eval_rows, run.eval_prompts, run.rewards,
@@ -191,7 +191,7 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
                                       num_samples=samples, greedy=samples == 1,
                                       prompt_column=run.config.data.prompt_column)
     run.accelerator.wait_for_everyone()
-    return result
+    return result if run.accelerator.is_main_process else None
 
 
 def finish(run: Run, eval_before: Optional[dict], eval_after: Optional[dict]) -> TrainSummary:
