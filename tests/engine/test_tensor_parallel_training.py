@@ -26,7 +26,10 @@ FLAGS = ["--run.save_steps", "1", "--run.progress_bar", "false", "--run.plot", "
          "0", "--run.log_completions_steps", "0", "--data.builtin_max_operand", "2", "--rollout.num_generations",
          "4", "--rollout.max_new_tokens", "8", "--optim.per_device_train_batch_size", "8",
          "--optim.learning_rate", "1e-4", "--loss.beta", "0.04", "--rewards.functions", "[math_accuracy, length]",
-         "--rewards.length_cache", "8"]
+         "--rewards.length_cache", "8",
+         # pinned against the demo preset: one optimizer pass per batch at a constant LR (TP with
+         # num_iterations > 1 is not compared here: see docs/engine.md)
+         "--optim.num_iterations", "1", "--optim.lr_scheduler_type", "constant", "--optim.warmup_ratio", "0"]
 EXACT = ("reward", "reward_std", "num_tokens", "completions/mean_length", "frac_reward_zero_std")
 CLOSE = ("loss", "grad_norm", "entropy", "kl", "clip_ratio/region_mean")
 
