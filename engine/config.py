@@ -381,10 +381,12 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
         _positive(config.data.max_prompt_length, "data.max_prompt_length")
     if not 0.0 < run.warm_start_target <= 1.0:
         raise ConfigError(f"run.warm_start_target must be in (0, 1], got {run.warm_start_target}")
-    if run.warm_start_steps and config.model.name_or_path is not None:
-        raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set)")
+    # The path first: with a wrong one, whatever else is said about the model would mislead.
     if config.model.name_or_path is not None and not Path(config.model.name_or_path).is_dir():
         raise ConfigError(f"model.name_or_path {config.model.name_or_path!r} is not a local model directory")
+    if run.warm_start_steps and config.model.name_or_path is not None:
+        raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set); "
+                          "set it to 0 to train another model")
     for key in ("path", "eval_path"):
         value = getattr(config.data, key)
         if value is not None and not Path(value).exists():

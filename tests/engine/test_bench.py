@@ -82,3 +82,19 @@ def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
 def test_bad_flags_are_named(capsys, flags, message):
     assert main(["bench", "--scale", "tiny", "--device", "cpu", *flags]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_every_option_says_what_it_means_and_its_default():
+    import argparse
+
+    from engine.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = [a for a in commands.choices["bench"]._actions if a.dest != "help"]
+    assert len(options) == 15
+    for option in options:
+        assert option.help and len(option.help.split()) >= 3, option.option_strings
+        if not isinstance(option, argparse._StoreTrueAction):
+            assert "default" in option.help, option.option_strings
+    backends = next(o for o in options if o.dest == "backends").help
+    assert all(name in backends for name in bench.FUSED_BACKENDS)
