@@ -59,12 +59,8 @@ def by_difficulty(prompts, completions, difficulty, scale=1.0, **kwargs):
     return [scale * float(d) for d in difficulty]
 
 
-def _declare_solution(fn):
-    from engine.rewards import dataset_columns
-
-    return dataset_columns("solution")(fn)
-
-
-@_declare_solution
 def matches_solution(prompts, completions, **kwargs):
     return [float(c == s) for c, s in zip(completions, kwargs["solution"])]
+
+
+matches_solution.dataset_columns = ("solution",)  # what @engine.rewards.dataset_columns("solution") sets
