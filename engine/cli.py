@@ -23,6 +23,7 @@ from .config import ConfigError, leaf_keys, load_config, read_yaml
 from .config_help import key_help
 from .demo_task import DEMO_PRESET
 from .interrupt import TrainingInterrupted
+from .plot import CURVES as PLOT_CURVES
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output", help="also write the metrics to this JSON file")
     _add_config_flags(evaluate)
 
-    plot = sub.add_parser("plot", help="PNG of reward / KL / entropy curves of a run directory", allow_abbrev=False)
+    plot = sub.add_parser("plot", help=f"PNG of a run directory's {PLOT_CURVES}", allow_abbrev=False)
     plot.add_argument("run_dir")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
 
