@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from engine.data import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths, load_prompt_rows, load_rows,
-                         render_prompt, reward_columns)
+from engine.data import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths, load_prompt_rows,
+                         load_rows, render_prompt, reward_columns)
 from engine.demo_task import addition_problems, build_char_tokenizer
 
 
