@@ -41,7 +41,7 @@ STANDARD_LOSS_CASES: dict[str, LossCase] = {
                      uses_old_logps=True, uses_ref_logps=False),
 }
 
-# Issue 9's target setting: dapo with beta = 0.04, old and reference log-probs given.
+# The setting of the target shapes (benchmarks/shapes.py): dapo with beta = 0.04, old and reference log-probs given.
 _DAPO_KL = LossCase("dapo_kl", GRPOLossConfig(beta=0.04), uses_old_logps=True, uses_ref_logps=True)
 VALID_FRACTIONS = (1.0, 0.5, 0.25)
 

@@ -1,6 +1,6 @@
 """Roofline model of every GRPO loss path on H100 / H200, from FLOPs and bytes counted from each algorithm.
 
-    python -m benchmarks.roofline                   # S1-S3 (issue 9's targets) and the GPU benchmark shapes
+    python -m benchmarks.roofline                   # the target shapes S1-S3 and the GPU benchmark shapes
     python -m benchmarks.roofline --device H200 --paths gemm floor --section targets --valid-fraction 0.5
 
 The counts live in benchmarks/roofline_paths.py, the rates and the time rule in benchmarks/roofline_model.py.
@@ -17,9 +17,10 @@ from typing import Optional
 from .cases import LOSS_CASES
 from .roofline_model import DEVICES, GIB, DeviceRates, Estimate, Problem, device_key
 from .roofline_paths import ALTERNATIVES, MODELS
-from .shapes import SHAPE_SETS, TARGET_SHAPES, BenchShape
+from .shapes import SHAPE_SETS, TARGET_SHAPE_MEANING, TARGET_SHAPES, BenchShape
 
-# Issue 9's targets: time over the bare GEMMs of the same shape, and memory beyond the gradients.
+# The project's targets at the target shapes: time over the bare GEMMs of the same shape (per scenario, below)
+# and memory beyond the gradients.
 PEAK_EXTRA_TARGET_BYTES = int(1.5 * GIB)
 
 
@@ -98,6 +99,26 @@ def _verdict(value: float, target: Optional[float]) -> str:
     return "yes" if value <= target else "NO"
 
 
+def _time_verdicts(ratios: list[float], devices: list[str], target: Optional[float]) -> str:
+    """'H100 NO, H200 yes (<= 1.15x)': the predicted time meets the target on which device."""
+    if target is None:
+        return "-"
+    return ", ".join(f"{d} {_verdict(r, target)}" for d, r in zip(devices, ratios)) + f" (<= {target}x)"
+
+
+def targets_text() -> list[str]:
+    """What the target shapes are and what each must meet, for the report's reader."""
+    shapes = "; ".join(f"{label} ({TARGET_SHAPE_MEANING[label]}): N={s.tokens} H={s.head.hidden} V={s.head.vocab}"
+                       for label, s in TARGET_SHAPES.items())
+    token, sequence, logprobs = (SCENARIOS[name].target_x_floor
+                                 for name in ("token-level", "sequence-level", "no-grad log-probs"))
+    return [f"Shapes: {shapes}; bf16, dapo with beta 0.04 and old/reference log-probs given.",
+            f"Targets: predicted time <= {token}x the bare GEMMs of the same shape (token-level loss), "
+            f"<= {sequence}x (sequence-level), <= {logprobs}x (no-grad log-probs); peak extra memory "
+            f"<= {PEAK_EXTRA_TARGET_BYTES / GIB:.2f} GiB. The time target column says, per device, whether the "
+            f"prediction meets it; memory does not depend on the device."]
+
+
 def table(shapes: list[tuple[str, BenchShape]], scenarios: list[Scenario], paths: list[str],
           devices: list[str], valid_fraction: float = 1.0) -> list[str]:
     head = ["shape", "scenario", "path", "GEMMs", "TFLOP", "HBM GB", "L2 GB", "peak extra GiB", "fp32 dW GiB",
@@ -111,8 +132,7 @@ def table(shapes: list[tuple[str, BenchShape]], scenarios: list[Scenario], paths
                 est = estimate(path, p)
                 ratios = [x_floor(path, p, DEVICES[d]) for d in devices]
                 target = None if path == "floor" else scenario.target_x_floor
-                time_ok = " ".join(_verdict(r, target) for r in ratios)
-                time_ok = "-" if target is None else f"{time_ok} (<= {target}x)"
+                time_ok = _time_verdicts(ratios, devices, target)
                 memory_ok = "-" if path == "floor" else _verdict(est.peak_extra_bytes, PEAK_EXTRA_TARGET_BYTES)
                 lines.append("| " + " | ".join([
                     f"{label} N={shape.tokens} H={shape.head.hidden} V={shape.head.vocab}", scenario.name, path,
@@ -151,7 +171,7 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
              "the inputs, the gradients and one float32 dW copy (its own column); target: <= 1.5 GiB. "
              f"Valid-token fraction: {valid_fraction}.", "", *rates_table(devices)]
     if section in ("all", "targets"):
-        lines += ["", "#### Issue 9 target shapes (bf16)", "",
+        lines += ["", "#### Target shapes S1-S3 (bf16)", "", *targets_text(), "",
                   *table(list(TARGET_SHAPES.items()), list(SCENARIOS.values()), paths, devices, valid_fraction)]
     if section in ("all", "gpu-set"):
         lines += ["", "#### GPU benchmark set (benchmarks/shapes.py, bf16), token-level loss", "",

@@ -35,12 +35,12 @@ DEVICES: dict[str, DeviceRates] = {
         hbm_peak_bytes_per_s=3.35e12, l2_bytes=50 * MIB, sms=132,
         source="bf16 790 TFLOP/s: measured bare GEMM rate on this project's H200 sheet (same GH100 die; datasheet "
                "989 dense); fp32 67 TFLOP/s, HBM3 3.35 TB/s peak, 50 MB L2, 132 SMs: NVIDIA H100 datasheet; "
-               "3.0 TB/s achievable: ~90% of peak, the usual STREAM-like ratio (issue 9)"),
+               "3.0 TB/s achievable: ~90% of peak, the usual STREAM-like ratio"),
     "H200": DeviceRates(
         "H200 SXM 141GB", tensor_flops=790e12, fp32_flops=67e12, hbm_bytes_per_s=4.3e12,
         hbm_peak_bytes_per_s=4.8e12, l2_bytes=50 * MIB, sms=132,
         source="bf16 790 TFLOP/s: measured on this project's H200 sheet; HBM3e 4.8 TB/s peak: NVIDIA H200 "
-               "datasheet; 4.3 TB/s achievable (issue 9); SMs, L2, fp32 rate as H100 (same die)"),
+               "datasheet; 4.3 TB/s achievable: ~90% of peak, as for H100; SMs, L2, fp32 rate as H100 (same die)"),
 }
 
 

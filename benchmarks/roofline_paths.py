@@ -147,7 +147,7 @@ def triton(p: Problem, block_n: int = 64, block_v: int = 128, programs_in_flight
                     peak_extra_bytes=(N * H * 4 if grads and p.hidden_needs_grad else 0) + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"BLOCK_N {block_n}, BLOCK_V {block_v}, {in_flight} programs in flight",
-                                 "padding rows dropped; no dW kernel for a frozen head (issue 9)"])
+                                 "padding rows dropped; no dW kernel for a frozen head"])
 
 
 def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -> Estimate:
@@ -177,7 +177,7 @@ def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -
     return Estimate("torch", p, phases, gemms=gemms,
                     peak_extra_bytes=tiles + vocab_chunk * H * 8 + N * H * 4 * grads + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
-                    assumptions=["padding rows dropped; dW skipped for a frozen head (issue 9)",
+                    assumptions=["padding rows dropped; dW skipped for a frozen head",
                                  "torch's default float32 matmul (no TF32) for dH, dW"])
 
 

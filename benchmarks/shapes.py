@@ -61,13 +61,15 @@ SHAPE_SETS: dict[str, tuple[BenchShape, ...]] = {
     ),
 }
 
-# Issue 9's target shapes (bf16, dapo with beta = 0.04 and old/ref log-probs): the roofline's headline and
-# the GPU command's main cases. S1 is an 8B model's head, S3 a 1.5B one's, S2 a 248k-vocabulary head.
+# The project's target shapes for GPU speed (bf16, dapo with beta = 0.04 and old/ref log-probs): the roofline's
+# headline and the GPU command's main cases.
 TARGET_SHAPES: dict[str, BenchShape] = {
     "S1": BenchShape(LMHead("S1", 4096, 151936), 8192 // GPU_SEQ_LEN, GPU_SEQ_LEN, "bfloat16"),
     "S2": BenchShape(LMHead("S2", 2048, 248320), 16384 // GPU_SEQ_LEN, GPU_SEQ_LEN, "bfloat16"),
     "S3": BenchShape(LMHead("S3", 1536, 151936), 65536 // GPU_SEQ_LEN, GPU_SEQ_LEN, "bfloat16"),
 }
+TARGET_SHAPE_MEANING = {"S1": "an 8B model's LM head", "S2": "a 248k-vocabulary LM head",
+                        "S3": "a 1.5B model's LM head over many tokens"}
 
 # The memory wall: the largest N that fits, per path, at one realistic head (doubling N from 4096).
 MEMORY_WALL_HEAD = QWEN25_7B

@@ -27,27 +27,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from grpo_kernels import GRPOLossConfig
 from grpo_kernels.api import BACKENDS
 
-def _qwen25(vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int,
-            tied: bool) -> Callable[[], PretrainedConfig]:
-    return lambda: Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
-                               num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                               rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=tied)
+from .bench_options import ARCHITECTURES, build_parser
 
-
-# Architectures of the released checkpoints (their config.json values), built with transformers' classes.
-ARCHITECTURES: dict[str, Callable[[], PretrainedConfig]] = {
-    "qwen2.5-0.5b": _qwen25(151936, 896, 4864, layers=24, heads=14, kv_heads=2, tied=True),
-    "qwen2.5-1.5b": _qwen25(151936, 1536, 8960, layers=28, heads=12, kv_heads=2, tied=True),
-    "qwen2.5-7b": _qwen25(152064, 3584, 18944, layers=28, heads=28, kv_heads=4, tied=False),
-    "llama-3-8b": lambda: LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-                                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                                      rope_theta=5e5, rms_norm_eps=1e-5, tie_word_embeddings=False),
-}
 TINY_LAYERS = 2
 TINY_HEAD_DIM = 8
 # The fused backends to compare with "reference" (which forms the [tokens, vocab] logits); "auto" only
@@ -233,28 +219,6 @@ def format_report(rows: Sequence[dict[str, Any]], header: str) -> str:
             longest_text = f">= {longest} (--max-length)"
         lines.append(f"| {result.spec.backend} | {step_s} | {peak} | {longest_text} | {row.get('probes', '-')} |")
     return "\n".join(lines)
-
-
-def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="grpo-engine bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="qwen2.5-0.5b", choices=sorted(ARCHITECTURES))
-    parser.add_argument("--scale", default="full", choices=["full", "tiny"],
-                        help="tiny: the real vocabulary with a 2-layer, 8-wide-head decoder (CPU-sized)")
-    parser.add_argument("--backends", nargs="+", help=f"loss backends (default: reference and {FUSED_BACKENDS}; "
-                                                      f"triton only on CUDA)")
-    parser.add_argument("--batch-size", type=int, default=8, help="completions per step")
-    parser.add_argument("--prompt-length", type=int, default=128)
-    parser.add_argument("--completion-length", type=int, default=1024, help="T of the timed step")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
-    parser.add_argument("--lora", action="store_true", help="LoRA adapters instead of full fine-tuning")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--repeats", type=int, default=3, help="timed steps after one warm-up step")
-    parser.add_argument("--threads", type=int, help="torch CPU threads in each measurement")
-    parser.add_argument("--budget-gb", type=float, help="memory budget (GiB) for the longest-length search")
-    parser.add_argument("--start-length", type=int, default=256)
-    parser.add_argument("--max-length", type=int, default=65536)
-    parser.add_argument("--resolution", type=int, default=64, help="bisection stops at this many tokens")
-    return parser
 
 
 def _positive_ints(args: argparse.Namespace, names: Sequence[str]) -> None:

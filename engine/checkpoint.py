@@ -4,11 +4,14 @@ scheduler, every process's RNG state, the data position and the run's config.
 A checkpoint is written to a hidden temporary directory and renamed into place only when complete, so an
 interrupted save never replaces (or corrupts) the last good one; loaders ignore the temporary names. Its
 last file is a manifest of every file's size and SHA-256, checked before resuming: a truncated or corrupted
-file (even one that still loads) is reported by name, and `latest` falls back to the newest intact one.
+file (even one that still loads) is reported by name, and so are weights holding NaN or inf (a diverged run
+saves them intact); `latest` falls back to the newest sound one. A save that fails (a full disk) removes its
+partial directory and stops with one line.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -80,6 +83,30 @@ def checkpoint_problems(path: Path) -> list[str]:
                             f"{expected['bytes']})")
         elif file_sha256(file) != expected["sha256"]:
             problems.append(f"{name} is corrupted (its SHA-256 differs from the one saved with it)")
+    return problems or nonfinite_weights(path)
+
+
+def nonfinite_weights(path: Path) -> list[str]:
+    """The first weight tensor holding NaN or inf in each of the checkpoint's model files (resuming from it
+    would fail only later, in sampling, with "probability tensor contains either inf, nan or element < 0")."""
+    from safetensors import safe_open
+
+    problems = []
+    for file in sorted((path / "model").glob("*.safetensors")):
+        bad = []
+        with safe_open(file, framework="pt") as weights:
+            for name in weights.keys():
+                tensor = weights.get_tensor(name)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    bad.append((name, tensor))
+        if bad:
+            name, tensor = bad[0]
+            kinds = " and ".join(kind for kind, test in (("NaN", torch.isnan), ("inf", torch.isinf))
+                                 if bool(test(tensor).any()))
+            count = int((~torch.isfinite(tensor)).sum())
+            more = f", and {len(bad) - 1} more tensors hold non-finite values" if len(bad) > 1 else ""
+            problems.append(f"{file.relative_to(path)}: tensor {name!r} holds {kinds} ({count} of "
+                            f"{tensor.numel()} values){more}")
     return problems
 
 
@@ -132,13 +159,61 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm: torch.nn.Module, tokenizer,
-                    optimizer: torch.optim.Optimizer, scheduler, trainer_state: dict[str, Any],
-                    keep_last: int, config_yaml: str) -> Path:
-    """Write checkpoint-<step> atomically on every process's behalf; returns its path."""
+def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, *args: Any, **kwargs: Any) -> Path:
+    """Write checkpoint-<step> atomically on every process's behalf (the arguments of `_write_checkpoint`);
+    returns its path. A write that fails removes the partial directory, which on a full disk would otherwise
+    keep it full; a full disk stops the run with one line that says so, the last good checkpoint untouched."""
+    try:
+        return _write_checkpoint(accelerator, run_dir, step, *args, **kwargs)
+    except Exception as exc:
+        tmp, final = temporary_dir(run_dir, step), checkpoint_root(run_dir) / f"{PREFIX}{step:06d}"
+        disk_full = is_disk_full(exc, checkpoint_root(run_dir))  # before the removal frees space again
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not disk_full:
+            raise
+        earlier = list_checkpoints(run_dir)  # complete ones only: all untouched by this save
+        last = f"the last good checkpoint is {earlier[-1]}" if earlier else "there is no earlier checkpoint"
+        raise CheckpointError(f"no space left on device while saving {final}: the partial {tmp.name} was removed; "
+                              f"{last}. Free some space, then continue with --resume") from exc
+
+
+DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
+# torch's zip writer reports a failed write without its errno: "unexpected pos" or "file write failed".
+TORCH_WRITE_FAILED = ("unexpected pos", "file write failed")
+
+
+def is_disk_full(exc: BaseException, directory: Path) -> bool:
+    """Whether `exc` (or what caused it) is a write that found no space: ENOSPC / EDQUOT, as an errno or in a
+    library's message, or a failed write of torch's with (almost) nothing free on `directory`'s filesystem."""
+    torch_write_failed, seen = False, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(exc)
+        if any(message in text for message in DISK_FULL_MESSAGES):
+            return True
+        torch_write_failed |= "inline_container" in text and any(m in text for m in TORCH_WRITE_FAILED)
+        exc = exc.__cause__ or exc.__context__
+    if not torch_write_failed:
+        return False
+    try:
+        return shutil.disk_usage(directory).free < 2**20
+    except OSError:
+        return False
+
+
+def temporary_dir(run_dir: str | Path, step: int) -> Path:
+    """Where checkpoint-<step> is written before it is renamed into place."""
+    return checkpoint_root(run_dir) / f".tmp-{PREFIX}{step:06d}"
+
+
+def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm: torch.nn.Module, tokenizer,
+                      optimizer: torch.optim.Optimizer, scheduler, trainer_state: dict[str, Any],
+                      keep_last: int, config_yaml: str) -> Path:
     root = checkpoint_root(run_dir)
     final = root / f"{PREFIX}{step:06d}"
-    tmp = root / f".tmp-{PREFIX}{step:06d}"
+    tmp = temporary_dir(run_dir, step)
     if accelerator.is_main_process:
         if tmp.exists():
             shutil.rmtree(tmp)  # the leftovers of an interrupted save

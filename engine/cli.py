@@ -3,6 +3,9 @@
 Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`); values are read as
 YAML scalars, so numbers, booleans, null and [lists] work. Flags override the YAML file, which overrides
 the defaults (and, when no model is given, the built-in demo preset).
+
+Help, argument errors and config errors never wait for torch or transformers (seconds to import): those
+are imported only once a command is known to run.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
+from .bench_options import DESCRIPTION as BENCH_DESCRIPTION
+from .bench_options import build_parser as build_bench_parser
 from .config import ConfigError, leaf_keys, load_config, read_yaml
 from .config_help import key_help
 from .demo_task import DEMO_PRESET
 from .interrupt import TrainingInterrupted
+from .plot import CURVES as PLOT_CURVES
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -88,23 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output", help="also write the metrics to this JSON file")
     _add_config_flags(evaluate)
 
-    plot = sub.add_parser("plot", help="PNG of reward / KL / entropy curves of a run directory", allow_abbrev=False)
+    plot = sub.add_parser("plot", help=f"PNG of a run directory's {PLOT_CURVES}", allow_abbrev=False)
     plot.add_argument("run_dir")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
 
-    from .bench import build_parser as build_bench_parser
-    build_bench_parser(sub.add_parser("bench", help="one GRPO step of a real architecture: reference loss vs fused"))
+    build_bench_parser(sub.add_parser("bench", help="one GRPO step of a real architecture: reference loss vs fused",
+                                      description=BENCH_DESCRIPTION, allow_abbrev=False))
     return parser
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .trainer import train
-
     overrides = _overrides(args, {"model": "model.name_or_path", "data": "data.path", "output_dir": "run.output_dir",
                                   "max_steps": "run.max_steps", "resume": "run.resume"})
     model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
+    from .trainer import train  # torch and transformers: only for a valid config
+
     summary = train(config)
     if summary.first_rewards:
         first = sum(summary.first_rewards) / len(summary.first_rewards)
@@ -125,13 +131,13 @@ def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .evaluate import run_eval
-
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
+    from .evaluate import run_eval  # torch and transformers: only for a valid config
+
     metrics = run_eval(config, config.model.name_or_path, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
                        batch_size=args.batch_size)
     text = json.dumps(metrics, indent=2)

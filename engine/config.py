@@ -56,6 +56,9 @@ class DataConfig:
     # When set, a plain-text prompt becomes [system, user] chat messages and the chat template is applied.
     system_prompt: Optional[str] = None
     max_prompt_length: Optional[int] = 512  # longer prompts keep their last tokens (TRL default 512)
+    # Prompts longer than this many characters are refused when the data loads (null: no bound): a tokenizer
+    # reads every character before it truncates, so one runaway line of megabytes would stall the run.
+    max_prompt_chars: Optional[int] = 100_000
     shuffle: bool = True  # a fresh seeded permutation of the prompts each epoch
     # The built-in addition task (used when `path` is None): operands 0..max_operand; eval_size problems
     # held out for evaluation (0: evaluate on the training prompts).
@@ -377,14 +380,17 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
         raise ConfigError(f"rewards.weights has {len(rw.weights)} entries for {len(rw.functions)} rewards.functions")
     _positive(config.data.builtin_max_operand, "data.builtin_max_operand")
     _positive(config.data.builtin_eval_size, "data.builtin_eval_size", allow_zero=True)
-    if config.data.max_prompt_length is not None:
-        _positive(config.data.max_prompt_length, "data.max_prompt_length")
+    for key in ("max_prompt_length", "max_prompt_chars"):
+        if getattr(config.data, key) is not None:
+            _positive(getattr(config.data, key), f"data.{key}")
     if not 0.0 < run.warm_start_target <= 1.0:
         raise ConfigError(f"run.warm_start_target must be in (0, 1], got {run.warm_start_target}")
-    if run.warm_start_steps and config.model.name_or_path is not None:
-        raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set)")
+    # The path first: with a wrong one, whatever else is said about the model would mislead.
     if config.model.name_or_path is not None and not Path(config.model.name_or_path).is_dir():
         raise ConfigError(f"model.name_or_path {config.model.name_or_path!r} is not a local model directory")
+    if run.warm_start_steps and config.model.name_or_path is not None:
+        raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set); "
+                          "set it to 0 to train another model")
     for key in ("path", "eval_path"):
         value = getattr(config.data, key)
         if value is not None and not Path(value).exists():

@@ -41,7 +41,7 @@ def load_rows(path: str) -> list[dict[str, Any]]:
 
 
 def _load_json(source: Path) -> list[dict[str, Any]]:
-    text = source.read_text()
+    text = _read_utf8(source)
     if source.suffix == ".json" and text.lstrip().startswith("["):
         rows = json.loads(text)
     else:
@@ -59,6 +59,17 @@ def _load_json(source: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _read_utf8(source: Path) -> str:
+    data = source.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataError(f"{source}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+                        f"save the file as UTF-8") from None
+
+
 def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
     try:
         import datasets
@@ -73,12 +84,42 @@ def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
     return loaded.to_list()
 
 
+def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int]) -> list[dict[str, Any]]:
+    """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized."""
+    rows = load_rows(path)
+    check_prompt_column(rows, column, path)
+    check_prompt_lengths(rows, column, path, max_prompt_chars)
+    return rows
+
+
 def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:
     missing = [i for i, row in enumerate(rows) if column not in row]
     if missing:
         columns = sorted(rows[missing[0]].keys())
         raise DataError(f"dataset {source!r} has no {column!r} column in row {missing[0]} (columns: {columns}); "
                         f"set data.prompt_column to the column that holds the prompt")
+
+
+def prompt_chars(prompt: Any) -> int:
+    """Characters of a text prompt, or of the contents of chat messages."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, list):
+        return sum(len(str(m.get("content", ""))) for m in prompt if isinstance(m, dict))
+    return 0  # not a prompt at all: render_prompt says so
+
+
+def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, max_chars: Optional[int]) -> None:
+    """Refuses a runaway prompt before anything tokenizes it: a tokenizer takes every character of its input
+    before truncating, so a line of megabytes stalls the run for minutes with gigabytes of memory."""
+    if max_chars is None:
+        return
+    for i, row in enumerate(rows):
+        chars = prompt_chars(row[column])
+        if chars > max_chars:
+            raise DataError(f"dataset {source!r} row {i}: the prompt has {chars:,} characters, more than "
+                            f"data.max_prompt_chars ({max_chars:,}); shorten or drop that row, or raise "
+                            f"data.max_prompt_chars")
 
 
 def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt: Optional[str]) -> str:

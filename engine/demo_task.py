@@ -9,10 +9,13 @@ middle of the range, where GRPO's group-relative advantages have signal.
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+# torch, tokenizers and transformers are imported by the builders: the CLI reads DEMO_PRESET before it
+# knows whether anything will be built, and those imports take seconds.
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 # A minimal chat template so chat-format prompts also work with the built-in tokenizer.
@@ -24,6 +27,9 @@ CHAT_TEMPLATE = (
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """One token per printable ASCII character (plus newline) and three special tokens."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     symbols = [PAD, EOS, UNK] + [chr(code) for code in range(32, 127)] + ["\n"]
     backend = Tokenizer(models.WordLevel({s: i for i, s in enumerate(symbols)}, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -36,6 +42,9 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> Qwen2ForCausalLM:
     """A 2-layer Qwen2 with tied embeddings (about 0.1 M parameters), randomly initialised from `seed`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=192, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,

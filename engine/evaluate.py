@@ -14,10 +14,10 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from .config import EngineConfig, RolloutConfig
-from .data import check_prompt_column, load_rows, render_prompt, reward_columns
+from .data import load_prompt_rows, render_prompt, reward_columns
 from .demo_task import addition_problems
 from .models import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
-from .rewards import NamedReward, load_reward_functions, score_completions
+from .rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 from .rollout import generate_completions
 
 
@@ -81,15 +81,17 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
              batch_size: int) -> dict[str, float]:
     """`grpo-engine eval`: the data file (or the built-in task's held-out split) scored with config.rewards."""
     device = resolve_device(config.run.device)
+    d = config.data
+    # The data and the reward functions before the model: a bad file is reported at once.
+    rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
+    if d.path is None:
+        _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+    else:
+        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+        check_reward_columns(rewards, rows, d.path)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
-    if config.data.path is None:
-        _, rows = addition_problems(config.data.builtin_max_operand, config.data.builtin_eval_size, config.run.seed)
-    else:
-        rows = load_rows(config.data.path)
-        check_prompt_column(rows, config.data.prompt_column, config.data.path)
-    prompts = [render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt) for r in rows]
-    rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
+    prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
     return evaluate_prompts(lm, tokenizer, rows, prompts, rewards, config.rollout, config.data.max_prompt_length,
                             device, num_samples=num_samples, greedy=greedy, batch_size=batch_size,
                             prompt_column=config.data.prompt_column)

@@ -10,16 +10,24 @@ import math
 from typing import Optional
 
 ZERO_STD_STEPS = 10  # "many steps" of frac_reward_zero_std = 1 before warning: single steps happen by chance
+# Steps in a row in which no reward function scored any completion before the run stops: every reward is then
+# 0 (TRL's nansum), so nothing is learned; one such step can be a fluke of the samples, several are a bug.
+UNSCORED_STEPS = 3
+
+
+class UnscoredRunError(RuntimeError):
+    """No completion could be scored for UNSCORED_STEPS steps in a row."""
 
 
 class RunHealth:
-    def __init__(self, zero_std_steps: int = ZERO_STD_STEPS) -> None:
-        self.zero_std_steps = zero_std_steps
-        self.zero_std_streak = 0
+    def __init__(self, zero_std_steps: int = ZERO_STD_STEPS, unscored_steps: int = UNSCORED_STEPS) -> None:
+        self.zero_std_steps, self.unscored_steps = zero_std_steps, unscored_steps
+        self.zero_std_streak = self.unscored_streak = 0
         self.active: set[str] = set()  # conditions already reported and not yet cleared
 
     def check(self, step: int, metrics: dict[str, Optional[float]]) -> list[str]:
-        """Warnings for this step's metrics (empty when nothing new is wrong)."""
+        """Warnings for this step's metrics (empty when nothing new is wrong); raises UnscoredRunError when no
+        completion could be scored for `unscored_steps` steps in a row."""
         messages = []
         zero_std = metrics.get("frac_reward_zero_std") == 1.0
         self.zero_std_streak = self.zero_std_streak + 1 if zero_std else 0
@@ -41,14 +49,22 @@ class RunHealth:
                 f"grad_norm is 0 at step {step} although rewards differ within groups: the update changed "
                 f"nothing. No completion token is in the loss (all truncated with "
                 f"rollout.mask_truncated_completions: see completions/clipped_ratio) or no parameter is trainable.")
+        scored = []  # per reward function: whether it scored any completion this step
         for name, value in metrics.items():
             if name.startswith("rewards/") and name.endswith("/mean"):
                 function = name[len("rewards/"):-len("/mean")]
-                if self._starts(f"none:{function}", value is None or math.isnan(value)):
+                scored.append(value is not None and not math.isnan(value))
+                if self._starts(f"unscored:{function}", not scored[-1]):
                     messages.append(
-                        f"reward function {function!r} returned None for every completion at step {step}: it "
-                        f"scored nothing (rewards/{function}/mean is null). Completions that no function scores "
+                        f"reward function {function!r} returned None or NaN for every completion at step {step}: "
+                        f"it scored nothing (rewards/{function}/mean is null). Completions that no function scores "
                         f"get reward 0, as in TRL; check the function's conditions and dataset columns.")
+        self.unscored_streak = self.unscored_streak + 1 if scored and not any(scored) else 0
+        if self.unscored_streak >= self.unscored_steps:
+            raise UnscoredRunError(
+                f"no completion could be scored at steps {step - self.unscored_streak + 1}-{step}: every reward "
+                f"function returned None or NaN for every completion, so every reward is 0 and nothing is learned; "
+                f"check the reward functions' conditions and the dataset columns they read")
         return messages
 
     def _starts(self, condition: str, holds: bool) -> bool:

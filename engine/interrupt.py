@@ -11,10 +11,10 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
-import torch
-from accelerate import Accelerator
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 
 class TrainingInterrupted(Exception):
@@ -41,6 +41,8 @@ class StopRequest:
         local = self.signal_name is not None
         if accelerator.num_processes == 1:
             return local
+        import torch  # not at the top: the CLI imports this module before it knows that anything will run
+
         flag = torch.tensor([1.0 if local else 0.0], device=accelerator.device)
         return accelerator.reduce(flag, reduction="sum").item() > 0
 

@@ -1,17 +1,25 @@
-"""A PNG of a run's reward, KL and entropy curves from its metrics.jsonl (`grpo-engine plot RUN_DIR`)."""
+"""A PNG of a run's curves from its metrics.jsonl (`grpo-engine plot RUN_DIR`): reward and entropy, and the
+KL to the reference when the run logged one (loss.beta != 0)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
-from .metrics import read_metrics
+from typing import Any, Optional
 
 PANELS = (("reward", "reward"), ("kl", "KL to reference"), ("entropy", "entropy"))
+# What the PNG shows, as the README, docs/engine.md and `grpo-engine plot --help` say it (a test holds them to it).
+CURVES = "reward and entropy curves (and KL when loss.beta != 0)"
+
+
+def panels(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(metric, title) of each panel with data: a run with beta = 0 logs no kl, so it has no KL panel."""
+    return [(key, title) for key, title in PANELS if any(row.get(key) is not None for row in rows)]
 
 
 def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
-    """Writes RUN_DIR/curves.png (or `output`); panels without data (kl when beta = 0) are skipped."""
+    """Writes RUN_DIR/curves.png (or `output`), one panel per curve with data."""
+    from .metrics import read_metrics  # here: the CLI reads CURVES for its help without importing torch
+
     try:
         import matplotlib
 
@@ -20,11 +28,11 @@ def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
     except ImportError as exc:
         raise ImportError("plotting needs matplotlib: pip install matplotlib") from exc
     rows = read_metrics(run_dir)
-    panels = [(key, title) for key, title in PANELS if any(row.get(key) is not None for row in rows)]
-    if not panels:
+    shown = panels(rows)
+    if not shown:
         raise ValueError(f"{run_dir}: metrics.jsonl has no reward, kl or entropy values to plot")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.4 * len(panels)), sharex=True, squeeze=False)
-    for ax, (key, title) in zip(axes[:, 0], panels):
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7, 2.4 * len(shown)), sharex=True, squeeze=False)
+    for ax, (key, title) in zip(axes[:, 0], shown):
         points = [(row["step"], row[key]) for row in rows if row.get(key) is not None]  # null: not measured
         ax.plot([p[0] for p in points], [p[1] for p in points], linewidth=1.2)
         ax.set_ylabel(title)

@@ -4,11 +4,16 @@ Built-ins: `math_accuracy` (the `\\boxed{}` answer against the dataset's answer 
 correct / wrong / no answer as in the seeds' guide, `math-verify` used when installed), `format`
 (`<think>...</think><answer>...</answer>`), `length` (DAPO's soft overlong punishment). Anything else is
 `package.module:function`. Besides the dataset columns, every function receives `completion_ids`.
+
+A function declares the dataset columns it reads (`@dataset_columns("answer")`, or a `dataset_columns`
+attribute); undeclared, it reads the keyword parameters it has without a default. The data is checked
+against them when it loads, so a missing column stops the run before the model loads, not at step 1.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import numbers
 import os
@@ -17,7 +22,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -25,6 +30,39 @@ import torch
 from .config import RewardsConfig
 
 RewardFunction = Callable[..., list]
+
+
+# Passed to every reward function by the engine itself, not read from the dataset.
+ENGINE_ARGUMENTS = ("prompts", "completions", "completion_ids")
+F = TypeVar("F", bound=Callable)
+
+
+def dataset_columns(*names: str) -> Callable[[F], F]:
+    """Declares the dataset columns a reward function reads, checked when the data loads:
+
+        @dataset_columns("answer")
+        def my_reward(prompts, completions, **columns): ...
+    """
+    def declare(fn: F) -> F:
+        fn.dataset_columns = tuple(names)
+        return fn
+
+    return declare
+
+
+def columns_read(fn: Callable) -> tuple[str, ...]:
+    """The columns `fn` declares; undeclared, its keyword parameters without a default (which a call without
+    that column would fail on), the engine's own arguments aside."""
+    declared = getattr(fn, "dataset_columns", None)
+    if declared is not None:
+        return (declared,) if isinstance(declared, str) else tuple(declared)
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to infer
+        return ()
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in parameters
+                 if p.kind in keyword and p.default is inspect.Parameter.empty and p.name not in ENGINE_ARGUMENTS)
 
 
 class RewardFunctionError(RuntimeError):
@@ -115,6 +153,7 @@ def _math_verify_match(predicted: str, gold: str) -> Optional[bool]:
 
 
 def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_column: str) -> RewardFunction:
+    @dataset_columns(answer_column)
     def math_accuracy(prompts: list, completions: list, **columns: Any) -> list[Optional[float]]:
         if answer_column not in columns:
             raise KeyError(f"math_accuracy needs the dataset column {answer_column!r} (rewards.answer_column); "
@@ -163,6 +202,29 @@ class NamedReward:
     name: str
     fn: RewardFunction
     weight: float
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return columns_read(self.fn)
+
+
+# The config key that names a built-in's column, for the message when the data lacks it.
+COLUMN_KEYS = {"math_accuracy": "rewards.answer_column"}
+
+
+def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]], source: str) -> None:
+    """Every row holds every column a reward function reads (a null value is fine: "not scored")."""
+    for reward in rewards:
+        for column in reward.columns:
+            missing = next((i for i, row in enumerate(rows) if column not in row), None)
+            if missing is None:
+                continue
+            whole = all(column not in row for row in rows)
+            where = f"has no {column!r} column" if whole else f"row {missing} has no {column!r} column"
+            builtin = reward.name in COLUMN_KEYS and reward.fn.__module__ == __name__
+            key = f" (set by {COLUMN_KEYS[reward.name]})" if builtin else ""
+            raise RewardFunctionError(f"dataset {source!r} {where}, which reward function {reward.name!r} "
+                                      f"reads{key}; columns: {sorted(rows[missing])}")
 
 
 def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> RewardFunction:

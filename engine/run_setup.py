@@ -19,7 +19,7 @@ from torch import nn
 
 from . import checkpoint as ckpt
 from .config import EngineConfig, validate
-from .data import PromptSampler, check_prompt_column, load_rows, render_prompt
+from .data import PromptSampler, load_prompt_rows, render_prompt
 from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .health import RunHealth
 from .metrics import MetricsLogger
@@ -35,7 +35,7 @@ from .models import (
 )
 from .resume import config_yaml, start_point
 from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
-from .rewards import NamedReward, load_reward_functions
+from .rewards import NamedReward, check_reward_columns, load_reward_functions
 from .warm_start import supervised_warm_start
 
 BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starting model is written
@@ -128,15 +128,18 @@ def _builtin_base_model(config: EngineConfig, accelerator: Accelerator, base_dir
     accelerator.wait_for_everyone()
 
 
-def _load_data(config: EngineConfig, tokenizer) -> tuple[list[dict], list[dict]]:
-    if config.data.path is None:
-        return addition_problems(config.data.builtin_max_operand, config.data.builtin_eval_size, config.run.seed)
-    rows = load_rows(config.data.path)
-    check_prompt_column(rows, config.data.prompt_column, config.data.path)
+def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[dict], list[dict]]:
+    """The training and evaluation rows, checked against the prompt settings and the columns the reward
+    functions read: a bad file stops the run before the model loads, not at step 1."""
+    d = config.data
+    if d.path is None:
+        return addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+    check_reward_columns(rewards, rows, d.path)
     eval_rows = []
-    if config.data.eval_path is not None:
-        eval_rows = load_rows(config.data.eval_path)
-        check_prompt_column(eval_rows, config.data.prompt_column, config.data.eval_path)
+    if d.eval_path is not None:
+        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars)
+        check_reward_columns(rewards, eval_rows, d.eval_path)
     return rows, eval_rows
 
 
@@ -149,6 +152,8 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
+    rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
+    rows, eval_rows = _load_data(config, rewards)
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path
@@ -191,10 +196,8 @@ def setup_run(config: EngineConfig) -> Run:
     if tp == 1:  # a tensor-parallel model is not wrapped in DDP: its ranks hold different shards
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
-    rows, eval_rows = _load_data(config, tokenizer)
     render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
     sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
-    rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
 
     start_step, num_tokens = 0, 0
     if resume_from is not None:

@@ -156,8 +156,9 @@ def log(run: Run, step: int, metrics: dict[str, float], batch: RolloutBatch, rew
     run.logger.log(step, metrics)
     bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}", refresh=False)
     bar.update(1)
+    messages = run.health.check(step, metrics)  # on every process: a stop it calls for must stop them all
     if run.accelerator.is_main_process:
-        for message in run.health.check(step, metrics):
+        for message in messages:
             tqdm.write(f"warning: {message}", file=sys.stderr)
     every = run.config.run.log_completions_steps
     if every and step % every == 0:

@@ -6,24 +6,52 @@
     out.loss.backward()
 """
 
-from .kernels.launch import use_interpreter_if_no_gpu
+from __future__ import annotations
 
-use_interpreter_if_no_gpu()
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from . import reference  # noqa: E402
-from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs  # noqa: E402
-from .config import GRPOLossConfig  # noqa: E402
-from .module import FusedLinearGRPOLoss  # noqa: E402
-from .objective import GRPOLossOutput, grpo_objective  # noqa: E402
+# Public names and the submodule each lives in. They are imported on first use, so that reading only the
+# config (GRPOLossConfig: plain Python) costs no torch import, which takes seconds: `grpo-engine --help`
+# builds its flags from it.
+_EXPORTS = {
+    "GRPOLossConfig": "config",
+    "GRPOLossOutput": "objective",
+    "FusedLinearGRPOLoss": "module",
+    "fused_linear_grpo_loss": "api",
+    "grpo_loss_from_logits": "api",
+    "grpo_objective": "objective",
+    "linear_logprobs": "api",
+    "reference": "reference",  # the submodule itself
+}
+_TORCH_FREE = {"config"}
 
-__all__ = [
-    "GRPOLossConfig",
-    "GRPOLossOutput",
-    "FusedLinearGRPOLoss",
-    "fused_linear_grpo_loss",
-    "grpo_loss_from_logits",
-    "grpo_objective",
-    "linear_logprobs",
-    "reference",
-]
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from . import reference
+    from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
+    from .config import GRPOLossConfig
+    from .module import FusedLinearGRPOLoss
+    from .objective import GRPOLossOutput, grpo_objective
+
+
+def __getattr__(name: str) -> Any:
+    submodule = _EXPORTS.get(name)
+    if submodule is None:
+        raise AttributeError(f"module 'grpo_kernels' has no attribute {name!r}")
+    if submodule not in _TORCH_FREE:
+        # Triton can run on a machine without CUDA only interpreted, and the interpreter must be chosen before
+        # triton is imported (by anyone): the first use of a torch-backed name chooses it.
+        from .kernels.launch import use_interpreter_if_no_gpu
+
+        use_interpreter_if_no_gpu()
+    module = importlib.import_module(f".{submodule}", __name__)
+    value = module if name == submodule else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

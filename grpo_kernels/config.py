@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass, fields
 from typing import Literal, Optional
@@ -77,10 +78,10 @@ class GRPOLossConfig:
     def _warn_like_trl(self) -> None:
         """TRL accepts these combinations but warns that they do not follow the papers; so do we."""
         if self.loss_type == "luspo" and self.importance_sampling_level != "sequence":
-            warnings.warn("loss_type='luspo' follows its paper with importance_sampling_level='sequence'", stacklevel=3)
+            _warn_at_caller("loss_type='luspo' follows its paper with importance_sampling_level='sequence'")
         if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
-            warnings.warn(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
-                          "sequence by its length; GSPO uses loss_type='grpo'", stacklevel=3)
+            _warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
+                            "sequence by its length; GSPO uses loss_type='grpo'")
 
     @property
     def epsilon_low(self) -> float:
@@ -95,3 +96,17 @@ class GRPOLossConfig:
         """Build from any object with TRL GRPOConfig attribute names (missing ones keep our defaults)."""
         kwargs = {f.name: getattr(trl_config, f.name) for f in fields(cls) if hasattr(trl_config, f.name)}
         return cls(**kwargs)
+
+
+def _warn_at_caller(message: str) -> None:
+    """A UserWarning attributed to the first frame outside grpo_kernels and the dataclass machinery: the line
+    that built the config. A fixed stacklevel would point at the dataclass's generated `__init__`
+    (`<string>`), or into the package when the config is built by one of its own functions."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2 is the frame that called this function
+    while frame is not None and _module_root(frame) in ("grpo_kernels", "dataclasses"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
+def _module_root(frame) -> str:
+    return frame.f_globals.get("__name__", "").partition(".")[0]

@@ -1,9 +1,11 @@
 import pytest
 import torch
 
-# grpo_kernels picks the Triton interpreter on a machine without CUDA; importing it here, before any test
-# module imports triton, makes that choice hold for the whole session.
-import grpo_kernels  # noqa: F401
+# grpo_kernels picks the Triton interpreter on a machine without CUDA when its functions are first imported;
+# choosing it here, before any test module imports triton, makes that choice hold for the whole session.
+from grpo_kernels.kernels.launch import use_interpreter_if_no_gpu
+
+use_interpreter_if_no_gpu()
 
 
 def pytest_collection_modifyitems(config, items):

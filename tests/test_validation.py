@@ -1,5 +1,8 @@
 """Bad input fails before any kernel runs, with an error that names the argument."""
 
+import dataclasses
+import warnings
+
 import pytest
 import torch
 from grpo_testing import make_problem
@@ -81,6 +84,20 @@ def test_combinations_trl_warns_about_warn_here_too():
         GRPOLossConfig(loss_type="luspo")
     with pytest.warns(UserWarning, match="GSPO uses loss_type='grpo'"):
         GRPOLossConfig(loss_type="dapo", importance_sampling_level="sequence")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GRPOLossConfig(loss_type="luspo"),
+    lambda: GRPOLossConfig(loss_type="bnpo", importance_sampling_level="sequence"),
+    lambda: dataclasses.replace(GRPOLossConfig(), loss_type="luspo"),
+])
+def test_config_warnings_point_at_the_callers_line(make):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make()
+    (warning,) = caught
+    # Not `<string>` (the dataclass's generated __init__) nor a line of grpo_kernels: the line that built it.
+    assert (warning.filename, warning.lineno) == (__file__, make.__code__.co_firstlineno)
 
 
 def test_wrong_device_mix_is_named():

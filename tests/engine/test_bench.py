@@ -82,3 +82,36 @@ def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
 def test_bad_flags_are_named(capsys, flags, message):
     assert main(["bench", "--scale", "tiny", "--device", "cpu", *flags]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_every_option_says_what_it_means_and_its_default():
+    import argparse
+
+    from engine.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = [a for a in commands.choices["bench"]._actions if a.dest != "help"]
+    assert len(options) == 15
+    for option in options:
+        assert option.help and len(option.help.split()) >= 3, option.option_strings
+        if not isinstance(option, argparse._StoreTrueAction):
+            assert "default" in option.help, option.option_strings
+    backends = next(o for o in options if o.dest == "backends").help
+    assert all(name in backends for name in bench.FUSED_BACKENDS)
+
+
+def test_the_readme_table_is_the_output_of_the_command_it_names():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text()
+    results = (root / "benchmarks" / "results" / "engine-bench-cpu.md").read_text()
+    command = re.search(r"Command: `(grpo-engine bench [^`]*)`", results).group(1)
+    assert f"`{command}`" in " ".join(readme.split())  # the README names the command that printed its table
+    header = "| backend | step s | peak memory MiB | longest completion that fits | probes |"
+    assert header in bench.format_report([], "")  # the columns the command prints
+    lines = readme.splitlines()
+    start = lines.index(header)
+    table = "\n".join(lines[start: lines.index("", start)])
+    assert table.count("\n") == 4 and table in results  # verbatim, not retyped

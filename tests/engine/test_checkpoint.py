@@ -1,6 +1,8 @@
 """Checkpoints are atomic and pruned, and a resumed run continues exactly (mid-epoch and at an epoch end)."""
 
+import errno
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,56 @@ def test_a_fresh_run_refuses_a_directory_with_checkpoints(small_overrides):
     train(config)
     with pytest.raises(ckpt.CheckpointError, match="already holds checkpoints: pass --resume"):
         train(config)
+
+
+# What a full disk raises, by writer (the messages of saves onto a full tmpfs): torch's zip writer reports only
+# a short write, safetensors and Python's own writes say ENOSPC.
+TORCH_SHORT_WRITE = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+DISK_FULL = {
+    "torch.save": TORCH_SHORT_WRITE,
+    "safetensors": RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),
+    "open": OSError(errno.ENOSPC, "No space left on device"),
+}
+
+
+def _fail_in_second_checkpoint(monkeypatch, error: Exception) -> None:
+    """Every write into .tmp-checkpoint-000002 fails with `error` once it has written part of a file."""
+    real_save = torch.save
+
+    def save(obj, file, *args, **kwargs):
+        if ".tmp-checkpoint-000002" in str(file):
+            Path(file).write_bytes(b"partial")
+            raise error
+        return real_save(obj, file, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+@pytest.mark.parametrize("writer", list(DISK_FULL))
+def test_a_full_disk_stops_cleanly_and_keeps_the_last_good_checkpoint(small_overrides, monkeypatch, writer):
+    _fail_in_second_checkpoint(monkeypatch, DISK_FULL[writer])
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30, 0))  # full
+    overrides = {**small_overrides, "run.max_steps": 3, "run.save_steps": 1}
+    with pytest.raises(ckpt.CheckpointError) as exc:
+        train(load_config(overrides=overrides))
+    root = ckpt.checkpoint_root(overrides["run.output_dir"])
+    assert str(exc.value).startswith(f"no space left on device while saving {root / 'checkpoint-000002'}")
+    assert "the partial .tmp-checkpoint-000002 was removed" in str(exc.value)
+    assert f"the last good checkpoint is {root / 'checkpoint-000001'}" in str(exc.value)
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]  # nothing partial left behind
+    assert ckpt.checkpoint_problems(root / "checkpoint-000001") == []
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # (undone with the rest)
+    train(load_config(overrides={**overrides, "run.resume": "latest"}))  # space freed: it goes on from there
+    assert [p.name for p in ckpt.list_checkpoints(root.parent)][-1] == "checkpoint-000003"
+
+
+def test_another_save_failure_is_not_called_a_full_disk_but_still_cleans_up(small_overrides, monkeypatch):
+    # torch's short write with space left on the disk (an I/O error): not a full disk
+    _fail_in_second_checkpoint(monkeypatch, TORCH_SHORT_WRITE)
+    overrides = {**small_overrides, "run.max_steps": 3, "run.save_steps": 1}
+    with pytest.raises(RuntimeError, match="unexpected pos") as exc:
+        train(load_config(overrides=overrides))
+    assert not isinstance(exc.value, ckpt.CheckpointError)
+    root = ckpt.checkpoint_root(overrides["run.output_dir"])
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-000001"]

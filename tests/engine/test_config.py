@@ -106,3 +106,9 @@ def test_relative_data_paths_in_yaml_are_read_next_to_it(tmp_path, monkeypatch):
     # A flag's relative path is the shell's: relative to the current directory.
     with pytest.raises(ConfigError, match="data.path 'train.jsonl' does not exist"):
         load_config(folder / "c.yaml", {"data.path": "train.jsonl"})
+
+
+def test_a_bad_model_path_is_named_before_what_else_is_wrong_with_the_model_settings():
+    demo = Path(__file__).parents[2] / "examples" / "demo.yaml"  # sets run.warm_start_steps (built-in model only)
+    with pytest.raises(ConfigError, match="model.name_or_path '/bad/path' is not a local model directory"):
+        load_config(demo, {"model.name_or_path": "/bad/path"})

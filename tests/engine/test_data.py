@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from engine.data import DataError, PromptSampler, check_prompt_column, load_rows, render_prompt, reward_columns
+from engine.data import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths, load_prompt_rows,
+                         load_rows, render_prompt, reward_columns)
 from engine.demo_task import addition_problems, build_char_tokenizer
 
 
@@ -17,6 +18,31 @@ def test_bad_json_line_is_located(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"prompt": "x"}\n{oops\n')
     with pytest.raises(DataError, match="a.jsonl:2: invalid JSON"):
         load_rows(str(tmp_path / "a.jsonl"))
+
+
+@pytest.mark.parametrize("name, content", [
+    ("a.jsonl", b'{"prompt": "x"}\n{"prompt": "caf\xe9"}\n'),  # latin-1 bytes on line 2
+    ("b.json", b'[\n{"prompt": "x"},\n{"prompt": "\xff"}\n]'),  # line 3
+])
+def test_non_utf8_bytes_are_located(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    line = 2 if name == "a.jsonl" else 3
+    column = 1 + content.splitlines()[line - 1].index(b"\xe9" if name == "a.jsonl" else b"\xff")
+    with pytest.raises(DataError, match=rf"{name}:{line}: not valid UTF-8 \(byte 0x(e9|ff) at column {column}\)"):
+        load_rows(str(path))
+
+
+def test_a_runaway_prompt_is_refused_before_tokenizing(tmp_path):
+    path = tmp_path / "a.jsonl"
+    rows = [{"prompt": "1+1="}, {"prompt": "x" * 2_000_001}, {"prompt": [{"role": "user", "content": "y" * 150}]}]
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    with pytest.raises(DataError, match=r"a.jsonl' row 1: the prompt has 2,000,001 characters, more than "
+                                        r"data.max_prompt_chars \(100,000\)"):
+        load_prompt_rows(str(path), "prompt", 100_000)
+    with pytest.raises(DataError, match="row 2: the prompt has 150 characters"):  # chat messages count their text
+        check_prompt_lengths([rows[0], {"prompt": "z" * 100}, rows[2]], "prompt", "f", 100)
+    assert len(load_prompt_rows(str(path), "prompt", None)) == 3  # null: no bound
 
 
 def test_missing_prompt_column_names_columns():

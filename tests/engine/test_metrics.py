@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import load_config
-from engine.health import RunHealth
+from engine.health import RunHealth, UnscoredRunError
 from engine.metrics import completion_metrics
 from engine.trainer import train
 
@@ -86,3 +86,28 @@ def test_health_warnings_say_what_they_mean():
     assert "grad_norm is 0 at step 6" in message and "changed nothing" in message
     (message,) = health.check(7, {"frac_reward_zero_std": 0.5, "grad_norm": math.inf})
     assert "grad_norm is inf at step 7" in message and "overflowed" in message
+
+
+def test_a_reward_that_scores_nothing_is_reported_as_none_or_nan():
+    health = RunHealth()
+    (message,) = health.check(1, {"rewards/f/mean": math.nan, "rewards/g/mean": 0.5})
+    assert "reward function 'f' returned None or NaN for every completion at step 1" in message
+
+
+def test_a_run_where_no_completion_can_be_scored_stops():
+    health = RunHealth(unscored_steps=3)
+    unscored = {"rewards/f/mean": math.nan, "rewards/g/mean": None}
+    assert len(health.check(1, unscored)) == 2  # one warning per function
+    assert health.check(2, {**unscored, "rewards/g/mean": 0.0}) == []  # g scored something: the streak ends
+    assert len(health.check(3, unscored)) == 1 and health.check(4, unscored) == []  # g's warning again
+    with pytest.raises(UnscoredRunError, match="no completion could be scored at steps 3-5: every reward "
+                                               "function returned None or NaN for every completion"):
+        health.check(5, unscored)
+
+
+def test_training_stops_when_no_completion_can_be_scored(small_overrides, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    overrides = {**small_overrides, "run.max_steps": 6, "rewards.functions": ["user_rewards:always_nan"]}
+    with pytest.raises(UnscoredRunError, match="steps 1-3"):
+        train(load_config(overrides=overrides))
+    assert [row["step"] for row in _rows(overrides["run.output_dir"]) if "loss" in row] == [1, 2, 3]

@@ -2,9 +2,12 @@
 a new run does not write over an earlier one's logs."""
 
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from engine import checkpoint as ckpt
 from engine.config import load_config
@@ -46,6 +49,24 @@ def test_a_damaged_checkpoint_is_named_and_latest_falls_back(saved_run, damage, 
     assert point.skipped and "checkpoint-000003 is damaged" in point.skipped[0] and problem in point.skipped[0]
     with pytest.raises(ckpt.CheckpointError, match=f"checkpoint-000003 is damaged: .*{problem}"):
         ckpt.resolve_resume(str(newest), run_dir)  # a checkpoint named explicitly is not replaced
+
+
+@pytest.mark.parametrize("value, kind", [(math.nan, "NaN"), (math.inf, "inf")])
+def test_non_finite_weights_are_refused_and_latest_falls_back(saved_run, value, kind):
+    _, run_dir = saved_run
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    weights = newest / "model" / "model.safetensors"
+    tensors = load_file(weights)
+    name = sorted(tensors)[-1]
+    tensors[name].view(-1)[:2] = value  # as a diverged run saves them
+    save_file(tensors, weights, metadata={"format": "pt"})
+    ckpt.write_manifest(newest)  # every checksum consistent: only the values are wrong
+    problem = f"model/model.safetensors: tensor {name!r} holds {kind} (2 of {tensors[name].numel()} values)"
+    assert ckpt.checkpoint_problems(newest) == [problem]
+    point = ckpt.resolve_resume("latest", run_dir)
+    assert point.path.name == "checkpoint-000002" and problem in point.skipped[0]
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(problem)):
+        ckpt.resolve_resume(str(newest), run_dir)
 
 
 def test_resume_skips_the_damaged_one_and_says_so(saved_run, capsys):

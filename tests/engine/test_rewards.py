@@ -6,6 +6,9 @@ from engine.config import RewardsConfig
 from engine.rewards import (
     RewardFunctionError,
     answers_match,
+    check_reward_columns,
+    columns_read,
+    dataset_columns,
     extract_boxed,
     format_reward,
     load_reward_functions,
@@ -143,3 +146,36 @@ def test_an_infinite_reward_is_rejected(monkeypatch):
     rewards[0].fn = lambda **kw: [float("inf")]
     with pytest.raises(RewardFunctionError, match="returned inf for completion 0; expected a finite number"):
         score_completions(rewards, ["p"], ["c"], {}, [[1]])
+
+
+def test_reward_functions_declare_the_columns_they_read(monkeypatch):
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    config = RewardsConfig(functions=["math_accuracy", "format", "length", "user_rewards:by_difficulty",
+                                      "user_rewards:matches_solution", "user_rewards:digit_count"],
+                           answer_column="gold")
+    rewards = load_reward_functions(config, 16)
+    # built-ins; a parameter without a default; a declaration; only **kwargs: nothing known
+    assert [r.columns for r in rewards] == [("gold",), (), (), ("difficulty",), ("solution",), ()]
+
+    @dataset_columns("a", "b")
+    def declared(prompts, completions, c, **kwargs):  # the declaration wins over the signature
+        return [0.0] * len(completions)
+
+    assert columns_read(declared) == ("a", "b")
+
+
+@pytest.mark.parametrize("rows, spec, message", [
+    ([{"prompt": "p", "question": "q"}], "math_accuracy",
+     "dataset 'd.jsonl' has no 'answer' column, which reward function 'math_accuracy' reads (set by "
+     "rewards.answer_column); columns: ['prompt', 'question']"),
+    ([{"prompt": "p", "difficulty": 1}, {"prompt": "q"}], "user_rewards:by_difficulty",
+     "dataset 'd.jsonl' row 1 has no 'difficulty' column, which reward function 'by_difficulty' reads; "
+     "columns: ['prompt']"),
+])
+def test_data_without_a_column_a_reward_reads_is_named(rows, spec, message, monkeypatch):
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    rewards = load_reward_functions(RewardsConfig(functions=[spec]), 16)
+    with pytest.raises(RewardFunctionError) as exc:
+        check_reward_columns(rewards, rows, "d.jsonl")
+    assert str(exc.value) == message
+    check_reward_columns(rewards, [{**row, "answer": None, "difficulty": None} for row in rows], "d.jsonl")  # null: ok

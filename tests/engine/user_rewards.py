@@ -52,3 +52,19 @@ def raises_inside_helper(prompts, completions, **kwargs):
 
 def _score_one(completion):
     return {"known": 1.0}[completion]  # KeyError: the user's own bug
+
+
+def by_difficulty(prompts, completions, difficulty, scale=1.0, **kwargs):
+    # Reads the `difficulty` column: a parameter without a default (`scale` has one: not a column).
+    return [scale * float(d) for d in difficulty]
+
+
+def matches_solution(prompts, completions, **kwargs):
+    return [float(c == s) for c, s in zip(completions, kwargs["solution"])]
+
+
+matches_solution.dataset_columns = ("solution",)  # what @engine.rewards.dataset_columns("solution") sets
+
+
+def always_nan(prompts, completions, **kwargs):
+    return [float("nan")] * len(completions)

@@ -1,0 +1,74 @@
+"""What can be checked before the model loads is checked then: bad data files and reward functions that
+read a column the data lacks stop `train` and `eval` with one line, before any model is built or loaded."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("a model was built or loaded before the data was checked")
+
+
+@pytest.fixture()
+def no_model(monkeypatch):
+    from engine import evaluate, run_setup
+
+    monkeypatch.setattr(run_setup, "_builtin_base_model", _no_model)  # the demo model and its warm start
+    monkeypatch.setattr(run_setup, "load_causal_lm", _no_model)
+    monkeypatch.setattr(evaluate, "load_eval_model", _no_model)
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def _jsonl(path: Path, rows: list) -> str:
+    path.write_text("\n".join(row if isinstance(row, str) else json.dumps(row) for row in rows) + "\n")
+    return str(path)
+
+
+BAD_FILES = {
+    "malformed line": ([{"prompt": "1+1=", "answer": "2"}, '{"prompt": "2+2=", "answer": '], [],
+                       "{path}:2: invalid JSON"),
+    "no answer column": ([{"prompt": "1+1=", "solution": "2"}], [],
+                         "dataset '{path}' has no 'answer' column, which reward function 'math_accuracy' reads"),
+    "a user reward's column": ([{"prompt": "1+1=", "answer": "2"}], ["--rewards.functions",
+                                                                     "[user_rewards:by_difficulty]"],
+                               "dataset '{path}' has no 'difficulty' column, which reward function "
+                               "'by_difficulty' reads"),
+    "runaway prompt": ([{"prompt": "1+1=", "answer": "2"}, {"prompt": "7" * 100_001, "answer": "7"}], [],
+                       "dataset '{path}' row 1: the prompt has 100,001 characters"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_bad_data_stops_before_the_model_loads_with_one_line(case, command, no_model, tiny_model_dir, tmp_path,
+                                                             capsys):
+    from engine.cli import main
+
+    rows, flags, message = BAD_FILES[case]
+    path = _jsonl(tmp_path / "data.jsonl", rows)
+    if command == "train":  # the built-in model, whose warm start would run first
+        args = ["train", "--data", path, "--output-dir", str(tmp_path / "run"), "--run.progress_bar", "false"]
+    else:
+        args = ["eval", "--model", str(tiny_model_dir), "--data", path]
+    assert main([*args, *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"grpo-engine {command}: ") and message.format(path=path) in err
+
+
+def test_the_evaluation_file_is_checked_too(no_model, tmp_path):
+    from engine.config import load_config
+    from engine.rewards import RewardFunctionError
+    from engine.trainer import train
+
+    train_path = _jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    eval_path = _jsonl(tmp_path / "eval.jsonl", [{"prompt": "1+2="}])
+    config = load_config(overrides={"data.path": train_path, "data.eval_path": eval_path,
+                                    "run.output_dir": str(tmp_path / "run")})
+    with pytest.raises(RewardFunctionError, match=f"dataset '{eval_path}' has no 'answer' column"):
+        train(config)
+    assert not (tmp_path / "run").exists()  # nothing written either
