@@ -9,7 +9,7 @@ import torch
 
 from benchmarks.cases import LOSS_CASES
 from benchmarks.inputs import make_inputs
-from benchmarks.paths import PathUnavailable, check_available, make_step
+from benchmarks.paths import PathUnavailable, check_available, make_step, require_trl
 from benchmarks.shapes import SHAPE_SETS
 
 SHAPE = SHAPE_SETS["smoke"][0]
@@ -18,13 +18,21 @@ CPU = torch.device("cpu")
 
 def test_skipped_with_the_reason_when_trl_is_missing(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "trl" else real_find_spec(name, *rest))
     with pytest.raises(PathUnavailable, match=r"trl is not installed \(pip install trl\)"):
         check_available("trl", "loss", SHAPE, CPU)
 
 
+def _skip_without_trl() -> None:
+    try:
+        require_trl()
+    except PathUnavailable as reason:
+        pytest.skip(str(reason))
+
+
 def test_no_logits_input_operation():
-    pytest.importorskip("trl", reason="the trl path needs TRL (pip install 'trl>=1.16,<1.17')")
+    _skip_without_trl()
     with pytest.raises(PathUnavailable, match="starts from hidden states"):
         check_available("trl", "logits", SHAPE, CPU)
 
@@ -32,7 +40,7 @@ def test_no_logits_input_operation():
 @pytest.fixture
 def trl_head_calls(monkeypatch):
     """The arguments of every call of TRL's chunked log-prob function (still run: the wrapper passes through)."""
-    pytest.importorskip("trl", reason="the trl path needs TRL (pip install 'trl>=1.16,<1.17')")
+    _skip_without_trl()
     from trl.trainer import utils as trl_utils
 
     function = trl_utils._ChunkedLogProbFunction
