@@ -105,6 +105,7 @@ def run_metadata(config: pytest.Config) -> dict:
         "cuda": torch.version.cuda,
         "liger_kernel": _version("liger-kernel"),
         "cut_cross_entropy": _version("cut-cross-entropy"),
+        "trl": _version("trl"),
         "grpo_kernels": _version("grpo-kernels") or "source tree",
         "python": platform.python_version(),
         "bench_set": config.getoption("--bench-set"),

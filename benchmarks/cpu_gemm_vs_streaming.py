@@ -1,10 +1,13 @@
 """One CPU measurement behind the GEMM path's design (issue: "the design pays off even where there are no tensor
-cores"): the loss forward + backward at N=2048, H=256, V=32768, float32, dapo, one thread, for the reference, the
-chunked torch backend and the GEMM path, plus the padding and frozen-head cases of the GEMM path.
+cores"): the loss forward + backward at N=2048, H=256, V=32768, float32, dapo with beta=0.04 and old/ref log-probs,
+one thread, for the reference, the chunked torch backend, the GEMM path and TRL 1.16's GRPOTrainer (its fused LM
+head and its own per-token loss, benchmarks/trl_path.py; left out when TRL is not installed), plus the padding and
+frozen-head cases of the GEMM path.
 
     python -m benchmarks.cpu_gemm_vs_streaming [--repeats 3]
 
-Prints the median wall time of each; the numbers depend on the machine and on what else runs on it.
+Prints the median wall time of each over interleaved rounds (every row once per round, so a change in the
+machine's load hits all rows alike); the numbers depend on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Callable
 
 import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
+
+from .paths import PathUnavailable, require_trl
+
+CONFIG = GRPOLossConfig(loss_type="dapo", beta=0.04)
 
 
 def _problem(N: int, H: int, V: int, valid_fraction: float, seed: int = 0):
@@ -31,19 +39,32 @@ def _problem(N: int, H: int, V: int, valid_fraction: float, seed: int = 0):
     return hidden, weight, ids, mask, torch.randn(B, generator=gen), old
 
 
-def _time(backend: str, problem, repeats: int, train_head: bool = True) -> float:
+def _step(path: str, problem, train_head: bool = True) -> Callable[[], object]:
+    """Loss forward + backward on fresh leaves (old log-probs also stand in for the reference's)."""
     hidden, weight, ids, mask, adv, old = problem
-    config = GRPOLossConfig(loss_type="dapo", beta=0.04)
-    times = []
+    h = hidden.clone().requires_grad_()
+    w = weight.clone().requires_grad_(train_head)
+    leaves = (h, w) if train_head else (h,)
+    if path == "trl":
+        from . import trl_path
+
+        return trl_path.loss_step(h, w, ids, mask, adv, CONFIG, old_logps=old, ref_logps=old, leaves=leaves)
+
+    def step():
+        out = fused_linear_grpo_loss(h, w, ids, mask, adv, old_logps=old, ref_logps=old, config=CONFIG,
+                                     backend=path)
+        return torch.autograd.grad(out.loss, leaves)
+    return step
+
+
+def _median_seconds(steps: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
-        h = hidden.clone().requires_grad_()
-        w = weight.clone().requires_grad_(train_head)
-        start = time.perf_counter()
-        out = fused_linear_grpo_loss(h, w, ids, mask, adv, old_logps=old, ref_logps=old, config=config,
-                                     backend=backend)
-        out.loss.backward()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -54,13 +75,20 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     N, H, V = 2048, 256, 32768
     full = _problem(N, H, V, 1.0)
-    print(f"N={N} H={H} V={V} float32 dapo beta=0.04, {args.threads} thread(s), median of {args.repeats}")
-    for backend in ("reference", "torch", "gemm"):
-        print(f"  {backend:9s} all valid        {1e3 * _time(backend, full, args.repeats):8.1f} ms")
+    paths = ["reference", "torch", "gemm", "trl"]
+    try:
+        require_trl()
+    except PathUnavailable as reason:
+        print(f"trl left out: {reason}")
+        paths.remove("trl")
+    steps = {f"{path:9s} all valid      ": _step(path, full) for path in paths}
     for fraction in (0.5, 0.25):
-        part = _problem(N, H, V, fraction)
-        print(f"  gemm      {int(fraction * 100):3d}% valid       {1e3 * _time('gemm', part, args.repeats):8.1f} ms")
-    print(f"  gemm      frozen head      {1e3 * _time('gemm', full, args.repeats, train_head=False):8.1f} ms")
+        steps[f"gemm      {int(fraction * 100):3d}% valid     "] = _step("gemm", _problem(N, H, V, fraction))
+    steps["gemm      frozen head    "] = _step("gemm", full, train_head=False)
+    print(f"N={N} H={H} V={V} float32 dapo beta=0.04, {args.threads} thread(s), "
+          f"median of {args.repeats} interleaved rounds")
+    for name, seconds in _median_seconds(steps, args.repeats).items():
+        print(f"  {name}  {1e3 * seconds:8.1f} ms")
 
 
 if __name__ == "__main__":

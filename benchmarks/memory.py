@@ -114,10 +114,11 @@ def _measure_in_child(request: ProbeRequest) -> dict:
 
 # Imported once by the fork server (imports only, no torch ops, so the forks start clean). Besides this
 # module: what the paths import lazily on their first step, which would otherwise cost every fork
-# seconds (torch._dynamo via torch.library custom ops, the Triton kernels, Liger). Missing ones are skipped.
+# seconds (torch._dynamo via torch.library custom ops, the Triton kernels, Liger, TRL). Missing ones are skipped.
 _PRELOAD = ("benchmarks.memory", "torch._dynamo", "grpo_kernels.kernels.launch",
             "grpo_kernels.kernels.linear_forward", "grpo_kernels.kernels.linear_backward",
-            "grpo_kernels.kernels.logits", "liger_kernel.chunked_loss", "liger_kernel.transformers.grpo_loss")
+            "grpo_kernels.kernels.logits", "liger_kernel.chunked_loss", "liger_kernel.transformers.grpo_loss",
+            "grpo_kernels.integrations.trl", "benchmarks.trl_path")
 
 _executor: Optional[concurrent.futures.ProcessPoolExecutor] = None
 

@@ -23,7 +23,8 @@ from .shapes import TRITON_INTERPRETER_MAX_MACS, BenchShape, macs
 # without an edit here); reference is first: it is the baseline every ratio is taken against.
 _LISTED = ("reference", "torch", "triton")  # the report's row order
 OWN_BACKENDS = (*_LISTED, *(name for name in grpo_kernels.api.BACKENDS if name not in ("auto", *_LISTED)))
-PATHS = (*OWN_BACKENDS, "liger", "cce")
+# trl: TRL 1.16's GRPOTrainer loss step (its fused LM head and its own loss arithmetic, benchmarks/trl_path.py).
+PATHS = (*OWN_BACKENDS, "liger", "cce", "trl")
 
 Step = Callable[[], object]
 
@@ -35,6 +36,15 @@ class PathUnavailable(Exception):
 def _require_package(module: str, pip_name: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise PathUnavailable(f"{pip_name} is not installed (pip install {pip_name})")
+
+
+def require_trl() -> None:
+    """Raise PathUnavailable unless a TRL release the trl path was checked against is installed."""
+    _require_package("trl", "trl")
+    try:  # the integration accepts only the TRL releases whose GRPOTrainer internals it was checked against
+        importlib.import_module("grpo_kernels.integrations.trl")
+    except ImportError as error:
+        raise PathUnavailable(str(error)) from None
 
 
 def _require_cuda(device: torch.device, what: str) -> None:
@@ -63,6 +73,11 @@ def check_available(path: str, operation: str, shape: BenchShape, device: torch.
         if operation == "logits":
             raise PathUnavailable("Cut Cross-Entropy starts from hidden states; it has no logits-input loss")
         _require_cuda(device, "Cut Cross-Entropy's linear_cross_entropy")
+    elif path == "trl":
+        require_trl()
+        if operation == "logits":
+            raise PathUnavailable("TRL's GRPOTrainer starts from hidden states (its fused LM head); it has no "
+                                  "loss from precomputed logits")
 
 
 def right_padded_mask(batch: int, seq_len: int, valid_fraction: float, device: torch.device) -> torch.Tensor:
@@ -157,6 +172,11 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
                                             inputs.advantages, case.config, **_loss_kwargs(inputs, case))
             return torch.autograd.grad(loss, leaves)
         return step
+    if path == "trl":
+        from . import trl_path
+
+        return trl_path.loss_step(inputs.hidden, weight, inputs.completion_ids, mask, inputs.advantages,
+                                  case.config, leaves=leaves, **_loss_kwargs(inputs, case))
     raise ValueError(f"path must be one of {PATHS}, got {path!r}")
 
 
@@ -172,6 +192,10 @@ def make_logprobs_step(path: str, inputs: BenchInputs) -> Step:
             with torch.no_grad():
                 return _cce_logps(inputs.hidden, inputs.weight, inputs.completion_ids)
         return step
+    if path == "trl":
+        from . import trl_path
+
+        return trl_path.logprobs_step(inputs.hidden, inputs.weight, inputs.completion_ids)
     raise PathUnavailable(f"{path} has no forward-only log-prob operation")
 
 

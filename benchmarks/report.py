@@ -160,7 +160,7 @@ def header(run: Run) -> list[str]:
     m = run.meta
     versions = ", ".join(f"{name} {m[key]}" for key, name in
                          (("torch", "torch"), ("triton", "triton"), ("cuda", "CUDA"), ("liger_kernel", "liger-kernel"),
-                          ("cut_cross_entropy", "cut-cross-entropy")) if m.get(key))
+                          ("cut_cross_entropy", "cut-cross-entropy"), ("trl", "trl")) if m.get(key))
     tests = m.get("gpu_tests")
     tests_line = ["", f"GPU tests: `{tests['command']}`: {tests['summary']} (exit code {tests['exit_code']}, "
                       f"{tests['seconds']} s)."] if tests else []
@@ -281,10 +281,14 @@ def readme_block(runs: list[Run]) -> str:
                       f"`{run.meta.get('command_line', '?')}`): GRPO loss forward + backward, {config}, {rows[0].dtype if rows else ''}", "",
                   "| head (H, V) | N | logits | path | median ms | speedup vs reference | x floor | peak extra MiB |",
                   "|---|---:|---|---|---:|---:|---:|---:|"]
-        for r in rows:
+        for i, r in enumerate(rows):
             lines.append(f"| {r.head} ({r.hidden}, {r.vocab}) | {r.tokens} | {r.regime} | {r.path} | {r.median_ms:,.2f} "
                          f"| {_ratio(speedup_vs_reference(r, reference))} | {_ratio(times_floor(r, floor))} "
                          f"| {_mib(r.peak_extra_bytes)} |")
+            gemms = floor.get(("loss", r.head, r.tokens))
+            if gemms and (i + 1 == len(rows) or rows[i + 1].head != r.head):  # the head's floor after its rows
+                lines.append(f"| {r.head} ({r.hidden}, {r.vocab}) | {r.tokens} | any | floor (3 GEMMs) "
+                             f"| {gemms.median_ms:,.2f} | - | 1.00x | {_mib(gemms.peak_extra_bytes)} |")
         lines += memory_wall_table(run)
     lines.append("<!-- benchmarks:end -->")
     return "\n".join(lines) + "\n"

@@ -257,9 +257,55 @@ def cce(p: Problem, block: int = 128) -> Estimate:
                     assumptions=["no gradient filtering (flat logits); fp32 atomics in L2"])
 
 
+def trl(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> Estimate:
+    """TRL 1.16's fused LM head (trl.kernels.chunked_logprob.ChunkedLogProbFunction, through add_fused_lm_head
+    as GRPOTrainer calls it) and TRL's per-token loss.
+
+    On CUDA only the valid rows are scored (hidden_states[mask], saved for the backward; dH scattered back).
+    Per [token_chunk, vocab_chunk] tile: a cuBLAS GEMM writes the tile in the compute dtype (c bytes), a Triton
+    fold reads it. Backward per tile: the GEMM again, a Triton kernel turns the tile into dZ in place (read,
+    write), then dH[rows] += dZ W and dW[cols] += dZ^T h as GEMMs with float32 output into float32 accumulators
+    (each reads its accumulator slice and writes it back once per tile); then both are cast. Per logit:
+    forward 2c bytes, backward 5c (4c for a frozen head). W is read once per token chunk, h once per vocab tile.
+    """
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    grads = p.operation == "loss"
+    tiles = [(rows, cols, row_count * col_count)
+             for rows, row_count in _waves(N, token_chunk) for cols, col_count in _waves(V, vocab_chunk)]
+    phases = [Phase("gather valid rows (hidden_states[mask])", hbm_bytes=2 * N * H * c)]
+    for rows, cols, count in tiles:
+        phases.append(_gemm("forward: tile = h W^T", rows, cols, H, c, c, count))
+        phases.append(Phase("forward: Triton fold (online lse, entropy)", hbm_bytes=rows * cols * c, count=count))
+    phases.append(Phase("per-token log-probs, entropy and TRL's loss", hbm_bytes=N * PER_TOKEN_BYTES))
+    if grads:
+        phases.append(Phase("zero the float32 accumulators",
+                            hbm_bytes=4 * H * (N * p.hidden_needs_grad + V * p.weight_grad)))
+        for rows, cols, count in tiles:
+            phases.append(_gemm("backward: recompute tile", rows, cols, H, c, c, count))
+            phases.append(Phase("backward: Triton dZ in place", hbm_bytes=2 * rows * cols * c, count=count))
+            if p.hidden_needs_grad:
+                dh = _gemm("dH[rows] += dZ W (fp32 out)", rows, H, cols, c, 4, count)
+                phases.append(replace(dh, hbm_bytes=dh.hbm_bytes + rows * H * 4))
+            if p.weight_grad:
+                dw = _gemm("dW[cols] += dZ^T h (fp32 out)", cols, H, rows, c, 4, count)
+                phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + cols * H * 4))
+        if p.hidden_needs_grad:
+            phases.append(Phase("cast dH", hbm_bytes=N * H * (4 + c)))
+            phases.append(Phase("scatter dH to every position", hbm_bytes=p.tokens * H * c + N * H * c))
+        if p.weight_grad:
+            phases.append(Phase("cast dW", hbm_bytes=V * H * (4 + c)))
+    tile = min(N, token_chunk) * vocab_chunk * c  # the tile buffer is vocab_chunk wide even when V is smaller
+    return Estimate("trl", p, phases, gemms=1 + grads * (1 + p.hidden_needs_grad + p.weight_grad),
+                    peak_extra_bytes=tile + N * H * c + N * H * 4 * p.hidden_needs_grad + N * PER_TOKEN_BYTES,
+                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
+                    assumptions=[f"[{token_chunk}, {vocab_chunk}] tiles in the compute dtype",
+                                 "padding rows dropped (TRL scores valid rows only on CUDA)",
+                                 "dH, dW accumulated in float32 by 16-bit GEMMs with float32 output"])
+
+
 MODELS: dict[str, Callable[[Problem], Estimate]] = {
     "floor": floor, "reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm,
-    "liger": liger, "cce": cce,
+    "liger": liger, "cce": cce, "trl": trl,
 }
 
 # Designs the code does not implement, for comparison (`python -m benchmarks.roofline --paths ...`).

@@ -57,6 +57,7 @@ def _two_size_run(tmp_path):
         _bench("reference", "loss", 0.004, 400), _bench("torch", "loss", 0.001, 100),
         _bench("reference", "loss", 0.016, 1600, tokens=4096), _bench("torch", "loss", 0.004, 100, tokens=4096),
         _bench("torch", "loss", 0.003, 100, regime="peaked", tokens=4096),
+        _bench("floor", "loss", 0.002, 50, config="-", tokens=4096),
     ], skipped=[{"nodeid": "benchmarks/test_loss.py::test_loss[x]", "reason": "cce: needs CUDA"}])
     return report.load_run(source)
 
@@ -70,8 +71,10 @@ def test_markdown_report_and_readme_block(tmp_path):
 
     readme = report.readme_block([run])
     assert readme.startswith("<!-- benchmarks:begin") and readme.rstrip().endswith("<!-- benchmarks:end -->")
-    assert "| h (64, 1000) | 4096 | flat | torch | 4.00 | 4.00x |" in readme
+    assert "| h (64, 1000) | 4096 | flat | torch | 4.00 | 4.00x | 2.00x |" in readme
     assert "| 1024 |" not in readme  # the headline keeps only the largest N per head
+    # the bare GEMMs once per head, after its paths' rows
+    assert readme.rstrip().splitlines()[-2] == "| h (64, 1000) | 4096 | any | floor (3 GEMMs) | 2.00 | - | 1.00x | 50.0 |"
 
 
 def test_plots_one_png_per_operation_regime_and_head(tmp_path):

@@ -1,10 +1,11 @@
 """benchmarks.roofline: a case counted by hand, and the model's sanity (frozen head, padding, two passes)."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
-from benchmarks import roofline
+from benchmarks import roofline, roofline_paths
 from benchmarks.roofline_model import DEVICES, DeviceRates, Problem
 from benchmarks.roofline_paths import MODELS
 
@@ -46,11 +47,31 @@ def test_floor_by_hand():
     assert est.flops == 144 and est.gemms == 3
 
 
+def test_trl_head_by_hand():
+    # [2, 2] tiles over N=4, V=3: two token chunks x (a 2-wide and a 1-wide vocabulary tile).
+    est = roofline_paths.trl(TINY, token_chunk=2, vocab_chunk=2)
+    # gather valid rows 2*4*2*2 = 32. Forward, 2-wide tiles (x2): GEMM reads h 8 + W 8, writes the bf16 tile 8,
+    # the fold reads it 8 = 32; 1-wide tiles (x2): 8 + 4 + 4, fold 4 = 20. Per-token vectors 4 * 64.
+    forward = 32 + 2 * 32 + 2 * 20 + 256
+    # zero the float32 dH [4, 2] and dW [3, 2]: 4*2*(4 + 3) = 56. Backward, 2-wide tiles (x2): recompute 24,
+    # dZ in place (read + write) 16, dH GEMM reads dZ 8 + W 8, writes fp32 16 and reads that accumulator 16 = 48,
+    # dW GEMM reads dZ 8 + h 8, writes fp32 16, reads it 16 = 48; 1-wide tiles (x2): recompute 16, dZ 8,
+    # dH 4 + 4 + 16 + 16 = 40, dW 4 + 8 + 8 + 8 = 28. Then cast dH 4*2*6, scatter dH 4*2*2 + 4*2*2, cast dW 3*2*6.
+    backward = 56 + 2 * (24 + 16 + 48 + 48) + 2 * (16 + 8 + 40 + 28) + 48 + 32 + 36
+    assert est.hbm_bytes == forward + backward == 1020
+    assert est.flops == 4 * GEMM_FLOPS and est.gemms == 4  # the backward recomputes the logits
+    # one [2, 2] bf16 tile buffer, the gathered h (bf16) and the float32 dH, the per-token vectors; dW apart
+    assert est.peak_extra_bytes == 2 * 2 * 2 + 4 * 2 * 2 + 4 * 2 * 4 + 4 * 64
+    assert est.fp32_weight_grad_bytes == 3 * 2 * 4
+    logprobs = roofline_paths.trl(replace(TINY, operation="logprobs"), token_chunk=2, vocab_chunk=2)
+    assert logprobs.hbm_bytes == forward and logprobs.gemms == 1
+
+
 def test_frozen_head_removes_the_weight_gradient_gemm():
     frozen = Problem(tokens=4096, hidden=512, vocab=32768, frozen_head=True)
     trained = Problem(tokens=4096, hidden=512, vocab=32768)
     gemm_flops = trained.gemm_flops
-    for path in ("floor", "gemm", "triton", "torch", "liger", "cce", "reference"):
+    for path in ("floor", "gemm", "triton", "torch", "liger", "cce", "reference", "trl"):
         a, b = roofline.estimate(path, trained), roofline.estimate(path, frozen)
         dw_gemms = 2 if path == "triton" else 1  # the streaming dW kernel recomputes the logits too
         assert a.flops - b.flops == dw_gemms * gemm_flops, path
@@ -61,7 +82,7 @@ def test_frozen_head_removes_the_weight_gradient_gemm():
 def test_padding_halves_the_work_of_padding_free_paths():
     full = Problem(tokens=8192, hidden=1024, vocab=65536, workspace_bytes=2**26)
     half = Problem(tokens=8192, hidden=1024, vocab=65536, workspace_bytes=2**26, valid_fraction=0.5)
-    for path in ("gemm", "triton", "torch"):
+    for path in ("gemm", "triton", "torch", "trl"):
         a, b = roofline.estimate(path, full), roofline.estimate(path, half)
         assert b.flops == pytest.approx(a.flops / 2), path
         assert b.seconds(DEVICES["H100"]) < 0.6 * a.seconds(DEVICES["H100"]), path
