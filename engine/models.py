@@ -164,9 +164,23 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class HiddenStatePolicy(nn.Module):
     """Runs a causal LM's decoder and returns its last (final-norm) hidden states [B, L, H]."""
 
+    # Every process takes every decoding step of `generate` (transformers' synced_gpus): set under FSDP, where
+    # each step gathers the sharded layers from all processes (engine.fsdp).
+    synced_generation = False
+
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
         self.lm = lm
+
+    @property
+    def generation_config(self) -> Any:
+        return getattr(self.lm, "generation_config", None)
+
+    def generate(self, **kwargs: Any) -> torch.Tensor:
+        """The LM's `generate`, as a method of this module so that FSDP2 can run its hooks around it."""
+        if self.synced_generation:
+            kwargs["synced_gpus"] = True
+        return self.lm.generate(**kwargs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         decoder = base_causal_lm(self.lm).get_decoder()
