@@ -191,7 +191,7 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm
 
 
 def _is_fully_sharded(lm: torch.nn.Module) -> bool:
-    from .fsdp import is_fully_sharded  # imported here: torch.distributed.checkpoint is slow to import
+    from .fsdp import is_fully_sharded  # imported here: engine.fsdp imports this module
 
     return is_fully_sharded(lm)
 
