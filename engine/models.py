@@ -97,10 +97,11 @@ def hf_progress_bars_off() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_parallel: int = 1
-                   ) -> PreTrainedModel:
-    """A local HF causal-LM directory, in the configured dtype and attention implementation; sharded over
-    the `tensor_parallel` processes (all of them) with the model's tensor-parallel plan when that is > 1."""
+def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_parallel: int = 1,
+                   keep_on_cpu: bool = False) -> PreTrainedModel:
+    """A local HF causal-LM directory, in the configured dtype and attention implementation for `device`;
+    sharded over the `tensor_parallel` processes (all of them) with the model's tensor-parallel plan when that is
+    > 1. `keep_on_cpu` leaves it on the CPU (FSDP moves only each process's shard to `device`)."""
     if not Path(path).is_dir():
         raise ModelLoadError(f"model path {path!r} is not a directory (model.name_or_path / --model)")
     if not (Path(path) / "config.json").is_file():
@@ -117,7 +118,7 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
             attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load the model at {path!r}: {exc}") from exc
-    return model if tensor_parallel > 1 else model.to(device)  # TP places its shards itself
+    return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
 
 
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:

@@ -178,14 +178,13 @@ def setup_run(config: EngineConfig) -> Run:
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
     # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
-    load_device = torch.device("cpu") if fsdp else accelerator.device
-    lm = load_causal_lm(policy_path, config.model, load_device, tp)
+    lm = load_causal_lm(policy_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
     reference = None
     if config.loss.beta != 0.0 and not lora:
         # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
         # (and always under TP, whose sharded model is loaded rather than copied).
         start = lm if policy_path == base_path and tp == 1 else load_causal_lm(
-            base_path, config.model, load_device, tp)
+            base_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
         reference = HiddenStatePolicy(frozen_copy(start) if start is lm else start.requires_grad_(False).eval())
     if lora:
         if resume_from is None:

@@ -16,9 +16,10 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from transformers import AutoModelForCausalLM
 
 from engine import checkpoint as ckpt
-from engine.config import ConfigError, load_config
+from engine.config import ConfigError, ModelConfig, load_config
 from engine.evaluate import run_eval
 from engine.fsdp import check_fsdp
+from engine.models import load_causal_lm
 from engine.run_setup import setup_run
 from test_distributed import _env, _torchrun
 
@@ -171,3 +172,11 @@ def test_resume_of_a_sharded_run_needs_the_sharded_state(tmp_path):
         ckpt.load_training_state(tmp_path, 0, sharded_optimizer=True)
     (tmp_path / ckpt.SHARDED_DIR).mkdir()
     assert "optimizer" not in ckpt.load_training_state(tmp_path, 0, sharded_optimizer=True)
+
+
+def test_a_model_kept_on_the_cpu_for_sharding_has_the_training_devices_dtype(tiny_model_dir):
+    """FSDP loads the model on the CPU and moves only the shards: its dtype is still the one `model.dtype: auto`
+    gives the training device (bf16 for CUDA), not the CPU's fp32. No GPU is touched."""
+    lm = load_causal_lm(str(tiny_model_dir), ModelConfig(), torch.device("cuda"), keep_on_cpu=True)
+    assert {p.dtype for p in lm.parameters()} == {torch.bfloat16}
+    assert {p.device.type for p in lm.parameters()} == {"cpu"}
