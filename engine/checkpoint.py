@@ -31,6 +31,7 @@ PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
 MANIFEST_FILE = "checksums.json"
 CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
+SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weights and AdamW state (engine.fsdp)
 
 
 class CheckpointError(RuntimeError):
@@ -229,10 +230,20 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
         # (the checkpoint loads without TP); each rank's optimizer state is its own shard's.
         lm.save_pretrained(tmp / "model", is_main_process=accelerator.is_main_process, safe_serialization=True)
         torch.save(optimizer.state_dict(), tmp / optimizer_file(torch.distributed.get_rank()))
-    state_dict = accelerator.get_state_dict(lm) if accelerator.distributed_type.name.startswith("FSDP") else None
+    fully_sharded = _is_fully_sharded(lm)
+    if fully_sharded:
+        from .fsdp import full_state_dict, save_sharded_state
+
+        # Every process takes part: the whole weights are gathered onto the main one (model/ loads without
+        # FSDP), and each writes its shard of the weights and AdamW state, from which the run resumes.
+        state_dict = full_state_dict(lm)
+        save_sharded_state(tmp / SHARDED_DIR, lm, optimizer)
+    else:
+        state_dict = accelerator.get_state_dict(lm) if accelerator.distributed_type.name.startswith("FSDP") else None
     if accelerator.is_main_process:
         if not tensor_parallel:
             lm.save_pretrained(tmp / "model", state_dict=state_dict, safe_serialization=True)
+        if not (tensor_parallel or fully_sharded):
             torch.save(optimizer.state_dict(), tmp / optimizer_file(None))
         tokenizer.save_pretrained(tmp / "model")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
@@ -254,25 +265,39 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
     return final
 
 
+def _is_fully_sharded(lm: torch.nn.Module) -> bool:
+    from .fsdp import is_fully_sharded  # imported here: engine.fsdp imports this module
+
+    return is_fully_sharded(lm)
+
+
 def optimizer_file(shard: Optional[int]) -> str:
     """optimizer.pt, or one file per tensor-parallel rank (`shard`), each holding that rank's shard's state."""
     return "optimizer.pt" if shard is None else f"optimizer-tp{shard}.pt"
 
 
-def load_training_state(path: Path, process_index: int, optimizer_shard: Optional[int] = None) -> dict[str, Any]:
-    """Trainer state, optimizer (this tensor-parallel rank's, given `optimizer_shard`) and scheduler state
-    dicts, and this process's RNG state."""
+def load_training_state(path: Path, process_index: int, optimizer_shard: Optional[int] = None,
+                        sharded_optimizer: bool = False) -> dict[str, Any]:
+    """Trainer state, optimizer (this tensor-parallel rank's, given `optimizer_shard`; none with
+    `sharded_optimizer`, which the caller loads from the FSDP checkpoint: engine.fsdp) and scheduler state dicts,
+    and this process's RNG state."""
     rng_file = path / f"rng-{process_index}.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path} has no RNG state for process {process_index}: it was saved with fewer "
                               f"processes; resume with the same number of processes")
-    optimizer = path / optimizer_file(optimizer_shard)
-    if not optimizer.is_file():
-        raise CheckpointError(f"{path} has no {optimizer.name}: it was saved with another model.tensor_parallel; "
-                              f"resume with the same model.tensor_parallel and number of processes")
+    files = {"trainer": path / STATE_FILE, "scheduler": path / "scheduler.pt", "rng": rng_file}
+    if sharded_optimizer:
+        if not (path / SHARDED_DIR).is_dir():
+            raise CheckpointError(f"{path} has no {SHARDED_DIR}/ weights and optimizer state: it was saved without "
+                                  f"model.fsdp; resume with the options it was saved with")
+    else:
+        files["optimizer"] = path / optimizer_file(optimizer_shard)
+        if not files["optimizer"].is_file():
+            raise CheckpointError(f"{path} has no {files['optimizer'].name}: it was saved with another "
+                                  f"model.tensor_parallel; resume with the same model.tensor_parallel and number "
+                                  f"of processes")
     state = {}
-    for key, file in (("trainer", path / STATE_FILE), ("optimizer", optimizer),
-                      ("scheduler", path / "scheduler.pt"), ("rng", rng_file)):
+    for key, file in files.items():
         try:
             state[key] = json.loads(file.read_text()) if key == "trainer" else torch.load(file, weights_only=False)
         except Exception as exc:  # torch.load raises many types on a damaged file; the name is what matters

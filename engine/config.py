@@ -45,6 +45,9 @@ class ModelConfig:
     # >1: shard the model over that many processes with transformers' tensor-parallel plan (pure TP: it must
     # equal the number of processes; every process then generates and trains on the whole batch).
     tensor_parallel: int = 1
+    # Fully sharded data parallelism (FSDP2): each of the processes holds 1/N of the weights, gradients and
+    # AdamW state (full fine-tuning; launch 2 or more processes with torchrun).
+    fsdp: bool = False
 
 
 @dataclass

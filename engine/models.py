@@ -97,10 +97,11 @@ def hf_progress_bars_off() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_parallel: int = 1
-                   ) -> PreTrainedModel:
-    """A local HF causal-LM directory, in the configured dtype and attention implementation; sharded over
-    the `tensor_parallel` processes (all of them) with the model's tensor-parallel plan when that is > 1."""
+def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_parallel: int = 1,
+                   keep_on_cpu: bool = False) -> PreTrainedModel:
+    """A local HF causal-LM directory, in the configured dtype and attention implementation for `device`;
+    sharded over the `tensor_parallel` processes (all of them) with the model's tensor-parallel plan when that is
+    > 1. `keep_on_cpu` leaves it on the CPU (FSDP moves only each process's shard to `device`)."""
     if not Path(path).is_dir():
         raise ModelLoadError(f"model path {path!r} is not a directory (model.name_or_path / --model)")
     if not (Path(path) / "config.json").is_file():
@@ -117,7 +118,7 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
             attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load the model at {path!r}: {exc}") from exc
-    return model if tensor_parallel > 1 else model.to(device)  # TP places its shards itself
+    return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
 
 
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
@@ -164,9 +165,23 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class HiddenStatePolicy(nn.Module):
     """Runs a causal LM's decoder and returns its last (final-norm) hidden states [B, L, H]."""
 
+    # Every process takes every decoding step of `generate` (transformers' synced_gpus): set under FSDP, where
+    # each step gathers the sharded layers from all processes (engine.fsdp).
+    synced_generation = False
+
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
         self.lm = lm
+
+    @property
+    def generation_config(self) -> Any:
+        return getattr(self.lm, "generation_config", None)
+
+    def generate(self, **kwargs: Any) -> torch.Tensor:
+        """The LM's `generate`, as a method of this module so that FSDP2 can run its hooks around it."""
+        if self.synced_generation:
+            kwargs["synced_gpus"] = True
+        return self.lm.generate(**kwargs)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         decoder = base_causal_lm(self.lm).get_decoder()

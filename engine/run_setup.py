@@ -33,6 +33,7 @@ from .models import (
     load_tokenizer,
     resolve_device,
 )
+from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
 from .resume import config_yaml, start_point
 from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rewards import NamedReward, check_reward_columns, load_reward_functions
@@ -47,7 +48,7 @@ class Run:
     accelerator: Accelerator | SingleReplicaAccelerator  # the latter under tensor parallelism
     run_dir: Path
     tokenizer: Any
-    policy: nn.Module  # HiddenStatePolicy, wrapped by accelerate (DDP) when distributed
+    policy: nn.Module  # HiddenStatePolicy, wrapped by accelerate (DDP) when distributed, or sharded (FSDP)
     lm: nn.Module  # the unwrapped causal LM (peft model under LoRA)
     reference: Optional[HiddenStatePolicy]  # None: no KL, or LoRA (adapters disabled)
     optimizer: torch.optim.Optimizer
@@ -76,6 +77,15 @@ class Run:
     @property
     def tensor_parallel(self) -> bool:
         return self.config.model.tensor_parallel > 1
+
+    @property
+    def fsdp(self) -> bool:
+        return self.config.model.fsdp
+
+    @property
+    def generation_model(self) -> nn.Module:
+        """What samples: the LM, or under FSDP the sharded policy, whose `generate` gathers the root first."""
+        return self.policy if self.fsdp else self.lm
 
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
@@ -149,6 +159,7 @@ def setup_run(config: EngineConfig) -> Run:
         torch.set_num_threads(config.run.num_threads)
     world = Accelerator(cpu=device.type == "cpu")
     check_tensor_parallel(config, world.num_processes)
+    check_fsdp(config, world.num_processes)
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
@@ -168,15 +179,17 @@ def setup_run(config: EngineConfig) -> Run:
         base_path = str(run_dir / BASE_MODEL_DIR)
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
     tokenizer = load_tokenizer(base_path)
-    lora = config.model.lora.enabled
-    policy_path = base_path if resume_from is None or lora else ckpt.model_dir(resume_from)
-    lm = load_causal_lm(policy_path, config.model, accelerator.device, tp)
+    lora, fsdp = config.model.lora.enabled, config.model.fsdp
+    # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
+    policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
+    # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
+    lm = load_causal_lm(policy_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
     reference = None
     if config.loss.beta != 0.0 and not lora:
         # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
         # (and always under TP, whose sharded model is loaded rather than copied).
-        start = lm if resume_from is None and tp == 1 else load_causal_lm(
-            base_path, config.model, accelerator.device, tp)
+        start = lm if policy_path == base_path and tp == 1 else load_causal_lm(
+            base_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
         reference = HiddenStatePolicy(frozen_copy(start) if start is lm else start.requires_grad_(False).eval())
     if lora:
         if resume_from is None:
@@ -186,6 +199,11 @@ def setup_run(config: EngineConfig) -> Run:
     if config.model.gradient_checkpointing:
         enable_gradient_checkpointing(lm)
     policy = HiddenStatePolicy(lm).train()
+    if fsdp:  # before the optimizer, which then holds this process's shards only
+        mesh = data_parallel_mesh(accelerator.device)
+        policy = shard_policy(policy, mesh)
+        if reference is not None:
+            reference = shard_policy(reference, mesh)
 
     o = config.optim
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=o.learning_rate,
@@ -193,7 +211,7 @@ def setup_run(config: EngineConfig) -> Run:
     total_optimizer_steps = config.run.max_steps * o.num_iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
         o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))
-    if tp == 1:  # a tensor-parallel model is not wrapped in DDP: its ranks hold different shards
+    if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
     render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
@@ -202,8 +220,12 @@ def setup_run(config: EngineConfig) -> Run:
     start_step, num_tokens = 0, 0
     if resume_from is not None:
         state = ckpt.load_training_state(resume_from, accelerator.process_index,
-                                         optimizer_shard=None if tp == 1 else world.process_index)
-        optimizer.load_state_dict(state["optimizer"])
+                                         optimizer_shard=None if tp == 1 else world.process_index,
+                                         sharded_optimizer=fsdp)
+        if fsdp:
+            load_sharded_state(resume_from / ckpt.SHARDED_DIR, lm, optimizer)
+        else:
+            optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         sampler.load_state_dict(state["trainer"]["sampler"])
         ckpt.set_rng_state(state["rng"])

@@ -15,6 +15,7 @@ from .advantages import group_advantages, per_function_metrics
 from .config import EngineConfig
 from .data import reward_columns
 from .evaluate import evaluate_prompts
+from .fsdp import reshard
 from .interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .logprobs import reference_logprobs, sequence_logprobs
 from .models import hf_progress_bars_off
@@ -87,7 +88,7 @@ def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
     repeated = [i for i in indices for _ in range(cfg.rollout.num_generations)]
     n_local = cfg.generation_batch_size()
     local = repeated[acc.process_index * n_local: (acc.process_index + 1) * n_local]
-    batch = generate_completions(run.lm, run.tokenizer, [run.prompts[i] for i in local], cfg.rollout,
+    batch = generate_completions(run.generation_model, run.tokenizer, [run.prompts[i] for i in local], cfg.rollout,
                                  cfg.data.max_prompt_length, run.device)
     return [run.rows[i] for i in local], batch
 
@@ -115,6 +116,8 @@ def logprobs(run: Run, batch: RolloutBatch) -> tuple[Optional[torch.Tensor], Opt
     args = (batch, cfg.loss.temperature, cfg.optim.per_device_train_batch_size, cfg.run.loss_backend)
     old = sequence_logprobs(run.unwrapped_policy, *args) if cfg.optim.num_iterations > 1 else None
     ref = reference_logprobs(run.unwrapped_policy, run.reference, *args) if cfg.loss.beta != 0.0 else None
+    if run.fsdp and run.reference is not None:
+        reshard(run.reference)  # no backward will free its gathered embedding and head
     return old, ref
 
 
@@ -184,10 +187,11 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
         return None
     result = None
     samples = run.config.run.eval_num_samples
-    if run.accelerator.is_main_process or run.tensor_parallel:  # a TP model runs only with every rank
+    # A TP or FSDP model runs only with every rank
+    if run.accelerator.is_main_process or run.tensor_parallel or run.fsdp:
         with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
             torch.manual_seed(run.config.run.seed)
-            result = evaluate_prompts(run.lm, run.tokenizer, run.eval_rows, run.eval_prompts, run.rewards,
+            result = evaluate_prompts(run.generation_model, run.tokenizer, run.eval_rows, run.eval_prompts, run.rewards,
                                       run.config.rollout, run.config.data.max_prompt_length, run.device,
                                       num_samples=samples, greedy=samples == 1,
                                       prompt_column=run.config.data.prompt_column)

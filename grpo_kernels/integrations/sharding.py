@@ -3,8 +3,10 @@
 The fused kernels never call `lm_head(...)`; they read `lm_head.weight`. Sharding engines only materialise a
 parameter around its module's own forward, so:
 
-* FSDP2 (`fully_shard`) leaves the head a DTensor: `full_tensor()` all-gathers it, differentiably (the
-  gradient is reduce-scattered back onto the shard by DTensor's autograd).
+* FSDP2 (`fully_shard`) leaves the head a DTensor once its module is resharded: it is all-gathered
+  differentiably, and its gradient is averaged over the mesh while it is reduce-scattered back onto the shard,
+  as FSDP2 averages every other gradient over its data-parallel processes. (`full_tensor()` alone would hand
+  each rank only its own slice of its own data's gradient: its backward takes the gradient as replicated.)
 * DeepSpeed ZeRO-3 leaves a partitioned parameter of numel 0: `deepspeed.zero.GatheredParameters` gathers it
   for the forward. The kernels' backward recomputes the logits from the weight, so the gather is entered
   again when the backward reaches the kernel, and left once the backward has passed it.
@@ -48,14 +50,19 @@ def zero3_gather_context(params: list[torch.Tensor]) -> Optional[AbstractContext
 
 
 def _full(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The whole tensor of a DTensor shard; its gradient is the average of every rank's (data-parallel: each
+    rank's loss is over its own data), reduce-scattered onto the shard."""
     # Imported lazily: DTensor lives in torch.distributed, which some builds lack.
     if x is None:
         return None
     try:
-        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor import DTensor, Partial, Replicate
     except ImportError:  # pragma: no cover
         return x
-    return x.full_tensor() if isinstance(x, DTensor) else x
+    if not isinstance(x, DTensor):
+        return x
+    dims = x.device_mesh.ndim
+    return x.redistribute(placements=[Replicate()] * dims).to_local(grad_placements=[Partial("avg")] * dims)
 
 
 class _BackwardGather:

@@ -146,3 +146,11 @@ def test_fsdp2_dtensor_head_is_all_gathered_differentiably(tmp_path):
     finally:
         if initialised_here:
             dist.destroy_process_group()
+
+
+def test_fsdp2_head_gradient_is_averaged_over_data_parallel_ranks(tmp_path):
+    """2 gloo processes, each on its own data (tests/integrations/fsdp2_head_worker.py)."""
+    import fsdp2_head_worker
+    import torch.multiprocessing as mp
+
+    mp.spawn(fsdp2_head_worker.run, args=(2, str(tmp_path / "init")), nprocs=2, join=True)
