@@ -58,16 +58,21 @@ def read_cubin(cubin: bytes) -> dict:
                 wgmma=len(re.findall(r"\bHGMMA\.", sass)), mma=len(re.findall(r"\bHMMA\.", sass)))
 
 
-def compile_one(target) -> dict:
-    """Compile one build and measure it (runs in a worker process)."""
+def compile_target(target):
+    """triton's compiled kernel (its .asm holds ttir ... ptx, cubin) of one build, for its GPU."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     fn = target.jit_function()
     signature, attrs = target.signature(fn)
     source = triton.compiler.ASTSource(fn, signature, target.all_constexprs(fn), attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", target.capability, 32),
-                              options=dict(num_warps=target.config.num_warps, num_stages=target.config.num_stages))
+    return triton.compile(source, target=GPUTarget("cuda", target.capability, 32),
+                          options=dict(num_warps=target.config.num_warps, num_stages=target.config.num_stages))
+
+
+def compile_one(target) -> dict:
+    """Compile one build and measure it (runs in a worker process)."""
+    compiled = compile_target(target)
     row = target.row()
     measured = read_cubin(compiled.asm["cubin"])
     row.update(measured, shared_bytes=compiled.metadata.shared + measured.pop("static_shared"),

@@ -4,9 +4,17 @@ logits workspace that a cuBLAS GEMM has just filled.
 One program per row, sweeping the vocabulary in BLOCK_V chunks. The statistics kernel keeps per-lane running
 (max, sum exp, sum exp * z) and folds the lanes at the end. The gradient kernel writes dZ over the logits it
 reads, in place, narrowed to the GEMM dtype: row i's 16-bit dZ occupies the first half of row i's float32 bytes.
-That is race-free because each row has one program, which sweeps its chunks in ascending order: the bytes that
-chunk j writes, [2j, 2j+2) x BLOCK_V x 2, lie at or below the float32 chunk it has just read and never reach a
-chunk not yet read ([4(j+1), ...) x BLOCK_V).
+
+Why no thread can still need the bytes a narrowing store overwrites (16-bit dZ; float32 dZ lands on exactly the
+element the same thread loaded, so it needs nothing). Other programs: a row's program writes only inside its
+own row. Inside the program, chunk j's 16-bit stores cover the float32 elements [j, j+1) x BLOCK_V / 2, which
+belong to chunks <= j: every warp loaded them at or before its iteration j. But the warps of a program are not
+in lockstep, and one warp's stores land on elements another warp loads (already in chunk 0). So each
+iteration puts a barrier between its loads and its stores: once any warp is past barrier j, every warp has
+performed all its loads of chunks <= j (bar.sync orders memory accesses before it against those after it, for
+every thread of the program), and the loads still to come, of chunks > j, lie at or above (j+1) x BLOCK_V,
+where no store of chunk <= j reaches. That holds whatever order the warps run in, and with the loads
+prefetched by a pipeliner (prefetching only moves loads earlier).
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+
+from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
 
 
 @triton.jit
@@ -82,6 +92,8 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
         dz = tl.where(cols == target, g, 0.0) - g * p
         if HAS_ENT_GRAD:
             dz -= e * p * (log_p + entropy)
+        if dz_ptr.dtype.element_ty != tl.float32:
+            tl.debug_barrier()  # narrowing: every warp's loads of this chunk before any warp's stores (docstring)
         tl.store(dz_row + cols, (dz * inv_tau).to(dz_ptr.dtype.element_ty), mask=ok)
 
 
