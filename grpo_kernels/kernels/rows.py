@@ -5,16 +5,17 @@ One program per row, sweeping the vocabulary in BLOCK_V chunks. The statistics k
 (max, sum exp, sum exp * z) and folds the lanes at the end. The gradient kernel writes dZ over the logits it
 reads, in place, narrowed to the GEMM dtype: row i's 16-bit dZ occupies the first half of row i's float32 bytes.
 
-Why no thread can still need the bytes a narrowing store overwrites (16-bit dZ; float32 dZ lands on exactly the
-element the same thread loaded, so it needs nothing). Other programs: a row's program writes only inside its
-own row. Inside the program, chunk j's 16-bit stores cover the float32 elements [j, j+1) x BLOCK_V / 2, which
-belong to chunks <= j: every warp loaded them at or before its iteration j. But the warps of a program are not
-in lockstep, and one warp's stores land on elements another warp loads (already in chunk 0). So each
-iteration puts a barrier between its loads and its stores: once any warp is past barrier j, every warp has
-performed all its loads of chunks <= j (bar.sync orders memory accesses before it against those after it, for
-every thread of the program), and the loads still to come, of chunks > j, lie at or above (j+1) x BLOCK_V,
-where no store of chunk <= j reaches. That holds whatever order the warps run in, and with the loads
-prefetched by a pipeliner (prefetching only moves loads earlier).
+Why no thread can still need the bytes a store overwrites. float32 dZ element k overwrites only logit k, which it
+is computed from, so it cannot be stored before that logit is loaded. 16-bit dZ element k overwrites half of logit
+floor(k / 2), which another thread may hold. Other programs: a row's program writes only inside its own row.
+Inside the program, chunk j's 16-bit stores cover the float32 elements [j, j+1) x BLOCK_V / 2, which belong to
+chunks <= j: every warp loaded them at or before its iteration j. But the warps of a program are not in lockstep,
+and one warp's stores land on elements another warp loads (already in chunk 0). So each iteration puts a barrier
+between its loads and its stores: once any warp is past barrier j, every warp has performed all its loads of
+chunks <= j (bar.sync orders memory accesses before it against those after it, for every thread of the program),
+and the loads still to come, of chunks > j, lie at or above (j+1) x BLOCK_V, where no store of chunk <= j reaches.
+That holds whatever order the warps run in, and with the loads prefetched by a pipeliner (prefetching only moves
+loads earlier).
 """
 
 from __future__ import annotations
