@@ -103,26 +103,28 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
 GPU_BLOCK_V, GPU_ROW_WARPS = 1024, 4
 
 
-def _launch_options(V: int, device: torch.device) -> dict:
-    if device.type == "cuda":
+def _launch_options(V: int, z: torch.Tensor, gpu_launch: Optional[bool]) -> dict:
+    """The GPU's options for CUDA tensors (or for any when gpu_launch: tests run them interpreted)."""
+    on_gpu = z.is_cuda if gpu_launch is None else gpu_launch
+    if on_gpu:
         return dict(BLOCK_V=min(GPU_BLOCK_V, triton.next_power_of_2(V)), num_warps=GPU_ROW_WARPS)
     return dict(BLOCK_V=min(256, triton.next_power_of_2(V)))
 
 
-def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-              inv_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, inv_tau: float,
+              gpu_launch: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """z [rows, V] float32 raw logits (h W^T) -> (lse, entropy, target logit) of (z + bias) * inv_tau, each [rows]."""
     rows, V = z.shape
     lse, entropy, target_z = (torch.empty(rows, dtype=torch.float32, device=z.device) for _ in range(3))
     if rows:
         _row_stats_kernel[(rows,)](z, z.stride(0), bias if bias is not None else z, targets, lse, entropy, target_z,
-                                   V, inv_tau, HAS_BIAS=bias is not None, **_launch_options(V, z.device))
+                                   V, inv_tau, HAS_BIAS=bias is not None, **_launch_options(V, z, gpu_launch))
     return lse, entropy, target_z
 
 
 def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
               entropy: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float,
-              out_dtype: torch.dtype) -> torch.Tensor:
+              out_dtype: torch.dtype, gpu_launch: Optional[bool] = None) -> torch.Tensor:
     """Overwrite z [rows, V] (float32, rows contiguous) with dLoss/d(raw logits); returns it as a [rows, V] view of
     z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V)."""
     rows, V = z.shape
@@ -131,5 +133,5 @@ def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
     if rows:
         _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
                                   entropy, g, e if e is not None else g, V, inv_tau, HAS_BIAS=bias is not None,
-                                  HAS_ENT_GRAD=e is not None, **_launch_options(V, z.device))
+                                  HAS_ENT_GRAD=e is not None, **_launch_options(V, z, gpu_launch))
     return dz
