@@ -10,7 +10,10 @@ a fourth GEMM (the logits again) in the backward.
 
 On CUDA the GEMMs run in the input dtype with float32 output, and the row passes are the Triton kernels of
 `kernels/rows.py`. Elsewhere (CPU) the operands are upcast to float32 (float64 stays float64) and the row
-passes are the torch functions below; the algorithm and the memory bounds are the same.
+passes are the torch functions below; the algorithm and the memory bounds are the same. CUDA's data flow also
+runs on CPU (tests): `GemmBackend(rows=triton_rows(gpu_launch=True), gemm_in_input_dtype=True)` keeps 16-bit
+operands, narrows dZ in place and adds dW waves with the Triton GEMM, all interpreted; only each cuBLAS GEMM
+with float32 output is stood in for by a float32 GEMM of the same 16-bit values (exact products, float32 sums).
 """
 
 from __future__ import annotations
@@ -80,11 +83,15 @@ class RowOps:
 TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
 
 
-def triton_rows() -> RowOps:
+def triton_rows(gpu_launch: Optional[bool] = None) -> RowOps:
+    """The Triton row kernels; gpu_launch=True launches them with the GPU's block size on any device (under the
+    interpreter on CPU), None picks by the tensors' device."""
+    from functools import partial
+
     from .kernels import launch, rows
 
     launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
-    return RowOps(rows.row_stats, rows.row_grad_)
+    return RowOps(partial(rows.row_stats, gpu_launch=gpu_launch), partial(rows.row_grad_, gpu_launch=gpu_launch))
 
 
 def default_rows(device: torch.device) -> RowOps:
@@ -93,10 +100,12 @@ def default_rows(device: torch.device) -> RowOps:
 
 # ---- GEMMs -----------------------------------------------------------------------------------------------
 
-def _gemm_dtype(x: torch.Tensor) -> torch.dtype:
+def _gemm_dtype(x: torch.Tensor, in_input_dtype: Optional[bool] = None) -> torch.dtype:
     """Tensor cores in the input dtype on CUDA; float32 (float64 for the oracle) on CPU, where it is both
-    faster and more exact than a 16-bit GEMM."""
-    if x.device.type == "cuda" or x.dtype == torch.float64:
+    faster and more exact than a 16-bit GEMM. in_input_dtype=True takes CUDA's choice on any device."""
+    if in_input_dtype is None:
+        in_input_dtype = x.device.type == "cuda"
+    if in_input_dtype or x.dtype == torch.float64:
         return x.dtype
     return torch.float32
 
@@ -106,6 +115,8 @@ def _mm_wide(a: torch.Tensor, b: torch.Tensor, wide: torch.dtype, out: Optional[
     trip (cuBLAS through torch.mm's out_dtype, torch >= 2.8 on CUDA)."""
     if a.dtype == wide:
         return torch.mm(a, b, out=out)
+    if a.device.type != "cuda":  # no mixed-dtype GEMM on CPU: the same 16-bit values, summed in `wide`
+        return torch.mm(a.to(wide), b.to(wide), out=out)
     return torch.mm(a, b, out_dtype=wide, out=out) if out is not None else torch.mm(a, b, out_dtype=wide)
 
 
@@ -141,7 +152,7 @@ class _WeightGrad:
 def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: RowOps, *,
             token_grads: Optional[TokenGrads] = None, given: Optional[tuple] = None,
             needs_hidden_grad: bool = False, needs_weight_grad: bool = False,
-            combine_stats: Optional[CombineStats] = None):
+            combine_stats: Optional[CombineStats] = None, gemm_in_input_dtype: Optional[bool] = None):
     """One pass over the tokens in waves. Statistics are computed (and returned) unless `given` = (lse, entropy,
     g, e) supplies them with the gradients; gradients are computed when `token_grads` or `given` is set.
     `combine_stats` turns each wave's statistics of this vocabulary shard into the whole vocabulary's
@@ -149,7 +160,7 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
     N, H = hidden.shape
     V = weight.shape[0]
     device = hidden.device
-    gemm = _gemm_dtype(hidden)
+    gemm = _gemm_dtype(hidden, gemm_in_input_dtype)
     wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
     inv_tau = 1.0 / temperature
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
@@ -205,9 +216,13 @@ class GemmBackend:
     """The backend interface (per-token statistics forward; gradients from g and e backward), plus the
     one-pass token-level step."""
 
-    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, rows: Optional[RowOps] = None):
+    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, rows: Optional[RowOps] = None,
+                 gemm_in_input_dtype: Optional[bool] = None):
+        """rows: the row pass (default: Triton on CUDA, torch elsewhere); gemm_in_input_dtype: GEMM operands in
+        the input dtype (default: on CUDA only; True runs CUDA's 16-bit data flow on CPU, see the module doc)."""
         self.workspace_bytes = int(workspace_bytes)
         self.rows = rows
+        self.gemm_in_input_dtype = gemm_in_input_dtype
 
     def _rows(self, device: torch.device) -> RowOps:
         return self.rows if self.rows is not None else default_rows(device)
@@ -215,7 +230,7 @@ class GemmBackend:
     def linear_forward(self, hidden, weight, bias, targets, temperature):
         """hidden [N, H], weight [V, H], targets [N] -> (logps, entropy, lse) [N]: one GEMM per wave."""
         logps, entropy, lse, *_ = _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes,
-                                          self._rows(hidden.device))
+                                          self._rows(hidden.device), gemm_in_input_dtype=self.gemm_in_input_dtype)
         return logps, entropy, lse
 
     def linear_backward(self, grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
@@ -223,7 +238,8 @@ class GemmBackend:
         """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent: the logits again, dZ, two GEMMs."""
         *_, dh, dw, db = _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes,
                                  self._rows(hidden.device), given=(lse, entropy, grad_logps, grad_entropy),
-                                 needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
+                                 needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
+                                 gemm_in_input_dtype=self.gemm_in_input_dtype)
         return dh, dw, db
 
     def linear_forward_with_grads(self, hidden, weight, bias, targets, temperature, token_grads: TokenGrads,
@@ -234,4 +250,5 @@ class GemmBackend:
         logps, entropy) -> (g, e)` for those tokens, dZ in place, dH and dW."""
         return _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes, self._rows(hidden.device),
                        token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
-                       needs_weight_grad=needs_weight_grad, combine_stats=combine_stats)
+                       needs_weight_grad=needs_weight_grad, combine_stats=combine_stats,
+                       gemm_in_input_dtype=self.gemm_in_input_dtype)

@@ -7,4 +7,5 @@
 - logits.py          the same statistics and gradient when the caller already holds the logits
 - configs.py         block / warp / stage tables per GPU architecture (sm_90, sm_80, default) and the interpreter's
 - compile_targets.py every GPU build the launchers can choose, for benchmarks/kernel_report.py and its CI test
+- interpreter_compat.py lets triton 3.6's interpreter loop over runtime bounds with numpy >= 2.4
 """

@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
+
 _GPU_BLOCKS = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 _INTERPRETER_BLOCKS = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=4)
 

@@ -147,7 +147,11 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         out += _targets("_partial_stats_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias), True)
         out += _targets("_linear_grpo_forward_kernel", "forward", arch, dtype,
                         [dict(HAS_BIAS=b, **k) for b in bias for k in kinds], True)
-        out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent), True)
+        # the entropy gradient has its own dH entry: each entry gets its own builds
+        out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False]),
+                        True)
+        out += _targets("_grad_hidden_kernel", "grad_hidden_entropy", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[True]), True)
         out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent), True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)

@@ -98,7 +98,8 @@ def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse
     from .linear_backward import linear_backward as launch_backward
 
     upcast, precision = _linear_options(hidden.dtype)
-    configs = (config_for("grad_hidden", hidden.dtype, hidden.device),
+    hidden_entry = "grad_hidden" if grad_entropy is None else "grad_hidden_entropy"
+    configs = (config_for(hidden_entry, hidden.dtype, hidden.device),
                config_for("grad_weight", hidden.dtype, hidden.device))
     return launch_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
                            configs, upcast, precision, needs_hidden_grad, needs_weight_grad)

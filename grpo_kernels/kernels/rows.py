@@ -4,9 +4,18 @@ logits workspace that a cuBLAS GEMM has just filled.
 One program per row, sweeping the vocabulary in BLOCK_V chunks. The statistics kernel keeps per-lane running
 (max, sum exp, sum exp * z) and folds the lanes at the end. The gradient kernel writes dZ over the logits it
 reads, in place, narrowed to the GEMM dtype: row i's 16-bit dZ occupies the first half of row i's float32 bytes.
-That is race-free because each row has one program, which sweeps its chunks in ascending order: the bytes that
-chunk j writes, [2j, 2j+2) x BLOCK_V x 2, lie at or below the float32 chunk it has just read and never reach a
-chunk not yet read ([4(j+1), ...) x BLOCK_V).
+
+Why no thread can still need the bytes a store overwrites. float32 dZ element k overwrites only logit k, which it
+is computed from, so it cannot be stored before that logit is loaded. 16-bit dZ element k overwrites half of logit
+floor(k / 2), which another thread may hold. Other programs: a row's program writes only inside its own row.
+Inside the program, chunk j's 16-bit stores cover the float32 elements [j, j+1) x BLOCK_V / 2, which belong to
+chunks <= j: every warp loaded them at or before its iteration j. But the warps of a program are not in lockstep,
+and one warp's stores land on elements another warp loads (already in chunk 0). So each iteration puts a barrier
+between its loads and its stores: once any warp is past barrier j, every warp has performed all its loads of
+chunks <= j (bar.sync orders memory accesses before it against those after it, for every thread of the program),
+and the loads still to come, of chunks > j, lie at or above (j+1) x BLOCK_V, where no store of chunk <= j reaches.
+That holds whatever order the warps run in, and with the loads prefetched by a pipeliner (prefetching only moves
+loads earlier).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+
+from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
 
 
 @triton.jit
@@ -82,6 +93,8 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
         dz = tl.where(cols == target, g, 0.0) - g * p
         if HAS_ENT_GRAD:
             dz -= e * p * (log_p + entropy)
+        if dz_ptr.dtype.element_ty != tl.float32:
+            tl.debug_barrier()  # narrowing: every warp's loads of this chunk before any warp's stores (docstring)
         tl.store(dz_row + cols, (dz * inv_tau).to(dz_ptr.dtype.element_ty), mask=ok)
 
 
@@ -90,26 +103,28 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
 GPU_BLOCK_V, GPU_ROW_WARPS = 1024, 4
 
 
-def _launch_options(V: int, device: torch.device) -> dict:
-    if device.type == "cuda":
+def _launch_options(V: int, z: torch.Tensor, gpu_launch: Optional[bool]) -> dict:
+    """The GPU's options for CUDA tensors (or for any when gpu_launch: tests run them interpreted)."""
+    on_gpu = z.is_cuda if gpu_launch is None else gpu_launch
+    if on_gpu:
         return dict(BLOCK_V=min(GPU_BLOCK_V, triton.next_power_of_2(V)), num_warps=GPU_ROW_WARPS)
     return dict(BLOCK_V=min(256, triton.next_power_of_2(V)))
 
 
-def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-              inv_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, inv_tau: float,
+              gpu_launch: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """z [rows, V] float32 raw logits (h W^T) -> (lse, entropy, target logit) of (z + bias) * inv_tau, each [rows]."""
     rows, V = z.shape
     lse, entropy, target_z = (torch.empty(rows, dtype=torch.float32, device=z.device) for _ in range(3))
     if rows:
         _row_stats_kernel[(rows,)](z, z.stride(0), bias if bias is not None else z, targets, lse, entropy, target_z,
-                                   V, inv_tau, HAS_BIAS=bias is not None, **_launch_options(V, z.device))
+                                   V, inv_tau, HAS_BIAS=bias is not None, **_launch_options(V, z, gpu_launch))
     return lse, entropy, target_z
 
 
 def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
               entropy: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float,
-              out_dtype: torch.dtype) -> torch.Tensor:
+              out_dtype: torch.dtype, gpu_launch: Optional[bool] = None) -> torch.Tensor:
     """Overwrite z [rows, V] (float32, rows contiguous) with dLoss/d(raw logits); returns it as a [rows, V] view of
     z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V)."""
     rows, V = z.shape
@@ -118,5 +133,5 @@ def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
     if rows:
         _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
                                   entropy, g, e if e is not None else g, V, inv_tau, HAS_BIAS=bias is not None,
-                                  HAS_ENT_GRAD=e is not None, **_launch_options(V, z.device))
+                                  HAS_ENT_GRAD=e is not None, **_launch_options(V, z, gpu_launch))
     return dz

@@ -3,6 +3,8 @@
 import triton
 import triton.language as tl
 
+from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
+
 
 @triton.jit
 def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden, stride_weight,
