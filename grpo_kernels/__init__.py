@@ -13,12 +13,15 @@ use_interpreter_if_no_gpu()
 from . import reference  # noqa: E402
 from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs  # noqa: E402
 from .config import GRPOLossConfig  # noqa: E402
+from .head import LMHead, LogitTransform  # noqa: E402
 from .module import FusedLinearGRPOLoss  # noqa: E402
 from .objective import GRPOLossOutput, grpo_objective  # noqa: E402
 
 __all__ = [
     "GRPOLossConfig",
     "GRPOLossOutput",
+    "LMHead",
+    "LogitTransform",
     "FusedLinearGRPOLoss",
     "fused_linear_grpo_loss",
     "grpo_loss_from_logits",
