@@ -40,14 +40,14 @@ def wave_rows(vocab_size: int, workspace_bytes: int) -> int:
 
 
 # ---- row passes: statistics and softmax gradient over whole rows of raw logits z = h W^T -------------------
-# inv_tau and softcap: LMHead.logit_multiplier and LMHead.raw_softcap (the transform of (z + bias), head.py)
+# inv_tau and cap_scale: LMHead.logit_constants (the transform of (z + bias), head.py)
 
-def _torch_row_stats(z, bias, targets, inv_tau, softcap):
+def _torch_row_stats(z, bias, targets, inv_tau, cap_scale):
     lse, entropy, target_z = (torch.empty(z.shape[0], dtype=z.dtype, device=z.device) for _ in range(3))
-    unchanged = bias is None and inv_tau == 1.0 and softcap is None
+    unchanged = bias is None and inv_tau == 1.0 and cap_scale is None
     for r0 in range(0, z.shape[0], ROW_CHUNK):
         r1 = min(r0 + ROW_CHUNK, z.shape[0])
-        scaled = z[r0:r1] if unchanged else _transformed(z[r0:r1].clone(), bias, inv_tau, softcap)
+        scaled = z[r0:r1] if unchanged else _transformed(z[r0:r1].clone(), bias, inv_tau, cap_scale)
         stats = OnlineSoftmaxStats(r1 - r0, z.dtype, z.device)
         stats.update(scaled)
         lse[r0:r1], entropy[r0:r1] = stats.lse_and_entropy()
@@ -56,29 +56,29 @@ def _torch_row_stats(z, bias, targets, inv_tau, softcap):
     return lse, entropy, target_z
 
 
-def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, softcap, out_dtype):
+def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype):
     for r0 in range(0, z.shape[0], ROW_CHUNK):
         r1 = min(r0 + ROW_CHUNK, z.shape[0])
         inside, column = target_in_range(targets[r0:r1], 0, z.shape[1])
-        softmax_grad_(_transformed(z[r0:r1], bias, inv_tau, softcap), lse[r0:r1], entropy[r0:r1], g[r0:r1],
-                      None if e is None else e[r0:r1], inside, column, inv_tau, softcap)
+        softmax_grad_(_transformed(z[r0:r1], bias, inv_tau, cap_scale), lse[r0:r1], entropy[r0:r1], g[r0:r1],
+                      None if e is None else e[r0:r1], inside, column, inv_tau, cap_scale)
     return z
 
 
 def _transformed(z: torch.Tensor, bias: Optional[torch.Tensor], inv_tau: float,
-                 softcap: Optional[float]) -> torch.Tensor:
+                 cap_scale: Optional[float]) -> torch.Tensor:
     """The softmax's logits of raw logits z, in place: (z + bias), soft-capped, times inv_tau."""
     if bias is not None:
         z.add_(bias)
-    return transform_logits_(z, inv_tau, softcap)
+    return transform_logits_(z, inv_tau, cap_scale)
 
 
 @dataclass(frozen=True)
 class RowOps:
     """The row pass over a workspace of raw logits: statistics, and dZ written over the logits."""
 
-    stats: Callable  # (z, bias, targets, inv_tau, softcap) -> (lse, entropy, target logit)
-    grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, softcap, out_dtype) -> dz (z's memory)
+    stats: Callable  # (z, bias, targets, inv_tau, cap_scale) -> (lse, entropy, target logit)
+    grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype) -> dz (z's memory)
 
 
 TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
@@ -156,7 +156,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     device = hidden.device
     gemm = _gemm_dtype(hidden)
     wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-    inv_tau, softcap = head.logit_multiplier, head.raw_softcap
+    inv_tau, cap_scale = head.logit_constants
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
     wants_grads = token_grads is not None or given is not None
@@ -179,7 +179,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
         h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
         z = _mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
         if given is None:
-            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, softcap)
+            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale)
             if combine_stats is not None:
                 lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
             lp_w = target_z - lse_w
@@ -191,7 +191,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
             lse_w, ent_w = given[0][n0:n1], given[1][n0:n1]
             g, e = given[2][n0:n1], None if given[3] is None else given[3][n0:n1]
         dz = rows.grad_(z, b, y, lse_w, ent_w, g.to(wide).contiguous(), None if e is None else e.to(wide).contiguous(),
-                        inv_tau, softcap, gemm)
+                        inv_tau, cap_scale, gemm)
         if needs_hidden_grad:
             if dz.dtype == hidden.dtype:
                 torch.mm(dz, w, out=grad_hidden[n0:n1])

@@ -6,10 +6,10 @@ The logits the softmax sees are
     logits = transform(hidden @ weight.T + bias) / temperature,
     transform(x) = softcap * tanh(scale * x / softcap)     (scale * x without a softcap)
 
-in TRL 1.16's order (scale, then the Gemma-style tanh soft-cap, then the temperature). The backends compute
-the same thing as `logit_multiplier * capped(x)` with `capped(x) = raw_softcap * tanh(x / raw_softcap)`: the
-cap moved onto the raw logits (`softcap / scale`) and the scale folded into the temperature, so an unscaled,
-uncapped head is exactly today's `x / temperature` and a scale alone costs nothing.
+in TRL 1.16's order (scale, then the Gemma-style tanh soft-cap, then the temperature). Every backend computes
+them from the raw logits z = h W^T + b with the two numbers of `LMHead.logit_constants`: `inv_tau * z` without
+a soft-cap (inv_tau = scale / temperature: an uncapped head is exactly today's z / temperature, a scale costs
+nothing), `inv_tau * tanh(cap_scale * z)` with one (inv_tau = softcap / temperature, cap_scale = scale / softcap).
 """
 
 from __future__ import annotations
@@ -83,17 +83,13 @@ class LMHead:
         return self.weight.shape[0] if self.shard is None else self.shard.vocab_size
 
     @property
-    def logit_multiplier(self) -> float:
-        """What multiplies the (capped) raw logits: scale / temperature."""
-        return self.transform.scale / self.temperature
-
-    @property
-    def raw_softcap(self) -> Optional[float]:
-        """The soft-cap on the raw logits h W^T + b (softcap / scale), or None. A scale of 0 zeroes every logit,
-        capped or not."""
-        if self.transform.softcap is None or self.transform.scale == 0.0:
-            return None
-        return self.transform.softcap / self.transform.scale
+    def logit_constants(self) -> tuple[float, Optional[float]]:
+        """(inv_tau, cap_scale): the softmax's logits are inv_tau * z, or inv_tau * tanh(cap_scale * z) with a
+        soft-cap, z = h W^T + b. Computed here, once, so the kernels multiply by constants (no per-tile algebra)."""
+        transform = self.transform
+        if transform.softcap is None:
+            return transform.scale / self.temperature, None
+        return transform.softcap / self.temperature, transform.scale / transform.softcap
 
     def with_tensors(self, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> "LMHead":
         """The same head with other weight/bias tensors (contiguous, detached, or a shard's local rows)."""

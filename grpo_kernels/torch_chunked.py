@@ -28,7 +28,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], inv_tau: float,
-                  softcap: Optional[float], compute_dtype: torch.dtype) -> torch.Tensor:
+                  cap_scale: Optional[float], compute_dtype: torch.dtype) -> torch.Tensor:
     """Logits of one tile, transformed (soft-capped, scaled by 1/tau), in compute_dtype."""
     if h.device.type == "cuda":
         # Tensor-core GEMM in the input dtype (as the model's LM head), softmax math in float32.
@@ -37,7 +37,7 @@ def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], i
         # On CPU a float32 GEMM is both faster and more exact than a bf16 one.
         z = torch.nn.functional.linear(h.to(compute_dtype), w.to(compute_dtype),
                                        None if b is None else b.to(compute_dtype))
-    return transform_logits_(z, inv_tau, softcap)  # z is a fresh tile: in place
+    return transform_logits_(z, inv_tau, cap_scale)  # z is a fresh tile: in place
 
 
 def linear_forward(hidden: torch.Tensor, head: LMHead,
@@ -46,7 +46,7 @@ def linear_forward(hidden: torch.Tensor, head: LMHead,
     weight, bias = head.weight, head.bias
     N, V = hidden.shape[0], weight.shape[0]
     dtype = _compute_dtype(hidden.dtype)
-    inv_tau, softcap = head.logit_multiplier, head.raw_softcap
+    inv_tau, cap_scale = head.logit_constants
     logps = torch.empty(N, dtype=dtype, device=hidden.device)
     entropy = torch.empty_like(logps)
     lse_out = torch.empty_like(logps)
@@ -57,7 +57,7 @@ def linear_forward(hidden: torch.Tensor, head: LMHead,
         target_z = torch.zeros(n1 - n0, dtype=dtype, device=hidden.device)
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
-            z = _chunk_logits(h, weight[v0:v1], None if bias is None else bias[v0:v1], inv_tau, softcap, dtype)
+            z = _chunk_logits(h, weight[v0:v1], None if bias is None else bias[v0:v1], inv_tau, cap_scale, dtype)
             stats.update(z)
             inside, column = target_in_range(y, v0, v1)
             target_z += target_logit(z, inside, column)
@@ -76,7 +76,7 @@ def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
     weight, bias = head.weight, head.bias
     N, V = hidden.shape[0], weight.shape[0]
     dtype = _compute_dtype(hidden.dtype)
-    inv_tau, softcap = head.logit_multiplier, head.raw_softcap
+    inv_tau, cap_scale = head.logit_constants
     g_all = grad_logps.to(dtype)
     e_all = None if grad_entropy is None else grad_entropy.to(dtype)
     grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if needs_hidden_grad else None
@@ -93,9 +93,9 @@ def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
             w = weight[v0:v1]
-            z = _chunk_logits(h, w, None if bias is None else bias[v0:v1], inv_tau, softcap, dtype)
+            z = _chunk_logits(h, w, None if bias is None else bias[v0:v1], inv_tau, cap_scale, dtype)
             inside, column = target_in_range(y, v0, v1)
-            dz = softmax_grad_(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau, softcap)
+            dz = softmax_grad_(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau, cap_scale)
             if dh is not None:
                 dh += dz @ w.to(dtype)
             if grad_weight is not None:

@@ -19,7 +19,7 @@ ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled fo
 _INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_logits_ptr", "dz_ptr", "a_ptr",
                    "b_ptr"}
 _OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
-_FLOAT_SCALARS = {"inv_tau", "softcap", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
+_FLOAT_SCALARS = {"inv_tau", "cap_scale", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
 # as the JIT specializes them for real heads (V a multiple of 8 makes the GEMM path's row strides so too)
 _MULTIPLE_OF_16 = {"H", "stride_hidden", "stride_weight", "stride_z", "stride_dz", "stride_ak", "stride_bk",
                    "stride_cm"}

@@ -25,7 +25,7 @@ from .tiles import head_transform_args, load_row_stats, logits_tile, softmax_gra
 @triton.jit
 def _grad_hidden_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_hidden_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, softcap,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
     HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -40,9 +40,9 @@ def _grad_hidden_kernel(
         # [BLOCK_V, BLOCK_N]: vocabulary-major
         zt = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                          stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, True,
-                         softcap, SOFTCAP)
+                         cap_scale, SOFTCAP)
         dzt = softmax_grad_tile(zt, cols[:, None] == targets[None, :], col_ok[:, None], lse[None, :],
-                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD, softcap, SOFTCAP)
+                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < H
@@ -60,7 +60,7 @@ def _grad_hidden_kernel(
 @triton.jit
 def _grad_weight_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_weight_ptr,
-    grad_bias_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, softcap,
+    grad_bias_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
     HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -76,9 +76,9 @@ def _grad_weight_kernel(
                                                      HAS_ENT_GRAD)
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, False,
-                        softcap, SOFTCAP)
+                        cap_scale, SOFTCAP)
         dz = softmax_grad_tile(z, cols[None, :] == targets[:, None], col_ok[None, :], lse[:, None],
-                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD, softcap, SOFTCAP)
+                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
         grad_bias += tl.sum(dz, 0)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
@@ -113,20 +113,20 @@ def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entrop
     if N > 0 and (needs_hidden_grad or needs_weight_grad):
         g = grad_logps.float().contiguous()
         e = grad_entropy.float().contiguous() if grad_entropy is not None else g
-        inv_tau, softcap, capped = head_transform_args(head)
+        inv_tau, cap_scale, capped = head_transform_args(head)
         flags = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, SOFTCAP=capped, UPCAST=upcast,
                      PRECISION=precision)
         bias_arg = bias if bias is not None else hidden
         if needs_hidden_grad:
             _grad_hidden_kernel[(triton.cdiv(N, hidden_config.block_n),)](
                 hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
-                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, softcap,
+                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
                 **flags, **hidden_config.launch_options(upcast))
         if needs_weight_grad:
             _grad_weight_kernel[(triton.cdiv(V, weight_config.block_v),)](
                 hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
                 grad_bias if grad_bias is not None else grad_weight,
-                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, softcap,
+                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
                 **flags, **weight_config.launch_options(upcast))
     return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
             grad_weight.to(weight.dtype) if grad_weight is not None else None,

@@ -22,7 +22,7 @@ _MIN_TILES_PER_SPLIT = 8
 
 @triton.jit
 def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, v_end, H, stride_hidden,
-                  stride_weight, inv_tau, softcap, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+                  stride_weight, inv_tau, cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
                   UPCAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
                   BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
     """Running (max, sum exp, sum exp * z, target logit) per row over vocabulary [v_start, v_end).
@@ -34,7 +34,7 @@ def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_sta
         col_ok = cols < v_end
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR,
-                        softcap, SOFTCAP)
+                        cap_scale, SOFTCAP)
         if VOCAB_MAJOR:
             run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
                 run_max, sum_exp, sum_exp_z, target_z, z, cols[:, None] == targets[None, :], col_ok[:, None], 0)
@@ -60,7 +60,7 @@ def _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau,
-                       softcap, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+                       cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
                        PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
                        VOCAB_MAJOR: tl.constexpr):
     """This program's token block: (rows, row_ok, log-prob, entropy, lse) over the whole vocabulary."""
@@ -69,7 +69,7 @@ def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, s
     targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
     run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
         hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden, stride_weight, inv_tau,
-        softcap, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+        cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     logps, entropy, lse = online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
     return rows, row_ok, logps, entropy, lse
 
@@ -77,12 +77,12 @@ def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, s
 @triton.jit
 def _linear_logprobs_forward_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, logps_ptr, entropy_ptr, lse_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, softcap,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
     HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
     rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
-        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, softcap,
+        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
         HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     tl.store(logps_ptr + rows, logps, mask=row_ok)
     tl.store(entropy_ptr + rows, entropy, mask=row_ok)
@@ -92,7 +92,7 @@ def _linear_logprobs_forward_kernel(
 @triton.jit
 def _partial_stats_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, softcap, split_width,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale, split_width,
     HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
@@ -105,7 +105,7 @@ def _partial_stats_kernel(
     v_start = split * split_width
     run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
         hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, tl.minimum(v_start + split_width, V), H,
-        stride_hidden, stride_weight, inv_tau, softcap, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
+        stride_hidden, stride_weight, inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
         BLOCK_K, VOCAB_MAJOR)
     stat = tl.num_programs(1) * N
     at = partial_ptr + split * N + rows
@@ -150,10 +150,10 @@ def _partial_stats(hidden, head, targets, config: KernelConfig, upcast: bool, pr
     V = weight.shape[0]
     width, splits = _split_width(V, splits, config.block_v)
     partial = torch.empty(4, splits, N, dtype=torch.float32, device=hidden.device)
-    inv_tau, softcap, capped = head_transform_args(head)
+    inv_tau, cap_scale, capped = head_transform_args(head)
     _partial_stats_kernel[(triton.cdiv(N, config.block_n), splits)](
         hidden, weight, bias if bias is not None else hidden, targets, partial,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, softcap, width,
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, width,
         HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision,
         **config.launch_options(upcast),
     )
@@ -178,10 +178,10 @@ def linear_forward(hidden: torch.Tensor, head, targets: torch.Tensor, configs: t
         _merge_logprobs_kernel[(triton.cdiv(N, merge.block_n),)](
             partial, logps, entropy, lse, N, splits, **_merge_options(merge, upcast))
         return logps, entropy, lse
-    inv_tau, softcap, capped = head_transform_args(head)
+    inv_tau, cap_scale, capped = head_transform_args(head)
     _linear_logprobs_forward_kernel[(triton.cdiv(N, config.block_n),)](
         hidden, weight, bias if bias is not None else hidden, targets, logps, entropy, lse,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, softcap,
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
         HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision,
         **config.launch_options(upcast),
     )
@@ -235,7 +235,7 @@ def _linear_grpo_forward_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr,
     adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr, ref_ptr, rho_ptr, mask_ptr,
     terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, softcap,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
     eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
     HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
@@ -245,7 +245,7 @@ def _linear_grpo_forward_kernel(
     """The same vocabulary stream, then the token-level objective in the epilogue: the backward needs only
     the per-token g this writes (and the entropy weight)."""
     rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
-        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, softcap,
+        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
         HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     _grpo_epilogue(rows, row_ok, logps, entropy, lse, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr,
                    ref_ptr, rho_ptr, mask_ptr, terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
@@ -303,10 +303,10 @@ def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entrop
         _merge_grpo_kernel[(triton.cdiv(N, merge.block_n),)](
             partial, *per_token, N, splits, *scalars, **flags, **_merge_options(merge, upcast))
         return terms, logps, entropy, lse, grad, kl, clip
-    inv_tau, softcap, capped = head_transform_args(head)
+    inv_tau, cap_scale, capped = head_transform_args(head)
     _linear_grpo_forward_kernel[(triton.cdiv(N, config.block_n),)](
         hidden, weight, bias if bias is not None else hidden, targets, *per_token,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, softcap, *scalars,
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, *scalars,
         HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision, **flags,
         **config.launch_options(upcast),
     )

@@ -22,7 +22,7 @@ from .tiles import raw_logits_grad, transform_logits
 
 @triton.jit
 def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, target_z_ptr, V, inv_tau,
-                      softcap, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_V: tl.constexpr):
+                      cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     z_row = z_ptr + row.to(tl.int64) * stride_z
     run_max = tl.full((BLOCK_V,), float("-inf"), dtype=tl.float32)
@@ -34,7 +34,7 @@ def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_p
         z = tl.load(z_row + cols, mask=ok, other=0.0)
         if HAS_BIAS:
             z += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        z = tl.where(ok, transform_logits(z, inv_tau, softcap, SOFTCAP), float("-inf"))
+        z = tl.where(ok, transform_logits(z, inv_tau, cap_scale, SOFTCAP), float("-inf"))
         new_max = tl.maximum(run_max, z)
         # lanes that have seen only -inf keep sums of 0 (avoids -inf - -inf)
         rescale = tl.where(new_max == float("-inf"), 0.0, tl.exp(run_max - new_max))
@@ -56,12 +56,12 @@ def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_p
         target_z += tl.load(bias_ptr + safe).to(tl.float32)
     tl.store(lse_ptr + row, lse)
     tl.store(entropy_ptr + row, entropy)
-    tl.store(target_z_ptr + row, tl.where(inside, transform_logits(target_z, inv_tau, softcap, SOFTCAP), 0.0))
+    tl.store(target_z_ptr + row, tl.where(inside, transform_logits(target_z, inv_tau, cap_scale, SOFTCAP), 0.0))
 
 
 @triton.jit
 def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr,
-                     V, inv_tau, softcap, HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr,
+                     V, inv_tau, cap_scale, HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr,
                      BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     z_row = z_ptr + row.to(tl.int64) * stride_z
@@ -80,13 +80,13 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
         z = tl.load(z_row + cols, mask=ok, other=0.0)
         if HAS_BIAS:
             z += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        z = transform_logits(z, inv_tau, softcap, SOFTCAP)
+        z = transform_logits(z, inv_tau, cap_scale, SOFTCAP)
         log_p = z - lse
         p = tl.exp(log_p)
         dz = tl.where(cols == target, g, 0.0) - g * p
         if HAS_ENT_GRAD:
             dz -= e * p * (log_p + entropy)
-        tl.store(dz_row + cols, raw_logits_grad(dz, z, inv_tau, softcap, SOFTCAP).to(dz_ptr.dtype.element_ty),
+        tl.store(dz_row + cols, raw_logits_grad(dz, z, inv_tau, cap_scale, SOFTCAP).to(dz_ptr.dtype.element_ty),
                  mask=ok)
 
 
@@ -102,21 +102,21 @@ def _launch_options(V: int, device: torch.device) -> dict:
 
 
 def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, inv_tau: float,
-              softcap: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              cap_scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """z [rows, V] float32 raw logits (h W^T) -> (lse, entropy, target logit) of the logits inv_tau * (z + bias),
-    soft-capped at `softcap` first when given (tiles.transform_logits), each [rows]."""
+    soft-capped (inv_tau tanh(cap_scale (z + bias))) when cap_scale is given (tiles.transform_logits), each [rows]."""
     rows, V = z.shape
     lse, entropy, target_z = (torch.empty(rows, dtype=torch.float32, device=z.device) for _ in range(3))
     if rows:
         _row_stats_kernel[(rows,)](z, z.stride(0), bias if bias is not None else z, targets, lse, entropy, target_z,
-                                   V, inv_tau, 1.0 if softcap is None else softcap, HAS_BIAS=bias is not None,
-                                   SOFTCAP=softcap is not None, **_launch_options(V, z.device))
+                                   V, inv_tau, 1.0 if cap_scale is None else cap_scale, HAS_BIAS=bias is not None,
+                                   SOFTCAP=cap_scale is not None, **_launch_options(V, z.device))
     return lse, entropy, target_z
 
 
 def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
               entropy: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float,
-              softcap: Optional[float], out_dtype: torch.dtype) -> torch.Tensor:
+              cap_scale: Optional[float], out_dtype: torch.dtype) -> torch.Tensor:
     """Overwrite z [rows, V] (float32, rows contiguous) with dLoss/d(raw logits); returns it as a [rows, V] view of
     z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V)."""
     rows, V = z.shape
@@ -125,7 +125,7 @@ def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
     if rows:
         _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
                                   entropy, g, e if e is not None else g, V, inv_tau,
-                                  1.0 if softcap is None else softcap, HAS_BIAS=bias is not None,
-                                  HAS_ENT_GRAD=e is not None, SOFTCAP=softcap is not None,
+                                  1.0 if cap_scale is None else cap_scale, HAS_BIAS=bias is not None,
+                                  HAS_ENT_GRAD=e is not None, SOFTCAP=cap_scale is not None,
                                   **_launch_options(V, z.device))
     return dz

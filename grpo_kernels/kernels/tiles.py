@@ -5,37 +5,37 @@ import triton.language as tl
 
 
 def head_transform_args(head) -> tuple[float, float, bool]:
-    """(inv_tau, softcap, SOFTCAP) of the kernels for a grpo_kernels.head.LMHead: its logit multiplier and its
-    soft-cap on the raw logits (1.0 and SOFTCAP=False for an uncapped head, which compiles to the plain kernels)."""
-    softcap = head.raw_softcap
-    return head.logit_multiplier, 1.0 if softcap is None else softcap, softcap is not None
+    """(inv_tau, cap_scale, SOFTCAP) of the kernels for a grpo_kernels.head.LMHead (its `logit_constants`; 1.0 and
+    SOFTCAP=False for an uncapped head, which compiles to the plain kernels). Every constant the kernels multiply
+    by comes from here: one derived in a kernel would be held in a register across its loops (a spill on Hopper)."""
+    inv_tau, cap_scale = head.logit_constants
+    return inv_tau, 1.0 if cap_scale is None else cap_scale, cap_scale is not None
 
 
 @triton.jit
-def transform_logits(z, inv_tau, softcap, SOFTCAP: tl.constexpr):
-    """Raw logits (h W^T + b) -> the softmax's logits: inv_tau * softcap * tanh(z / softcap) with SOFTCAP, else
-    inv_tau * z (tanh(x) = 2 sigmoid(2x) - 1)."""
+def transform_logits(z, inv_tau, cap_scale, SOFTCAP: tl.constexpr):
+    """Raw logits (h W^T + b) -> the softmax's logits: inv_tau * tanh(cap_scale * z) with SOFTCAP, else inv_tau * z
+    (tanh(x) = 2 sigmoid(2x) - 1)."""
     if SOFTCAP:
-        return (2.0 * tl.sigmoid(z * (2.0 / softcap)) - 1.0) * (softcap * inv_tau)
+        x = z * cap_scale
+        return (2.0 * tl.sigmoid(x + x) - 1.0) * inv_tau
     return z * inv_tau
 
 
 @triton.jit
-def raw_logits_grad(dlogits, logits, inv_tau, softcap, SOFTCAP: tl.constexpr):
-    """dLoss/d(raw logits) from dLoss/d(logits): the chain rule through `transform_logits`, whose tanh slope
-    1 - t^2 comes from the logits themselves (t = logits / (inv_tau * softcap))."""
-    draw = dlogits * inv_tau
+def raw_logits_grad(dlogits, logits, inv_tau, cap_scale, SOFTCAP: tl.constexpr):
+    """dLoss/d(raw logits) from dLoss/d(logits): the chain rule through `transform_logits`; with SOFTCAP its slope
+    inv_tau cap_scale (1 - t^2) comes from the logits themselves (inv_tau t = logits)."""
     if SOFTCAP:
-        t = logits * (1.0 / (inv_tau * softcap))  # a scalar reciprocal: no per-element division
-        draw = draw * (1.0 - t * t)
-    return draw
+        return dlogits * cap_scale * (inv_tau - logits * logits * (1.0 / inv_tau))
+    return dlogits * inv_tau
 
 
 @triton.jit
 def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden, stride_weight,
                 inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-                VOCAB_MAJOR: tl.constexpr = False, softcap=1.0, SOFTCAP: tl.constexpr = False):
+                VOCAB_MAJOR: tl.constexpr = False, cap_scale=1.0, SOFTCAP: tl.constexpr = False):
     """transform(hidden[rows] @ weight[cols]^T + bias[cols]) as a float32 [BLOCK_N, BLOCK_V] tile, or its
     transpose [BLOCK_V, BLOCK_N] when VOCAB_MAJOR (the tensor-core M dimension is then the vocabulary,
     so a tile can be only 16 tokens wide)."""
@@ -63,11 +63,11 @@ def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H,
             acc += bias[:, None]
         else:
             acc += bias[None, :]
-    return transform_logits(acc, inv_tau, softcap, SOFTCAP)
+    return transform_logits(acc, inv_tau, cap_scale, SOFTCAP)
 
 
 @triton.jit
-def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr, softcap=1.0,
+def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr, cap_scale=1.0,
                       SOFTCAP: tl.constexpr = False):
     """dLoss/d(raw logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile of logits z (times the
     soft-cap's slope with SOFTCAP); 0 off-vocab.
@@ -79,7 +79,7 @@ def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT
     if HAS_ENT_GRAD:
         dz -= e * p * tl.where(col_ok, log_p + entropy, 0.0)
     # the logits again from log_p (alive anyway), not z: one tile fewer in registers (a spill on Hopper otherwise)
-    return raw_logits_grad(dz, log_p + lse, inv_tau, softcap, SOFTCAP)
+    return raw_logits_grad(dz, log_p + lse, inv_tau, cap_scale, SOFTCAP)
 
 
 @triton.jit
