@@ -42,8 +42,8 @@ def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperatur
         for start in range(0, len(batch.prompts), micro_batch_size):
             part = batch.select(slice(start, start + micro_batch_size))
             hidden = completion_hidden_states(policy, part)
-            chunks.append(with_lm_head(lm, hidden, lambda h, weight, bias: linear_logprobs(
-                h, weight, part.completion_ids, bias=bias, temperature=temperature, backend=backend,
+            chunks.append(with_lm_head(lm, hidden, lambda h, weight, head: linear_logprobs(
+                h, weight, part.completion_ids, **head, temperature=temperature, backend=backend,
                 mask=part.completion_mask)))  # padding never goes through the head
     return torch.cat(chunks, dim=0)
 

@@ -11,7 +11,7 @@ import copy
 import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from transformers.distributed import DistributedConfig
 from transformers.utils import logging as hf_logging
 
+from grpo_kernels.integrations.lm_head import logit_transform
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from .config import LoraConfig, ModelConfig
@@ -147,14 +148,19 @@ def base_causal_lm(model: nn.Module) -> PreTrainedModel:
 
 
 def with_lm_head(model: nn.Module, hidden: torch.Tensor,
-                 fn: Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any]) -> Any:
-    """fn(hidden, weight [V, H], bias) with the LM head's whole weight (the embedding matrix when tied):
+                 fn: Callable[[torch.Tensor, torch.Tensor, dict], Any]) -> Any:
+    """fn(hidden, weight [V, H], head) with the LM head's whole weight (the embedding matrix when tied):
     gathered under DeepSpeed ZeRO-3 and FSDP2, and never a shard (grpo_kernels.integrations.sharding) -- except
-    a tensor-parallel head (transformers' tp_plan), whose DTensor shards the kernels take as they are."""
-    head = base_causal_lm(model).get_output_embeddings()
+    a tensor-parallel head (transformers' tp_plan), whose DTensor shards the kernels take as they are. `head`
+    holds the rest of what the head's logits need, as keyword arguments of the kernels' functions: `bias` and
+    the model's `logit_transform` (a Gemma-2 soft-cap, a Cohere scale, ...: read from its config)."""
+    lm = base_causal_lm(model)
+    transform = logit_transform(lm)
+    head = lm.get_output_embeddings()
     if is_vocab_parallel_head(head):
-        return fn(hidden, head.weight, head.bias)
-    return call_with_full_head(fn, hidden, head)
+        return fn(hidden, head.weight, dict(bias=head.bias, logit_transform=transform))
+    return call_with_full_head(lambda h, weight, bias: fn(h, weight, dict(bias=bias, logit_transform=transform)),
+                               hidden, head)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

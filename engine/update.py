@@ -51,8 +51,8 @@ def micro_batch_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateI
                      loss_config: GRPOLossConfig, backend: str):
     part = inputs.batch.select(rows)
     hidden = completion_hidden_states(policy, part)
-    return with_lm_head(unwrapped_lm, hidden, lambda h, weight, bias: fused_linear_grpo_loss(
-        h, weight, part.completion_ids, part.completion_mask, inputs.advantages[rows], bias=bias,
+    return with_lm_head(unwrapped_lm, hidden, lambda h, weight, head: fused_linear_grpo_loss(
+        h, weight, part.completion_ids, part.completion_mask, inputs.advantages[rows], **head,
         old_logps=None if inputs.old_logps is None else inputs.old_logps[rows],
         ref_logps=None if inputs.ref_logps is None else inputs.ref_logps[rows],
         num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend))

@@ -45,8 +45,8 @@ class WarmStartResult:
 def target_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, backend: str) -> torch.Tensor:
     """[N, T] log-probs of the batch's completion tokens (zero where masked out)."""
     hidden = completion_hidden_states(policy, batch)
-    logps = with_lm_head(policy.lm, hidden, lambda h, weight, bias: linear_logprobs(
-        h, weight, batch.completion_ids, bias=bias, backend=backend))
+    logps = with_lm_head(policy.lm, hidden, lambda h, weight, head: linear_logprobs(
+        h, weight, batch.completion_ids, **head, backend=backend))
     return logps * batch.completion_mask
 
 

@@ -21,6 +21,8 @@ _EXPORTS = {
     "fused_linear_grpo_loss": "api",
     "grpo_loss_from_logits": "api",
     "grpo_objective": "objective",
+    "LMHead": "head",
+    "LogitTransform": "head",
     "linear_logprobs": "api",
     "reference": "reference",  # the submodule itself
 }

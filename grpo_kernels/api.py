@@ -6,16 +6,16 @@ from typing import Literal, Optional, Union
 
 import torch
 
-from . import ops, reference
+from . import ops, reference, vocab_parallel
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
 from .gemm_path import DEFAULT_WORKSPACE_BYTES
+from .head import LMHead, LogitTransform
 from .layout import TokenLayout
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_level_terms)
 from .sharded_head import resolve_sharded_head
-from .validation import (check_config, check_cu_seqlens, check_linear_inputs, check_logits, check_loss_inputs,
-                         check_mask, check_targets, check_workspace)
-from .vocab_parallel import VocabShard
+from .validation import (check_config, check_cu_seqlens, check_linear_inputs, check_logit_transform, check_logits,
+                         check_loss_inputs, check_mask, check_targets, check_workspace)
 
 Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
 BACKENDS = ("auto", "gemm", "triton", "torch", "reference")
@@ -38,34 +38,39 @@ def _device_of(x: object) -> torch.device:
     return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
 
 
-def _vocab_size(weight: torch.Tensor, shard: Optional[VocabShard]) -> int:
-    return weight.shape[0] if shard is None else shard.vocab_size
+def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float,
+          logit_transform: Optional[LogitTransform], process_group: Optional[object], backend: str) -> LMHead:
+    """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved."""
+    weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
+    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
+    return LMHead(weight, bias, temperature, check_logit_transform(logit_transform), shard)
 
 
-def _needs_grads(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple[bool, bool]:
+def _needs_grads(hidden: torch.Tensor, head: LMHead) -> tuple[bool, bool]:
     """(hidden needs a gradient, weight or bias does): a frozen head does no dW work, no_grad none at all."""
     if not torch.is_grad_enabled():
         return False, False
-    return hidden.requires_grad, weight.requires_grad or (bias is not None and bias.requires_grad)
+    return hidden.requires_grad, head.weight_needs_grad()
 
 
-def _row_logprobs(backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                  targets: torch.Tensor, temperature: float, workspace_bytes: int, shard: Optional[VocabShard] = None
+def _row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logps, entropy) [R] of hidden rows [R, H], differentiable."""
-    if shard is not None:
-        return shard.row_logprobs(backend, hidden, weight, bias, targets, temperature, workspace_bytes)
+    if head.shard is not None:
+        return vocab_parallel.row_logprobs(backend, hidden, head, targets, workspace_bytes)
     if backend == "reference":
-        return reference.logprobs_from_logits(reference.linear_logits(hidden, weight, bias), targets, temperature)
-    return ops.linear_logprobs(hidden, weight, bias, targets, temperature, backend, workspace_bytes)
+        return reference.head_logprobs(hidden, head, targets)
+    return ops.linear_logprobs(hidden, head, targets, backend, workspace_bytes)
 
 
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
                     backend: Backend = "auto", mask: Optional[torch.Tensor] = None,
-                    workspace_bytes: Optional[int] = None, process_group: Optional[object] = None
+                    workspace_bytes: Optional[int] = None, process_group: Optional[object] = None,
+                    logit_transform: Optional[LogitTransform] = None
                     ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Per-token float32 log-probs of `targets` (and entropies) under softmax((hidden W^T + bias) / temperature).
+    """Per-token float32 log-probs of `targets` (and entropies) under softmax(transform(hidden W^T + bias) /
+    temperature), `transform` the model's `logit_transform` (a scale and a tanh soft-cap; None: none).
 
     hidden [..., H], weight [V, H], targets [...] int64. Differentiable w.r.t. hidden, weight and bias; no
     [tokens, vocab] tensor is ever allocated (except by backend='reference'). With `mask` ([...], 0/1), only the
@@ -74,25 +79,23 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
-    weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
-    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
-    batch_shape = tuple(hidden.shape[:-1])
-    if _checking_values():
-        check_targets("targets", targets, batch_shape, _vocab_size(weight, shard), hidden.device)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend)
+    batch_shape = tuple(hidden.shape[:-1])
+    if _checking_values():
+        check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device)
     workspace_bytes = check_workspace(workspace_bytes)
     flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if mask is None:
-        logps, entropy = _row_logprobs(backend, flat_hidden, weight, bias, flat_targets, temperature, workspace_bytes,
-                                       shard)
+        logps, entropy = _row_logprobs(backend, flat_hidden, head, flat_targets, workspace_bytes)
     else:
         if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != batch_shape:
             raise ValueError(f"mask must be a tensor of shape {list(batch_shape)} (hidden's leading dims), got "
                              f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
         layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
-        logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), weight, bias,
-                                       layout.head_rows(flat_targets), temperature, workspace_bytes, shard)
+        logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), head, layout.head_rows(flat_targets),
+                                       workspace_bytes)
         logps, entropy = layout.to_grid(logps).reshape(-1), layout.to_grid(entropy).reshape(-1)
     logps, entropy = logps.view(targets.shape), entropy.view(targets.shape)
     return (logps, entropy) if return_entropy else logps
@@ -106,9 +109,13 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                            num_items_in_batch: Optional[Union[torch.Tensor, int, float]] = None,
                            config: Optional[GRPOLossConfig] = None,
                            backend: Backend = "auto", cu_seqlens: Optional[torch.Tensor] = None,
-                           workspace_bytes: Optional[int] = None,
-                           process_group: Optional[object] = None) -> GRPOLossOutput:
+                           workspace_bytes: Optional[int] = None, process_group: Optional[object] = None,
+                           logit_transform: Optional[LogitTransform] = None) -> GRPOLossOutput:
     """The GRPO loss from the policy's last hidden states and LM head [V, H], without logits.
+
+    The policy's logits are transform(hidden W^T + bias) / config.temperature, `transform` the model's
+    `logit_transform` (LogitTransform(scale=, softcap=): Gemma 2/3's final_logit_softcapping, Cohere's
+    logit_scale, ...; None for a plain head).
 
     Padded form: hidden [B, T, H], completion_ids / completion_mask / old_logps / ref_logps [B, T]. Only the
     positions with completion_mask != 0 go through the head; `logps` is 0 at the others.
@@ -121,8 +128,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
-    weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
-    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
+    head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend)
     workspace_bytes = check_workspace(workspace_bytes)
     H = hidden.shape[-1]
     if cu_seqlens is None:
@@ -130,7 +136,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
             raise ValueError(f"hidden must be [B, T, H] (or [N, H] with cu_seqlens), got shape {list(hidden.shape)}")
         B, T = hidden.shape[:2]
         if _checking_values():
-            check_targets("completion_ids", completion_ids, (B, T), _vocab_size(weight, shard), hidden.device)
+            check_targets("completion_ids", completion_ids, (B, T), head.vocab_size, hidden.device)
             check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                               importance_ratio, num_items_in_batch, config)
         layout = TokenLayout.padded(completion_mask, compact=_checking_values())
@@ -139,7 +145,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
             raise ValueError(f"with cu_seqlens, hidden must be packed [N, H], got shape {list(hidden.shape)}")
         N = hidden.shape[0]
         S = check_cu_seqlens(cu_seqlens, N, hidden.device)
-        check_targets("completion_ids", completion_ids, (N,), _vocab_size(weight, shard), hidden.device)
+        check_targets("completion_ids", completion_ids, (N,), head.vocab_size, hidden.device)
         if completion_mask is not None:
             check_mask("completion_mask", completion_mask, (N,), hidden.device)
         for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
@@ -165,20 +171,17 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     # Under torch.compile the GEMM path takes the two-pass route (4 GEMMs): the one-pass op differentiates the
     # spec with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM
     # one-pass route (combining per wave) or the two-step route, never the Triton epilogue.
-    one_pass = (backend == "triton" and shard is None) or (backend == "gemm" and _checking_values())
+    one_pass = (backend == "triton" and head.shard is None) or (backend == "gemm" and _checking_values())
     if is_token_level(config) and one_pass:
         rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
         if backend == "gemm":
-            loss, logps, entropy = _gemm_one_pass(hidden_rows, weight, bias, target_rows, rows, config,
-                                                  workspace_bytes, shard)
+            loss, logps, entropy = _gemm_one_pass(hidden_rows, head, target_rows, rows, config, workspace_bytes)
         else:
-            loss, logps, entropy = _triton_epilogue(hidden_rows, weight, bias, target_rows, rows, config,
-                                                    workspace_bytes)
+            loss, logps, entropy = _triton_epilogue(hidden_rows, head, target_rows, rows, config)
         with torch.no_grad():
             _, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
     else:
-        logps, entropy = _row_logprobs(backend, hidden_rows, weight, bias, target_rows, config.temperature,
-                                       workspace_bytes, shard)
+        logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes)
         loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
     logps = logps.detach().float()
     out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])
@@ -193,28 +196,26 @@ def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch,
     return TokenInputs(**{name: None if x is None else layout.per_row(x.view(B, T)) for name, x in vars(grid).items()})
 
 
-def _gemm_one_pass(hidden, weight, bias, targets, rows: TokenInputs, config, workspace_bytes,
-                   shard: Optional[VocabShard] = None):
+def _gemm_one_pass(hidden, head: LMHead, targets, rows: TokenInputs, config, workspace_bytes):
     """Statistics and gradients in the forward (3 GEMMs); the loss value is the spec's sum of per-token terms and
     the backward only scales the precomputed gradients."""
-    needs_hidden_grad, needs_weight_grad = _needs_grads(hidden, weight, bias)
-    logps, entropy, grad_hidden, grad_weight, grad_bias = (ops.gemm_token_level if shard is None else
-                                                           shard.gemm_token_level)(
-        hidden, weight, bias, targets, rows, config.temperature, config, workspace_bytes, needs_hidden_grad,
-        needs_weight_grad)
+    needs_hidden_grad, needs_weight_grad = _needs_grads(hidden, head)
+    route = ops if head.shard is None else vocab_parallel  # the same signature: one head, or its shard
+    logps, entropy, grad_hidden, grad_weight, grad_bias = route.gemm_token_level(
+        hidden, head, targets, rows, config, workspace_bytes, needs_hidden_grad, needs_weight_grad)
     with torch.no_grad():
         loss = token_level_terms(logps, entropy, rows, config).sum()
     if needs_hidden_grad or needs_weight_grad:
-        loss = ops.attach_grads(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias)
+        loss = ops.attach_grads(loss, hidden, head, grad_hidden, grad_weight, grad_bias)
     return loss, logps, entropy
 
 
-def _triton_epilogue(hidden, weight, bias, targets, rows: TokenInputs, config, workspace_bytes):
+def _triton_epilogue(hidden, head: LMHead, targets, rows: TokenInputs, config):
     """The fused streaming kernels with the token-level objective in the forward kernel's epilogue."""
     loss_kind = 0 if config.loss_type in PPO_CLIP_LOSS_TYPES else {"cispo": 1, "sapo": 2}[config.loss_type]
     terms, logps, entropy, _, _ = ops.linear_grpo_token_terms(
-        hidden, weight, bias, targets, rows.advantages, rows.token_weights, rows.entropy_weights, rows.old_logps,
-        rows.ref_logps, rows.importance_ratio, rows.mask, config.temperature, loss_kind, config)
+        hidden, head, targets, rows.advantages, rows.token_weights, rows.entropy_weights, rows.old_logps,
+        rows.ref_logps, rows.importance_ratio, rows.mask, loss_kind, config)
     return terms.sum(), logps, entropy
 
 

@@ -23,7 +23,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit
+from .head import LMHead
+from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
@@ -42,12 +43,14 @@ def wave_rows(vocab_size: int, workspace_bytes: int) -> int:
 
 
 # ---- row passes: statistics and softmax gradient over whole rows of raw logits z = h W^T -------------------
+# inv_tau and cap_scale: LMHead.logit_constants (the transform of (z + bias), head.py)
 
-def _torch_row_stats(z, bias, targets, inv_tau):
+def _torch_row_stats(z, bias, targets, inv_tau, cap_scale):
     lse, entropy, target_z = (torch.empty(z.shape[0], dtype=z.dtype, device=z.device) for _ in range(3))
+    unchanged = bias is None and inv_tau == 1.0 and cap_scale is None
     for r0 in range(0, z.shape[0], ROW_CHUNK):
         r1 = min(r0 + ROW_CHUNK, z.shape[0])
-        scaled = z[r0:r1] if bias is None and inv_tau == 1.0 else _scaled(z[r0:r1].clone(), bias, inv_tau)
+        scaled = z[r0:r1] if unchanged else _transformed(z[r0:r1].clone(), bias, inv_tau, cap_scale)
         stats = OnlineSoftmaxStats(r1 - r0, z.dtype, z.device)
         stats.update(scaled)
         lse[r0:r1], entropy[r0:r1] = stats.lse_and_entropy()
@@ -56,28 +59,29 @@ def _torch_row_stats(z, bias, targets, inv_tau):
     return lse, entropy, target_z
 
 
-def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, out_dtype):
+def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype):
     for r0 in range(0, z.shape[0], ROW_CHUNK):
         r1 = min(r0 + ROW_CHUNK, z.shape[0])
         inside, column = target_in_range(targets[r0:r1], 0, z.shape[1])
-        softmax_grad_(_scaled(z[r0:r1], bias, inv_tau), lse[r0:r1], entropy[r0:r1], g[r0:r1],
-                      None if e is None else e[r0:r1], inside, column, inv_tau)
+        softmax_grad_(_transformed(z[r0:r1], bias, inv_tau, cap_scale), lse[r0:r1], entropy[r0:r1], g[r0:r1],
+                      None if e is None else e[r0:r1], inside, column, inv_tau, cap_scale)
     return z
 
 
-def _scaled(z: torch.Tensor, bias: Optional[torch.Tensor], inv_tau: float) -> torch.Tensor:
-    """(z + bias) * inv_tau, in place."""
+def _transformed(z: torch.Tensor, bias: Optional[torch.Tensor], inv_tau: float,
+                 cap_scale: Optional[float]) -> torch.Tensor:
+    """The softmax's logits of raw logits z, in place: (z + bias), soft-capped, times inv_tau."""
     if bias is not None:
         z.add_(bias)
-    return z.mul_(inv_tau) if inv_tau != 1.0 else z
+    return transform_logits_(z, inv_tau, cap_scale)
 
 
 @dataclass(frozen=True)
 class RowOps:
     """The row pass over a workspace of raw logits: statistics, and dZ written over the logits."""
 
-    stats: Callable  # (z, bias, targets, inv_tau) -> (lse, entropy, target logit)
-    grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, out_dtype) -> dz (a view of z's memory)
+    stats: Callable  # (z, bias, targets, inv_tau, cap_scale) -> (lse, entropy, target logit)
+    grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype) -> dz (z's memory)
 
 
 TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
@@ -149,7 +153,7 @@ class _WeightGrad:
 
 # ---- the wave loop ---------------------------------------------------------------------------------------
 
-def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: RowOps, *,
+def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
             token_grads: Optional[TokenGrads] = None, given: Optional[tuple] = None,
             needs_hidden_grad: bool = False, needs_weight_grad: bool = False,
             combine_stats: Optional[CombineStats] = None, gemm_in_input_dtype: Optional[bool] = None):
@@ -157,12 +161,13 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
     g, e) supplies them with the gradients; gradients are computed when `token_grads` or `given` is set.
     `combine_stats` turns each wave's statistics of this vocabulary shard into the whole vocabulary's
     (vocab_parallel.py), before g and e are taken from them."""
+    weight, bias = head.weight, head.bias
     N, H = hidden.shape
     V = weight.shape[0]
     device = hidden.device
     gemm = _gemm_dtype(hidden, gemm_in_input_dtype)
     wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-    inv_tau = 1.0 / temperature
+    inv_tau, cap_scale = head.logit_constants
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
     wants_grads = token_grads is not None or given is not None
@@ -185,7 +190,7 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
         h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
         z = _mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
         if given is None:
-            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau)
+            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale)
             if combine_stats is not None:
                 lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
             lp_w = target_z - lse_w
@@ -197,7 +202,7 @@ def _stream(hidden, weight, bias, targets, temperature, workspace_bytes, rows: R
             lse_w, ent_w = given[0][n0:n1], given[1][n0:n1]
             g, e = given[2][n0:n1], None if given[3] is None else given[3][n0:n1]
         dz = rows.grad_(z, b, y, lse_w, ent_w, g.to(wide).contiguous(), None if e is None else e.to(wide).contiguous(),
-                        inv_tau, gemm)
+                        inv_tau, cap_scale, gemm)
         if needs_hidden_grad:
             if dz.dtype == hidden.dtype:
                 torch.mm(dz, w, out=grad_hidden[n0:n1])
@@ -227,28 +232,28 @@ class GemmBackend:
     def _rows(self, device: torch.device) -> RowOps:
         return self.rows if self.rows is not None else default_rows(device)
 
-    def linear_forward(self, hidden, weight, bias, targets, temperature):
-        """hidden [N, H], weight [V, H], targets [N] -> (logps, entropy, lse) [N]: one GEMM per wave."""
-        logps, entropy, lse, *_ = _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes,
-                                          self._rows(hidden.device), gemm_in_input_dtype=self.gemm_in_input_dtype)
+    def linear_forward(self, hidden, head: LMHead, targets):
+        """hidden [N, H], head.weight [V, H], targets [N] -> (logps, entropy, lse) [N]: one GEMM per wave."""
+        logps, entropy, lse, *_ = _stream(hidden, head, targets, self.workspace_bytes, self._rows(hidden.device),
+                                          gemm_in_input_dtype=self.gemm_in_input_dtype)
         return logps, entropy, lse
 
-    def linear_backward(self, grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+    def linear_backward(self, grad_logps, grad_entropy, hidden, head: LMHead, targets, lse, entropy,
                         needs_hidden_grad=True, needs_weight_grad=True):
         """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent: the logits again, dZ, two GEMMs."""
-        *_, dh, dw, db = _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes,
-                                 self._rows(hidden.device), given=(lse, entropy, grad_logps, grad_entropy),
+        *_, dh, dw, db = _stream(hidden, head, targets, self.workspace_bytes, self._rows(hidden.device),
+                                 given=(lse, entropy, grad_logps, grad_entropy),
                                  needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
                                  gemm_in_input_dtype=self.gemm_in_input_dtype)
         return dh, dw, db
 
-    def linear_forward_with_grads(self, hidden, weight, bias, targets, temperature, token_grads: TokenGrads,
+    def linear_forward_with_grads(self, hidden, head: LMHead, targets, token_grads: TokenGrads,
                                   needs_hidden_grad=True, needs_weight_grad=True,
                                   combine_stats: Optional[CombineStats] = None):
         """Statistics and the gradients of a token-level objective in one pass: per wave the logits GEMM, the
         statistics (combined over the vocabulary shards by `combine_stats` when given), `token_grads(n0, n1,
         logps, entropy) -> (g, e)` for those tokens, dZ in place, dH and dW."""
-        return _stream(hidden, weight, bias, targets, temperature, self.workspace_bytes, self._rows(hidden.device),
+        return _stream(hidden, head, targets, self.workspace_bytes, self._rows(hidden.device),
                        token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
                        needs_weight_grad=needs_weight_grad, combine_stats=combine_stats,
                        gemm_in_input_dtype=self.gemm_in_input_dtype)

@@ -18,13 +18,14 @@ import torch
 from . import torch_chunked
 from .config import GRPOLossConfig
 from .gemm_path import DEFAULT_WORKSPACE_BYTES, GemmBackend
+from .head import LMHead, LogitTransform
 from .objective import TokenInputs, token_level_grads
 
 
 def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> Any:
-    """The backend behind the small interface: `linear_forward(hidden, weight, bias, targets, temperature) ->
-    (logps, entropy, lse)` and `linear_backward(g, e, hidden, weight, bias, targets, lse, entropy, temperature,
-    needs_hidden_grad, needs_weight_grad) -> (dhidden | None, dweight | None, dbias | None)`."""
+    """The backend behind the small interface: `linear_forward(hidden, head, targets) -> (logps, entropy, lse)`
+    and `linear_backward(g, e, hidden, head, targets, lse, entropy, needs_hidden_grad, needs_weight_grad) ->
+    (dhidden | None, dweight | None, dbias | None)`, with `head` an LMHead (head.py)."""
     if backend == "gemm":
         return GemmBackend(workspace_bytes)
     if backend == "torch":
@@ -40,17 +41,39 @@ def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+# ---- the head at the custom-op boundary -------------------------------------------------------------
+# Custom ops take tensors and scalars only: an LMHead crosses as (weight, bias, temperature, scale, softcap),
+# unpacked by `_head_args` and rebuilt by `_head`, here and nowhere else.
+
+def _head_args(head: LMHead, detach: bool = False) -> tuple:
+    """(weight, bias, temperature, scale, softcap), the tensors contiguous (and detached when asked)."""
+    if head.shard is not None:
+        raise ValueError("a vocabulary-sharded head goes through vocab_parallel, not a custom op")
+
+    def ready(x):
+        return None if x is None else (x.detach() if detach else x).contiguous()
+
+    return (ready(head.weight), ready(head.bias), float(head.temperature), head.transform.scale,
+            head.transform.softcap)
+
+
+def _head(weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float, scale: float,
+          softcap: Optional[float]) -> LMHead:
+    return LMHead(weight, bias, temperature, LogitTransform(scale, softcap))
+
+
 # ---- hidden states x LM head -> per-token log-probs ------------------------------------------------
 
 @torch.library.custom_op("grpo_kernels::linear_logprobs", mutates_args=())
 def _linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     targets: torch.Tensor, temperature: float, backend: str, workspace_bytes: int
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _implementation(backend, workspace_bytes).linear_forward(hidden, weight, bias, targets, temperature)
+                     targets: torch.Tensor, temperature: float, scale: float, softcap: Optional[float], backend: str,
+                     workspace_bytes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _implementation(backend, workspace_bytes).linear_forward(
+        hidden, _head(weight, bias, temperature, scale, softcap), targets)
 
 
 @_linear_logprobs.register_fake
-def _(hidden, weight, bias, targets, temperature, backend, workspace_bytes):
+def _(hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes):
     stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
@@ -59,10 +82,11 @@ def _(hidden, weight, bias, targets, temperature, backend, workspace_bytes):
 def _linear_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor],
                               hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                               targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
-                              temperature: float, backend: str, workspace_bytes: int, needs_hidden_grad: bool,
+                              temperature: float, scale: float, softcap: Optional[float], backend: str,
+                              workspace_bytes: int, needs_hidden_grad: bool,
                               needs_weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes).linear_backward(
-        grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+        grad_logps, grad_entropy, hidden, _head(weight, bias, temperature, scale, softcap), targets, lse, entropy,
         needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
     # A custom op cannot return None: an empty tensor stands for "not computed" (no bias, frozen head...).
     return _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
@@ -89,16 +113,16 @@ def _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad):
 
 
 @_linear_logprobs_backward.register_fake
-def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, backend, workspace_bytes,
-      needs_hidden_grad, needs_weight_grad):
+def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, scale, softcap, backend,
+      workspace_bytes, needs_hidden_grad, needs_weight_grad):
     return _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad)
 
 
 def _linear_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, targets, temperature, backend, workspace_bytes = inputs
+    hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes = inputs
     _, entropy, lse = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
-    ctx.temperature, ctx.backend, ctx.workspace_bytes = temperature, backend, workspace_bytes
+    ctx.head_scalars, ctx.backend, ctx.workspace_bytes = (temperature, scale, softcap), backend, workspace_bytes
     ctx.weight_shape = tuple(weight.shape)
 
 
@@ -119,9 +143,9 @@ def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias, targets,
-        lse, entropy, ctx.temperature, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias)
+        lse, entropy, *ctx.head_scalars, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias), None, None, None, None)
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 6
 
 
 _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -180,32 +204,32 @@ def _linear_grpo_token_terms(hidden: torch.Tensor, weight: torch.Tensor, bias: O
                              targets: torch.Tensor, advantages: torch.Tensor, token_weights: torch.Tensor,
                              entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
                              ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor],
-                             mask: torch.Tensor, temperature: float, loss_kind: int, eps_low: float, eps_high: float,
-                             delta: Optional[float], beta: float, sapo_pos: float, sapo_neg: float,
-                             bias_correction: bool
+                             mask: torch.Tensor, temperature: float, scale: float, softcap: Optional[float],
+                             loss_kind: int, eps_low: float, eps_high: float, delta: Optional[float], beta: float,
+                             sapo_pos: float, sapo_neg: float, bias_correction: bool
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                         torch.Tensor, torch.Tensor]:
     from .kernels import launch
 
     objective = dict(loss_kind=loss_kind, eps_low=eps_low, eps_high=eps_high, delta=delta, beta=beta,
                      sapo_pos=sapo_pos, sapo_neg=sapo_neg, bias_correction=bias_correction)
-    return launch.linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights,
-                                      old_logps, ref_logps, importance_ratio, mask, temperature, objective)
+    return launch.linear_grpo_forward(hidden, _head(weight, bias, temperature, scale, softcap), targets, advantages,
+                                      token_weights, entropy_weights, old_logps, ref_logps, importance_ratio, mask,
+                                      objective)
 
 
 @_linear_grpo_token_terms.register_fake
 def _(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps, ref_logps,
-      importance_ratio, mask, temperature, *scalars):
+      importance_ratio, mask, temperature, scale, softcap, *scalars):
     per_token = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
     return (*(torch.empty_like(per_token) for _ in range(6)), hidden.new_empty(hidden.shape[0], dtype=torch.int8))
 
 
 def _token_terms_setup_context(ctx, inputs, output) -> None:
     hidden, weight, bias, targets, _, _, entropy_weights, *_ = inputs
-    temperature = inputs[11]
     _, _, entropy, lse, grad, _, _ = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad, entropy_weights)
-    ctx.temperature, ctx.weight_shape = temperature, tuple(weight.shape)
+    ctx.head_scalars, ctx.weight_shape = tuple(inputs[11:14]), tuple(weight.shape)  # temperature, scale, softcap
 
 
 def _token_terms_backward(ctx, grad_terms, *_unused):
@@ -217,10 +241,10 @@ def _token_terms_backward(ctx, grad_terms, *_unused):
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps.contiguous(), None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
-        targets, lse, entropy, ctx.temperature, "triton", DEFAULT_WORKSPACE_BYTES, needs_hidden,
+        targets, lse, entropy, *ctx.head_scalars, "triton", DEFAULT_WORKSPACE_BYTES, needs_hidden,
         needs_weight or needs_bias)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias)) + (None,) * 17
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 19
 
 
 _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=_token_terms_setup_context)
@@ -245,7 +269,8 @@ def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional
                       mask: torch.Tensor, advantages: torch.Tensor, token_weights: torch.Tensor,
                       entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
                       ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], temperature: float,
-                      config: str, workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool
+                      scale: float, softcap: Optional[float], config: str, workspace_bytes: int,
+                      needs_hidden_grad: bool, needs_weight_grad: bool
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     inputs = TokenInputs(mask, advantages, token_weights, entropy_weights, old_logps, ref_logps, importance_ratio)
     objective = _config_from_key(config)
@@ -254,13 +279,14 @@ def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional
         return token_level_grads(logps, entropy, inputs.slice(n0, n1), objective)
 
     logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(workspace_bytes).linear_forward_with_grads(
-        hidden, weight, bias, targets, temperature, token_grads, needs_hidden_grad, needs_weight_grad)
+        hidden, _head(weight, bias, temperature, scale, softcap), targets, token_grads, needs_hidden_grad,
+        needs_weight_grad)
     return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
 
 
 @_gemm_token_level.register_fake
 def _(hidden, weight, bias, targets, mask, advantages, token_weights, entropy_weights, old_logps, ref_logps,
-      importance_ratio, temperature, config, workspace_bytes, needs_hidden_grad, needs_weight_grad):
+      importance_ratio, temperature, scale, softcap, config, workspace_bytes, needs_hidden_grad, needs_weight_grad):
     stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
     return (stats, torch.empty_like(stats), *_fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad))
 
@@ -296,37 +322,36 @@ def _attach_backward(ctx, grad_loss):
 _attach_grads.register_autograd(_attach_backward, setup_context=_attach_setup_context)
 
 
-def gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-                     inputs: TokenInputs, temperature: float, config: GRPOLossConfig, workspace_bytes: int,
-                     needs_hidden_grad: bool, needs_weight_grad: bool):
+def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs,
+                     config: GRPOLossConfig, workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
     """Rows [N]: (logps, entropy, dhidden, dweight, dbias) of a token-level objective whose loss is the sum of
     `token_level_terms`; gradients for an upstream gradient of 1, empty where not needed."""
     def flat(x):
         return None if x is None else x.float().contiguous()
 
+    weight, bias, *head_scalars = _head_args(head, detach=True)
     return _gemm_token_level(
-        hidden.detach().contiguous(), weight.detach().contiguous(), None if bias is None else bias.detach().contiguous(),
-        targets.contiguous(), flat(inputs.mask), flat(inputs.advantages), flat(inputs.token_weights),
-        flat(inputs.entropy_weights), flat(inputs.old_logps), flat(inputs.ref_logps), flat(inputs.importance_ratio),
-        float(temperature), config_key(config), int(workspace_bytes), bool(needs_hidden_grad), bool(needs_weight_grad))
+        hidden.detach().contiguous(), weight, bias, targets.contiguous(), flat(inputs.mask), flat(inputs.advantages),
+        flat(inputs.token_weights), flat(inputs.entropy_weights), flat(inputs.old_logps), flat(inputs.ref_logps),
+        flat(inputs.importance_ratio), *head_scalars, config_key(config), int(workspace_bytes),
+        bool(needs_hidden_grad), bool(needs_weight_grad))
 
 
-def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                 grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_bias: torch.Tensor) -> torch.Tensor:
-    """`loss` (a value computed without autograd) made differentiable w.r.t. hidden, weight and bias, with the
-    given precomputed gradients scaled by the upstream gradient."""
-    return _attach_grads(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias)
+def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, head: LMHead, grad_hidden: torch.Tensor,
+                 grad_weight: torch.Tensor, grad_bias: torch.Tensor) -> torch.Tensor:
+    """`loss` (a value computed without autograd) made differentiable w.r.t. hidden and the head's weight and bias,
+    with the given precomputed gradients scaled by the upstream gradient."""
+    return _attach_grads(loss, hidden, head.weight, head.bias, grad_hidden, grad_weight, grad_bias)
 
 
 # ---- entry points for api.py --------------------------------------------------------------------------
 
-def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-                    temperature: float, backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden [N, H], weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable."""
-    logps, entropy, _ = _linear_logprobs(hidden.contiguous(), weight.contiguous(),
-                                         None if bias is None else bias.contiguous(), targets.contiguous(),
-                                         float(temperature), backend, int(workspace_bytes))
+def linear_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, backend: str,
+                    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [N, H], head.weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable."""
+    weight, bias, *head_scalars = _head_args(head)
+    logps, entropy, _ = _linear_logprobs(hidden.contiguous(), weight, bias, targets.contiguous(), *head_scalars,
+                                         backend, int(workspace_bytes))
     return logps, entropy
 
 
@@ -339,16 +364,17 @@ def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     return logps, entropy
 
 
-def linear_grpo_token_terms(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-                            ref_logps, importance_ratio, mask, temperature, loss_kind, config):
+def linear_grpo_token_terms(hidden, head: LMHead, targets, advantages, token_weights, entropy_weights, old_logps,
+                            ref_logps, importance_ratio, mask, loss_kind, config):
     """Flattened [N] inputs -> (terms, logps, entropy, kl, clip code); terms.sum() is the loss."""
     def flat(x):
         return None if x is None else x.reshape(-1).float().contiguous()
 
+    weight, bias, *head_scalars = _head_args(head)
     terms, logps, entropy, _, _, kl, clip = _linear_grpo_token_terms(
-        hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), targets.contiguous(),
-        flat(advantages), flat(token_weights), flat(entropy_weights), flat(old_logps), flat(ref_logps),
-        flat(importance_ratio), flat(mask), float(temperature), loss_kind, config.epsilon_low,
-        config.epsilon_high_value, None if config.delta is None else float(config.delta), float(config.beta),
-        float(config.sapo_temperature_pos), float(config.sapo_temperature_neg), bool(config.use_bias_correction_kl))
+        hidden.contiguous(), weight, bias, targets.contiguous(), flat(advantages), flat(token_weights),
+        flat(entropy_weights), flat(old_logps), flat(ref_logps), flat(importance_ratio), flat(mask), *head_scalars,
+        loss_kind, config.epsilon_low, config.epsilon_high_value, None if config.delta is None else float(config.delta),
+        float(config.beta), float(config.sapo_temperature_pos), float(config.sapo_temperature_neg),
+        bool(config.use_bias_correction_kl))
     return terms, logps, entropy, kl, clip

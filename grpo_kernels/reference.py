@@ -11,15 +11,18 @@ from typing import Optional
 import torch
 
 from .config import GRPOLossConfig
+from .head import IDENTITY, LMHead, LogitTransform
 from .objective import GRPOLossOutput, grpo_loss_output
-from .validation import check_config, check_linear_inputs, check_logits, check_loss_inputs, check_targets
+from .validation import (check_config, check_linear_inputs, check_logit_transform, check_logits, check_loss_inputs,
+                         check_targets)
 
 
-def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor,
-                         temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-prob of `targets` and entropy, in float32 (float64 stays float64)."""
+def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                         transform: LogitTransform = IDENTITY) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-prob of `targets` and entropy under softmax(transform(logits) / temperature), in float32
+    (float64 stays float64)."""
     compute_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    log_probs = torch.log_softmax(logits.to(compute_dtype) / temperature, dim=-1)
+    log_probs = torch.log_softmax(transform.apply(logits.to(compute_dtype)) / temperature, dim=-1)
     logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     return logps, entropy
@@ -30,12 +33,19 @@ def linear_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     return torch.nn.functional.linear(hidden, weight, bias)
 
 
+def head_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logps, entropy) of hidden rows through the head, its whole logits materialized."""
+    return logprobs_from_logits(linear_logits(hidden, head.weight, head.bias), targets, head.temperature,
+                                head.transform)
+
+
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0,
-                    return_entropy: bool = False):
+                    return_entropy: bool = False, logit_transform: Optional[LogitTransform] = None):
     check_linear_inputs(hidden, weight, bias)
     check_targets("targets", targets, tuple(hidden.shape[:-1]), weight.shape[0], hidden.device)
-    logps, entropy = logprobs_from_logits(linear_logits(hidden, weight, bias), targets, temperature)
+    head = LMHead(weight, bias, temperature, check_logit_transform(logit_transform))
+    logps, entropy = head_logprobs(hidden, head, targets)
     return (logps, entropy) if return_entropy else logps
 
 
@@ -58,16 +68,18 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                            completion_mask: torch.Tensor, advantages: torch.Tensor,
                            bias: Optional[torch.Tensor] = None, old_logps: Optional[torch.Tensor] = None,
                            ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
-                           num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
+                           num_items_in_batch=None, config: Optional[GRPOLossConfig] = None,
+                           logit_transform: Optional[LogitTransform] = None) -> GRPOLossOutput:
     config = check_config(config)
     check_linear_inputs(hidden, weight, bias)
+    head = LMHead(weight, bias, config.temperature, check_logit_transform(logit_transform))
     if hidden.dim() != 3:
         raise ValueError(f"hidden must be [B, T, H], got shape {list(hidden.shape)}")
     B, T, _ = hidden.shape
     check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
     check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)
-    logps, entropy = logprobs_from_logits(linear_logits(hidden, weight, bias), completion_ids, config.temperature)
+    logps, entropy = head_logprobs(hidden, head, completion_ids)
     return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps,
                             importance_ratio, num_items_in_batch, config)
 

@@ -1,4 +1,4 @@
-"""Softmax statistics and the softmax gradient on rows of logits, in torch ops.
+"""Softmax statistics, the softmax gradient and the logit transform (head.py) on rows of logits, in torch ops.
 
 Shared by the chunked torch backend (which sees a vocabulary chunk of a row at a time and folds the
 chunks with an online log-sum-exp) and the GEMM path's CPU row pass (which sees whole rows). Every
@@ -46,13 +46,32 @@ def target_logit(z: torch.Tensor, inside: torch.Tensor, column: torch.Tensor) ->
     return torch.where(inside, z.gather(1, column[:, None]).squeeze(1), 0.0)
 
 
-def softmax_grad_(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor],
-                  inside: torch.Tensor, column: torch.Tensor, inv_tau: float) -> torch.Tensor:
-    """Turn a tile of scaled logits z into dLoss/d(unscaled logits), in place, and return it (z's storage).
+def transform_logits_(z: torch.Tensor, inv_tau: float, cap_scale: Optional[float]) -> torch.Tensor:
+    """Raw logits (h W^T + b) -> the softmax's logits, in place: inv_tau * tanh(cap_scale * z) with a soft-cap,
+    inv_tau * z without (LMHead.logit_constants gives the two numbers)."""
+    if cap_scale is not None:
+        return z.mul_(cap_scale).tanh_().mul_(inv_tau)
+    return z.mul_(inv_tau) if inv_tau != 1.0 else z
 
-    dz = (g (onehot - p) - e p (log p + ent)) / tau with g = dLoss/dlp and e = dLoss/dent per row. One
-    tile-sized temporary (p) is alive besides z.
+
+def _softcap_slope(logits: torch.Tensor, inv_tau: float, cap_scale: Optional[float]) -> Optional[torch.Tensor]:
+    """cap_scale (1 - t^2), t = tanh(cap_scale z) recovered from the transformed logits (None without a soft-cap):
+    with dlogits/dz = inv_tau * slope, the chain rule through the transform."""
+    if cap_scale is None:
+        return None
+    return (logits * (1.0 / inv_tau)).square_().neg_().add_(1.0).mul_(cap_scale)
+
+
+def softmax_grad_(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor],
+                  inside: torch.Tensor, column: torch.Tensor, inv_tau: float,
+                  cap_scale: Optional[float] = None) -> torch.Tensor:
+    """Turn a tile of transformed logits z (`transform_logits_`) into dLoss/d(raw logits), in place, and return
+    it (z's storage).
+
+    dz = (g (onehot - p) - e p (log p + ent)) * inv_tau [* cap_scale (1 - tanh^2)] with g = dLoss/dlp, e = dLoss/dent
+    per row. One tile-sized temporary (p) is alive besides z, two with a soft-cap (its slope).
     """
+    slope = _softcap_slope(z, inv_tau, cap_scale)
     log_p = z.sub_(lse[:, None])
     p = torch.exp(log_p)
     if e is not None:
@@ -62,4 +81,6 @@ def softmax_grad_(z: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor, g: torc
     del p
     rows = torch.nonzero(inside).squeeze(-1)
     z[rows, column[rows]] += g[rows]
-    return z.mul_(inv_tau) if inv_tau != 1.0 else z
+    if inv_tau != 1.0:
+        z.mul_(inv_tau)
+    return z if slope is None else z.mul_(slope)

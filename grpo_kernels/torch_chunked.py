@@ -3,7 +3,8 @@
 The same algorithm as the Triton kernels, written with torch ops so it runs on any device (it is the
 CPU default). Extra memory is O(tokens + one [TOKEN_CHUNK, VOCAB_CHUNK] tile): the [tokens, vocab]
 logits never exist. The backward recomputes each logits tile and turns it into
-`dz = (g * (onehot - p) - e * p * (log p + ent)) / tau`, then into dH, dW and dbias, accumulating in
+`dz = (g * (onehot - p) - e * p * (log p + ent)) / tau` (times the soft-cap's slope for a capped head, see
+head.py), then into dH, dW and dbias, accumulating in
 float32 (float64 for float64 inputs) in a fixed order, so results are bitwise reproducible.
 """
 
@@ -13,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit
+from .head import LMHead
+from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (4 MiB) bounds the extra memory of every pass; the
 # passes below keep at most two such tiles alive at once (the logits and their exp), updating in place.
@@ -26,8 +28,8 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], inv_tau: float,
-                  compute_dtype: torch.dtype) -> torch.Tensor:
-    """Logits of one tile, scaled by 1/tau, in compute_dtype."""
+                  cap_scale: Optional[float], compute_dtype: torch.dtype) -> torch.Tensor:
+    """Logits of one tile, transformed (soft-capped, scaled by 1/tau), in compute_dtype."""
     if h.device.type == "cuda":
         # Tensor-core GEMM in the input dtype (as the model's LM head), softmax math in float32.
         z = torch.nn.functional.linear(h, w, b).to(compute_dtype)
@@ -35,15 +37,16 @@ def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], i
         # On CPU a float32 GEMM is both faster and more exact than a bf16 one.
         z = torch.nn.functional.linear(h.to(compute_dtype), w.to(compute_dtype),
                                        None if b is None else b.to(compute_dtype))
-    return z * inv_tau if inv_tau != 1.0 else z
+    return transform_logits_(z, inv_tau, cap_scale)  # z is a fresh tile: in place
 
 
-def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                   targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """hidden [N, H], weight [V, H], targets [N] -> (logps, entropy, lse), each [N] in float32/64."""
+def linear_forward(hidden: torch.Tensor, head: LMHead,
+                   targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """hidden [N, H], head.weight [V, H], targets [N] -> (logps, entropy, lse), each [N] in float32/64."""
+    weight, bias = head.weight, head.bias
     N, V = hidden.shape[0], weight.shape[0]
     dtype = _compute_dtype(hidden.dtype)
-    inv_tau = 1.0 / temperature
+    inv_tau, cap_scale = head.logit_constants
     logps = torch.empty(N, dtype=dtype, device=hidden.device)
     entropy = torch.empty_like(logps)
     lse_out = torch.empty_like(logps)
@@ -54,7 +57,7 @@ def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[to
         target_z = torch.zeros(n1 - n0, dtype=dtype, device=hidden.device)
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
-            z = _chunk_logits(h, weight[v0:v1], None if bias is None else bias[v0:v1], inv_tau, dtype)
+            z = _chunk_logits(h, weight[v0:v1], None if bias is None else bias[v0:v1], inv_tau, cap_scale, dtype)
             stats.update(z)
             inside, column = target_in_range(y, v0, v1)
             target_z += target_logit(z, inside, column)
@@ -64,16 +67,16 @@ def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[to
 
 
 def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], hidden: torch.Tensor,
-                    weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
-                    entropy: torch.Tensor, temperature: float, needs_hidden_grad: bool = True,
-                    needs_weight_grad: bool = True
+                    head: LMHead, targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
+                    needs_hidden_grad: bool = True, needs_weight_grad: bool = True
                     ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
     """(dhidden, dweight, dbias) from per-token upstream gradients, recomputing logits tile by tile.
     A gradient that is not needed is neither computed nor allocated (None in its slot); dbias comes with
     dweight."""
+    weight, bias = head.weight, head.bias
     N, V = hidden.shape[0], weight.shape[0]
     dtype = _compute_dtype(hidden.dtype)
-    inv_tau = 1.0 / temperature
+    inv_tau, cap_scale = head.logit_constants
     g_all = grad_logps.to(dtype)
     e_all = None if grad_entropy is None else grad_entropy.to(dtype)
     grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if needs_hidden_grad else None
@@ -90,9 +93,9 @@ def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
         for v0 in range(0, V, VOCAB_CHUNK):
             v1 = min(v0 + VOCAB_CHUNK, V)
             w = weight[v0:v1]
-            z = _chunk_logits(h, w, None if bias is None else bias[v0:v1], inv_tau, dtype)
+            z = _chunk_logits(h, w, None if bias is None else bias[v0:v1], inv_tau, cap_scale, dtype)
             inside, column = target_in_range(y, v0, v1)
-            dz = softmax_grad_(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau)
+            dz = softmax_grad_(z, lse[n0:n1], entropy[n0:n1], g, e, inside, column, inv_tau, cap_scale)
             if dh is not None:
                 dh += dz @ w.to(dtype)
             if grad_weight is not None:

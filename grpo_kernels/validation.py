@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from .config import GRPOLossConfig
+from .head import IDENTITY, LogitTransform
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -53,6 +54,16 @@ def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size
             f"{name} must hold token ids in [0, {vocab_size}), "
             f"got values in [{int(targets.min())}, {int(targets.max())}]"
         )
+
+
+def check_logit_transform(transform: object) -> LogitTransform:
+    """None (the model's plain logits) or a LogitTransform."""
+    if transform is None:
+        return IDENTITY
+    if not isinstance(transform, LogitTransform):
+        raise TypeError(f"logit_transform must be a grpo_kernels.LogitTransform (or None), got "
+                        f"{type(transform).__name__}")
+    return transform
 
 
 def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], check_finite: bool = True) -> None:

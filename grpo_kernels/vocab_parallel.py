@@ -1,7 +1,7 @@
 """Vocabulary-parallel LM heads: each rank of a process group holds the rows W[v0:v1] of the head.
 
 A wrapper around any backend of the small interface (`ops._implementation`): the backend streams the local
-shard with local targets (global id - v0, and -1 where the target lives on another rank, which every backend
+shard (the LMHead with this rank's rows, its transform and temperature included) with local targets (global id - v0, and -1 where the target lives on another rank, which every backend
 reads as "no target logit here"), then the per-token statistics of the shards are combined:
 
 - all-reduce MAX of the local log-sum-exps lse_r            -> m                (1 float per token)
@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .gemm_path import GemmBackend, wave_rows
+from .head import LMHead
 from .objective import TokenInputs, token_level_grads
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
@@ -82,37 +83,39 @@ class VocabShard:
             dist.all_reduce(x, op=dist.ReduceOp.SUM, group=self.group)
         return x
 
-    # ---- the two routes api.py takes ----------------------------------------------------------------------
 
-    def row_logprobs(self, backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     targets: torch.Tensor, temperature: float, workspace_bytes: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logps, entropy) [R] over the whole vocabulary of hidden rows [R, H], differentiable w.r.t. hidden
-        and the local weight/bias shard."""
-        return _ShardedLogprobs.apply(hidden.contiguous(), weight.contiguous(),
-                                      None if bias is None else bias.contiguous(), self.local_targets(targets),
-                                      float(temperature), backend, int(workspace_bytes), self)
+# ---- the two routes api.py takes for a head with a shard (mirroring ops.linear_logprobs / ops.gemm_token_level) -----
 
-    def gemm_token_level(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                         targets: torch.Tensor, inputs: TokenInputs, temperature: float, config, workspace_bytes: int,
-                         needs_hidden_grad: bool, needs_weight_grad: bool):
-        """`ops.gemm_token_level` on a shard: (logps, entropy, dhidden, dweight, dbias) of a token-level
-        objective in one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
-        from .ops import _or_empty  # ops imports the backends; imported late to keep this module light
+def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logps, entropy) [R] over the whole vocabulary of hidden rows [R, H], differentiable w.r.t. hidden and the
+    local weight/bias shard of `head` (whose `shard` says where this rank's rows lie)."""
+    return _ShardedLogprobs.apply(hidden.contiguous(), head.weight.contiguous(),
+                                  None if head.bias is None else head.bias.contiguous(),
+                                  head.shard.local_targets(targets), backend, int(workspace_bytes), head)
 
-        inputs = TokenInputs(**{k: None if v is None else v.float().contiguous() for k, v in vars(inputs).items()})
 
-        def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
-            return token_level_grads(logps, entropy, inputs.slice(n0, n1), config)
+def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs, config,
+                     workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
+    """`ops.gemm_token_level` on a shard: (logps, entropy, dhidden, dweight, dbias) of a token-level objective in
+    one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
+    from .ops import _or_empty  # ops imports the backends; imported late to keep this module light
 
-        logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(
-            self.wave_workspace(workspace_bytes)).linear_forward_with_grads(
-            hidden.detach().contiguous(), weight.detach().contiguous(),
-            None if bias is None else bias.detach().contiguous(), self.local_targets(targets), float(temperature),
-            token_grads, needs_hidden_grad, needs_weight_grad, combine_stats=self.combine_stats)
-        self.all_reduce_sum_(grad_hidden)
-        return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), \
-            _or_empty(grad_bias, hidden)
+    shard = head.shard
+    inputs = TokenInputs(**{k: None if v is None else v.float().contiguous() for k, v in vars(inputs).items()})
+
+    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
+        return token_level_grads(logps, entropy, inputs.slice(n0, n1), config)
+
+    local = head.local().with_tensors(head.weight.detach().contiguous(),
+                                      None if head.bias is None else head.bias.detach().contiguous())
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(
+        shard.wave_workspace(workspace_bytes)).linear_forward_with_grads(
+        hidden.detach().contiguous(), local, shard.local_targets(targets), token_grads, needs_hidden_grad,
+        needs_weight_grad, combine_stats=shard.combine_stats)
+    shard.all_reduce_sum_(grad_hidden)
+    return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), \
+        _or_empty(grad_bias, hidden)
 
 
 class _ShardedLogprobs(torch.autograd.Function):
@@ -120,16 +123,18 @@ class _ShardedLogprobs(torch.autograd.Function):
     statistics, then the all-reduce of dH."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, local_targets, temperature, backend, workspace_bytes, shard):
+    def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head):
         from .ops import _implementation
 
+        shard = head.shard
+        local = head.local().with_tensors(weight, bias)
         implementation = _implementation(backend, shard.wave_workspace(workspace_bytes))
-        logps, entropy, lse = implementation.linear_forward(hidden, weight, bias, local_targets, temperature)
+        logps, entropy, lse = implementation.linear_forward(hidden, local, local_targets)
         # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
         target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
         lse, entropy, target_z = shard.combine_stats(lse, entropy, target_z)
         ctx.save_for_backward(hidden, weight, bias, local_targets, lse, entropy)
-        ctx.implementation, ctx.temperature, ctx.shard = implementation, temperature, shard
+        ctx.implementation, ctx.head = implementation, head
         ctx.set_materialize_grads(False)
         return target_z - lse, entropy
 
@@ -139,9 +144,9 @@ class _ShardedLogprobs(torch.autograd.Function):
         needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
         grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
         grad_hidden, grad_weight, grad_bias = ctx.implementation.linear_backward(
-            grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
-            local_targets, lse, entropy, ctx.temperature, needs_hidden_grad=needs_hidden,
-            needs_weight_grad=needs_weight or needs_bias)
-        ctx.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
+            grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden,
+            ctx.head.local().with_tensors(weight, bias), local_targets, lse, entropy,
+            needs_hidden_grad=needs_hidden, needs_weight_grad=needs_weight or needs_bias)
+        ctx.head.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
         return (grad_hidden if needs_hidden else None, grad_weight if needs_weight else None,
-                grad_bias if needs_bias else None, None, None, None, None, None)
+                grad_bias if needs_bias else None, None, None, None, None)

@@ -3,9 +3,10 @@ and bias, over every loss type and option (tolerances in grpo_testing.py)."""
 
 import pytest
 import torch
-from grpo_testing import FUSED_BACKENDS, as_float64, assert_output_matches, device_of, make_problem, run_loss
+from grpo_testing import (FUSED_BACKENDS, as_float64, assert_grad_close, assert_loss_close, assert_output_matches,
+                          device_of, make_problem, run_loss)
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
+from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, grpo_loss_from_logits, reference
 
 CONFIGS = {
     "dapo_default": dict(),
@@ -23,12 +24,30 @@ CONFIGS = {
     "entropy_bonus": dict(entropy_coef=0.05),
     "entropy_mask": dict(top_entropy_quantile=0.4, loss_type="grpo"),
     "seq_delta_rho": dict(importance_sampling_level="sequence", delta=1.2, loss_type="bnpo"),
+    "softcap_temperature": dict(temperature=0.7, beta=0.04),
+    "scale_softcap_entropy_bonus": dict(entropy_coef=0.05),
+    "scale_softcap_gspo_entropy": dict(loss_type="grpo", importance_sampling_level="sequence", entropy_coef=0.02),
+    "divided_scale_bnpo": dict(loss_type="bnpo", beta=0.04),
+}
+# The cases whose head transforms its logits (a model's logit_transform): a Gemma-style soft-cap that the raw
+# logits (std ~3) saturate, a scale with it (the entropy gradient through both, on the one-pass and the two-step
+# routes), and a Granite-style division alone.
+TRANSFORMS = {
+    "softcap_temperature": LogitTransform(softcap=2.5),
+    "scale_softcap_entropy_bonus": LogitTransform(scale=1.7, softcap=4.0),
+    "scale_softcap_gspo_entropy": LogitTransform(scale=0.6, softcap=3.0),
+    "divided_scale_bnpo": LogitTransform(scale=1 / 1.5),
 }
 DTYPES = [torch.float32, torch.bfloat16]
 
 
 def _config(name):
     return GRPOLossConfig(**CONFIGS[name])
+
+
+def head_kwargs(name) -> dict:
+    """The case's head arguments beyond the weight and bias (its logit transform, if any)."""
+    return dict(logit_transform=TRANSFORMS[name]) if name in TRANSFORMS else {}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -38,9 +57,31 @@ def test_fused_linear_matches_float64_reference(backend, config_name, dtype):
     problem = make_problem(seed=sum(map(ord, config_name)), dtype=dtype, device=device_of(backend),
                            importance_ratio="token" if "rho" in config_name or config_name == "vespo" else None)
     config = _config(config_name)
-    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
-    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend, **head_kwargs(config_name))
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config,
+                                  **head_kwargs(config_name))
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
+
+
+@pytest.mark.parametrize("config_name", ["scale_softcap_entropy_bonus", "scale_softcap_gspo_entropy"])
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_frozen_transformed_head(backend, config_name):
+    """A frozen head (the LoRA case) whose logits are soft-capped: the hidden gradient of the reference, none for
+    the head, on the one-pass (token-level) and the two-step (sequence-level) routes."""
+    problem = make_problem(seed=12, device=device_of(backend), importance_ratio="token")
+    config = _config(config_name)
+    results = []
+    for fn, p, kwargs in ((fused_linear_grpo_loss, problem, dict(backend=backend)),
+                          (reference.fused_linear_grpo_loss, as_float64(problem), {})):
+        hidden = p.hidden.clone().requires_grad_()
+        out = fn(hidden, p.weight, p.completion_ids, p.completion_mask, p.advantages, config=config,
+                 **p.loss_kwargs(), **kwargs, **head_kwargs(config_name))
+        out.loss.backward()
+        results.append((out, hidden.grad))
+    (out, grad), (ref_out, ref_grad) = results
+    assert_loss_close(out.loss, ref_out.loss, torch.float32)
+    assert_grad_close(grad, ref_grad, torch.float32, "dhidden")
+    assert problem.weight.grad is None and problem.bias.grad is None
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -129,7 +170,6 @@ def test_loss_from_logits_matches_float64_reference(backend, config_name, dtype)
         out.loss.backward()
         results.append((out, logits.grad.cpu()))
     (out, grad), (ref_out, ref_grad) = results
-    from grpo_testing import assert_grad_close, assert_loss_close
     assert_loss_close(out.loss, ref_out.loss, dtype)
     for name, value in ref_out.metrics.items():
         assert_loss_close(out.metrics[name], value, dtype, what=name)

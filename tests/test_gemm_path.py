@@ -4,11 +4,14 @@ import pytest
 import torch
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, gemm_path, reference, torch_chunked
+from grpo_kernels import (GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, gemm_path, reference,
+                          torch_chunked)
 from grpo_kernels.gemm_path import GemmBackend, TORCH_ROWS, triton_rows, wave_rows
+from grpo_kernels.head import IDENTITY
 
 TOKEN_LEVEL = GRPOLossConfig(loss_type="dapo", beta=0.04, entropy_coef=0.05)
 SEQUENCE_LEVEL = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)
+SOFTCAPPED = LogitTransform(scale=0.8, softcap=2.5)
 
 
 def test_wave_rows_fill_the_workspace():
@@ -18,19 +21,23 @@ def test_wave_rows_fill_the_workspace():
         wave_rows(1000, 0)
 
 
+@pytest.mark.parametrize("transform", [IDENTITY, SOFTCAPPED], ids=["plain", "softcapped"])
 @pytest.mark.parametrize("config", [TOKEN_LEVEL, SEQUENCE_LEVEL], ids=["token", "sequence"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_many_waves_match_float64_reference(config, dtype):
+def test_many_waves_match_float64_reference(config, dtype, transform):
     """A workspace of 3 rows: every wave boundary, the partial last wave and the dW accumulation across waves."""
     problem = make_problem(seed=5, B=3, T=7, H=24, V=97, dtype=dtype, importance_ratio="token")
-    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="gemm", workspace_bytes=3 * 4 * 97)
-    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="gemm", workspace_bytes=3 * 4 * 97,
+                          logit_transform=transform)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config,
+                                  logit_transform=transform)
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_triton_row_kernels_match_torch_rows(with_bias, temperature):
+@pytest.mark.parametrize("temperature,transform", [(1.0, IDENTITY), (0.7, IDENTITY), (0.7, SOFTCAPPED)],
+                         ids=["plain", "temperature", "softcapped"])
+def test_triton_row_kernels_match_torch_rows(with_bias, temperature, transform):
     """The CUDA row pass (statistics, dZ in place) against the torch one, under the Triton interpreter."""
     gen = torch.Generator().manual_seed(3)
     N, H, V = 9, 16, 301
@@ -43,8 +50,9 @@ def test_triton_row_kernels_match_torch_rows(with_bias, temperature):
     results = []
     for rows in (TORCH_ROWS, triton_rows()):
         backend = GemmBackend(workspace_bytes=4 * 4 * V, rows=rows)
-        stats = backend.linear_forward(hidden, weight, bias, targets, temperature)
-        grads = backend.linear_backward(g, e, hidden, weight, bias, targets, stats[2], stats[1], temperature)
+        head = LMHead(weight, bias, temperature, transform)
+        stats = backend.linear_forward(hidden, head, targets)
+        grads = backend.linear_backward(g, e, hidden, head, targets, stats[2], stats[1])
         results.append((*stats, *grads))
     for torch_rows, triton in zip(*results):
         torch.testing.assert_close(triton, torch_rows, rtol=2e-5, atol=2e-5)
@@ -63,9 +71,9 @@ def test_triton_row_grad_narrows_to_bf16_in_place():
     targets = torch.randint(0, V, (R,), generator=gen)
     lse, ent, _ = rows.row_stats(z, None, targets, 1.0)
     g, e = torch.randn(R, generator=gen), torch.randn(R, generator=gen)
-    expected = rows.row_grad_(z.clone(), None, targets, lse, ent, g, e, 1.0, torch.float32)
+    expected = rows.row_grad_(z.clone(), None, targets, lse, ent, g, e, 1.0, None, torch.float32)
     storage = z.clone()
-    narrowed = rows.row_grad_(storage, None, targets, lse, ent, g, e, 1.0, torch.bfloat16)
+    narrowed = rows.row_grad_(storage, None, targets, lse, ent, g, e, 1.0, None, torch.bfloat16)
     assert narrowed.dtype == torch.bfloat16 and narrowed.data_ptr() == storage.data_ptr()
     assert narrowed.stride() == (2 * V, 1)
     torch.testing.assert_close(narrowed.float(), expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))

@@ -4,7 +4,8 @@ import pytest
 import torch
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs, reference
+from grpo_kernels import (GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, grpo_loss_from_logits,
+                          linear_logprobs, reference)
 from grpo_kernels.api import resolve_backend
 
 pytestmark = pytest.mark.gpu
@@ -14,17 +15,19 @@ def test_auto_backend_is_gemm_on_cuda():
     assert resolve_backend("auto", torch.device("cuda")) == "gemm"
 
 
+@pytest.mark.parametrize("transform", [None, LogitTransform(scale=1.2, softcap=5.0)], ids=["plain", "softcapped"])
 @pytest.mark.parametrize("backend", ["gemm", "triton"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04), GRPOLossConfig(loss_type="grpo", entropy_coef=0.01,
                                                                               importance_sampling_level="sequence")],
                          ids=["dapo_kl", "gspo_entropy"])
-def test_lm_head_sized_problem_matches_float64(dtype, config, backend):
+def test_lm_head_sized_problem_matches_float64(dtype, config, backend, transform):
     problem = make_problem(seed=0, B=4, T=96, H=256, V=32003, dtype=dtype, device="cuda")
     # a small workspace: several waves, so the 16-bit dW accumulation across waves is exercised
-    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend, workspace_bytes=100 * 4 * 32003)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend, workspace_bytes=100 * 4 * 32003,
+                          logit_transform=transform)
     expected = as_float64(problem).to("cuda")
-    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, expected, config)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, expected, config, logit_transform=transform)
     assert_output_matches(out, {k: v.cpu() for k, v in grads.items()}, ref_out,
                           {k: v.cpu() for k, v in ref_grads.items()}, dtype)
 

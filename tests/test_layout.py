@@ -5,14 +5,21 @@ import pytest
 import torch
 from grpo_testing import FUSED_BACKENDS, device_of, make_problem
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, gemm_path, linear_logprobs, torch_chunked
+from grpo_kernels import (GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, gemm_path, linear_logprobs,
+                          torch_chunked)
 
 CONFIGS = {
     "dapo_kl_entropy": GRPOLossConfig(beta=0.04, entropy_coef=0.02),
     "gspo": GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence"),
     "vespo": GRPOLossConfig(loss_type="vespo", beta=0.04),
     "entropy_mask": GRPOLossConfig(loss_type="bnpo", top_entropy_quantile=0.5),
+    "softcapped_dapo_kl_entropy": GRPOLossConfig(beta=0.04, entropy_coef=0.02),
+    "softcapped_gspo": GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence"),
 }
+# a Gemma-style head: packing must not change what the transform sees
+TRANSFORMS = {"softcapped_dapo_kl_entropy": LogitTransform(scale=1.3, softcap=2.0),
+              "softcapped_gspo": LogitTransform(scale=1.3, softcap=2.0)}
+TRITON_CASES = ("dapo_kl_entropy", "softcapped_dapo_kl_entropy")  # the interpreter is slow: these cover it
 
 
 def _right_padded(seed: int, lengths: list[int], H: int = 12, V: int = 45, device: str = "cpu"):
@@ -45,20 +52,21 @@ def _grads(out, leaves):
 @pytest.mark.parametrize("backend", FUSED_BACKENDS + ["reference"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_packed_equals_padded(backend, name):
-    if backend == "triton" and name != "dapo_kl_entropy":
-        pytest.skip("the interpreter is slow: one config covers the Triton path")
+    if backend == "triton" and name not in TRITON_CASES:
+        pytest.skip("the interpreter is slow: the TRITON_CASES cover the Triton path")
     config, lengths = CONFIGS[name], [5, 1, 3, 7]
+    head = dict(logit_transform=TRANSFORMS[name]) if name in TRANSFORMS else {}
     problem = _right_padded(seed=3, lengths=lengths, device=device_of(backend))
     w1, w2 = (problem.weight.clone().requires_grad_() for _ in range(2))
     h_pad = problem.hidden.clone().requires_grad_()
     padded = fused_linear_grpo_loss(h_pad, w1, problem.completion_ids, problem.completion_mask, problem.advantages,
                                     bias=problem.bias, old_logps=problem.old_logps, ref_logps=problem.ref_logps,
-                                    importance_ratio=problem.importance_ratio, config=config, backend=backend)
+                                    importance_ratio=problem.importance_ratio, config=config, backend=backend, **head)
     p = _packed(problem, lengths)
     h_packed = p["hidden"].clone().requires_grad_()
     packed = fused_linear_grpo_loss(h_packed, w2, p["ids"], None, p["adv"], bias=problem.bias, old_logps=p["old"],
                                     ref_logps=p["ref"], importance_ratio=p["rho"], config=config, backend=backend,
-                                    cu_seqlens=p["cu"])
+                                    cu_seqlens=p["cu"], **head)
     torch.testing.assert_close(packed.loss, padded.loss, rtol=1e-5, atol=1e-6)
     for key, value in padded.metrics.items():
         torch.testing.assert_close(packed.metrics[key], value, rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Property test: random shapes and configs, each fused path against the float64 reference."""
+"""Property test: random shapes, configs and head transforms, each fused path against the float64 reference."""
 
 import os
 
@@ -8,7 +8,7 @@ from grpo_testing import as_float64, assert_output_matches, device_of, make_prob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
+from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, reference
 from grpo_kernels.config import LOSS_TYPES
 
 # Local runs explore new examples every time; CI replays a fixed sequence so a submission cannot fail on a
@@ -40,12 +40,16 @@ def problems_and_configs(draw):
         importance_ratio=draw(st.sampled_from([None, "token"] + ([] if loss_type == "vespo" else ["sequence"]))),
         masked_rows=draw(st.integers(0, 1)), token_advantages=draw(st.booleans()),
         logit_scale=draw(st.sampled_from([0.5, 3.0, 8.0])))
-    return problem, config
+    transform = draw(st.one_of(st.none(), st.builds(LogitTransform, scale=st.sampled_from([1.0, 0.3, 2.5]),
+                                                    softcap=st.sampled_from([None, 1.0, 5.0, 30.0]))))
+    return problem, config, transform
 
 
-def _check(problem, config, backend):
-    out, grads = run_loss(fused_linear_grpo_loss, problem.to(device_of(backend)), config, backend=backend)
-    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+def _check(problem, config, transform, backend):
+    out, grads = run_loss(fused_linear_grpo_loss, problem.to(device_of(backend)), config, backend=backend,
+                          logit_transform=transform)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config,
+                                  logit_transform=transform)
     assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from grpo_testing import make_problem
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
+from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
 
 BACKENDS = ["torch", "triton", "reference"]
 
@@ -40,6 +40,7 @@ CASES = [
     ("weight dtype", dict(weight=torch.randn(20, 8, dtype=torch.float64)), TypeError, "weight dtype"),
     ("int hidden", dict(hidden=torch.ones(2, 3, 8, dtype=torch.long)), TypeError, "hidden must be a floating tensor"),
     ("bias shape", dict(bias=torch.randn(19)), ValueError, "bias must have shape"),
+    ("transform type", dict(logit_transform=30.0), TypeError, "logit_transform must be a grpo_kernels.LogitTransform"),
     ("old_logps shape", dict(old_logps=torch.zeros(2, 2)), ValueError, "old_logps must have shape"),
     ("rho shape", dict(importance_ratio=torch.ones(2, 2)), ValueError, "importance_ratio must have shape"),
     ("negative rho", dict(importance_ratio=-torch.ones(2, 3)), ValueError, "importance_ratio must be >= 0"),
@@ -129,3 +130,16 @@ def test_inputs_are_not_modified(backend):
     out.loss.backward()
     for k, v in tensors.items():
         assert torch.equal(v, before[k]), f"{k} was modified in place"
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(softcap=0.0), "LogitTransform.softcap must be > 0"),
+    (dict(softcap=-30.0), "LogitTransform.softcap must be > 0"),
+    (dict(softcap=float("inf")), "LogitTransform.softcap must be a finite real number"),
+    (dict(scale=float("nan")), "LogitTransform.scale must be a finite real number"),
+    (dict(scale="1/8"), "LogitTransform.scale must be a finite real number"),
+    (dict(scale=True), "LogitTransform.scale must be a finite real number"),
+])
+def test_logit_transform_values_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LogitTransform(**kwargs)

@@ -11,9 +11,10 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 from grpo_testing import as_float64, assert_grad_close, assert_loss_close, assert_output_matches, make_problem
-from test_api import CONFIGS  # every loss type and option of the single-process parity tests
+from test_api import CONFIGS, head_kwargs  # every loss type, option and head transform of the parity tests
 
-from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
+from grpo_kernels import (FusedLinearGRPOLoss, GRPOLossConfig, LogitTransform, fused_linear_grpo_loss,
+                          linear_logprobs, reference)
 
 
 def uneven_sizes(V: int, world: int) -> list[int]:
@@ -88,14 +89,15 @@ def sharded_loss(problem, config, form: str, backend: str, **kwargs):
     return out, {k: v for k, v in grads.items() if v is not None}, head
 
 
-def reference_loss(problem, config, head: ShardedHead):
+def reference_loss(problem, config, head: ShardedHead, logit_transform=None):
     leaves = {name: getattr(as_float64(problem), name).clone().requires_grad_()
               for name in ("hidden", "weight", "bias") if getattr(problem, name) is not None}
     p64 = as_float64(problem)
     kw = p64.loss_kwargs()
     kw["bias"] = leaves.get("bias")
     out = reference.fused_linear_grpo_loss(leaves["hidden"], leaves["weight"], p64.completion_ids,
-                                           p64.completion_mask, p64.advantages, config=config, **kw)
+                                           p64.completion_mask, p64.advantages, config=config,
+                                           logit_transform=logit_transform, **kw)
     out.loss.backward()
     rows = head.rows()
     grads = {"hidden": leaves["hidden"].grad, "weight": leaves["weight"].grad[rows]}
@@ -104,21 +106,23 @@ def reference_loss(problem, config, head: ShardedHead):
     return out, grads
 
 
-def check_loss(problem, config, form: str, backend: str, dtype: torch.dtype = torch.float32, **kwargs) -> None:
-    out, grads, head = sharded_loss(problem, config, form, backend, **kwargs)
-    ref_out, ref_grads = reference_loss(problem, config, head)
+def check_loss(problem, config, form: str, backend: str, dtype: torch.dtype = torch.float32, logit_transform=None,
+               **kwargs) -> None:
+    out, grads, head = sharded_loss(problem, config, form, backend, logit_transform=logit_transform, **kwargs)
+    ref_out, ref_grads = reference_loss(problem, config, head, logit_transform)
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
 
 
-def check_linear_logprobs(problem, form: str, backend: str) -> None:
+def check_linear_logprobs(problem, form: str, backend: str, logit_transform=None) -> None:
     head = ShardedHead(form, problem.weight, problem.bias)
     hidden = problem.hidden.detach().clone().requires_grad_()
     lp, ent = linear_logprobs(hidden, head.weight, problem.completion_ids, bias=head.bias, temperature=0.8,
-                              return_entropy=True, backend=backend, **head.kwargs)
+                              return_entropy=True, backend=backend, logit_transform=logit_transform, **head.kwargs)
     (lp.sum() + 0.3 * ent.sum()).backward()
     p64 = as_float64(problem)
     leaves = [p64.hidden.requires_grad_(), p64.weight.requires_grad_(), p64.bias.requires_grad_()]
-    ref_lp, ref_ent = reference.logprobs_from_logits(reference.linear_logits(*leaves), p64.completion_ids, 0.8)
+    ref_lp, ref_ent = reference.linear_logprobs(*leaves[:2], p64.completion_ids, bias=leaves[2], temperature=0.8,
+                                                return_entropy=True, logit_transform=logit_transform)
     (ref_lp.sum() + 0.3 * ref_ent.sum()).backward()
     for name, a, e in (("logps", lp, ref_lp), ("entropy", ent, ref_ent)):
         torch.testing.assert_close(a.detach().double(), e.detach(), atol=1e-5, rtol=1e-5, msg=name)
@@ -195,12 +199,13 @@ def parity_suite(backends: tuple[str, ...]) -> None:
                 head_sizes = ShardedHead(form, problem.weight, None).sizes
                 targets_on_every_shard(problem, head_sizes)
                 try:
-                    check_loss(problem, config, form, backend)
+                    check_loss(problem, config, form, backend, **head_kwargs(name))
                 except AssertionError as error:
                     raise AssertionError(f"{backend} {name} {form}: {error}") from error
         problem = make_problem(seed=7, V=V)
         for form in ("group", "dtensor"):
             check_linear_logprobs(problem, form, backend)
+        check_linear_logprobs(problem, "group", backend, LogitTransform(scale=0.7, softcap=2.0))
         check_module(problem, backend)
         check_no_tokens_by_vocab_buffer(backend)
         # bfloat16 and a wave of a few tokens (several per-wave combines in the GEMM one-pass route)
@@ -213,6 +218,8 @@ def triton_suite() -> None:
     problem = make_problem(seed=3, B=2, T=3, H=16, V=37)
     for config in (GRPOLossConfig(beta=0.04), GRPOLossConfig(importance_sampling_level="sequence", loss_type="grpo")):
         check_loss(problem, config, "group", "triton")
+    check_loss(problem, GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", entropy_coef=0.02),
+               "group", "triton", logit_transform=LogitTransform(scale=1.5, softcap=2.0))
 
 
 def error_suite() -> None:

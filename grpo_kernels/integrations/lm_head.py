@@ -1,25 +1,33 @@
-"""Finding a causal LM's backbone and LM head, and refusing heads the fused kernels cannot reproduce.
+"""Finding a causal LM's backbone, LM head and logit transform, and refusing heads the fused kernels cannot
+reproduce.
 
-The fused kernels compute softmax((h W^T + b) / temperature). A model whose logits are anything else (logit
-soft-capping, a logit multiplier, a PEFT adapter on the head) would silently get wrong log-probs, so those are
-refused here with the attribute that causes it.
+The fused kernels compute softmax(transform(h W^T + b) / temperature), `transform` a scale and a tanh soft-cap
+(grpo_kernels.LogitTransform). `logit_transform` reads it from the model's config under every attribute name, in
+the order and with the meaning TRL 1.16's fused head gives them (trl.trainer.utils.add_fused_lm_head), so the
+kernels' log-probs are TRL's. A config value that is not a usable number, or a PEFT adapter on the head, would
+give silently wrong log-probs: those are refused, naming the attribute.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional
 
 import torch
 from torch import nn
 
-# Config attributes that change the logits after the LM-head matmul. The values that mean "no change".
-_LOGIT_TRANSFORMS = {
-    "final_logit_softcapping": (None,),  # Gemma 2/3: tanh soft-cap
-    "logit_scale": (None, 1.0),  # Cohere
-    "logits_scaling": (None, 1.0),  # Granite, MiniCPM
-    "output_multiplier": (None, 1.0),
-    "lm_head_multiplier": (None, 1.0),  # Falcon-H1
-}
+from ..head import LogitTransform
+
+# Config attributes that multiply the LM head's output, in the order TRL 1.16 reads them: the first one set wins.
+SCALE_ATTRIBUTES = ("logit_scale",  # Cohere, Cohere 2
+                    "output_multiplier",  # Muse Glimmer / Spark (before their soft-cap)
+                    "lm_head_multiplier")  # Falcon-H1
+# Read only when none of those is set: Granite, Granite-MoE and MiniCPM3 divide the logits by it (MiniCPM3 divides
+# the hidden states, the same for its bias-free head); HyperCLOVA X multiplies by it.
+DIVISOR_ATTRIBUTE = "logits_scaling"
+MULTIPLYING_DIVISOR_MODEL_TYPES = ("hyperclovax",)
+SOFTCAP_ATTRIBUTE = "final_logit_softcapping"  # Gemma 2/3, Gemma 3n/4, VaultGemma, Mistral Large 4, ...
 
 
 def text_config(model: nn.Module):
@@ -29,17 +37,41 @@ def text_config(model: nn.Module):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def check_plain_logits(model: nn.Module) -> None:
-    """Raise if the model post-processes its LM-head output in a way the fused kernels do not."""
+def _config_number(model: nn.Module, config, name: str) -> Optional[float]:
+    """config.<name> as a finite float, None when unset; anything else is refused, naming the attribute."""
+    value = getattr(config, name, None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise ValueError(f"{type(model).__name__} sets config.{name}={value!r}, which grpo_kernels cannot apply to "
+                         "its logits: expected a finite number (or None)")
+    return float(value)
+
+
+def logit_transform(model: nn.Module) -> LogitTransform:
+    """What `model` does to its LM head's output before the softmax, from its (text) config, as TRL 1.16 reads it:
+    a scale (the first of SCALE_ATTRIBUTES set, else 1 / logits_scaling, or logits_scaling itself for HyperCLOVA
+    X), then a tanh soft-cap at final_logit_softcapping."""
     config = text_config(model)
-    for name, neutral in _LOGIT_TRANSFORMS.items():
-        value = getattr(config, name, None)
-        if value not in neutral:
-            raise NotImplementedError(
-                f"{type(model).__name__} sets config.{name}={value!r}: its logits are not "
-                "(hidden @ lm_head.weight.T + bias), which is all grpo_kernels computes. Supported: models whose "
-                "logits are the plain LM-head output (Llama, Qwen2/2.5/3, Mistral, Gemma 1)."
-            )
+    softcap = _config_number(model, config, SOFTCAP_ATTRIBUTE)
+    if softcap is not None and softcap <= 0:
+        raise ValueError(f"{type(model).__name__} sets config.{SOFTCAP_ATTRIBUTE}={softcap!r}: a soft-cap must be "
+                         "> 0 (None for none)")
+    scale = None
+    for name in SCALE_ATTRIBUTES:
+        scale = _config_number(model, config, name)
+        if scale is not None:
+            break
+    if scale is None:
+        divisor = _config_number(model, config, DIVISOR_ATTRIBUTE)
+        if divisor is not None and getattr(config, "model_type", None) in MULTIPLYING_DIVISOR_MODEL_TYPES:
+            scale = divisor
+        elif divisor is not None:
+            if divisor == 0:
+                raise ValueError(f"{type(model).__name__} sets config.{DIVISOR_ATTRIBUTE}=0: its logits would be "
+                                 "divided by zero")
+            scale = 1.0 / divisor
+    return LogitTransform(scale=1.0 if scale is None else scale, softcap=softcap)
 
 
 def backbone(model: nn.Module) -> nn.Module:

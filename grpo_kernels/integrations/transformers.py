@@ -7,13 +7,15 @@
     out.entropy    # [B, T-1] float32 (None unless return_entropy=True)
 
 The forward runs the backbone, then streams the LM head through `grpo_kernels.linear_logprobs` on the
-positions whose label is not -100. Without `return_logprobs` / `lm_head_fn` the model's own forward runs
-unchanged (generation, loss, other patches). `lm_head_fn=fn` is the general seam the TRL integration uses:
-`fn(last_hidden_state, weight, bias)` runs inside the model's forward with the whole LM-head weight, which is
-what FSDP and ZeRO-3 need, and its result comes back as `out.head_output`.
+positions whose label is not -100, with the model's logit transform (Gemma 2/3's final_logit_softcapping,
+Cohere's logit_scale, Granite's logits_scaling, ...: lm_head.logit_transform reads every config name TRL 1.16
+reads). Without `return_logprobs` / `lm_head_fn` the model's own forward runs unchanged (generation, loss, other
+patches). `lm_head_fn=fn` is the general seam the TRL integration uses: `fn(last_hidden_state, weight, bias)`
+runs inside the model's forward with the whole LM-head weight, which is what FSDP and ZeRO-3 need, and its
+result comes back as `out.head_output`; `head_logit_transform(model)` is the transform fn must apply.
 
-Tested families: Llama, Qwen2 (2.5), Qwen3, Mistral, Gemma (1). Models whose logits are post-processed
-(soft-capping, logit scales) are refused, since the kernels compute the plain (h W^T + b) / temperature.
+Tested families: Llama, Qwen2 (2.5), Qwen3, Mistral, Gemma (1), Gemma 2 (soft-capped), Cohere and Granite
+(scaled).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from transformers.utils import ModelOutput
 
 from .. import linear_logprobs
 from ..api import BACKENDS
-from .lm_head import backbone, check_plain_logits, output_head
+from ..head import LogitTransform
+from .lm_head import backbone, logit_transform, output_head
 from .sharding import call_with_full_head
 
 IGNORE_INDEX = -100
@@ -45,6 +48,7 @@ HeadFn = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any]
 class HeadSettings:
     backend: str = "auto"
     lm_head_fp32: bool = False  # TRL's cast_lm_head_to_fp32: the head matmul in float32
+    logit_transform: LogitTransform = LogitTransform()  # read from the model's config when patched
 
 
 @dataclass
@@ -75,9 +79,19 @@ def head_compute_dtype(weight: torch.Tensor, hidden: torch.Tensor, lm_head_fp32:
     return weight.dtype
 
 
+def head_settings(model: nn.Module) -> HeadSettings:
+    """The settings `patch_causal_lm` gave `model` (the defaults for an unpatched one)."""
+    return getattr(model, _SETTINGS_ATTR, HeadSettings())
+
+
+def head_logit_transform(model: nn.Module) -> LogitTransform:
+    """The logit transform of a patched model's head, read from its config when it was patched."""
+    return head_settings(model).logit_transform
+
+
 def run_head(model: nn.Module, hidden: torch.Tensor, fn: HeadFn) -> Any:
     """fn(hidden, weight, bias) on the whole LM head of `model`, all three in the head's compute dtype."""
-    settings: HeadSettings = getattr(model, _SETTINGS_ATTR, HeadSettings())
+    settings = head_settings(model)
     head = output_head(model)
 
     def in_compute_dtype(h: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Any:
@@ -97,7 +111,7 @@ def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, la
             f"labels must be a tensor of shape {list(last_hidden_state.shape[:-1])} (same as input_ids), got "
             f"{list(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__}"
         )
-    backend = getattr(model, _SETTINGS_ATTR, HeadSettings()).backend
+    settings = head_settings(model)
     hidden = last_hidden_state[:, :-1]
     targets = labels[:, 1:].to(hidden.device)
     mask = targets != IGNORE_INDEX
@@ -105,7 +119,8 @@ def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, la
     def valid_positions(h: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         # Prompt and padding positions are skipped: only labelled tokens go through the vocabulary.
         return linear_logprobs(h[mask], weight, targets[mask], bias=bias, temperature=temperature,
-                               return_entropy=True, backend=backend)
+                               return_entropy=True, backend=settings.backend,
+                               logit_transform=settings.logit_transform)
 
     logps, entropy = run_head(model, hidden, valid_positions)
     # masked_scatter keeps an all-ignored batch connected to the graph (a zero loss still backpropagates).
@@ -129,10 +144,11 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    check_plain_logits(model)
+    transform = logit_transform(model)
     backbone(model)
     output_head(model)
-    setattr(model, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=bool(lm_head_fp32)))
+    setattr(model, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=bool(lm_head_fp32),
+                                                logit_transform=transform))
     if getattr(model, _PREVIOUS_FORWARD_ATTR, None) is not None:
         return model
     previous_forward = model.forward

@@ -27,7 +27,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..api import BACKENDS
-from .transformers import patch_causal_lm
+from .transformers import head_logit_transform, patch_causal_lm
 from .trl_loss import fused_compute_loss, fused_path_blocker
 
 # The seams above are TRL internals: only versions whose `_compute_loss` was checked line by line are accepted.
@@ -109,8 +109,9 @@ def kernel_compute_loss(self: Any, model: torch.nn.Module, inputs: dict) -> torc
             reported.add(blocker)
             logger.info("grpo_kernels: %s; TRL's loss code runs on the kernels' log-probs for these steps", blocker)
         return _original(self, "_compute_loss")(self, model, inputs)
-    _kernel_model(self, model)
-    return fused_compute_loss(self, model, inputs, backend=getattr(self, _BACKEND_ATTR))
+    kernel_model = _kernel_model(self, model)
+    return fused_compute_loss(self, model, inputs, backend=getattr(self, _BACKEND_ATTR),
+                              logit_transform=head_logit_transform(kernel_model))
 
 
 _REPLACEMENTS = {

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-from .. import GRPOLossConfig, fused_linear_grpo_loss
+from .. import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss
 from ..config import PPO_CLIP_LOSS_TYPES
 from ..objective import vespo_weights
 
@@ -86,8 +86,10 @@ def _token_normaliser(trainer: Any, inputs: dict, training: bool) -> torch.Tenso
     return normaliser
 
 
-def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backend: str) -> torch.Tensor:
-    """TRL's `_compute_loss`, with the log-probs, the loss and its metrics from the fused kernel."""
+def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backend: str,
+                       logit_transform: Optional[LogitTransform] = None) -> torch.Tensor:
+    """TRL's `_compute_loss`, with the log-probs, the loss and its metrics from the fused kernel; `logit_transform`
+    is the model's (lm_head.logit_transform), as TRL's fused head applies it."""
     prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
     completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
     mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
@@ -114,7 +116,7 @@ def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backe
         return fused_linear_grpo_loss(
             completion_hidden, weight, completion_ids, mask, inputs["advantages"], bias=bias, old_logps=old_logps,
             ref_logps=ref_logps, importance_ratio=ratio, num_items_in_batch=num_items, config=config,
-            backend=backend)
+            backend=backend, logit_transform=logit_transform)
 
     with trainer.accelerator.autocast():
         out = model(input_ids=torch.cat([prompt_ids, completion_ids], dim=1),

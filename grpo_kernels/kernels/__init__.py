@@ -1,6 +1,7 @@
 """Triton kernels, one family a file; `launch` is the only module the rest of the package imports.
 
-- tiles.py           shared @triton.jit helpers: a logits tile, its softmax gradient
+- tiles.py           shared @triton.jit helpers: a logits tile, its softmax gradient, the logit transform
+                     (tanh soft-cap and scale, behind the SOFTCAP constexpr) and its chain rule
 - linear_forward.py  hidden x LM head -> log-prob, entropy, lse (online log-sum-exp over vocab tiles), the GRPO
                      epilogue, and the split-vocabulary variant (partial statistics + a fixed-order merge)
 - linear_backward.py recompute logits tile by tile -> dH (grid over tokens), dW and dbias (grid over vocab)

@@ -19,7 +19,7 @@ ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled fo
 _INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_logits_ptr", "dz_ptr", "a_ptr",
                    "b_ptr"}
 _OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
-_FLOAT_SCALARS = {"inv_tau", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
+_FLOAT_SCALARS = {"inv_tau", "cap_scale", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
 # as the JIT specializes them for real heads (V a multiple of 8 makes the GEMM path's row strides so too)
 _MULTIPLE_OF_16 = {"H", "stride_hidden", "stride_weight", "stride_z", "stride_dz", "stride_ak", "stride_bk",
                    "stride_cm"}
@@ -114,18 +114,19 @@ _GRPO_FLAGS = _grid(LOSS_KIND=[0, 1, 2], HAS_OLD=[True], HAS_REF=[True], HAS_RHO
                     BIAS_CORRECTION=[True], HAS_ENTROPY_BONUS=[True])
 
 
-def _gemm_path_targets(arch: str, dtype: str, bias: list, ent: list) -> list[CompileTarget]:
+def _gemm_path_targets(arch: str, dtype: str, bias: list, ent: list, cap: list) -> list[CompileTarget]:
     """The GEMM path's kernels (kernels/rows.py, kernels/accumulate_mm.py): their launch options are fixed in
     those files, not per-arch tables; the report holds them to the same rules."""
     from .accumulate_mm import _GPU_BLOCKS
     from .rows import GPU_BLOCK_V, GPU_ROW_WARPS
 
     row_config = KernelConfig(block_n=1, block_v=GPU_BLOCK_V, num_warps=GPU_ROW_WARPS, num_stages=1)
-    out = [CompileTarget("_row_stats_kernel", "rows", arch, dtype, _flags_text(dict(HAS_BIAS=b)), row_config,
-                         (("HAS_BIAS", b), ("BLOCK_V", GPU_BLOCK_V)), tensor_cores=False) for b in bias]
-    out += [CompileTarget("_row_grad_kernel", "rows", arch, dtype, _flags_text(dict(HAS_BIAS=b, HAS_ENT_GRAD=e)),
-                          row_config, (("HAS_BIAS", b), ("HAS_ENT_GRAD", e), ("BLOCK_V", GPU_BLOCK_V)),
-                          tensor_cores=False) for b in bias for e in ent]
+    out = [CompileTarget("_row_stats_kernel", "rows", arch, dtype, _flags_text(flags), row_config,
+                         (*flags.items(), ("BLOCK_V", GPU_BLOCK_V)), tensor_cores=False)
+           for flags in _grid(HAS_BIAS=bias, SOFTCAP=cap)]
+    out += [CompileTarget("_row_grad_kernel", "rows", arch, dtype, _flags_text(flags), row_config,
+                          (*flags.items(), ("BLOCK_V", GPU_BLOCK_V)), tensor_cores=False)
+            for flags in _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap)]
     if dtype != "fp32":  # float32 operands accumulate with torch's addmm
         blocks = {k: v for k, v in _GPU_BLOCKS.items() if k not in ("num_warps", "num_stages")}
         config = KernelConfig(block_n=blocks["BLOCK_N"], block_v=blocks["BLOCK_M"], block_k=blocks["BLOCK_K"],
@@ -140,22 +141,25 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
     the variant with every register-costing flag on (what a spill check needs)."""
     bias = [True] if heaviest_only else [False, True]
     ent = [True] if heaviest_only else [False, True]
+    cap = [True] if heaviest_only else [False, True]  # SOFTCAP: a soft-capped head (head.py)
     kinds = _GRPO_FLAGS
     out: list[CompileTarget] = []
     for arch, dtype in itertools.product(ARCHS, dtypes):
-        out += _targets("_linear_logprobs_forward_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias), True)
-        out += _targets("_partial_stats_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias), True)
-        out += _targets("_linear_grpo_forward_kernel", "forward", arch, dtype,
-                        [dict(HAS_BIAS=b, **k) for b in bias for k in kinds], True)
-        # the entropy gradient has its own dH entry: each entry gets its own builds
-        out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False]),
+        out += _targets("_linear_logprobs_forward_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias, SOFTCAP=cap),
                         True)
+        out += _targets("_partial_stats_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias, SOFTCAP=cap), True)
+        out += _targets("_linear_grpo_forward_kernel", "forward", arch, dtype,
+                        [dict(HAS_BIAS=b, SOFTCAP=c, **k) for b in bias for c in cap for k in kinds], True)
+        # the entropy gradient has its own dH entry: each entry gets its own builds
+        out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False], SOFTCAP=cap), True)
         out += _targets("_grad_hidden_kernel", "grad_hidden_entropy", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[True]), True)
-        out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent), True)
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[True], SOFTCAP=cap), True)
+        out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
-        out += _gemm_path_targets(arch, dtype, bias, ent)
+        out += _gemm_path_targets(arch, dtype, bias, ent, cap)
         if dtype == dtypes[0]:
             # the merge reads only float32 statistics: one build per arch
             out += _targets("_merge_logprobs_kernel", "merge", arch, "fp32", [{}], False, has_blocks=False)

@@ -60,17 +60,18 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def linear_forward(hidden, weight, bias, targets, temperature, vocab_splits: int | None = None):
-    """vocab_splits: programs per token block along the vocabulary (None: enough to fill the GPU when N is
-    small, 1 under the interpreter); forced values are for tests and tuning."""
+def linear_forward(hidden, head, targets, vocab_splits: int | None = None):
+    """hidden [N, H], head (grpo_kernels.head.LMHead), targets [N] -> (logps, entropy, lse). vocab_splits:
+    programs per token block along the vocabulary (None: enough to fill the GPU when N is small, 1 under the
+    interpreter); forced values are for tests and tuning."""
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_forward import linear_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
     configs = _forward_configs(hidden)
-    return launch_forward(hidden, weight, bias, targets, temperature, configs, upcast, precision,
-                          _vocab_splits(vocab_splits, hidden, weight, configs[0]))
+    return launch_forward(hidden, head, targets, configs, upcast, precision,
+                          _vocab_splits(vocab_splits, hidden, head.weight, configs[0]))
 
 
 def _forward_configs(hidden: torch.Tensor) -> tuple[KernelConfig, KernelConfig]:
@@ -89,7 +90,7 @@ def _vocab_splits(requested: int | None, hidden: torch.Tensor, weight: torch.Ten
     return auto_vocab_splits(hidden.shape[0], weight.shape[0], config, _sm_count(hidden.device))
 
 
-def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy,
                     needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
     """(grad_hidden, grad_weight, grad_bias); a gradient not needed is None and its kernel does not run
     (a frozen LM head costs no dW work and no V x H buffer). grad_bias follows needs_weight_grad."""
@@ -101,8 +102,8 @@ def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse
     hidden_entry = "grad_hidden" if grad_entropy is None else "grad_hidden_entropy"
     configs = (config_for(hidden_entry, hidden.dtype, hidden.device),
                config_for("grad_weight", hidden.dtype, hidden.device))
-    return launch_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
-                           configs, upcast, precision, needs_hidden_grad, needs_weight_grad)
+    return launch_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy, configs, upcast, precision,
+                           needs_hidden_grad, needs_weight_grad)
 
 
 def logits_forward(logits, targets, temperature):
@@ -122,14 +123,14 @@ def logits_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, tem
                            config_for("logits", logits.dtype, logits.device), interpreting())
 
 
-def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-                        ref_logps, importance_ratio, mask, temperature, objective, vocab_splits: int | None = None):
+def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
+                        ref_logps, importance_ratio, mask, objective, vocab_splits: int | None = None):
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_forward import linear_grpo_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
     configs = _forward_configs(hidden)
-    return launch_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-                          ref_logps, importance_ratio, mask, temperature, objective, configs, upcast, precision,
-                          _vocab_splits(vocab_splits, hidden, weight, configs[0]))
+    return launch_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
+                          ref_logps, importance_ratio, mask, objective, configs, upcast, precision,
+                          _vocab_splits(vocab_splits, hidden, head.weight, configs[0]))

@@ -19,14 +19,15 @@ import triton
 import triton.language as tl
 
 from .configs import KernelConfig
-from .tiles import load_row_stats, logits_tile, softmax_grad_tile
+from .tiles import head_transform_args, load_row_stats, logits_tile, softmax_grad_tile
 
 
 @triton.jit
 def _grad_hidden_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_hidden_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau,
-    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
+    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -38,9 +39,10 @@ def _grad_hidden_kernel(
         col_ok = cols < V
         # [BLOCK_V, BLOCK_N]: vocabulary-major
         zt = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, True)
+                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, True,
+                         cap_scale, SOFTCAP)
         dzt = softmax_grad_tile(zt, cols[:, None] == targets[None, :], col_ok[:, None], lse[None, :],
-                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD)
+                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < H
@@ -58,8 +60,9 @@ def _grad_hidden_kernel(
 @triton.jit
 def _grad_weight_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_weight_ptr,
-    grad_bias_ptr, N, V, H, stride_hidden, stride_weight, inv_tau,
-    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    grad_bias_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
+    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     cols = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -72,9 +75,10 @@ def _grad_weight_kernel(
         targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
                                                      HAS_ENT_GRAD)
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K)
+                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, False,
+                        cap_scale, SOFTCAP)
         dz = softmax_grad_tile(z, cols[None, :] == targets[:, None], col_ok[None, :], lse[:, None],
-                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD)
+                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
         grad_bias += tl.sum(dz, 0)
         for k0 in range(0, H, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
@@ -92,12 +96,13 @@ def _grad_weight_kernel(
         tl.store(grad_bias_ptr + cols, grad_bias, mask=col_ok)
 
 
-def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature: float,
+def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy,
                     configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str,
                     needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
-    """configs: (grad_hidden, grad_weight) table entries. A gradient not needed is None, and neither its
-    kernel nor its buffer exists; grad_bias comes with the weight's."""
+    """head: a grpo_kernels.head.LMHead; configs: (grad_hidden, grad_weight) table entries. A gradient not
+    needed is None, and neither its kernel nor its buffer exists; grad_bias comes with the weight's."""
     N, H = hidden.shape
+    weight, bias = head.weight, head.bias
     V = weight.shape[0]
     hidden_config, weight_config = configs
     # float32 accumulators, each element written by exactly one program
@@ -108,19 +113,20 @@ def linear_backward(grad_logps, grad_entropy, hidden, weight, bias, targets, lse
     if N > 0 and (needs_hidden_grad or needs_weight_grad):
         g = grad_logps.float().contiguous()
         e = grad_entropy.float().contiguous() if grad_entropy is not None else g
-        flags = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, UPCAST=upcast,
+        inv_tau, cap_scale, capped = head_transform_args(head)
+        flags = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, SOFTCAP=capped, UPCAST=upcast,
                      PRECISION=precision)
         bias_arg = bias if bias is not None else hidden
         if needs_hidden_grad:
             _grad_hidden_kernel[(triton.cdiv(N, hidden_config.block_n),)](
                 hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
-                N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
                 **flags, **hidden_config.launch_options(upcast))
         if needs_weight_grad:
             _grad_weight_kernel[(triton.cdiv(V, weight_config.block_v),)](
                 hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
                 grad_bias if grad_bias is not None else grad_weight,
-                N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
+                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
                 **flags, **weight_config.launch_options(upcast))
     return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
             grad_weight.to(weight.dtype) if grad_weight is not None else None,

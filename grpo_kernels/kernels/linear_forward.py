@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 from .configs import KernelConfig
-from .tiles import (logits_tile, online_softmax_init, online_softmax_merge, online_softmax_result,
-                    online_softmax_update)
+from .tiles import (head_transform_args, logits_tile, online_softmax_init, online_softmax_merge,
+                    online_softmax_result, online_softmax_update)
 from .token_objective import token_objective
 
 # a split below this many vocabulary tiles would spend more on its statistics than it saves
@@ -22,8 +22,9 @@ _MIN_TILES_PER_SPLIT = 8
 
 @triton.jit
 def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, v_end, H, stride_hidden,
-                  stride_weight, inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
+                  stride_weight, inv_tau, cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
+                  UPCAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+                  BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
     """Running (max, sum exp, sum exp * z, target logit) per row over vocabulary [v_start, v_end).
     VOCAB_MAJOR tiles are [BLOCK_V, BLOCK_N] (tensor-core M = vocabulary), so a narrow token block can
     take a wide vocabulary tile: the hidden block is re-read once per tile, so wider tiles read less."""
@@ -32,7 +33,8 @@ def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_sta
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < v_end
         z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR,
+                        cap_scale, SOFTCAP)
         if VOCAB_MAJOR:
             run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
                 run_max, sum_exp, sum_exp_z, target_z, z, cols[:, None] == targets[None, :], col_ok[:, None], 0)
@@ -58,15 +60,16 @@ def _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau,
-                       HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
+                       cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
+                       PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+                       VOCAB_MAJOR: tl.constexpr):
     """This program's token block: (rows, row_ok, log-prob, entropy, lse) over the whole vocabulary."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
     run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
         hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden, stride_weight, inv_tau,
-        HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+        cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     logps, entropy, lse = online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
     return rows, row_ok, logps, entropy, lse
 
@@ -74,13 +77,13 @@ def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, s
 @triton.jit
 def _linear_logprobs_forward_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, logps_ptr, entropy_ptr, lse_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau,
-    HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
+    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
     rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
-        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, HAS_BIAS,
-        UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
+        HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     tl.store(logps_ptr + rows, logps, mask=row_ok)
     tl.store(entropy_ptr + rows, entropy, mask=row_ok)
     tl.store(lse_ptr + rows, lse, mask=row_ok)
@@ -89,8 +92,8 @@ def _linear_logprobs_forward_kernel(
 @triton.jit
 def _partial_stats_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, split_width,
-    HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale, split_width,
+    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
 ):
     """Program (token block, split): the four running statistics of vocabulary
@@ -102,7 +105,8 @@ def _partial_stats_kernel(
     v_start = split * split_width
     run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
         hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, tl.minimum(v_start + split_width, V), H,
-        stride_hidden, stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+        stride_hidden, stride_weight, inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
+        BLOCK_K, VOCAB_MAJOR)
     stat = tl.num_programs(1) * N
     at = partial_ptr + split * N + rows
     tl.store(at, run_max, mask=row_ok)
@@ -139,25 +143,29 @@ def _split_width(V: int, splits: int, block_v: int) -> tuple[int, int]:
     return width, triton.cdiv(V, width)
 
 
-def _partial_stats(hidden, weight, bias, targets, temperature, config: KernelConfig, upcast: bool, precision: str,
+def _partial_stats(hidden, head, targets, config: KernelConfig, upcast: bool, precision: str,
                    splits: int) -> tuple[torch.Tensor, int]:
     N, H = hidden.shape
+    weight, bias = head.weight, head.bias
     V = weight.shape[0]
     width, splits = _split_width(V, splits, config.block_v)
     partial = torch.empty(4, splits, N, dtype=torch.float32, device=hidden.device)
+    inv_tau, cap_scale, capped = head_transform_args(head)
     _partial_stats_kernel[(triton.cdiv(N, config.block_n), splits)](
         hidden, weight, bias if bias is not None else hidden, targets, partial,
-        N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, width,
-        HAS_BIAS=bias is not None, UPCAST=upcast, PRECISION=precision, **config.launch_options(upcast),
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, width,
+        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision,
+        **config.launch_options(upcast),
     )
     return partial, splits
 
 
-def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torch.Tensor, temperature: float,
-                   configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str, vocab_splits: int = 1):
-    """configs: (forward, merge) table entries; vocab_splits 1 streams each token block over the whole
-    vocabulary in one program."""
+def linear_forward(hidden: torch.Tensor, head, targets: torch.Tensor, configs: tuple[KernelConfig, KernelConfig],
+                   upcast: bool, precision: str, vocab_splits: int = 1):
+    """head: a grpo_kernels.head.LMHead; configs: (forward, merge) table entries; vocab_splits 1 streams each
+    token block over the whole vocabulary in one program."""
     N, H = hidden.shape
+    weight, bias = head.weight, head.bias
     V = weight.shape[0]
     config, merge = configs
     logps = torch.empty(N, dtype=torch.float32, device=hidden.device)
@@ -166,15 +174,16 @@ def linear_forward(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: to
     if N == 0:
         return logps, entropy, lse
     if vocab_splits > 1:
-        partial, splits = _partial_stats(hidden, weight, bias, targets, temperature, config, upcast, precision,
-                                         vocab_splits)
+        partial, splits = _partial_stats(hidden, head, targets, config, upcast, precision, vocab_splits)
         _merge_logprobs_kernel[(triton.cdiv(N, merge.block_n),)](
             partial, logps, entropy, lse, N, splits, **_merge_options(merge, upcast))
         return logps, entropy, lse
+    inv_tau, cap_scale, capped = head_transform_args(head)
     _linear_logprobs_forward_kernel[(triton.cdiv(N, config.block_n),)](
         hidden, weight, bias if bias is not None else hidden, targets, logps, entropy, lse,
-        N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature,
-        HAS_BIAS=bias is not None, UPCAST=upcast, PRECISION=precision, **config.launch_options(upcast),
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
+        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision,
+        **config.launch_options(upcast),
     )
     return logps, entropy, lse
 
@@ -226,9 +235,9 @@ def _linear_grpo_forward_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr,
     adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr, ref_ptr, rho_ptr, mask_ptr,
     terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
     eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
-    HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
     LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
     HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, HAS_ENTROPY_BONUS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
@@ -236,8 +245,8 @@ def _linear_grpo_forward_kernel(
     """The same vocabulary stream, then the token-level objective in the epilogue: the backward needs only
     the per-token g this writes (and the entropy weight)."""
     rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
-        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, HAS_BIAS,
-        UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
+        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
+        HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
     _grpo_epilogue(rows, row_ok, logps, entropy, lse, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr,
                    ref_ptr, rho_ptr, mask_ptr, terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
                    eps_low, eps_high, delta, beta, sapo_pos, sapo_neg, LOSS_KIND, HAS_OLD, HAS_REF, HAS_RHO,
@@ -263,13 +272,14 @@ def _merge_grpo_kernel(
                    HAS_DELTA, BIAS_CORRECTION, HAS_ENTROPY_BONUS)
 
 
-def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps,
-                        ref_logps, importance_ratio, mask, temperature: float, objective: dict,
+def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
+                        ref_logps, importance_ratio, mask, objective: dict,
                         configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str,
                         vocab_splits: int = 1):
     """Per token [N]: loss terms (summing to the loss), logps, entropy, lse, g = dterm/dlp, kl, clip code
     (bit 0: low-clipped, bit 1: high-clipped)."""
     N, H = hidden.shape
+    weight, bias = head.weight, head.bias
     V = weight.shape[0]
     config, merge = configs
     f32 = dict(dtype=torch.float32, device=hidden.device)
@@ -289,14 +299,15 @@ def linear_grpo_forward(hidden, weight, bias, targets, advantages, token_weights
                  HAS_RHO=importance_ratio is not None, HAS_DELTA=objective["delta"] is not None,
                  BIAS_CORRECTION=objective["bias_correction"], HAS_ENTROPY_BONUS=entropy_weights is not None)
     if vocab_splits > 1:
-        partial, splits = _partial_stats(hidden, weight, bias, targets, temperature, config, upcast, precision,
-                                         vocab_splits)
+        partial, splits = _partial_stats(hidden, head, targets, config, upcast, precision, vocab_splits)
         _merge_grpo_kernel[(triton.cdiv(N, merge.block_n),)](
             partial, *per_token, N, splits, *scalars, **flags, **_merge_options(merge, upcast))
         return terms, logps, entropy, lse, grad, kl, clip
+    inv_tau, cap_scale, capped = head_transform_args(head)
     _linear_grpo_forward_kernel[(triton.cdiv(N, config.block_n),)](
         hidden, weight, bias if bias is not None else hidden, targets, *per_token,
-        N, V, H, hidden.stride(0), weight.stride(0), 1.0 / temperature, *scalars,
-        HAS_BIAS=bias is not None, UPCAST=upcast, PRECISION=precision, **flags, **config.launch_options(upcast),
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, *scalars,
+        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision, **flags,
+        **config.launch_options(upcast),
     )
     return terms, logps, entropy, lse, grad, kl, clip

@@ -27,11 +27,12 @@ import triton
 import triton.language as tl
 
 from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
+from .tiles import raw_logits_grad, transform_logits
 
 
 @triton.jit
 def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, target_z_ptr, V, inv_tau,
-                      HAS_BIAS: tl.constexpr, BLOCK_V: tl.constexpr):
+                      cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     z_row = z_ptr + row.to(tl.int64) * stride_z
     run_max = tl.full((BLOCK_V,), float("-inf"), dtype=tl.float32)
@@ -43,7 +44,7 @@ def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_p
         z = tl.load(z_row + cols, mask=ok, other=0.0)
         if HAS_BIAS:
             z += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        z = tl.where(ok, z * inv_tau, float("-inf"))
+        z = tl.where(ok, transform_logits(z, inv_tau, cap_scale, SOFTCAP), float("-inf"))
         new_max = tl.maximum(run_max, z)
         # lanes that have seen only -inf keep sums of 0 (avoids -inf - -inf)
         rescale = tl.where(new_max == float("-inf"), 0.0, tl.exp(run_max - new_max))
@@ -65,12 +66,13 @@ def _row_stats_kernel(z_ptr, stride_z, bias_ptr, targets_ptr, lse_ptr, entropy_p
         target_z += tl.load(bias_ptr + safe).to(tl.float32)
     tl.store(lse_ptr + row, lse)
     tl.store(entropy_ptr + row, entropy)
-    tl.store(target_z_ptr + row, tl.where(inside, target_z * inv_tau, 0.0))
+    tl.store(target_z_ptr + row, tl.where(inside, transform_logits(target_z, inv_tau, cap_scale, SOFTCAP), 0.0))
 
 
 @triton.jit
 def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr,
-                     V, inv_tau, HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, BLOCK_V: tl.constexpr):
+                     V, inv_tau, cap_scale, HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr,
+                     BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     z_row = z_ptr + row.to(tl.int64) * stride_z
     dz_row = dz_ptr + row.to(tl.int64) * stride_dz
@@ -88,14 +90,16 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
         z = tl.load(z_row + cols, mask=ok, other=0.0)
         if HAS_BIAS:
             z += tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        log_p = z * inv_tau - lse
+        z = transform_logits(z, inv_tau, cap_scale, SOFTCAP)
+        log_p = z - lse
         p = tl.exp(log_p)
         dz = tl.where(cols == target, g, 0.0) - g * p
         if HAS_ENT_GRAD:
             dz -= e * p * (log_p + entropy)
         if dz_ptr.dtype.element_ty != tl.float32:
             tl.debug_barrier()  # narrowing: every warp's loads of this chunk before any warp's stores (docstring)
-        tl.store(dz_row + cols, (dz * inv_tau).to(dz_ptr.dtype.element_ty), mask=ok)
+        tl.store(dz_row + cols, raw_logits_grad(dz, z, inv_tau, cap_scale, SOFTCAP).to(dz_ptr.dtype.element_ty),
+                 mask=ok)
 
 
 # GPU launch options (compiled for sm_90a and sm_80 by benchmarks/kernel_report.py: about 30-50 registers, no
@@ -112,19 +116,22 @@ def _launch_options(V: int, z: torch.Tensor, gpu_launch: Optional[bool]) -> dict
 
 
 def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, inv_tau: float,
-              gpu_launch: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """z [rows, V] float32 raw logits (h W^T) -> (lse, entropy, target logit) of (z + bias) * inv_tau, each [rows]."""
+              cap_scale: Optional[float] = None, gpu_launch: Optional[bool] = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """z [rows, V] float32 raw logits (h W^T) -> (lse, entropy, target logit) of the logits inv_tau * (z + bias),
+    soft-capped (inv_tau tanh(cap_scale (z + bias))) when cap_scale is given (tiles.transform_logits), each [rows]."""
     rows, V = z.shape
     lse, entropy, target_z = (torch.empty(rows, dtype=torch.float32, device=z.device) for _ in range(3))
     if rows:
         _row_stats_kernel[(rows,)](z, z.stride(0), bias if bias is not None else z, targets, lse, entropy, target_z,
-                                   V, inv_tau, HAS_BIAS=bias is not None, **_launch_options(V, z, gpu_launch))
+                                   V, inv_tau, 1.0 if cap_scale is None else cap_scale, HAS_BIAS=bias is not None,
+                                   SOFTCAP=cap_scale is not None, **_launch_options(V, z, gpu_launch))
     return lse, entropy, target_z
 
 
 def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
               entropy: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float,
-              out_dtype: torch.dtype, gpu_launch: Optional[bool] = None) -> torch.Tensor:
+              cap_scale: Optional[float], out_dtype: torch.dtype, gpu_launch: Optional[bool] = None) -> torch.Tensor:
     """Overwrite z [rows, V] (float32, rows contiguous) with dLoss/d(raw logits); returns it as a [rows, V] view of
     z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V)."""
     rows, V = z.shape
@@ -132,6 +139,8 @@ def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
     dz = z if out_dtype == torch.float32 else z.view(out_dtype)[:, :V]
     if rows:
         _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
-                                  entropy, g, e if e is not None else g, V, inv_tau, HAS_BIAS=bias is not None,
-                                  HAS_ENT_GRAD=e is not None, **_launch_options(V, z, gpu_launch))
+                                  entropy, g, e if e is not None else g, V, inv_tau,
+                                  1.0 if cap_scale is None else cap_scale, HAS_BIAS=bias is not None,
+                                  HAS_ENT_GRAD=e is not None, SOFTCAP=cap_scale is not None,
+                                  **_launch_options(V, z, gpu_launch))
     return dz

@@ -6,12 +6,39 @@ import triton.language as tl
 from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
 
 
+def head_transform_args(head) -> tuple[float, float, bool]:
+    """(inv_tau, cap_scale, SOFTCAP) of the kernels for a grpo_kernels.head.LMHead (its `logit_constants`; 1.0 and
+    SOFTCAP=False for an uncapped head, which compiles to the plain kernels). Every constant the kernels multiply
+    by comes from here: one derived in a kernel would be held in a register across its loops (a spill on Hopper)."""
+    inv_tau, cap_scale = head.logit_constants
+    return inv_tau, 1.0 if cap_scale is None else cap_scale, cap_scale is not None
+
+
+@triton.jit
+def transform_logits(z, inv_tau, cap_scale, SOFTCAP: tl.constexpr):
+    """Raw logits (h W^T + b) -> the softmax's logits: inv_tau * tanh(cap_scale * z) with SOFTCAP, else inv_tau * z
+    (tanh(x) = 2 sigmoid(2x) - 1)."""
+    if SOFTCAP:
+        x = z * cap_scale
+        return (2.0 * tl.sigmoid(x + x) - 1.0) * inv_tau
+    return z * inv_tau
+
+
+@triton.jit
+def raw_logits_grad(dlogits, logits, inv_tau, cap_scale, SOFTCAP: tl.constexpr):
+    """dLoss/d(raw logits) from dLoss/d(logits): the chain rule through `transform_logits`; with SOFTCAP its slope
+    inv_tau cap_scale (1 - t^2) comes from the logits themselves (inv_tau t = logits)."""
+    if SOFTCAP:
+        return dlogits * cap_scale * (inv_tau - logits * logits * (1.0 / inv_tau))
+    return dlogits * inv_tau
+
+
 @triton.jit
 def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden, stride_weight,
                 inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-                VOCAB_MAJOR: tl.constexpr = False):
-    """(hidden[rows] @ weight[cols]^T + bias[cols]) / tau as a float32 [BLOCK_N, BLOCK_V] tile, or its
+                VOCAB_MAJOR: tl.constexpr = False, cap_scale=1.0, SOFTCAP: tl.constexpr = False):
+    """transform(hidden[rows] @ weight[cols]^T + bias[cols]) as a float32 [BLOCK_N, BLOCK_V] tile, or its
     transpose [BLOCK_V, BLOCK_N] when VOCAB_MAJOR (the tensor-core M dimension is then the vocabulary,
     so a tile can be only 16 tokens wide)."""
     if VOCAB_MAJOR:
@@ -38,12 +65,14 @@ def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H,
             acc += bias[:, None]
         else:
             acc += bias[None, :]
-    return acc * inv_tau
+    return transform_logits(acc, inv_tau, cap_scale, SOFTCAP)
 
 
 @triton.jit
-def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr):
-    """dLoss/d(unscaled logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile; 0 off-vocab.
+def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr, cap_scale=1.0,
+                      SOFTCAP: tl.constexpr = False):
+    """dLoss/d(raw logits) = (g (onehot - p) - e p (log p + ent)) / tau for one tile of logits z (times the
+    soft-cap's slope with SOFTCAP); 0 off-vocab.
     Every argument is already broadcast against z (either orientation); a target outside the weight's
     vocabulary (a shard) matches no column, so that token gets no one-hot term."""
     log_p = z - lse
@@ -51,7 +80,8 @@ def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT
     dz = tl.where(is_target, g, 0.0) - g * p
     if HAS_ENT_GRAD:
         dz -= e * p * tl.where(col_ok, log_p + entropy, 0.0)
-    return dz * inv_tau
+    # the logits again from log_p (alive anyway), not z: one tile fewer in registers (a spill on Hopper otherwise)
+    return raw_logits_grad(dz, log_p + lse, inv_tau, cap_scale, SOFTCAP)
 
 
 @triton.jit

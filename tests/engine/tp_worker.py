@@ -20,8 +20,8 @@ from grpo_kernels.integrations.sharding import is_vocab_parallel_head
 def loss_and_head_grad(model, batch: dict):
     hidden = HiddenStatePolicy(model)(batch["input_ids"], batch["attention_mask"])[:, :-1]
     config = GRPOLossConfig(loss_type="grpo", beta=0.0, entropy_coef=0.01)
-    out = with_lm_head(model, hidden, lambda h, weight, bias: fused_linear_grpo_loss(
-        h, weight, batch["input_ids"][:, 1:], batch["attention_mask"][:, 1:], batch["advantages"], bias=bias,
+    out = with_lm_head(model, hidden, lambda h, weight, head: fused_linear_grpo_loss(
+        h, weight, batch["input_ids"][:, 1:], batch["attention_mask"][:, 1:], batch["advantages"], **head,
         config=config))
     out.loss.backward()
     grad = model.get_output_embeddings().weight.grad

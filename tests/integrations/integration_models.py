@@ -6,9 +6,10 @@ import string
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import (GemmaConfig, GemmaForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM, GemmaConfig,
+                          GemmaForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARACTERS = list(string.ascii_lowercase + string.digits + " +=?.")
@@ -26,7 +27,14 @@ FAMILIES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"head_dim": 8}),
     "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
     "gemma": (GemmaConfig, GemmaForCausalLM, {"head_dim": 8}),
+    # Heads whose logits are transformed. A wider initialisation gives logits of std ~2 (max ~7), so the
+    # transforms matter: Gemma 2's tanh soft-cap at 3 saturates, Cohere multiplies, Granite divides.
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM, {"head_dim": 8, "initializer_range": 0.3,
+                                                 "final_logit_softcapping": 3.0}),
+    "cohere": (CohereConfig, CohereForCausalLM, {"initializer_range": 0.3, "logit_scale": 1.8}),
+    "granite": (GraniteConfig, GraniteForCausalLM, {"initializer_range": 0.3, "logits_scaling": 0.5}),
 }
+TRANSFORMED_FAMILIES = ("gemma2", "cohere", "granite")
 
 
 def tiny_causal_lm(family: str, seed: int = 0, **overrides) -> torch.nn.Module:

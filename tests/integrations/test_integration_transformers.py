@@ -1,4 +1,6 @@
-"""patch_causal_lm: per-token log-probs from the fused head equal the model's own logits, family by family.
+"""patch_causal_lm: per-token log-probs from the fused head equal the model's own logits, family by family (the
+soft-capped and scaled heads of Gemma 2, Cohere and Granite included), and the logit transform is read from the
+config as TRL 1.16 reads it.
 
 Tolerance (float32): log-probs and entropies within 2e-5 absolute of log_softmax(model(...).logits);
 parameter gradients within 1e-4 * max|grad| + 1e-7 of the logits path's.
@@ -8,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from integration_models import FAMILIES, VOCAB_SIZE, tiny_causal_lm
+from integration_models import FAMILIES, TRANSFORMED_FAMILIES, VOCAB_SIZE, tiny_causal_lm
 
-from grpo_kernels.integrations.transformers import is_patched, patch_causal_lm, unpatch_causal_lm
+from grpo_kernels import LogitTransform
+from grpo_kernels.integrations.lm_head import logit_transform
+from grpo_kernels.integrations.transformers import head_logit_transform, is_patched, patch_causal_lm, unpatch_causal_lm
 
 LOGP_ATOL = 2e-5
 GRAD_RTOL = 1e-4
@@ -72,8 +76,10 @@ def test_logprobs_entropy_and_grads_match_the_model_logits(family):
     _assert_grads_close(_grads(model), expected_grads)
 
 
-def test_temperature_scales_the_logits():
-    model = patch_causal_lm(tiny_causal_lm("qwen2"), backend="torch")
+@pytest.mark.parametrize("family", ["qwen2", *TRANSFORMED_FAMILIES])
+def test_temperature_scales_the_logits(family):
+    # the temperature divides the transformed logits (after a soft-cap), as TRL and generation apply it
+    model = patch_causal_lm(tiny_causal_lm(family), backend="torch")
     input_ids, attention_mask, labels = _batch(seed=2)
     with torch.no_grad():
         expected, _, _ = _logits_path(model, input_ids, attention_mask, labels, temperature=0.7)
@@ -126,12 +132,79 @@ def test_peft_lora_model_routes_through_the_patched_forward():
     assert lora_grads and all(g is not None and g.abs().sum() > 0 for g in lora_grads)
 
 
-def test_refuses_heads_it_cannot_reproduce():
-    softcapped = tiny_causal_lm("gemma")
-    softcapped.config.final_logit_softcapping = 30.0  # Gemma 2/3 style
-    with pytest.raises(NotImplementedError, match="final_logit_softcapping"):
-        patch_causal_lm(softcapped)
+def test_transformed_heads_are_patched_with_their_transform():
+    expected = {"gemma2": LogitTransform(softcap=3.0), "cohere": LogitTransform(scale=1.8),
+                "granite": LogitTransform(scale=2.0), "llama": LogitTransform()}
+    for family, transform in expected.items():
+        assert head_logit_transform(patch_causal_lm(tiny_causal_lm(family))) == transform, family
 
+
+# (config attributes set, model_type or None): every attribute name TRL 1.16 reads, alone and together
+CONFIG_CASES = [
+    (dict(final_logit_softcapping=30.0), None),
+    (dict(logit_scale=0.0625), None),
+    (dict(logit_scale=0.0), None),  # TRL keeps a real 0: every logit 0
+    (dict(output_multiplier=0.2, final_logit_softcapping=20.0), None),  # Muse Glimmer: scale, then cap
+    (dict(lm_head_multiplier=0.3), None),
+    (dict(logits_scaling=8.0), None),  # Granite: divides
+    (dict(logits_scaling=8.0), "hyperclovax"),  # HyperCLOVA X: multiplies
+    (dict(logit_scale=2.0, output_multiplier=3.0, lm_head_multiplier=5.0, logits_scaling=7.0), None),  # first wins
+    (dict(logit_scale=None, lm_head_multiplier=5.0, logits_scaling=7.0), None),
+    (dict(logit_scale=None, final_logit_softcapping=None), None),
+]
+
+
+def _trl_transform(model) -> LogitTransform:
+    """The (softcap, scale) TRL 1.16's fused head hands its kernel for `model`."""
+    import trl.trainer.utils as trl_utils
+
+    seen = {}
+
+    class Captured(Exception):
+        pass
+
+    def capture(hidden, weight, bias, targets, temperature, chunk_size, softcap, scale, outputs):
+        seen.update(softcap=softcap, scale=scale)
+        raise Captured
+
+    trl_utils.add_fused_lm_head(model)
+    ids = torch.randint(3, VOCAB_SIZE, (1, 4))
+    original = trl_utils._ChunkedLogProbFunction.apply
+    trl_utils._ChunkedLogProbFunction.apply = capture
+    try:
+        with pytest.raises(Captured):
+            model(ids, labels=ids, fused_lm_head=True)
+    finally:
+        trl_utils._ChunkedLogProbFunction.apply = original
+    return LogitTransform(scale=seen["scale"], softcap=seen["softcap"])
+
+
+@pytest.mark.parametrize("attributes,model_type", CONFIG_CASES, ids=lambda x: str(x))
+def test_logit_transform_reads_the_config_as_trl_does(attributes, model_type):
+    pytest.importorskip("trl")
+    model = tiny_causal_lm("llama")
+    for name, value in attributes.items():
+        setattr(model.config, name, value)
+    if model_type is not None:
+        model.config.model_type = model_type
+    assert logit_transform(model) == _trl_transform(model)
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("final_logit_softcapping", -1.0, "a soft-cap must be > 0"),
+    ("final_logit_softcapping", 0.0, "a soft-cap must be > 0"),
+    ("logit_scale", "inv_sqrt_d_model", "expected a finite number"),  # MPT's string form
+    ("lm_head_multiplier", float("inf"), "expected a finite number"),
+    ("logits_scaling", 0.0, "divided by zero"),
+])
+def test_refuses_logit_transforms_it_cannot_express(name, value, message):
+    model = tiny_causal_lm("llama")
+    setattr(model.config, name, value)
+    with pytest.raises(ValueError, match=f"LlamaForCausalLM sets config.{name}=.*{message}"):
+        patch_causal_lm(model)
+
+
+def test_refuses_heads_it_cannot_reproduce():
     peft = pytest.importorskip("peft")
     lora_head = peft.get_peft_model(tiny_causal_lm("llama"),
                                     peft.LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))

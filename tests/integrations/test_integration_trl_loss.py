@@ -1,4 +1,5 @@
-"""TRL's own GRPOTrainer._compute_loss vs the patched one, on one fixed batch and one tiny Qwen2 model.
+"""TRL's own GRPOTrainer._compute_loss vs the patched one, on one fixed batch and one tiny Qwen2 model (and
+tiny Gemma 2, Cohere and Granite models, whose logits are soft-capped or scaled).
 
 Two real GRPOTrainer instances share the model: one is TRL as installed, one goes through
 `patch_grpo_trainer`. Each case sets the same loss options on both, runs `_compute_loss` + backward on each,
@@ -14,7 +15,7 @@ import math
 
 import pytest
 import torch
-from integration_models import VOCAB_SIZE, tiny_causal_lm, tiny_grpo_trainer
+from integration_models import TRANSFORMED_FAMILIES, VOCAB_SIZE, tiny_causal_lm, tiny_grpo_trainer
 
 trl = pytest.importorskip("trl")
 from grpo_kernels.integrations.trl import patch_grpo_trainer  # noqa: E402
@@ -33,7 +34,16 @@ ARGS_DEFAULTS = dict(delta=None, use_bias_correction_kl=False)
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    model = tiny_causal_lm("qwen2", seed=3)
+    return _setup(tmp_path_factory, "qwen2")
+
+
+@pytest.fixture(scope="module", params=TRANSFORMED_FAMILIES)
+def transformed_setup(tmp_path_factory, request):
+    return _setup(tmp_path_factory, request.param)
+
+
+def _setup(tmp_path_factory, family: str):
+    model = tiny_causal_lm(family, seed=3)
     reference = tiny_grpo_trainer(trl.GRPOTrainer, model, tmp_path_factory.mktemp("trl"))
     patched = patch_grpo_trainer(tiny_grpo_trainer(trl.GRPOTrainer, model, tmp_path_factory.mktemp("kernels")),
                                  backend="torch")
@@ -147,6 +157,17 @@ def test_options_on_the_fused_path_match_trl(setup, options):
 def test_options_kept_on_trl_loss_code_match_trl(setup, options):
     # TRL's loss arithmetic on the kernels' log-probs and entropies.
     _compare(setup, options, expect_fused=False)
+
+
+@pytest.mark.parametrize("options", [
+    dict(loss_type="dapo", beta=0.04),
+    dict(loss_type="grpo", importance_sampling_level="sequence", entropy_coef=0.05),
+    dict(loss_type="bnpo", entropy_coef=0.05, top_entropy_quantile=0.5),  # TRL's loss code, the kernels' logps
+], ids=lambda options: "-".join(f"{k}={v}" for k, v in options.items()))
+def test_transformed_heads_match_trl(transformed_setup, options):
+    """TRL's fused head applies the model's soft-cap / scale from its config; so must the kernels, on the fused
+    loss (one-pass and two-step routes) and on the log-probs TRL's own loss code gets."""
+    _compare(transformed_setup, options, expect_fused=options.get("top_entropy_quantile", 1.0) == 1.0)
 
 
 def test_tool_mask_is_part_of_the_loss_mask(setup):

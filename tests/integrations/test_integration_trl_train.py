@@ -65,6 +65,25 @@ def test_train_steps_update_weights_and_log_trl_metrics(tmp_path, monkeypatch):
         assert logs[0][name] == pytest.approx(reference_logs[0][name], rel=1e-4, abs=1e-5), name
 
 
+@pytest.mark.parametrize("family", ["gemma2", "granite"])
+def test_train_transformed_head_with_cast_lm_head_to_fp32(tmp_path, monkeypatch, family):
+    """TRL's own test_train_with_cast_lm_head_to_fp32 scenario: a tiny Gemma 2 (soft-capped logits; and a Granite,
+    scaled) trains with GRPOTrainer, and through the kernels to the same first-step numbers."""
+    settings = dict(TRAIN_SETTINGS, cast_lm_head_to_fp32=True)
+    reference_logs = _train_logs(tiny_grpo_trainer(trl.GRPOTrainer, tiny_causal_lm(family, seed=5),
+                                                   tmp_path / "trl", **settings))
+    fused_steps = count_fused_steps(monkeypatch)
+
+    model = tiny_causal_lm(family, seed=5)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    logs = _train_logs(tiny_grpo_trainer(GRPOKernelsTrainer, model, tmp_path / "kernels", **settings))
+
+    assert len(fused_steps) == 4
+    assert all(not torch.equal(p.detach(), before[name]) for name, p in model.named_parameters())
+    for name in ("entropy", "reward", "clip_ratio/region_mean", "grad_norm"):
+        assert logs[0][name] == pytest.approx(reference_logs[0][name], rel=1e-4, abs=1e-5), name
+
+
 def test_train_with_lora_adapter_kl_and_entropy_bonus(tmp_path, monkeypatch):
     peft = pytest.importorskip("peft")
     fused_steps = count_fused_steps(monkeypatch)
