@@ -22,6 +22,7 @@ from transformers.utils import logging as hf_logging
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from .config import LoraConfig, ModelConfig
+from .tensor_parallel import is_tensor_parallel
 
 
 class ModelLoadError(RuntimeError):
@@ -150,8 +151,9 @@ def with_lm_head(model: nn.Module, hidden: torch.Tensor,
     """fn(hidden, weight [V, H], bias) with the LM head's whole weight (the embedding matrix when tied):
     gathered under DeepSpeed ZeRO-3 and FSDP2, and never a shard (grpo_kernels.integrations.sharding) -- except
     a tensor-parallel head (transformers' tp_plan), whose DTensor shards the kernels take as they are."""
-    head = base_causal_lm(model).get_output_embeddings()
-    if is_vocab_parallel_head(head):
+    base = base_causal_lm(model)
+    head = base.get_output_embeddings()
+    if is_vocab_parallel_head(head, tensor_parallel_model=is_tensor_parallel(base)):
         return fn(hidden, head.weight, head.bias)
     return call_with_full_head(fn, hidden, head)
 

@@ -4,12 +4,28 @@ import torch
 # grpo_kernels picks the Triton interpreter on a machine without CUDA; importing it here, before any test
 # module imports triton, makes that choice hold for the whole session.
 import grpo_kernels  # noqa: F401
+from grpo_kernels.kernels.launch import interpreting
+
+SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
+SKIP_INTERPRETER = pytest.mark.skip(
+    reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
+           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/test_gpu.py runs the "
+           "compiled kernels")
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    """`gpu` tests skip without CUDA; `interpreter` tests (Triton on CPU tensors) skip with CUDA, unless the
+    interpreter was asked for."""
+    cuda = torch.cuda.is_available()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+        if "gpu" in item.keywords and not cuda:
+            item.add_marker(SKIP_GPU)
+        if "interpreter" in item.keywords and cuda and not interpreting():
+            item.add_marker(SKIP_INTERPRETER)
+
+
+@pytest.fixture()
+def cpu_only_subprocesses(monkeypatch):
+    """The processes a test starts see no GPU: on a machine with CUDA they run as on a CPU machine (gloo on CPU
+    tensors, Triton under the interpreter that grpo_kernels then turns on), as the test expects."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from grpo_testing import FUSED_BACKENDS
+from grpo_testing import FUSED_BACKENDS, with_triton_interpreted
 
 from grpo_kernels import linear_logprobs, reference
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("backend", with_triton_interpreted(FUSED_BACKENDS))
 def test_matches_log_softmax_and_entropy(backend):
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(2, 3, 5, 24, generator=gen)
@@ -24,7 +24,7 @@ def test_matches_log_softmax_and_entropy(backend):
     torch.testing.assert_close(entropy.double(), -(log_probs.exp() * log_probs).sum(-1), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("backend", with_triton_interpreted(FUSED_BACKENDS))
 def test_no_grad_gives_detached_values(backend):
     hidden = torch.randn(4, 6, 16, requires_grad=True)
     weight = torch.randn(33, 16, requires_grad=True)
@@ -35,7 +35,7 @@ def test_no_grad_gives_detached_values(backend):
     torch.testing.assert_close(logps, reference.linear_logprobs(hidden, weight, targets).detach(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("backend", with_triton_interpreted(FUSED_BACKENDS))
 def test_gradient_of_logps_and_entropy(backend):
     gen = torch.Generator().manual_seed(1)
     hidden = torch.randn(3, 7, 20, generator=gen, dtype=torch.float64)

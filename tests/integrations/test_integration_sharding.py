@@ -119,30 +119,53 @@ def test_a_shard_is_refused_not_used():
         call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
 
 
-def test_fsdp2_dtensor_head_is_all_gathered_differentiably(tmp_path):
+@pytest.fixture()
+def world_of_one(tmp_path):
+    """A 1-process gloo group (unless one is already up), for DTensors on a CPU mesh."""
     dist = pytest.importorskip("torch.distributed")
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
-
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
     initialised_here = not dist.is_initialized()
     if initialised_here:
         dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        head, hidden, targets = _head_and_inputs(bias=False)
-        expected = _loss(hidden, head.weight, None, targets)
-        expected.backward()
-        expected_grad = head.weight.grad.clone()
+    yield
+    if initialised_here:
+        dist.destroy_process_group()
 
-        mesh = init_device_mesh("cpu", (1,))
-        head.weight = nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [Shard(0)]))
-        assert isinstance(head.weight, DTensor)
-        loss = call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
-        loss.backward()
-        torch.testing.assert_close(loss, expected)
-        assert isinstance(head.weight.grad, DTensor)  # the gradient lands on the sharded parameter
-        torch.testing.assert_close(head.weight.grad.full_tensor(), expected_grad)
-    finally:
-        if initialised_here:
-            dist.destroy_process_group()
+
+def test_fsdp2_dtensor_head_is_all_gathered_differentiably(world_of_one):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    head, hidden, targets = _head_and_inputs(bias=False)
+    expected = _loss(hidden, head.weight, None, targets)
+    expected.backward()
+    expected_grad = head.weight.grad.clone()
+
+    mesh = init_device_mesh("cpu", (1,))
+    head.weight = nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [Shard(0)]))
+    assert isinstance(head.weight, DTensor)
+    loss = call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
+    loss.backward()
+    torch.testing.assert_close(loss, expected)
+    assert isinstance(head.weight.grad, DTensor)  # the gradient lands on the sharded parameter
+    torch.testing.assert_close(head.weight.grad.full_tensor(), expected_grad)
+
+
+def test_vocab_parallel_head_is_told_from_an_fsdp2_shard(world_of_one):
+    # transformers 5.23's tensor-parallel plans shard the head on a ("tp",) mesh, 5.17's on an unnamed one, as
+    # FSDP2 does by default: only a caller that knows the model is tensor-parallel can tell the last two apart
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    def head_on(mesh, placement):
+        head = nn.Linear(H, V, bias=False)
+        head.weight = nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [placement]))
+        return head
+
+    named, unnamed = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",)), init_device_mesh("cpu", (1,))
+    assert sharding.is_vocab_parallel_head(head_on(named, Shard(0)))
+    assert not sharding.is_vocab_parallel_head(head_on(unnamed, Shard(0)))  # an FSDP2 shard: gathered
+    assert sharding.is_vocab_parallel_head(head_on(unnamed, Shard(0)), tensor_parallel_model=True)
+    assert not sharding.is_vocab_parallel_head(head_on(named, Replicate()), tensor_parallel_model=True)
+    assert not sharding.is_vocab_parallel_head(nn.Linear(H, V), tensor_parallel_model=True)
