@@ -1,10 +1,13 @@
 import pytest
 import torch
 
-# grpo_kernels picks the Triton interpreter on a machine without CUDA; importing it here, before any test
-# module imports triton, makes that choice hold for the whole session.
-import grpo_kernels  # noqa: F401
-from grpo_kernels.kernels.launch import interpreting
+# grpo_kernels picks the Triton interpreter on a machine without CUDA when its functions are first imported;
+# choosing it here, before any test module imports triton, makes that choice hold for the whole session.
+from grpo_kernels.kernels.launch import use_interpreter_if_no_gpu
+
+use_interpreter_if_no_gpu()
+
+from grpo_kernels.kernels.launch import interpreting  # noqa: E402
 
 SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
 SKIP_INTERPRETER = pytest.mark.skip(
