@@ -7,24 +7,25 @@ from grpo_kernels.kernels.launch import use_interpreter_if_no_gpu
 
 use_interpreter_if_no_gpu()
 
-from grpo_kernels.kernels.launch import interpreting  # noqa: E402
-
-SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
-SKIP_INTERPRETER = pytest.mark.skip(
-    reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
-           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/test_gpu.py runs the "
-           "compiled kernels")
-
 
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests skip without CUDA; `interpreter` tests (Triton on CPU tensors) skip with CUDA, unless the
-    interpreter was asked for."""
+    interpreter was asked for (TRITON_INTERPRET=1)."""
+    from grpo_kernels.kernels.launch import interpreting
+
     cuda = torch.cuda.is_available()
     for item in items:
         if "gpu" in item.keywords and not cuda:
             item.add_marker(SKIP_GPU)
         if "interpreter" in item.keywords and cuda and not interpreting():
             item.add_marker(SKIP_INTERPRETER)
+
+
+SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
+SKIP_INTERPRETER = pytest.mark.skip(
+    reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
+           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/test_gpu.py runs the "
+           "compiled kernels")
 
 
 @pytest.fixture()
