@@ -32,7 +32,7 @@ PY
 echo "oldest stack: $(tr '\n' ' ' <"$constraints")"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[dev]"
 "$VENV/bin/python" -m pip check
-"$VENV/bin/python" -c "import sys, torch, triton, transformers, accelerate, numpy; print('Python', sys.version.split()[0],
-    'torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__,
-    'accelerate', accelerate.__version__, 'numpy', numpy.__version__)"
+"$VENV/bin/python" -c "import sys, torch, triton, transformers, accelerate, numpy
+print('Python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__,
+      'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'numpy', numpy.__version__)"
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -1,6 +1,7 @@
 """`--model.tensor_parallel 2` under torchrun (2 gloo processes on CPU): the demo task trains the demo's model
-(saved with an even vocabulary: tests/engine/conftest.py) sharded by transformers' tensor-parallel plan and gives the rewards, loss and metrics of a 1-process run with
-the same seed; it resumes from its checkpoint, whose whole weights load without TP. Bad combinations are refused."""
+(saved with an even vocabulary: tests/engine/conftest.py) sharded by transformers' tensor-parallel plan and
+gives the rewards, loss and metrics of a 1-process run with the same seed; it resumes from its checkpoint, whose
+whole weights load without TP. Bad combinations are refused."""
 
 import json
 import os

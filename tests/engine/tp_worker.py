@@ -44,7 +44,8 @@ def main(model_dir: str, init_file: str, rank: int, world: int) -> None:
             model_dir, dtype=torch.float32, distributed_config=DistributedConfig(tp_plan="auto", tp_size=world))
         head = sharded.get_output_embeddings()
         assert is_tensor_parallel(sharded)
-        assert is_vocab_parallel_head(head, tensor_parallel_model=True), f"not a vocabulary-parallel head: {getattr(head.weight, 'placements', None)}"
+        placements = getattr(head.weight, "placements", None)
+        assert is_vocab_parallel_head(head, tensor_parallel_model=True), f"not a vocabulary-parallel head: {placements}"
         loss, logps, grad = loss_and_head_grad(sharded, batch)
         ref_loss, ref_logps, ref_grad = loss_and_head_grad(whole, batch)
         torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-5)
