@@ -23,6 +23,7 @@ from grpo_kernels.integrations.lm_head import logit_transform
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from .config import LoraConfig, ModelConfig
+from .tensor_parallel import is_tensor_parallel
 
 
 class ModelLoadError(RuntimeError):
@@ -157,7 +158,7 @@ def with_lm_head(model: nn.Module, hidden: torch.Tensor,
     lm = base_causal_lm(model)
     transform = logit_transform(lm)
     head = lm.get_output_embeddings()
-    if is_vocab_parallel_head(head):
+    if is_vocab_parallel_head(head, tensor_parallel_model=is_tensor_parallel(lm)):
         return fn(hidden, head.weight, dict(bias=head.bias, logit_transform=transform))
     return call_with_full_head(lambda h, weight, bias: fn(h, weight, dict(bias=bias, logit_transform=transform)),
                                hidden, head)

@@ -21,12 +21,23 @@ from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
 METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 
+def nanquantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """`torch.nanquantile(values.flatten(), q)` (linear interpolation), value for value, in ops that
+    torch.compile traces whole: torch 2.11's own turns a data-dependent check into a graph break, which
+    `fullgraph=True` refuses. NaN when every value is NaN."""
+    ordered = values.flatten().sort().values  # NaNs sort last
+    rank = (((~ordered.isnan()).sum() - 1).to(ordered.dtype) * q).clamp(min=0)  # in the values' dtype, as torch's
+    below = rank.long()
+    lo, hi = ordered.gather(0, below.view(1)), ordered.gather(0, rank.ceil().long().view(1))
+    return torch.lerp(lo, hi, rank - below).squeeze(0)
+
+
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
     """Valid tokens whose entropy is at or above the (1 - top_quantile) quantile of the valid entropies."""
     valid = mask > 0
     # NaN-out the padding instead of indexing it away: static shapes keep torch.compile graphs whole.
     entropies = torch.where(valid, entropy.detach(), float("nan"))
-    threshold = torch.nanquantile(entropies.flatten(), 1.0 - top_quantile)  # NaN when nothing is valid
+    threshold = nanquantile(entropies, 1.0 - top_quantile)  # NaN when nothing is valid
     return (entropy.detach() >= threshold) & valid
 
 

@@ -9,9 +9,27 @@ use_interpreter_if_no_gpu()
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    """`gpu` tests skip without CUDA; `interpreter` tests (Triton on CPU tensors) skip with CUDA, unless the
+    interpreter was asked for (TRITON_INTERPRET=1)."""
+    from grpo_kernels.kernels.launch import interpreting
+
+    cuda = torch.cuda.is_available()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+        if "gpu" in item.keywords and not cuda:
+            item.add_marker(SKIP_GPU)
+        if "interpreter" in item.keywords and cuda and not interpreting():
+            item.add_marker(SKIP_INTERPRETER)
+
+
+SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
+SKIP_INTERPRETER = pytest.mark.skip(
+    reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
+           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/test_gpu.py runs the "
+           "compiled kernels")
+
+
+@pytest.fixture()
+def cpu_only_subprocesses(monkeypatch):
+    """The processes a test starts see no GPU: on a machine with CUDA they run as on a CPU machine (gloo on CPU
+    tensors, Triton under the interpreter that grpo_kernels then turns on), as the test expects."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

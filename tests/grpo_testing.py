@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import pytest
 import torch
 
 LOSS_TOL = {torch.float64: 1e-9, torch.float32: 1e-5, torch.bfloat16: 1e-4, torch.float16: 1e-4}
@@ -112,19 +113,21 @@ def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch
     assert actual is not None, f"{what}: no gradient"
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
     assert actual.dtype == dtype, f"{what}: gradient dtype {actual.dtype}, expected {dtype}"
-    err = float((actual.detach().cpu().double() - expected.double()).abs().max())
+    err = float((actual.detach().cpu().double() - expected.detach().cpu().double()).abs().max())
     scale = float(expected.abs().max())
     assert err <= GRAD_TOL[dtype] * scale + GRAD_ATOL[dtype], (
         f"{what}: max error {err:.3g} > {GRAD_TOL[dtype]:g} x max|grad| {scale:.3g} + {GRAD_ATOL[dtype]:g}")
 
 
 def assert_output_matches(out, grads, ref_out, ref_grads, dtype: torch.dtype) -> None:
+    """Loss, metrics, log-probs and gradients within the dtype's tolerances; compared on the CPU, wherever
+    each side was computed."""
     assert_loss_close(out.loss, ref_out.loss, dtype)
     assert set(out.metrics) == set(ref_out.metrics), f"metric names {sorted(out.metrics)} vs {sorted(ref_out.metrics)}"
     for name, value in ref_out.metrics.items():
         assert_loss_close(out.metrics[name], value, dtype, what=f"metric {name}")
     assert out.logps.dtype == torch.float32 and out.logps.shape == ref_out.logps.shape
-    torch.testing.assert_close(out.logps.cpu().double(), ref_out.logps.double(),
+    torch.testing.assert_close(out.logps.cpu().double(), ref_out.logps.cpu().double(),
                                atol=LOSS_TOL[dtype] * 10, rtol=LOSS_TOL[dtype] * 10)
     for name, expected in ref_grads.items():
         assert_grad_close(grads[name], expected, dtype, f"d{name}")
@@ -140,3 +143,12 @@ def device_of(backend: str) -> str:
 
 
 FUSED_BACKENDS = ["gemm", "torch", "triton"]
+
+# Tests that run Triton on CPU tensors, which needs the interpreter: skipped on a machine with CUDA (conftest.py).
+INTERPRETER = pytest.mark.interpreter
+
+
+def with_triton_interpreted(backends: list[str]) -> list:
+    """`backends` as parametrize values, "triton" marked `interpreter`: for a test that keeps its tensors on the
+    CPU whatever the machine (one that follows `device_of(backend)` runs Triton on the GPU there instead)."""
+    return [pytest.param(backend, marks=INTERPRETER) if backend == "triton" else backend for backend in backends]

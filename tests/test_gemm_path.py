@@ -34,6 +34,7 @@ def test_many_waves_match_float64_reference(config, dtype, transform):
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("temperature,transform", [(1.0, IDENTITY), (0.7, IDENTITY), (0.7, SOFTCAPPED)],
                          ids=["plain", "temperature", "softcapped"])
@@ -60,6 +61,7 @@ def test_triton_row_kernels_match_torch_rows(with_bias, temperature, transform):
     assert float(results[0][0][2]) == pytest.approx(-float(lse[2]), abs=1e-6)
 
 
+@pytest.mark.interpreter
 def test_triton_row_grad_narrows_to_bf16_in_place():
     """dZ written as bf16 over the float32 logits it reads, row by row, equals dZ computed out of place."""
     from grpo_kernels.kernels import rows
@@ -191,6 +193,7 @@ def test_gradients_are_not_copied_in_the_backward():
     torch.testing.assert_close(weight.grad, first)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_accumulate_gemm_adds_a_16_bit_product_into_float32(dtype):
     """The 16-bit dW update across waves (CUDA): C += A^T B inside the GEMM, A with a row stride of 2M as the

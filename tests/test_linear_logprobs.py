@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from grpo_testing import FUSED_BACKENDS
+from grpo_testing import FUSED_BACKENDS, with_triton_interpreted
 
 from grpo_kernels import LogitTransform, linear_logprobs, reference
 
@@ -21,7 +21,7 @@ def _softmax_logits(logits: torch.Tensor, transform, temperature: float) -> torc
 
 
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("backend", with_triton_interpreted(FUSED_BACKENDS))
 def test_matches_log_softmax_and_entropy(backend, transform):
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(2, 3, 5, 24, generator=gen)
@@ -38,7 +38,7 @@ def test_matches_log_softmax_and_entropy(backend, transform):
     torch.testing.assert_close(entropy.double(), -(log_probs.exp() * log_probs).sum(-1), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("backend", with_triton_interpreted(FUSED_BACKENDS))
 def test_no_grad_gives_detached_values(backend):
     hidden = torch.randn(4, 6, 16, requires_grad=True)
     weight = torch.randn(33, 16, requires_grad=True)
@@ -50,7 +50,7 @@ def test_no_grad_gives_detached_values(backend):
 
 
 @pytest.mark.parametrize("transform", ["plain", "scaled_softcapped"])
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+@pytest.mark.parametrize("backend", with_triton_interpreted(FUSED_BACKENDS))
 def test_gradient_of_logps_and_entropy(backend, transform):
     gen = torch.Generator().manual_seed(1)
     hidden = torch.randn(3, 7, 20, generator=gen, dtype=torch.float64)

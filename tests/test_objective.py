@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grpo_kernels import GRPOLossConfig, grpo_objective
+from grpo_kernels.objective import nanquantile
 
 
 def _objective(lp, mask, adv, config, **kwargs):
@@ -110,6 +111,23 @@ def test_entropy_bonus_and_entropy_mask():
     assert loss.item() == pytest.approx(-2 / 4 - 0.1 * (0.9 + 0.7) / 2)
     torch.testing.assert_close(lp.grad, torch.tensor([[0.0, -0.25, 0.0, -0.25]], dtype=torch.float64))
     torch.testing.assert_close(ent.grad, torch.tensor([[0.0, -0.05, 0.0, -0.05]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_entropy_threshold_is_torch_nanquantile_value_for_value(dtype):
+    # the mask's threshold avoids torch.nanquantile only so that torch.compile traces it (torch 2.11's breaks the
+    # graph); it must give the same number: ties, padding (NaN), nothing valid, and the end quantiles
+    gen = torch.Generator().manual_seed(0)
+    for case in range(300):
+        values = (3 * torch.randn(int(torch.randint(1, 40, (1,), generator=gen)), generator=gen, dtype=dtype))
+        values = values.round() if case % 2 else values
+        values[torch.rand(values.shape, generator=gen) < case / 300] = float("nan")
+        for q in (0.0, 1.0, float(torch.rand(1, generator=gen))):
+            expected = torch.nanquantile(values, q)
+            actual = nanquantile(values.view(-1, 1), q)
+            assert actual.dtype == dtype and actual.shape == ()
+            assert torch.equal(actual, expected) or (actual.isnan() and expected.isnan()), (case, q, actual, expected)
+    assert nanquantile(torch.full((3, 2), float("nan"), dtype=dtype), 0.5).isnan()  # nothing valid
 
 
 def test_entropy_bonus_is_a_token_mean_for_every_loss_type():

@@ -5,11 +5,11 @@ import warnings
 
 import pytest
 import torch
-from grpo_testing import make_problem
+from grpo_testing import make_problem, with_triton_interpreted
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
 
-BACKENDS = ["torch", "triton", "reference"]
+BACKENDS = with_triton_interpreted(["torch", "triton", "reference"])
 
 
 def _call(backend, **overrides):

@@ -11,6 +11,8 @@ import vocab_parallel_worker
 
 from grpo_kernels import linear_logprobs
 
+pytestmark = pytest.mark.usefixtures("cpu_only_subprocesses")
+
 
 def _spawn(tmp_path, world: int, suite: str) -> None:
     mp.spawn(vocab_parallel_worker.run, args=(world, str(tmp_path / "init"), suite), nprocs=world, join=True)

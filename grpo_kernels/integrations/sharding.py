@@ -111,18 +111,21 @@ def _tensors_with_grad(result: Any) -> Iterable[torch.Tensor]:
             yield from _tensors_with_grad(getattr(result, field.name))
 
 
-def is_vocab_parallel_head(head: nn.Module) -> bool:
-    """A tensor-parallel LM head: its weight a DTensor placed Shard(0) on a 1-D mesh named "tp", as
-    transformers' tensor-parallel plans (`tp_plan="auto"`) and `ColwiseParallel` on a ("tp",) mesh leave it.
-    The fused kernels take such a head as it is (vocabulary-parallel, grpo_kernels.vocab_parallel); an FSDP2
-    shard (a data-parallel mesh) is gathered instead (`call_with_full_head`)."""
+def is_vocab_parallel_head(head: nn.Module, tensor_parallel_model: bool = False) -> bool:
+    """A tensor-parallel LM head: its weight a DTensor placed Shard(0) on a 1-D tensor-parallel mesh. The mesh
+    is known to be one when it is named "tp" (`ColwiseParallel` on a ("tp",) mesh, transformers 5.23's plans)
+    or when the caller knows the model is tensor-parallel (`tensor_parallel_model`: transformers 5.17's
+    `tp_plan="auto"` names no mesh dimension). The fused kernels take such a head as it is
+    (vocabulary-parallel, grpo_kernels.vocab_parallel); an FSDP2 shard (a data-parallel mesh, unnamed by
+    default) is gathered instead (`call_with_full_head`)."""
     try:
         from torch.distributed.tensor import DTensor, Shard
     except ImportError:  # pragma: no cover
         return False
     weight = head.weight
-    return (isinstance(weight, DTensor) and weight.device_mesh.mesh_dim_names == ("tp",)
-            and tuple(weight.placements) == (Shard(0),))
+    if not isinstance(weight, DTensor) or tuple(weight.placements) != (Shard(0),) or weight.device_mesh.ndim != 1:
+        return False
+    return tensor_parallel_model or weight.device_mesh.mesh_dim_names == ("tp",)
 
 
 def call_with_full_head(fn: Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any],

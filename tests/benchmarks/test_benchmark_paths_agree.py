@@ -8,6 +8,7 @@ import functools
 
 import pytest
 import torch
+from grpo_testing import with_triton_interpreted
 
 from benchmarks.cases import LOSS_CASES, STANDARD_LOSS_CASES
 from benchmarks.inputs import make_inputs
@@ -33,7 +34,7 @@ def _run(path, operation, case_name):
         pytest.skip(str(reason))
 
 
-@pytest.mark.parametrize("path", [p for p in PATHS if p != "reference"])
+@pytest.mark.parametrize("path", with_triton_interpreted([p for p in PATHS if p != "reference"]))
 @pytest.mark.parametrize("operation", ["loss", "logprobs", "logits"])
 @pytest.mark.parametrize("case_name", list(STANDARD_LOSS_CASES))  # variants: test_benchmark_variants.py
 def test_path_matches_reference(path, operation, case_name):

@@ -8,7 +8,7 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_benchmark_suite_runs_on_smoke_shapes():
+def test_benchmark_suite_runs_on_smoke_shapes(cpu_only_subprocesses):
     # Peak memory is left out here: the fresh-process measurement has its own test
     # (test_fused_memory_scaling.py), and one process per case would triple this test's time.
     command = [sys.executable, "-m", "pytest", "benchmarks/", "--bench-set=smoke", "--benchmark-disable",

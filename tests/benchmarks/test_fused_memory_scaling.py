@@ -13,8 +13,9 @@ from benchmarks import memory
 from benchmarks.inputs import make_inputs, save_inputs
 from benchmarks.shapes import BenchShape, LMHead
 
-pytestmark = pytest.mark.skipif(not memory.cpu_peak_rss_supported(),
-                                reason="needs Linux /proc/self/status VmHWM and /proc/self/clear_refs")
+pytestmark = [pytest.mark.skipif(not memory.cpu_peak_rss_supported(),
+                                 reason="needs Linux /proc/self/status VmHWM and /proc/self/clear_refs"),
+              pytest.mark.usefixtures("cpu_only_subprocesses")]  # a CPU measurement, in a process of its own
 
 TOKENS_B, TOKENS_T = 4, 512  # N = 2048 tokens, four of the torch backend's 512-token chunks
 HIDDEN = 32  # small H: a [V, H] weight gradient is 1/64 of a [N, V] logits tensor

@@ -10,12 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 
 
-def test_tensor_parallel_head_matches_whole_model(tiny_model_dir, tmp_path):
+def test_tensor_parallel_head_matches_whole_model(tensor_parallel_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", OMP_NUM_THREADS="1")
     init_file = tmp_path / "init"
-    ranks = [subprocess.Popen([sys.executable, str(Path(__file__).parent / "tp_worker.py"), str(tiny_model_dir),
-                               str(init_file), str(rank), "2"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    worker = str(Path(__file__).parent / "tp_worker.py")
+    ranks = [subprocess.Popen([sys.executable, worker, str(tensor_parallel_model_dir), str(init_file), str(rank), "2"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
     outputs = [rank.communicate(timeout=240)[0] for rank in ranks]
     for rank, output in zip(ranks, outputs):
         assert rank.returncode == 0, output[-4000:]

@@ -1,6 +1,7 @@
-"""`--model.tensor_parallel 2` under torchrun (2 gloo processes on CPU): the built-in demo trains with the model
-sharded by transformers' tensor-parallel plan and gives the rewards, loss and metrics of a 1-process run with
-the same seed; it resumes from its checkpoint, whose whole weights load without TP. Bad combinations are refused."""
+"""`--model.tensor_parallel 2` under torchrun (2 gloo processes on CPU): the demo task trains the demo's model
+(saved with an even vocabulary: tests/engine/conftest.py) sharded by transformers' tensor-parallel plan and
+gives the rewards, loss and metrics of a 1-process run with the same seed; it resumes from its checkpoint, whose
+whole weights load without TP. Bad combinations are refused."""
 
 import json
 import os
@@ -25,8 +26,10 @@ ROOT = Path(__file__).parents[2]
 FLAGS = ["--run.save_steps", "1", "--run.progress_bar", "false", "--run.plot", "false", "--run.warm_start_steps",
          "0", "--run.log_completions_steps", "0", "--data.builtin_max_operand", "2", "--rollout.num_generations",
          "4", "--rollout.max_new_tokens", "8", "--optim.per_device_train_batch_size", "8",
-         "--optim.learning_rate", "1e-4", "--loss.beta", "0.04", "--rewards.functions", "[math_accuracy, length]",
-         "--rewards.length_cache", "8",
+         "--optim.learning_rate", "1e-4", "--loss.beta", "0.04",
+         # digits vary between a random model's completions, so every step has advantages and a real gradient
+         # (on a step without any, AdamW would blow TP's rounding noise up to a full-size update)
+         "--rewards.functions", "[math_accuracy, user_rewards:reward_short_digits]",
          # pinned against the demo preset: one optimizer pass per batch at a constant LR (TP with
          # num_iterations > 1 is not compared here: see docs/engine.md)
          "--optim.num_iterations", "1", "--optim.lr_scheduler_type", "constant", "--optim.warmup_ratio", "0"]
@@ -43,11 +46,12 @@ def _train(command: list[str], run_dir: Path, steps: int, *extra: str) -> list[d
     return [row for row in rows if "reward" in row]
 
 
-def test_tensor_parallel_run_matches_one_process_and_resumes(tmp_path):
+def test_tensor_parallel_run_matches_one_process_and_resumes(tmp_path, tensor_parallel_model_dir):
     one_dir, tp_dir = tmp_path / "one", tmp_path / "tp"
-    single = _train([sys.executable], one_dir, 3)
-    tensor_parallel = _train(_torchrun(), tp_dir, 2, "--model.tensor_parallel", "2")
-    resumed = _train(_torchrun(), tp_dir, 3, "--model.tensor_parallel", "2", "--run.resume", "latest")
+    model = ("--model.name_or_path", str(tensor_parallel_model_dir))  # the demo's model, with an even vocabulary
+    single = _train([sys.executable], one_dir, 3, *model)
+    tensor_parallel = _train(_torchrun(), tp_dir, 2, *model, "--model.tensor_parallel", "2")
+    resumed = _train(_torchrun(), tp_dir, 3, *model, "--model.tensor_parallel", "2", "--run.resume", "latest")
     assert [row["step"] for row in resumed] == [1, 2, 3]  # the resumed run appends step 3 to steps 1-2
     assert any(row["grad_norm"] > 0 for row in single)  # the comparison covers real updates
     for one, two in zip(single, resumed, strict=True):

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from transformers.distributed import DistributedConfig
 
 from engine.models import HiddenStatePolicy, with_lm_head
+from engine.tensor_parallel import is_tensor_parallel
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 from grpo_kernels.integrations.sharding import is_vocab_parallel_head
 
@@ -42,7 +43,9 @@ def main(model_dir: str, init_file: str, rank: int, world: int) -> None:
         sharded = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch.float32, distributed_config=DistributedConfig(tp_plan="auto", tp_size=world))
         head = sharded.get_output_embeddings()
-        assert is_vocab_parallel_head(head), f"not a vocabulary-parallel head: {type(head.weight).__name__}"
+        assert is_tensor_parallel(sharded)
+        placements = getattr(head.weight, "placements", None)
+        assert is_vocab_parallel_head(head, tensor_parallel_model=True), f"not a vocabulary-parallel head: {placements}"
         loss, logps, grad = loss_and_head_grad(sharded, batch)
         ref_loss, ref_logps, ref_grad = loss_and_head_grad(whole, batch)
         torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-5)

@@ -119,6 +119,39 @@ def test_a_shard_is_refused_not_used():
         call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
 
 
+@pytest.fixture()
+def world_of_one(tmp_path):
+    """A 1-process gloo group (unless one is already up), for DTensors on a CPU mesh."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    initialised_here = not dist.is_initialized()
+    if initialised_here:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    yield
+    if initialised_here:
+        dist.destroy_process_group()
+
+
+def test_vocab_parallel_head_is_told_from_an_fsdp2_shard(world_of_one):
+    # transformers 5.23's tensor-parallel plans shard the head on a ("tp",) mesh, 5.17's on an unnamed one, as
+    # FSDP2 does by default: only a caller that knows the model is tensor-parallel can tell the last two apart
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    def head_on(mesh, placement):
+        head = nn.Linear(H, V, bias=False)
+        head.weight = nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [placement]))
+        return head
+
+    named, unnamed = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",)), init_device_mesh("cpu", (1,))
+    assert sharding.is_vocab_parallel_head(head_on(named, Shard(0)))
+    assert not sharding.is_vocab_parallel_head(head_on(unnamed, Shard(0)))  # an FSDP2 shard: gathered
+    assert sharding.is_vocab_parallel_head(head_on(unnamed, Shard(0)), tensor_parallel_model=True)
+    assert not sharding.is_vocab_parallel_head(head_on(named, Replicate()), tensor_parallel_model=True)
+    assert not sharding.is_vocab_parallel_head(nn.Linear(H, V), tensor_parallel_model=True)
+
+
 def test_fsdp2_dtensor_head_is_all_gathered_differentiably(tmp_path):
     dist = pytest.importorskip("torch.distributed")
     from torch.distributed.device_mesh import init_device_mesh
