@@ -18,13 +18,18 @@ import torch
 from . import torch_chunked
 from .config import GRPOLossConfig
 from .gemm_path import DEFAULT_WORKSPACE_BYTES, GemmBackend
+from .kept_tokens import KeptTokenHead
 from .objective import TokenInputs, token_level_grads
 
 
-def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> Any:
+def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+                    kept_token_ids: Optional[torch.Tensor] = None) -> Any:
     """The backend behind the small interface: `linear_forward(hidden, weight, bias, targets, temperature) ->
     (logps, entropy, lse)` and `linear_backward(g, e, hidden, weight, bias, targets, lse, entropy, temperature,
-    needs_hidden_grad, needs_weight_grad) -> (dhidden | None, dweight | None, dbias | None)`."""
+    needs_hidden_grad, needs_weight_grad) -> (dhidden | None, dweight | None, dbias | None)`. With
+    `kept_token_ids` [rows, K], the rows that carry a set are scored over it (kept_tokens.py)."""
+    if kept_token_ids is not None:
+        return KeptTokenHead(_implementation(backend, workspace_bytes), kept_token_ids)
     if backend == "gemm":
         return GemmBackend(workspace_bytes)
     if backend == "torch":
@@ -44,13 +49,15 @@ def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @torch.library.custom_op("grpo_kernels::linear_logprobs", mutates_args=())
 def _linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     targets: torch.Tensor, temperature: float, backend: str, workspace_bytes: int
+                     targets: torch.Tensor, temperature: float, backend: str, workspace_bytes: int,
+                     kept_token_ids: Optional[torch.Tensor] = None
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _implementation(backend, workspace_bytes).linear_forward(hidden, weight, bias, targets, temperature)
+    return _implementation(backend, workspace_bytes, kept_token_ids).linear_forward(hidden, weight, bias, targets,
+                                                                                    temperature)
 
 
 @_linear_logprobs.register_fake
-def _(hidden, weight, bias, targets, temperature, backend, workspace_bytes):
+def _(hidden, weight, bias, targets, temperature, backend, workspace_bytes, kept_token_ids=None):
     stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
@@ -60,8 +67,9 @@ def _linear_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[t
                               hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                               targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
                               temperature: float, backend: str, workspace_bytes: int, needs_hidden_grad: bool,
-                              needs_weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes).linear_backward(
+                              needs_weight_grad: bool, kept_token_ids: Optional[torch.Tensor] = None
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes, kept_token_ids).linear_backward(
         grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
         needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
     # A custom op cannot return None: an empty tensor stands for "not computed" (no bias, frozen head...).
@@ -90,14 +98,14 @@ def _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad):
 
 @_linear_logprobs_backward.register_fake
 def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, backend, workspace_bytes,
-      needs_hidden_grad, needs_weight_grad):
+      needs_hidden_grad, needs_weight_grad, kept_token_ids=None):
     return _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad)
 
 
 def _linear_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, targets, temperature, backend, workspace_bytes = inputs
+    hidden, weight, bias, targets, temperature, backend, workspace_bytes, kept_token_ids = inputs
     _, entropy, lse = output
-    ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+    ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, kept_token_ids)
     ctx.temperature, ctx.backend, ctx.workspace_bytes = temperature, backend, workspace_bytes
     ctx.weight_shape = tuple(weight.shape)
 
@@ -113,15 +121,16 @@ def _check_weight_unchanged(ctx, weight: torch.Tensor) -> None:
 
 
 def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
-    hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+    hidden, weight, bias, targets, lse, entropy, kept_token_ids = ctx.saved_tensors
     _check_weight_unchanged(ctx, weight)
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias, targets,
-        lse, entropy, ctx.temperature, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias)
+        lse, entropy, ctx.temperature, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias,
+        kept_token_ids)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias), None, None, None, None)
+            _grad_or_none(grad_bias, needs_bias), None, None, None, None, None)
 
 
 _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -321,12 +330,14 @@ def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
 # ---- entry points for api.py --------------------------------------------------------------------------
 
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-                    temperature: float, backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden [N, H], weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable."""
+                    temperature: float, backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+                    kept_token_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [N, H], weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable; with
+    kept_token_ids [N, K] the rows that carry a set are scored over it."""
     logps, entropy, _ = _linear_logprobs(hidden.contiguous(), weight.contiguous(),
                                          None if bias is None else bias.contiguous(), targets.contiguous(),
-                                         float(temperature), backend, int(workspace_bytes))
+                                         float(temperature), backend, int(workspace_bytes),
+                                         None if kept_token_ids is None else kept_token_ids.contiguous())
     return logps, entropy
 
 

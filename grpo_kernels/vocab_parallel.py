@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .gemm_path import GemmBackend, wave_rows
+from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
 from .objective import TokenInputs, token_level_grads
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
@@ -72,7 +73,9 @@ class VocabShard:
         m = lse.clone()
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=self.group)
         w = torch.exp(lse - m)
-        parts = torch.stack([w, w * (lse - entropy), target_z])
+        # a shard with no logit in a row's support (a kept-token set held elsewhere) has lse -inf: weight 0
+        mean_z = torch.where(w > 0, lse - entropy, torch.zeros_like(lse))
+        parts = torch.stack([w, w * mean_z, target_z])
         dist.all_reduce(parts, op=dist.ReduceOp.SUM, group=self.group)
         total_lse = m + torch.log(parts[0])
         return total_lse, total_lse - parts[1] / parts[0], parts[2]
@@ -85,13 +88,13 @@ class VocabShard:
     # ---- the two routes api.py takes ----------------------------------------------------------------------
 
     def row_logprobs(self, backend: str, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     targets: torch.Tensor, temperature: float, workspace_bytes: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logps, entropy) [R] over the whole vocabulary of hidden rows [R, H], differentiable w.r.t. hidden
-        and the local weight/bias shard."""
+                     targets: torch.Tensor, temperature: float, workspace_bytes: int,
+                     kept_token_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logps, entropy) [R] over the whole vocabulary (or each row's kept set: global ids [R, K]) of hidden
+        rows [R, H], differentiable w.r.t. hidden and the local weight/bias shard."""
         return _ShardedLogprobs.apply(hidden.contiguous(), weight.contiguous(),
                                       None if bias is None else bias.contiguous(), self.local_targets(targets),
-                                      float(temperature), backend, int(workspace_bytes), self)
+                                      float(temperature), backend, int(workspace_bytes), self, kept_token_ids)
 
     def gemm_token_level(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                          targets: torch.Tensor, inputs: TokenInputs, temperature: float, config, workspace_bytes: int,
@@ -120,10 +123,16 @@ class _ShardedLogprobs(torch.autograd.Function):
     statistics, then the all-reduce of dH."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, local_targets, temperature, backend, workspace_bytes, shard):
+    def forward(ctx, hidden, weight, bias, local_targets, temperature, backend, workspace_bytes, shard,
+                kept_token_ids=None):
         from .ops import _implementation
 
         implementation = _implementation(backend, shard.wave_workspace(workspace_bytes))
+        if kept_token_ids is not None:
+            # each kept id lives on one shard; a row is scored over its set even where no id of it is local
+            implementation = KeptTokenHead(implementation, local_kept_ids(kept_token_ids, shard.offset,
+                                                                          shard.sizes[shard.rank]),
+                                           has_set=rows_with_set(kept_token_ids))
         logps, entropy, lse = implementation.linear_forward(hidden, weight, bias, local_targets, temperature)
         # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
         target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
@@ -144,4 +153,4 @@ class _ShardedLogprobs(torch.autograd.Function):
             needs_weight_grad=needs_weight or needs_bias)
         ctx.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
         return (grad_hidden if needs_hidden else None, grad_weight if needs_weight else None,
-                grad_bias if needs_bias else None, None, None, None, None, None)
+                grad_bias if needs_bias else None, None, None, None, None, None, None)

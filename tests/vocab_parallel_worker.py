@@ -10,7 +10,8 @@ from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
-from grpo_testing import as_float64, assert_grad_close, assert_loss_close, assert_output_matches, make_problem
+from grpo_testing import (as_float64, assert_grad_close, assert_loss_close, assert_output_matches, kept_sets,
+                          make_problem)
 from test_api import CONFIGS  # every loss type and option of the single-process parity tests
 
 from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
@@ -88,14 +89,15 @@ def sharded_loss(problem, config, form: str, backend: str, **kwargs):
     return out, {k: v for k, v in grads.items() if v is not None}, head
 
 
-def reference_loss(problem, config, head: ShardedHead):
+def reference_loss(problem, config, head: ShardedHead, kept_token_ids=None):
     leaves = {name: getattr(as_float64(problem), name).clone().requires_grad_()
               for name in ("hidden", "weight", "bias") if getattr(problem, name) is not None}
     p64 = as_float64(problem)
     kw = p64.loss_kwargs()
     kw["bias"] = leaves.get("bias")
     out = reference.fused_linear_grpo_loss(leaves["hidden"], leaves["weight"], p64.completion_ids,
-                                           p64.completion_mask, p64.advantages, config=config, **kw)
+                                           p64.completion_mask, p64.advantages, config=config,
+                                           kept_token_ids=kept_token_ids, **kw)
     out.loss.backward()
     rows = head.rows()
     grads = {"hidden": leaves["hidden"].grad, "weight": leaves["weight"].grad[rows]}
@@ -106,7 +108,7 @@ def reference_loss(problem, config, head: ShardedHead):
 
 def check_loss(problem, config, form: str, backend: str, dtype: torch.dtype = torch.float32, **kwargs) -> None:
     out, grads, head = sharded_loss(problem, config, form, backend, **kwargs)
-    ref_out, ref_grads = reference_loss(problem, config, head)
+    ref_out, ref_grads = reference_loss(problem, config, head, kwargs.get("kept_token_ids"))
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
 
 
@@ -201,6 +203,10 @@ def parity_suite(backends: tuple[str, ...]) -> None:
         problem = make_problem(seed=7, V=V)
         for form in ("group", "dtensor"):
             check_linear_logprobs(problem, form, backend)
+            # kept-token sets whose ids fall on every shard, and sets with no id on some rank
+            for size in (2, 12):
+                check_loss(problem, GRPOLossConfig(beta=0.04, entropy_coef=0.02), form, backend,
+                           kept_token_ids=kept_sets(problem.completion_ids, V, size, seed=size))
         check_module(problem, backend)
         check_no_tokens_by_vocab_buffer(backend)
         # bfloat16 and a wave of a few tokens (several per-wave combines in the GEMM one-pass route)

@@ -1,0 +1,178 @@
+"""Log-probs over per-position kept-token sets: the distribution a top-p / top-k sampler actually drew from.
+
+A truncating sampler draws token y at position n from softmax(z / tau) renormalised over the ids K_n it kept.
+Scored over the whole vocabulary, the trainer's log-prob is short by log(kept mass), so the importance ratio of
+an exactly on-policy token sits at the kept mass instead of 1. Here a position with a set gets
+
+    lp_n = z_ny / tau - logsumexp_{v in K_n} z_nv / tau,    ent_n = -sum_{v in K_n} p_nv log p_nv,
+
+with p renormalised over K_n, and a position whose set is all padding (-1) is scored over the whole
+vocabulary by the backend this head wraps.
+
+`KeptTokenHead` is a backend of the small interface (`linear_forward` statistics, `linear_backward` from g and
+e), wrapping another one for the rows without a set, so vocabulary shards (vocab_parallel.py) and the custom
+ops take it like any backend. Per chunk of rows it gathers U, the union of the chunk's kept ids, and computes
+the [rows, |U|] logits with one GEMM against W[U]: never more work than the whole head (|U| <= V), far less
+when the sets are small or shared (top-p sets of similar contexts overlap). dW lands in W[U] through
+`index_add_` over the unique ids U, one writer per row of W, so the result does not depend on thread order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+
+NO_TOKEN = -1  # padding inside a set, and an id held by another vocabulary shard
+# The chunk's [rows, |U|] float32 logits stay within this many elements (64 MiB), whatever the sets.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def rows_with_set(kept_token_ids: torch.Tensor) -> torch.Tensor:
+    """[R] bool: the positions that carry a kept set (any id >= 0)."""
+    return (kept_token_ids >= 0).any(-1)
+
+
+def chunk_rows(num_rows: int, set_size: int, vocab_size: int, elements: int = CHUNK_ELEMENTS) -> int:
+    """Rows per chunk so that rows x min(V, rows x K) (the most the union of their sets can hold) fits."""
+    by_overlap = int(math.isqrt(max(1, elements // max(1, set_size))))
+    rows = by_overlap if by_overlap * set_size <= vocab_size else elements // max(1, vocab_size)
+    return max(1, min(num_rows, rows))
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+class _Chunk:
+    """One chunk of rows with sets: the union U of their ids, each kept id's column in U, and the logits."""
+
+    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], ids: torch.Tensor,
+                 inv_tau: float):
+        dtype = _compute_dtype(hidden)
+        self.valid = ids >= 0
+        self.union, inverse = torch.unique(ids[self.valid], sorted=True, return_inverse=True)
+        self.column = torch.zeros_like(ids)
+        self.column[self.valid] = inverse
+        self.w_union = weight.index_select(0, self.union).to(dtype)
+        self.h = hidden.to(dtype)
+        z_union = self.h @ self.w_union.T
+        if bias is not None:
+            z_union += bias.index_select(0, self.union).to(dtype)
+        # [rows, K] scaled logits of each row's own set; -inf on the padding
+        z = z_union.gather(1, self.column) * inv_tau
+        self.z = z.masked_fill_(~self.valid, float("-inf"))
+
+    def stats(self, ids: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(lse, entropy, target logit) over each row's set; a row with no id here has lse -inf, and a target
+        outside the set (another shard's) contributes a target logit of 0."""
+        lse = torch.logsumexp(self.z, dim=-1)
+        finite = torch.isfinite(lse)
+        safe_lse = torch.where(finite, lse, torch.zeros_like(lse))
+        p = torch.exp(self.z - safe_lse[:, None])
+        mean_z = (p * torch.where(self.valid, self.z, torch.zeros_like(self.z))).sum(-1)
+        entropy = torch.where(finite, lse - mean_z, torch.zeros_like(lse))
+        is_target = self.valid & (ids == targets[:, None])
+        target_z = torch.where(is_target, self.z, torch.zeros_like(self.z)).sum(-1)
+        return lse, entropy, target_z
+
+    def union_grad(self, ids: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
+                   g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float) -> torch.Tensor:
+        """dLoss/d(raw logits) on the union's columns [rows, |U|]: (g (onehot - p) - e p (log p + ent)) / tau
+        over each row's set, 0 on the ids outside it."""
+        log_p = self.z - lse[:, None]
+        p = torch.where(self.valid, torch.exp(log_p), torch.zeros_like(log_p))
+        dz = torch.where(self.valid & (ids == targets[:, None]), g[:, None], torch.zeros_like(p)) - g[:, None] * p
+        if e is not None:
+            dz -= e[:, None] * p * torch.where(self.valid, log_p + entropy[:, None], torch.zeros_like(log_p))
+        dz_union = torch.zeros(self.z.shape[0], self.union.numel(), dtype=dz.dtype, device=dz.device)
+        # a set holds each id once (validated), so only padding (adding 0) shares a column with a kept id
+        dz_union.scatter_add_(1, self.column, torch.where(self.valid, dz * inv_tau, torch.zeros_like(dz)))
+        return dz_union
+
+
+class KeptTokenHead:
+    """The backend interface over rows that carry kept sets, wrapping `inner` for the rows that do not.
+
+    kept_token_ids [R, K]: this head's (local) vocabulary ids of each row's set, -1 padding; `has_set` [R] bool
+    says which rows carry a set at all (on a vocabulary shard a row's set may have no id on this rank, yet it is
+    still scored over its set, not over the whole vocabulary)."""
+
+    def __init__(self, inner: Any, kept_token_ids: torch.Tensor, has_set: Optional[torch.Tensor] = None,
+                 chunk_elements: int = CHUNK_ELEMENTS):
+        self.inner = inner
+        self.kept = kept_token_ids
+        self.has_set = rows_with_set(kept_token_ids) if has_set is None else has_set
+        self.chunk_elements = chunk_elements
+
+    def _split(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.nonzero(self.has_set).squeeze(-1), torch.nonzero(~self.has_set).squeeze(-1)
+
+    def _chunks(self, rows: torch.Tensor, vocab_size: int):
+        step = chunk_rows(rows.numel(), self.kept.shape[-1], vocab_size, self.chunk_elements)
+        for r0 in range(0, rows.numel(), step):
+            yield rows[r0:r0 + step]
+
+    def linear_forward(self, hidden, weight, bias, targets, temperature):
+        """hidden [R, H], weight [V, H], targets [R] -> (logps, entropy, lse) [R]."""
+        dtype = _compute_dtype(hidden)
+        R = hidden.shape[0]
+        logps, entropy, lse = (torch.empty(R, dtype=dtype, device=hidden.device) for _ in range(3))
+        with_set, without = self._split()
+        if without.numel():
+            lp_w, ent_w, lse_w = self.inner.linear_forward(hidden[without], weight, bias, targets[without],
+                                                           temperature)
+            logps[without], entropy[without], lse[without] = lp_w.to(dtype), ent_w.to(dtype), lse_w.to(dtype)
+        for rows in self._chunks(with_set, weight.shape[0]):
+            ids, y = self.kept[rows], targets[rows]
+            chunk = _Chunk(hidden[rows], weight, bias, ids, 1.0 / temperature)
+            lse_c, ent_c, target_z = chunk.stats(ids, y)
+            # a row with no id on this shard: lse -inf and lp 0 - (-inf); the shard's combine weighs it 0
+            logps[rows], entropy[rows], lse[rows] = target_z - lse_c, ent_c, lse_c
+        return logps, entropy, lse
+
+    def linear_backward(self, grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature,
+                        needs_hidden_grad=True, needs_weight_grad=True):
+        """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent; None where not needed."""
+        if not (needs_hidden_grad or needs_weight_grad):
+            return None, None, None
+        dtype = _compute_dtype(hidden)
+        with_set, without = self._split()
+        grad_hidden = torch.zeros_like(hidden) if needs_hidden_grad else None
+        grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if needs_weight_grad else None
+        grad_bias = (torch.zeros(weight.shape[0], dtype=dtype, device=weight.device)
+                     if needs_weight_grad and bias is not None else None)
+        if without.numel():
+            dh, dw, db = self.inner.linear_backward(
+                grad_logps[without].contiguous(), None if grad_entropy is None else grad_entropy[without].contiguous(),
+                hidden[without].contiguous(), weight, bias, targets[without].contiguous(), lse[without].contiguous(),
+                entropy[without].contiguous(), temperature, needs_hidden_grad=needs_hidden_grad,
+                needs_weight_grad=needs_weight_grad)
+            if grad_hidden is not None:
+                grad_hidden[without] = dh
+            if grad_weight is not None:
+                grad_weight += dw.to(dtype)
+            if grad_bias is not None:
+                grad_bias += db.to(dtype)
+        inv_tau = 1.0 / temperature
+        for rows in self._chunks(with_set, weight.shape[0]):
+            ids, y = self.kept[rows], targets[rows]
+            chunk = _Chunk(hidden[rows], weight, bias, ids, inv_tau)
+            e = None if grad_entropy is None else grad_entropy[rows].to(dtype)
+            dz = chunk.union_grad(ids, y, lse[rows].to(dtype), entropy[rows].to(dtype), grad_logps[rows].to(dtype),
+                                  e, inv_tau)
+            if grad_hidden is not None:
+                grad_hidden[rows] = (dz @ chunk.w_union).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight.index_add_(0, chunk.union, dz.T @ chunk.h)
+            if grad_bias is not None:
+                grad_bias.index_add_(0, chunk.union, dz.sum(0))
+        return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),
+                None if grad_bias is None else grad_bias.to(bias.dtype))
+
+
+def local_kept_ids(kept_token_ids: torch.Tensor, offset: int, size: int) -> torch.Tensor:
+    """Global ids -> ids of the shard [offset, offset + size), -1 for the ids other ranks hold (and padding)."""
+    local = kept_token_ids - offset
+    return torch.where((kept_token_ids >= 0) & (local >= 0) & (local < size), local, torch.full_like(local, NO_TOKEN))
