@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -140,6 +141,20 @@ def _load_data(config: EngineConfig, tokenizer) -> tuple[list[dict], list[dict]]
     return rows, eval_rows
 
 
+def sampling_warnings(config: EngineConfig) -> list[str]:
+    """What makes the samples off-policy for the trainer, said once at the start."""
+    r = config.rollout
+    notes = []
+    if r.repetition_penalty != 1.0:
+        notes.append(f"rollout.repetition_penalty={r.repetition_penalty} changes the sampling distribution itself, "
+                     "which the trainer's log-probs do not reproduce: the samples are off-policy (see the "
+                     "sampling/trainer_sampler_ratio/* metrics)")
+    if (r.top_p < 1.0 or r.top_k > 0) and not r.replays_kept_tokens():
+        notes.append("rollout.replay_kept_tokens=off with top_p/top_k truncation: the trainer scores the whole "
+                     "vocabulary, so the importance ratio of on-policy tokens sits at the kept mass, not 1")
+    return notes
+
+
 def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
     if config.run.num_threads is not None:
@@ -149,6 +164,9 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
+    if accelerator.is_main_process:
+        for message in sampling_warnings(config):
+            print(f"warning: {message}", file=sys.stderr)
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path
