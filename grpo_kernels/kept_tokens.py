@@ -12,21 +12,28 @@ vocabulary by the backend this head wraps.
 `KeptTokenHead` is a backend of the small interface (`linear_forward` statistics, `linear_backward` from g and
 e), wrapping another one for the rows without a set, so vocabulary shards (vocab_parallel.py) and the custom
 ops take it like any backend. Per chunk of rows it gathers U, the union of the chunk's kept ids, and computes
-the [rows, |U|] logits with one GEMM against W[U]: never more work than the whole head (|U| <= V), far less
-when the sets are small or shared (top-p sets of similar contexts overlap). dW lands in W[U] through
+the [rows, |U|] logits with one GEMM against W[U]. A chunk holds about UNION_COLUMNS kept ids, so a token costs
+at most min(V, UNION_COLUMNS) logits whatever K is (fewer when the sets of a chunk overlap, as top-p sets of one
+context do), against V for the whole head; the backward computes them again (the statistics are all it keeps). dW lands in W[U] through
 `index_add_` over the unique ids U, one writer per row of W, so the result does not depend on thread order.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import torch
 
+from .gemm_path import _gemm_dtype, _mm_wide
+
 NO_TOKEN = -1  # padding inside a set, and an id held by another vocabulary shard
-# The chunk's [rows, |U|] float32 logits stay within this many elements (64 MiB), whatever the sets.
-CHUNK_ELEMENTS = 1 << 24
+# A chunk takes at least MIN_ROWS rows (enough tokens per byte of W[U] read for a GEMM at tensor-core rate) and
+# about UNION_COLUMNS kept ids in all when the sets are small, so a token costs at most
+# max(UNION_COLUMNS, MIN_ROWS x K) / rows logits for disjoint sets, fewer when the sets of a chunk overlap.
+MIN_ROWS = 256
+UNION_COLUMNS = 4096
+# The chunk's [rows, |U|] float32 logits stay within this many elements (256 MiB).
+CHUNK_ELEMENTS = 1 << 26
 
 
 def rows_with_set(kept_token_ids: torch.Tensor) -> torch.Tensor:
@@ -34,32 +41,39 @@ def rows_with_set(kept_token_ids: torch.Tensor) -> torch.Tensor:
     return (kept_token_ids >= 0).any(-1)
 
 
-def chunk_rows(num_rows: int, set_size: int, vocab_size: int, elements: int = CHUNK_ELEMENTS) -> int:
-    """Rows per chunk so that rows x min(V, rows x K) (the most the union of their sets can hold) fits."""
-    by_overlap = int(math.isqrt(max(1, elements // max(1, set_size))))
-    rows = by_overlap if by_overlap * set_size <= vocab_size else elements // max(1, vocab_size)
-    return max(1, min(num_rows, rows))
-
-
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-class _Chunk:
-    """One chunk of rows with sets: the union U of their ids, each kept id's column in U, and the logits."""
+def chunk_rows(num_rows: int, set_size: int, vocab_size: int, elements: int = CHUNK_ELEMENTS) -> int:
+    """Rows per chunk: max(MIN_ROWS, UNION_COLUMNS / K), with rows x min(V, rows x K) (the most the union of
+    their sets can hold) within `elements`."""
+    K = max(1, set_size)
+    rows = max(MIN_ROWS, UNION_COLUMNS // K)
+    rows = min(rows, max(1, elements // max(1, min(vocab_size, rows * K))))
+    return max(1, min(num_rows, rows))
 
-    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], ids: torch.Tensor,
+
+class _Chunk:
+    """One chunk of rows with sets: the union U of their ids, each kept id's column in U, and the logits.
+    GEMMs run as the GEMM path runs them (gemm_path: 16-bit operands with float32 output on CUDA, float32 on
+    CPU). A union covering most of the vocabulary is the whole head: then W is used in place, no W[U] copy."""
+
+    def __init__(self, hidden: torch.Tensor, w_gemm: torch.Tensor, bias: Optional[torch.Tensor], ids: torch.Tensor,
                  inv_tau: float):
-        dtype = _compute_dtype(hidden)
+        wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        V = w_gemm.shape[0]
         self.valid = ids >= 0
-        self.union, inverse = torch.unique(ids[self.valid], sorted=True, return_inverse=True)
+        union, inverse = torch.unique(ids[self.valid], sorted=True, return_inverse=True)
+        self.whole = 2 * union.numel() > V
+        self.union = None if self.whole else union
         self.column = torch.zeros_like(ids)
-        self.column[self.valid] = inverse
-        self.w_union = weight.index_select(0, self.union).to(dtype)
-        self.h = hidden.to(dtype)
-        z_union = self.h @ self.w_union.T
+        self.column[self.valid] = ids[self.valid] if self.whole else inverse
+        self.w = w_gemm if self.whole else w_gemm.index_select(0, union)
+        self.h = hidden.to(w_gemm.dtype)
+        z_union = _mm_wide(self.h, self.w.T, wide)
         if bias is not None:
-            z_union += bias.index_select(0, self.union).to(dtype)
+            z_union += (bias if self.whole else bias.index_select(0, union)).to(wide)
         # [rows, K] scaled logits of each row's own set; -inf on the padding
         z = z_union.gather(1, self.column) * inv_tau
         self.z = z.masked_fill_(~self.valid, float("-inf"))
@@ -86,10 +100,24 @@ class _Chunk:
         dz = torch.where(self.valid & (ids == targets[:, None]), g[:, None], torch.zeros_like(p)) - g[:, None] * p
         if e is not None:
             dz -= e[:, None] * p * torch.where(self.valid, log_p + entropy[:, None], torch.zeros_like(log_p))
-        dz_union = torch.zeros(self.z.shape[0], self.union.numel(), dtype=dz.dtype, device=dz.device)
+        dz_union = torch.zeros(self.z.shape[0], self.w.shape[0], dtype=dz.dtype, device=dz.device)
         # a set holds each id once (validated), so only padding (adding 0) shares a column with a kept id
         dz_union.scatter_add_(1, self.column, torch.where(self.valid, dz * inv_tau, torch.zeros_like(dz)))
         return dz_union
+
+    def add_weight_grad(self, grad_weight: torch.Tensor, dz: torch.Tensor) -> None:
+        """grad_weight[U] += dz^T h: `index_add_` over distinct ids, one writer per row of W."""
+        rows_grad = _mm_wide(dz.T, self.h, grad_weight.dtype)
+        if self.whole:
+            grad_weight += rows_grad
+        else:
+            grad_weight.index_add_(0, self.union, rows_grad)
+
+    def add_bias_grad(self, grad_bias: torch.Tensor, dz_wide: torch.Tensor) -> None:
+        if self.whole:
+            grad_bias += dz_wide.sum(0)
+        else:
+            grad_bias.index_add_(0, self.union, dz_wide.sum(0))
 
 
 class KeptTokenHead:
@@ -124,9 +152,10 @@ class KeptTokenHead:
             lp_w, ent_w, lse_w = self.inner.linear_forward(hidden[without], weight, bias, targets[without],
                                                            temperature)
             logps[without], entropy[without], lse[without] = lp_w.to(dtype), ent_w.to(dtype), lse_w.to(dtype)
+        w_gemm = weight.to(_gemm_dtype(hidden))  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
         for rows in self._chunks(with_set, weight.shape[0]):
             ids, y = self.kept[rows], targets[rows]
-            chunk = _Chunk(hidden[rows], weight, bias, ids, 1.0 / temperature)
+            chunk = _Chunk(hidden[rows], w_gemm, bias, ids, 1.0 / temperature)
             lse_c, ent_c, target_z = chunk.stats(ids, y)
             # a row with no id on this shard: lse -inf and lp 0 - (-inf); the shard's combine weighs it 0
             logps[rows], entropy[rows], lse[rows] = target_z - lse_c, ent_c, lse_c
@@ -156,18 +185,20 @@ class KeptTokenHead:
             if grad_bias is not None:
                 grad_bias += db.to(dtype)
         inv_tau = 1.0 / temperature
+        w_gemm = weight.to(_gemm_dtype(hidden))
         for rows in self._chunks(with_set, weight.shape[0]):
             ids, y = self.kept[rows], targets[rows]
-            chunk = _Chunk(hidden[rows], weight, bias, ids, inv_tau)
+            chunk = _Chunk(hidden[rows], w_gemm, bias, ids, inv_tau)
             e = None if grad_entropy is None else grad_entropy[rows].to(dtype)
-            dz = chunk.union_grad(ids, y, lse[rows].to(dtype), entropy[rows].to(dtype), grad_logps[rows].to(dtype),
-                                  e, inv_tau)
+            dz_wide = chunk.union_grad(ids, y, lse[rows].to(dtype), entropy[rows].to(dtype),
+                                       grad_logps[rows].to(dtype), e, inv_tau)
+            dz = dz_wide.to(w_gemm.dtype)  # the GEMMs' operand dtype, as the GEMM path narrows dZ
             if grad_hidden is not None:
-                grad_hidden[rows] = (dz @ chunk.w_union).to(hidden.dtype)
+                grad_hidden[rows] = _mm_wide(dz, chunk.w, dtype).to(hidden.dtype)
             if grad_weight is not None:
-                grad_weight.index_add_(0, chunk.union, dz.T @ chunk.h)
+                chunk.add_weight_grad(grad_weight, dz)
             if grad_bias is not None:
-                grad_bias.index_add_(0, chunk.union, dz.sum(0))
+                chunk.add_bias_grad(grad_bias, dz_wide)
         return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),
                 None if grad_bias is None else grad_bias.to(bias.dtype))
 
