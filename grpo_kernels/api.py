@@ -98,6 +98,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     check_kept_token_ids(kept_token_ids, targets, _vocab_size(weight, shard), mask, check_values=_checking_values())
+    kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
     workspace_bytes = check_workspace(workspace_bytes)
     flat_hidden, flat_targets, flat_kept = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1), \
         _flat_kept(kept_token_ids)

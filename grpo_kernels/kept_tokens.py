@@ -24,16 +24,17 @@ from typing import Any, Optional
 
 import torch
 
-from .gemm_path import _gemm_dtype, _mm_wide
+from .gemm_path import DEFAULT_WORKSPACE_BYTES, _gemm_dtype, _mm_wide
 
 NO_TOKEN = -1  # padding inside a set, and an id held by another vocabulary shard
 # A chunk takes at least MIN_ROWS rows (enough tokens per byte of W[U] read for a GEMM at tensor-core rate) and
 # about UNION_COLUMNS kept ids in all when the sets are small, so a token costs at most
 # max(UNION_COLUMNS, MIN_ROWS x K) / rows logits for disjoint sets, fewer when the sets of a chunk overlap.
+# Sets wide enough for the union to cover the head take chunks as large as the GEMM path's waves (its logits
+# workspace), so dW is accumulated as rarely as there.
 MIN_ROWS = 256
 UNION_COLUMNS = 4096
-# The chunk's [rows, |U|] float32 logits stay within this many elements (256 MiB).
-CHUNK_ELEMENTS = 1 << 26
+CHUNK_ELEMENTS = DEFAULT_WORKSPACE_BYTES // 4  # the chunk's [rows, |U|] float32 logits
 
 
 def rows_with_set(kept_token_ids: torch.Tensor) -> torch.Tensor:
@@ -45,11 +46,15 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def chunk_rows(num_rows: int, set_size: int, vocab_size: int, elements: int = CHUNK_ELEMENTS) -> int:
-    """Rows per chunk: max(MIN_ROWS, UNION_COLUMNS / K), with rows x min(V, rows x K) (the most the union of
-    their sets can hold) within `elements`."""
+def chunk_rows(num_rows: int, set_size: int, vocab_size: int, elements: int = CHUNK_ELEMENTS,
+               covers_head: bool = False) -> int:
+    """Rows per chunk: max(MIN_ROWS, UNION_COLUMNS / K), or a whole wave of `elements / V` rows when a chunk's
+    union covers most of the head anyway; rows x min(V, rows x K) (the most the union can hold) within
+    `elements`."""
     K = max(1, set_size)
     rows = max(MIN_ROWS, UNION_COLUMNS // K)
+    if covers_head:
+        rows = max(rows, elements // max(1, vocab_size))
     rows = min(rows, max(1, elements // max(1, min(vocab_size, rows * K))))
     return max(1, min(num_rows, rows))
 
@@ -138,7 +143,12 @@ class KeptTokenHead:
         return torch.nonzero(self.has_set).squeeze(-1), torch.nonzero(~self.has_set).squeeze(-1)
 
     def _chunks(self, rows: torch.Tensor, vocab_size: int):
-        step = chunk_rows(rows.numel(), self.kept.shape[-1], vocab_size, self.chunk_elements)
+        K = self.kept.shape[-1]
+        step = chunk_rows(rows.numel(), K, vocab_size, self.chunk_elements)
+        # the first chunk's union tells how much the sets overlap; if it covers the head, so will the others
+        first = self.kept[rows[:step]]
+        if 2 * torch.unique(first[first >= 0]).numel() > vocab_size:
+            step = chunk_rows(rows.numel(), K, vocab_size, self.chunk_elements, covers_head=True)
         for r0 in range(0, rows.numel(), step):
             yield rows[r0:r0 + step]
 

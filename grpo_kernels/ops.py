@@ -29,7 +29,8 @@ def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     needs_hidden_grad, needs_weight_grad) -> (dhidden | None, dweight | None, dbias | None)`. With
     `kept_token_ids` [rows, K], the rows that carry a set are scored over it (kept_tokens.py)."""
     if kept_token_ids is not None:
-        return KeptTokenHead(_implementation(backend, workspace_bytes), kept_token_ids)
+        return KeptTokenHead(_implementation(backend, workspace_bytes), kept_token_ids,
+                             chunk_elements=workspace_bytes // 4)
     if backend == "gemm":
         return GemmBackend(workspace_bytes)
     if backend == "torch":

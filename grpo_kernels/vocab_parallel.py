@@ -132,7 +132,8 @@ class _ShardedLogprobs(torch.autograd.Function):
             # each kept id lives on one shard; a row is scored over its set even where no id of it is local
             implementation = KeptTokenHead(implementation, local_kept_ids(kept_token_ids, shard.offset,
                                                                           shard.sizes[shard.rank]),
-                                           has_set=rows_with_set(kept_token_ids))
+                                           has_set=rows_with_set(kept_token_ids),
+                                           chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
         logps, entropy, lse = implementation.linear_forward(hidden, weight, bias, local_targets, temperature)
         # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
         target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
