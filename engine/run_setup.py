@@ -150,7 +150,7 @@ def sampling_warnings(config: EngineConfig) -> list[str]:
                      "which the trainer's log-probs do not reproduce: the samples are off-policy (see the "
                      "sampling/trainer_sampler_ratio/* metrics)")
     if (r.top_p < 1.0 or r.top_k > 0) and not r.replays_kept_tokens():
-        notes.append("rollout.replay_kept_tokens=off with top_p/top_k truncation: the trainer scores the whole "
+        notes.append("rollout.replay_kept_tokens=false with top_p/top_k truncation: the trainer scores the whole "
                      "vocabulary, so the importance ratio of on-policy tokens sits at the kept mass, not 1")
     return notes
 

@@ -75,14 +75,14 @@ def test_step_one_mismatch_metric_with_and_without_replay(small_overrides, tmp_p
     assert math.isclose(replayed["sampling/trainer_sampler_ratio/mean"], 1.0, abs_tol=1e-5)
     assert replayed["sampling/trainer_sampler_ratio/outside_0.9_1.1"] == 0.0
     plain = _first_step_metrics({**small_overrides, "run.output_dir": str(tmp_path / "plain")},
-                                **{"rollout.replay_kept_tokens": "off"})
+                                **{"rollout.replay_kept_tokens": False})
     assert plain["sampling/trainer_sampler_ratio/mean"] < 0.99
 
 
 def test_off_policy_sampling_is_announced():
     penalty = load_config(overrides={"rollout.repetition_penalty": 1.3})
     assert any("off-policy" in note and "repetition_penalty=1.3" in note for note in sampling_warnings(penalty))
-    no_replay = load_config(overrides={"rollout.top_k": 20, "rollout.replay_kept_tokens": "off"})
+    no_replay = load_config(overrides={"rollout.top_k": 20, "rollout.replay_kept_tokens": False})
     assert any("kept mass" in note for note in sampling_warnings(no_replay))
     assert sampling_warnings(load_config(overrides={"rollout.top_p": 0.9})) == []
     assert load_config(overrides={"rollout.top_p": 0.9}).rollout.replays_kept_tokens()
