@@ -12,10 +12,12 @@ vocabulary by the backend this head wraps.
 `KeptTokenHead` is a backend of the small interface (`linear_forward` statistics, `linear_backward` from g and
 e), wrapping another one for the rows without a set, so vocabulary shards (vocab_parallel.py) and the custom
 ops take it like any backend. Per chunk of rows it gathers U, the union of the chunk's kept ids, and computes
-the [rows, |U|] logits with one GEMM against W[U]. A chunk holds about UNION_COLUMNS kept ids, so a token costs
-at most min(V, UNION_COLUMNS) logits whatever K is (fewer when the sets of a chunk overlap, as top-p sets of one
-context do), against V for the whole head; the backward computes them again (the statistics are all it keeps). dW lands in W[U] through
-`index_add_` over the unique ids U, one writer per row of W, so the result does not depend on thread order.
+the [rows, |U|] logits with one GEMM against W[U] (W itself when U is most of the vocabulary): a token costs
+|U| / rows logits instead of V, K for disjoint sets and less when the sets of a chunk overlap (top-p sets of one
+context do); the backward computes them again (the statistics are all the forward keeps). dW lands in W[U]
+through `index_add_` over the distinct ids U, one writer per row of W, so it does not depend on thread order.
+The GEMMs run as the GEMM path's do (16-bit operands with float32 output on CUDA, float32 on CPU); the set
+statistics and dZ are torch ops on the [rows, K] gathered logits.
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ class KeptTokenHead:
             lp_w, ent_w, lse_w = self.inner.linear_forward(hidden[without], weight, bias, targets[without],
                                                            temperature)
             logps[without], entropy[without], lse[without] = lp_w.to(dtype), ent_w.to(dtype), lse_w.to(dtype)
-        w_gemm = weight.to(_gemm_dtype(hidden))  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
+        if with_set.numel():
+            w_gemm = weight.to(_gemm_dtype(hidden))  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
         for rows in self._chunks(with_set, weight.shape[0]):
             ids, y = self.kept[rows], targets[rows]
             chunk = _Chunk(hidden[rows], w_gemm, bias, ids, 1.0 / temperature)
@@ -195,7 +198,8 @@ class KeptTokenHead:
             if grad_bias is not None:
                 grad_bias += db.to(dtype)
         inv_tau = 1.0 / temperature
-        w_gemm = weight.to(_gemm_dtype(hidden))
+        if with_set.numel():
+            w_gemm = weight.to(_gemm_dtype(hidden))
         for rows in self._chunks(with_set, weight.shape[0]):
             ids, y = self.kept[rows], targets[rows]
             chunk = _Chunk(hidden[rows], w_gemm, bias, ids, inv_tau)
