@@ -77,8 +77,16 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling (1: off)
     top_k: int = 0  # top-k sampling (0: off)
     repetition_penalty: float = 1.0  # transformers' repetition penalty in generate (1: off)
+    # With top_p < 1 or top_k > 0: score the policy and old/reference log-probs over the ids the sampler kept at
+    # each position, as it drew them (false: over the whole vocabulary; without truncation nothing to replay).
+    replay_kept_tokens: bool = True
     # TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask.
     mask_truncated_completions: bool = False
+
+    def replays_kept_tokens(self) -> bool:
+        """Whether rollouts record, and the log-probs replay, the sampler's kept-token sets."""
+        truncating = self.top_p < 1.0 or self.top_k > 0
+        return truncating and self.replay_kept_tokens
 
 
 @dataclass

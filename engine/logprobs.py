@@ -28,7 +28,9 @@ def completion_hidden_states(policy: nn.Module, batch: RolloutBatch) -> torch.Te
 @torch.no_grad()
 def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperature: float, micro_batch_size: int,
                       backend: str, disable_adapters: bool = False) -> torch.Tensor:
-    """[N, T] float32 log-probs of the completion tokens (0 on padding), micro-batch by micro-batch, without logits.
+    """[N, T] float32 log-probs of the completion tokens (0 on padding), micro-batch by micro-batch, without logits;
+    over the sampler's kept-token sets when the batch carries them (the reference too: its KL to the policy
+    then compares the two distributions on the support the tokens were drawn from).
 
     With `disable_adapters` a peft policy scores as its base model: the KL reference of a LoRA run, at no
     extra memory.
@@ -44,7 +46,7 @@ def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperatur
             hidden = completion_hidden_states(policy, part)
             chunks.append(with_lm_head(lm, hidden, lambda h, weight, head: linear_logprobs(
                 h, weight, part.completion_ids, **head, temperature=temperature, backend=backend,
-                mask=part.completion_mask)))  # padding never goes through the head
+                mask=part.completion_mask, kept_token_ids=part.kept_token_ids)))  # padding never goes through the head
     return torch.cat(chunks, dim=0)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -153,6 +154,20 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     return rows, eval_rows
 
 
+def sampling_warnings(config: EngineConfig) -> list[str]:
+    """What makes the samples off-policy for the trainer, said once at the start."""
+    r = config.rollout
+    notes = []
+    if r.repetition_penalty != 1.0:
+        notes.append(f"rollout.repetition_penalty={r.repetition_penalty} changes the sampling distribution itself, "
+                     "which the trainer's log-probs do not reproduce: the samples are off-policy (see the "
+                     "sampling/trainer_sampler_ratio/* metrics)")
+    if (r.top_p < 1.0 or r.top_k > 0) and not r.replays_kept_tokens():
+        notes.append("rollout.replay_kept_tokens=false with top_p/top_k truncation: the trainer scores the whole "
+                     "vocabulary, so the importance ratio of on-policy tokens sits at the kept mass, not 1")
+    return notes
+
+
 def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
     if config.run.num_threads is not None:
@@ -163,6 +178,9 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
+    if accelerator.is_main_process:
+        for message in sampling_warnings(config):
+            print(f"warning: {message}", file=sys.stderr)
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
     run_dir = Path(config.run.output_dir)

@@ -89,7 +89,8 @@ def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
     n_local = cfg.generation_batch_size()
     local = repeated[acc.process_index * n_local: (acc.process_index + 1) * n_local]
     batch = generate_completions(run.generation_model, run.tokenizer, [run.prompts[i] for i in local], cfg.rollout,
-                                 cfg.data.max_prompt_length, run.device)
+                                 cfg.data.max_prompt_length, run.device,
+                                 record_kept=cfg.rollout.replays_kept_tokens())
     return [run.rows[i] for i in local], batch
 
 

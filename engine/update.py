@@ -55,7 +55,8 @@ def micro_batch_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateI
         h, weight, part.completion_ids, part.completion_mask, inputs.advantages[rows], **head,
         old_logps=None if inputs.old_logps is None else inputs.old_logps[rows],
         ref_logps=None if inputs.ref_logps is None else inputs.ref_logps[rows],
-        num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend))
+        num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend,
+        kept_token_ids=part.kept_token_ids))
 
 
 def sequence_clip_extremes(accelerator: Accelerator, logps: torch.Tensor, inputs: UpdateInputs, rows: slice,
@@ -91,7 +92,8 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
     scale = 1.0 if loss_config.loss_type in GLOBAL_TOKEN_NORMALISED else 1.0 / len(starts)
     metric_values: dict[str, list[float]] = {}
     step_losses, grad_norms = [], []
-    for _ in range(num_iterations):
+    mismatch = SamplerMismatch()
+    for iteration in range(num_iterations):
         step_loss = 0.0
         for i, start in enumerate(starts):
             last = i == len(starts) - 1
@@ -106,6 +108,8 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
                         f"optimizer step so the last checkpoint stays valid. Lower optim.learning_rate or check "
                         f"the rewards and the model's dtype")
                 accelerator.backward(loss)
+            if iteration == 0:  # before the first optimizer step the policy is the one that sampled
+                mismatch.add(out.logps, inputs.batch.select(slice(start, start + micro_batch_size)))
             step_loss += loss.item()  # the scaled micro-batch losses add up to the optimizer step's loss
             values = {name: value.item() for name, value in out.metrics.items()}
             if loss_config.loss_type in PPO_CLIP_LOSS_TYPES:
@@ -121,9 +125,33 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
         grad_norms.append(float(grad_norm))
     # Averaged over micro-batches as TRL averages its logged values, NaN (nothing to measure) skipped.
     metrics = {name: _nan_mean(values) for name, values in metric_values.items()}
+    metrics.update(mismatch.metrics())
     metrics["loss"] = sum(step_losses) / num_iterations
     metrics["grad_norm"] = sum(grad_norms) / num_iterations
     return metrics
+
+
+class SamplerMismatch:
+    """The trainer's log-probs of the sampled tokens against the sampler's, over this process's completion tokens:
+    the mean importance ratio exp(trainer - sampler) and the fraction outside [0.9, 1.1]."""
+
+    def __init__(self):
+        self.ratio_sum, self.outside, self.tokens = 0.0, 0.0, 0
+
+    def add(self, trainer_logps: torch.Tensor, part: RolloutBatch) -> None:
+        if part.sampler_logps is None:
+            return
+        valid = part.completion_mask != 0
+        ratio = torch.exp(trainer_logps.detach().float() - part.sampler_logps.float())[valid]
+        self.ratio_sum += ratio.sum().item()
+        self.outside += ((ratio < 0.9) | (ratio > 1.1)).sum().item()
+        self.tokens += ratio.numel()
+
+    def metrics(self) -> dict[str, float]:
+        if self.tokens == 0:
+            return {}
+        return {"sampling/trainer_sampler_ratio/mean": self.ratio_sum / self.tokens,
+                "sampling/trainer_sampler_ratio/outside_0.9_1.1": self.outside / self.tokens}
 
 
 def _nan_mean(values: list[float]) -> float:

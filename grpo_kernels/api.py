@@ -14,8 +14,9 @@ from .layout import TokenLayout
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_level_terms)
 from .sharded_head import resolve_sharded_head
-from .validation import (check_config, check_cu_seqlens, check_linear_inputs, check_logit_transform, check_logits,
-                         check_loss_inputs, check_mask, check_targets, check_workspace)
+from .validation import (check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
+                         check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
+                         check_workspace)
 
 Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
 BACKENDS = ("auto", "gemm", "triton", "torch", "reference")
@@ -53,21 +54,34 @@ def _needs_grads(hidden: torch.Tensor, head: LMHead) -> tuple[bool, bool]:
     return hidden.requires_grad, head.weight_needs_grad()
 
 
-def _row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logps, entropy) [R] of hidden rows [R, H], differentiable."""
+def _row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int,
+                  kept_token_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logps, entropy) [R] of hidden rows [R, H], differentiable; rows with a kept set [R, K] over that set."""
     if head.shard is not None:
-        return vocab_parallel.row_logprobs(backend, hidden, head, targets, workspace_bytes)
+        return vocab_parallel.row_logprobs(backend, hidden, head, targets, workspace_bytes, kept_token_ids)
     if backend == "reference":
-        return reference.head_logprobs(hidden, head, targets)
-    return ops.linear_logprobs(hidden, head, targets, backend, workspace_bytes)
+        return reference.head_logprobs(hidden, head, targets, kept_token_ids)
+    return ops.linear_logprobs(hidden, head, targets, backend, workspace_bytes, kept_token_ids)
+
+
+def _no_sets_on_padding(kept_token_ids: Optional[torch.Tensor], mask: Optional[torch.Tensor]
+                        ) -> Optional[torch.Tensor]:
+    """Padded positions carry no set (their target need not be in it; under torch.compile they still reach the
+    head, where a target outside its set would give a log-prob of -inf)."""
+    if kept_token_ids is None or mask is None:
+        return kept_token_ids
+    return torch.where(mask[..., None] != 0, kept_token_ids, torch.full_like(kept_token_ids, -1))
+
+
+def _flat_kept(kept_token_ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if kept_token_ids is None else kept_token_ids.reshape(-1, kept_token_ids.shape[-1]).long()
 
 
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
                     backend: Backend = "auto", mask: Optional[torch.Tensor] = None,
                     workspace_bytes: Optional[int] = None, process_group: Optional[object] = None,
-                    logit_transform: Optional[LogitTransform] = None
+                    logit_transform: Optional[LogitTransform] = None, kept_token_ids: Optional[torch.Tensor] = None
                     ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Per-token float32 log-probs of `targets` (and entropies) under softmax(transform(hidden W^T + bias) /
     temperature), `transform` the model's `logit_transform` (a scale and a tanh soft-cap; None: none).
@@ -76,7 +90,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     [tokens, vocab] tensor is ever allocated (except by backend='reference'). With `mask` ([...], 0/1), only the
     positions where it is nonzero go through the head; the others get log-prob 0 and entropy 0.
     A vocabulary-sharded head (a DTensor weight placed Shard(0), or this rank's rows plus `process_group`): see
-    `fused_linear_grpo_loss`.
+    `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
     if not temperature > 0:
@@ -85,17 +99,20 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     batch_shape = tuple(hidden.shape[:-1])
     if _checking_values():
         check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device)
+    check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
+    kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
     workspace_bytes = check_workspace(workspace_bytes)
-    flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    flat_hidden, flat_targets, flat_kept = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1), \
+        _flat_kept(kept_token_ids)
     if mask is None:
-        logps, entropy = _row_logprobs(backend, flat_hidden, head, flat_targets, workspace_bytes)
+        logps, entropy = _row_logprobs(backend, flat_hidden, head, flat_targets, workspace_bytes, flat_kept)
     else:
         if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != batch_shape:
             raise ValueError(f"mask must be a tensor of shape {list(batch_shape)} (hidden's leading dims), got "
                              f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
         layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
         logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), head, layout.head_rows(flat_targets),
-                                       workspace_bytes)
+                                       workspace_bytes, None if flat_kept is None else layout.head_rows(flat_kept))
         logps, entropy = layout.to_grid(logps).reshape(-1), layout.to_grid(entropy).reshape(-1)
     logps, entropy = logps.view(targets.shape), entropy.view(targets.shape)
     return (logps, entropy) if return_entropy else logps
@@ -110,7 +127,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                            config: Optional[GRPOLossConfig] = None,
                            backend: Backend = "auto", cu_seqlens: Optional[torch.Tensor] = None,
                            workspace_bytes: Optional[int] = None, process_group: Optional[object] = None,
-                           logit_transform: Optional[LogitTransform] = None) -> GRPOLossOutput:
+                           logit_transform: Optional[LogitTransform] = None,
+                           kept_token_ids: Optional[torch.Tensor] = None) -> GRPOLossOutput:
     """The GRPO loss from the policy's last hidden states and LM head [V, H], without logits.
 
     The policy's logits are transform(hidden W^T + bias) / config.temperature, `transform` the model's
@@ -125,6 +143,10 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     Vocabulary-sharded head: `weight` (and `bias`) a DTensor placed Shard(0) on a 1-D mesh, or this rank's rows
     of the head with `process_group=`; every rank passes the same hidden and inputs (completion_ids are global
     token ids) and gets the same loss, metrics and logps, dH summed over the group, and its own shard's dW/dbias.
+    Kept-token sets (`kept_token_ids` [B, T, K], packed [N, K], int64, -1 padding): the ids a top-p / top-k
+    sampler kept at each position; the log-prob and entropy there are those of the distribution renormalised over
+    the set (after temperature), as the sampler drew from it. A position whose set is all -1 is scored over the
+    whole vocabulary; the target must be in its set.
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
@@ -139,6 +161,9 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
             check_targets("completion_ids", completion_ids, (B, T), head.vocab_size, hidden.device)
             check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                               importance_ratio, num_items_in_batch, config)
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask,
+                             check_values=_checking_values())
+        kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.padded(completion_mask, compact=_checking_values())
     else:
         if hidden.dim() != 2:
@@ -155,6 +180,9 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in ((S,), (N,)):
             raise ValueError(f"advantages must be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form, got "
                              f"{list(advantages.shape) if isinstance(advantages, torch.Tensor) else advantages!r}")
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask,
+                             check_values=_checking_values())
+        kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.packed(cu_seqlens, completion_mask, N)
         if isinstance(advantages, torch.Tensor) and advantages.dim() == 1 and advantages.shape[0] == N and N != S:
             advantages = layout.packed_to_grid(advantages, cu_seqlens)
@@ -166,12 +194,16 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
 
     hidden_rows = layout.head_rows(hidden.reshape(-1, H))
     target_rows = layout.head_rows(completion_ids.reshape(-1))
+    kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
     loss_inputs = dict(completion_mask=layout.mask, advantages=advantages, config=config, old_logps=old_logps,
                        ref_logps=ref_logps, importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
     # Under torch.compile the GEMM path takes the two-pass route (4 GEMMs): the one-pass op differentiates the
     # spec with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM
     # one-pass route (combining per wave) or the two-step route, never the Triton epilogue.
-    one_pass = (backend == "triton" and head.shard is None) or (backend == "gemm" and _checking_values())
+    # Kept-token sets take the two-step route: their rows never touch the whole vocabulary, so there is no logits
+    # pass to fuse into.
+    one_pass = kept_rows is None and ((backend == "triton" and head.shard is None)
+                                      or (backend == "gemm" and _checking_values()))
     if is_token_level(config) and one_pass:
         rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
         if backend == "gemm":
@@ -181,7 +213,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         with torch.no_grad():
             _, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
     else:
-        logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes)
+        logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes, kept_rows)
         loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
     logps = logps.detach().float()
     out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])

@@ -74,8 +74,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         ref_bias: Optional[torch.Tensor] = None,
         vllm_is_ratio: Optional[torch.Tensor] = None,
         num_items_in_batch: Optional[torch.Tensor] = None,
+        kept_token_ids: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Returns (loss, [kl if beta != 0, clip_ratio]) as Liger does."""
+        """Returns (loss, [kl if beta != 0, clip_ratio]) as Liger does. `kept_token_ids` [B, T, K]: the sampler's
+        kept-token sets (see `fused_linear_grpo_loss`); reference log-probs computed here use them too."""
         if not isinstance(selected_token_ids, torch.Tensor) or selected_token_ids.dim() != 2:
             raise ValueError("selected_token_ids must be a [B, T] tensor")
         B, T = selected_token_ids.shape
@@ -89,12 +91,13 @@ class FusedLinearGRPOLoss(torch.nn.Module):
                 ref_per_token_logps = linear_logprobs(
                     ref_hidden, ref_weight if ref_weight is not None else lin_weight, selected_token_ids,
                     bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
-                    mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group)
+                    mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group,
+                    kept_token_ids=kept_token_ids)
         out = fused_linear_grpo_loss(
             hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
             old_logps=old_per_token_logps, ref_logps=ref_per_token_logps, importance_ratio=vllm_is_ratio,
             num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend,
-            workspace_bytes=self.workspace_bytes, process_group=self.process_group)
+            workspace_bytes=self.workspace_bytes, process_group=self.process_group, kept_token_ids=kept_token_ids)
         metrics = [out.metrics["kl"]] if self.config.beta != 0.0 else []
         if self.config.loss_type in ("sapo", "vespo"):
             # Liger reports no clipping for the soft-gated (sapo) and gamma-weighted (vespo) objectives: a 0

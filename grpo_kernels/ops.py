@@ -19,13 +19,19 @@ from . import torch_chunked
 from .config import GRPOLossConfig
 from .gemm_path import DEFAULT_WORKSPACE_BYTES, GemmBackend
 from .head import LMHead, LogitTransform
+from .kept_tokens import KeptTokenHead
 from .objective import TokenInputs, token_level_grads
 
 
-def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> Any:
+def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+                    kept_token_ids: Optional[torch.Tensor] = None) -> Any:
     """The backend behind the small interface: `linear_forward(hidden, head, targets) -> (logps, entropy, lse)`
     and `linear_backward(g, e, hidden, head, targets, lse, entropy, needs_hidden_grad, needs_weight_grad) ->
-    (dhidden | None, dweight | None, dbias | None)`, with `head` an LMHead (head.py)."""
+    (dhidden | None, dweight | None, dbias | None)`, with `head` an LMHead (head.py). With `kept_token_ids`
+    [rows, K], the rows that carry a set are scored over it (kept_tokens.py, wrapping the backend)."""
+    if kept_token_ids is not None:
+        return KeptTokenHead(_implementation(backend, workspace_bytes), kept_token_ids,
+                             chunk_elements=workspace_bytes // 4)
     if backend == "gemm":
         return GemmBackend(workspace_bytes)
     if backend == "torch":
@@ -67,13 +73,14 @@ def _head(weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float
 @torch.library.custom_op("grpo_kernels::linear_logprobs", mutates_args=())
 def _linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                      targets: torch.Tensor, temperature: float, scale: float, softcap: Optional[float], backend: str,
-                     workspace_bytes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _implementation(backend, workspace_bytes).linear_forward(
+                     workspace_bytes: int, kept_token_ids: Optional[torch.Tensor] = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _implementation(backend, workspace_bytes, kept_token_ids).linear_forward(
         hidden, _head(weight, bias, temperature, scale, softcap), targets)
 
 
 @_linear_logprobs.register_fake
-def _(hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes):
+def _(hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes, kept_token_ids=None):
     stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
@@ -83,9 +90,10 @@ def _linear_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[t
                               hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                               targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
                               temperature: float, scale: float, softcap: Optional[float], backend: str,
-                              workspace_bytes: int, needs_hidden_grad: bool,
-                              needs_weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes).linear_backward(
+                              workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool,
+                              kept_token_ids: Optional[torch.Tensor] = None
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes, kept_token_ids).linear_backward(
         grad_logps, grad_entropy, hidden, _head(weight, bias, temperature, scale, softcap), targets, lse, entropy,
         needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
     # A custom op cannot return None: an empty tensor stands for "not computed" (no bias, frozen head...).
@@ -114,14 +122,14 @@ def _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad):
 
 @_linear_logprobs_backward.register_fake
 def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, scale, softcap, backend,
-      workspace_bytes, needs_hidden_grad, needs_weight_grad):
+      workspace_bytes, needs_hidden_grad, needs_weight_grad, kept_token_ids=None):
     return _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad)
 
 
 def _linear_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes = inputs
+    hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes, kept_token_ids = inputs
     _, entropy, lse = output
-    ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+    ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, kept_token_ids)
     ctx.head_scalars, ctx.backend, ctx.workspace_bytes = (temperature, scale, softcap), backend, workspace_bytes
     ctx.weight_shape = tuple(weight.shape)
 
@@ -137,15 +145,16 @@ def _check_weight_unchanged(ctx, weight: torch.Tensor) -> None:
 
 
 def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
-    hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+    hidden, weight, bias, targets, lse, entropy, kept_token_ids = ctx.saved_tensors
     _check_weight_unchanged(ctx, weight)
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias, targets,
-        lse, entropy, *ctx.head_scalars, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias)
+        lse, entropy, *ctx.head_scalars, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias,
+        kept_token_ids)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias)) + (None,) * 6
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 7
 
 
 _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -347,11 +356,14 @@ def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, head: LMHead, grad_hi
 # ---- entry points for api.py --------------------------------------------------------------------------
 
 def linear_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, backend: str,
-                    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden [N, H], head.weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable."""
+                    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, kept_token_ids: Optional[torch.Tensor] = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [N, H], head.weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable; with
+    kept_token_ids [N, K] the rows that carry a set are scored over it."""
     weight, bias, *head_scalars = _head_args(head)
     logps, entropy, _ = _linear_logprobs(hidden.contiguous(), weight, bias, targets.contiguous(), *head_scalars,
-                                         backend, int(workspace_bytes))
+                                         backend, int(workspace_bytes),
+                                         None if kept_token_ids is None else kept_token_ids.contiguous())
     return logps, entropy
 
 

@@ -195,3 +195,45 @@ def check_loss_inputs(
         value = torch.as_tensor(num_items_in_batch)
         if value.numel() != 1 or not bool(torch.isfinite(value.float()).all()) or float(value) < 0:
             raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {num_items_in_batch!r}")
+
+
+def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_size: int,
+                         mask: Optional[torch.Tensor] = None, check_values: bool = True) -> None:
+    """kept_token_ids [*targets.shape, K] int64 ids in [-1, vocab_size), -1 padding; a position that carries a set
+    holds each id once and its target among them (positions where `mask` is 0 are not checked for the target)."""
+    if kept_token_ids is None:
+        return
+    kept = _require_tensor("kept_token_ids", kept_token_ids)
+    shape = tuple(targets.shape)
+    if kept.dtype not in (torch.int64, torch.int32) or kept.dim() != len(shape) + 1 or tuple(kept.shape[:-1]) != shape:
+        raise ValueError(f"kept_token_ids must be an int64 tensor of shape {list(shape)} + [K] (the targets' shape "
+                         f"and K kept ids per position, -1 padding), got {kept.dtype} {list(kept.shape)}")
+    _require_device("kept_token_ids", kept, targets.device)
+    if not check_values or kept.numel() == 0:
+        return
+    low, high = int(kept.min()), int(kept.max())
+    if low < -1 or high >= vocab_size:
+        raise ValueError(f"kept_token_ids must hold token ids in [0, {vocab_size}) or -1 (padding), got values in "
+                         f"[{low}, {high}]")
+    flat = kept.reshape(-1, kept.shape[-1])
+    has_set = (flat >= 0).any(-1)
+    ordered = flat.sort(-1).values
+    repeated = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any(-1)
+    if bool(repeated.any()):
+        position = _position(int(torch.nonzero(repeated)[0]), shape)
+        raise ValueError(f"kept_token_ids holds a token id twice at position {position}; each set lists its ids once")
+    missing = has_set & ~(flat == targets.reshape(-1, 1)).any(-1)
+    if mask is not None:
+        missing &= mask.reshape(-1) != 0
+    if bool(missing.any()):
+        index = int(torch.nonzero(missing)[0])
+        raise ValueError(f"the target token {int(targets.reshape(-1)[index])} at position {_position(index, shape)} "
+                         "is not in its kept_token_ids set: the sampler cannot have drawn it")
+
+
+def _position(flat_index: int, shape: tuple[int, ...]) -> list[int]:
+    position = []
+    for size in reversed(shape):
+        position.append(flat_index % size)
+        flat_index //= size
+    return position[::-1]

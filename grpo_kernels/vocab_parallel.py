@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from .gemm_path import GemmBackend, wave_rows
 from .head import LMHead
+from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
 from .objective import TokenInputs, token_level_grads
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
@@ -73,7 +74,9 @@ class VocabShard:
         m = lse.clone()
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=self.group)
         w = torch.exp(lse - m)
-        parts = torch.stack([w, w * (lse - entropy), target_z])
+        # a shard with no logit in a row's support (a kept-token set held elsewhere) has lse -inf: weight 0
+        mean_z = torch.where(w > 0, lse - entropy, torch.zeros_like(lse))
+        parts = torch.stack([w, w * mean_z, target_z])
         dist.all_reduce(parts, op=dist.ReduceOp.SUM, group=self.group)
         total_lse = m + torch.log(parts[0])
         return total_lse, total_lse - parts[1] / parts[0], parts[2]
@@ -86,13 +89,15 @@ class VocabShard:
 
 # ---- the two routes api.py takes for a head with a shard (mirroring ops.linear_logprobs / ops.gemm_token_level) -----
 
-def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(logps, entropy) [R] over the whole vocabulary of hidden rows [R, H], differentiable w.r.t. hidden and the
-    local weight/bias shard of `head` (whose `shard` says where this rank's rows lie)."""
+def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int,
+                 kept_token_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logps, entropy) [R] over the whole vocabulary (or each row's kept set: global ids [R, K]) of hidden rows
+    [R, H], differentiable w.r.t. hidden and the local weight/bias shard of `head` (whose `shard` says where this
+    rank's rows lie)."""
     return _ShardedLogprobs.apply(hidden.contiguous(), head.weight.contiguous(),
                                   None if head.bias is None else head.bias.contiguous(),
-                                  head.shard.local_targets(targets), backend, int(workspace_bytes), head)
+                                  head.shard.local_targets(targets), backend, int(workspace_bytes), head,
+                                  kept_token_ids)
 
 
 def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs, config,
@@ -123,12 +128,18 @@ class _ShardedLogprobs(torch.autograd.Function):
     statistics, then the all-reduce of dH."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head):
+    def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head, kept_token_ids=None):
         from .ops import _implementation
 
         shard = head.shard
         local = head.local().with_tensors(weight, bias)
         implementation = _implementation(backend, shard.wave_workspace(workspace_bytes))
+        if kept_token_ids is not None:
+            # each kept id lives on one shard; a row is scored over its set even where no id of it is local
+            implementation = KeptTokenHead(implementation, local_kept_ids(kept_token_ids, shard.offset,
+                                                                          shard.sizes[shard.rank]),
+                                           has_set=rows_with_set(kept_token_ids),
+                                           chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
         logps, entropy, lse = implementation.linear_forward(hidden, local, local_targets)
         # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
         target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
@@ -149,4 +160,4 @@ class _ShardedLogprobs(torch.autograd.Function):
             needs_hidden_grad=needs_hidden, needs_weight_grad=needs_weight or needs_bias)
         ctx.head.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
         return (grad_hidden if needs_hidden else None, grad_weight if needs_weight else None,
-                grad_bias if needs_bias else None, None, None, None, None)
+                grad_bias if needs_bias else None, None, None, None, None, None)

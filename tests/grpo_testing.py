@@ -152,3 +152,20 @@ def with_triton_interpreted(backends: list[str]) -> list:
     """`backends` as parametrize values, "triton" marked `interpreter`: for a test that keeps its tensors on the
     CPU whatever the machine (one that follows `device_of(backend)` runs Triton on the GPU there instead)."""
     return [pytest.param(backend, marks=INTERPRETER) if backend == "triton" else backend for backend in backends]
+
+def kept_sets(targets: torch.Tensor, vocab: int, size: int, seed: int, without_set: float = 0.2,
+              padding: float = 0.3) -> torch.Tensor:
+    """[*targets.shape, size] kept-token sets as a truncating sampler records them: each holds its target and
+    distinct other ids, some padded with -1 at the end, and a fraction of positions carry no set (all -1)."""
+    gen = torch.Generator().manual_seed(seed)
+    flat = targets.reshape(-1).cpu()
+    sets = torch.full((flat.numel(), size), -1, dtype=torch.int64)
+    for row, target in enumerate(flat.tolist()):
+        if torch.rand((), generator=gen) < without_set:
+            continue
+        length = size if torch.rand((), generator=gen) >= padding else int(torch.randint(1, size + 1, (),
+                                                                                          generator=gen))
+        others = [v for v in torch.randperm(vocab, generator=gen).tolist() if v != target][:length - 1]
+        ids = torch.tensor([target, *others])
+        sets[row, :length] = ids[torch.randperm(length, generator=gen)]
+    return sets.view(*targets.shape, size).to(targets.device)

@@ -10,7 +10,8 @@ from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
-from grpo_testing import as_float64, assert_grad_close, assert_loss_close, assert_output_matches, make_problem
+from grpo_testing import (as_float64, assert_grad_close, assert_loss_close, assert_output_matches, kept_sets,
+                          make_problem)
 from test_api import CONFIGS, head_kwargs  # every loss type, option and head transform of the parity tests
 
 from grpo_kernels import (FusedLinearGRPOLoss, GRPOLossConfig, LogitTransform, fused_linear_grpo_loss,
@@ -89,7 +90,7 @@ def sharded_loss(problem, config, form: str, backend: str, **kwargs):
     return out, {k: v for k, v in grads.items() if v is not None}, head
 
 
-def reference_loss(problem, config, head: ShardedHead, logit_transform=None):
+def reference_loss(problem, config, head: ShardedHead, logit_transform=None, kept_token_ids=None):
     leaves = {name: getattr(as_float64(problem), name).clone().requires_grad_()
               for name in ("hidden", "weight", "bias") if getattr(problem, name) is not None}
     p64 = as_float64(problem)
@@ -97,7 +98,7 @@ def reference_loss(problem, config, head: ShardedHead, logit_transform=None):
     kw["bias"] = leaves.get("bias")
     out = reference.fused_linear_grpo_loss(leaves["hidden"], leaves["weight"], p64.completion_ids,
                                            p64.completion_mask, p64.advantages, config=config,
-                                           logit_transform=logit_transform, **kw)
+                                           logit_transform=logit_transform, kept_token_ids=kept_token_ids, **kw)
     out.loss.backward()
     rows = head.rows()
     grads = {"hidden": leaves["hidden"].grad, "weight": leaves["weight"].grad[rows]}
@@ -109,7 +110,7 @@ def reference_loss(problem, config, head: ShardedHead, logit_transform=None):
 def check_loss(problem, config, form: str, backend: str, dtype: torch.dtype = torch.float32, logit_transform=None,
                **kwargs) -> None:
     out, grads, head = sharded_loss(problem, config, form, backend, logit_transform=logit_transform, **kwargs)
-    ref_out, ref_grads = reference_loss(problem, config, head, logit_transform)
+    ref_out, ref_grads = reference_loss(problem, config, head, logit_transform, kwargs.get("kept_token_ids"))
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
 
 
@@ -205,6 +206,11 @@ def parity_suite(backends: tuple[str, ...]) -> None:
         problem = make_problem(seed=7, V=V)
         for form in ("group", "dtensor"):
             check_linear_logprobs(problem, form, backend)
+            # kept-token sets whose ids fall on every shard, and sets with no id on some rank (soft-capped head)
+            for size in (2, 12):
+                check_loss(problem, GRPOLossConfig(beta=0.04, entropy_coef=0.02), form, backend,
+                           logit_transform=LogitTransform(scale=0.7, softcap=2.0),
+                           kept_token_ids=kept_sets(problem.completion_ids, V, size, seed=size))
         check_linear_logprobs(problem, "group", backend, LogitTransform(scale=0.7, softcap=2.0))
         check_module(problem, backend)
         check_no_tokens_by_vocab_buffer(backend)

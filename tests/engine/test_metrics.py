@@ -14,7 +14,8 @@ from engine.trainer import train
 HERE = Path(__file__).parent
 # What the engine logs beyond TRL: per-phase timings, throughput and peak memory.
 ENGINE_EXTRAS = {"time/generate", "time/score", "time/logprobs", "time/update", "time/step", "tokens/s",
-                 "memory/peak_mb"}
+                 "memory/peak_mb", "sampling/trainer_sampler_ratio/mean",
+                 "sampling/trainer_sampler_ratio/outside_0.9_1.1"}
 
 
 def _rows(run_dir) -> list[dict]:
