@@ -150,11 +150,12 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         out += _targets("_partial_stats_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias, SOFTCAP=cap), True)
         out += _targets("_linear_grpo_forward_kernel", "forward", arch, dtype,
                         [dict(HAS_BIAS=b, SOFTCAP=c, **k) for b in bias for c in cap for k in kinds], True)
-        # the entropy gradient has its own dH entry: each entry gets its own builds
+        # dH with the entropy gradient or a soft-cap has its own entry: each entry gets its own builds
         out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False], SOFTCAP=cap), True)
-        out += _targets("_grad_hidden_kernel", "grad_hidden_entropy", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[True], SOFTCAP=cap), True)
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False], SOFTCAP=[False]), True)
+        heavy = [(e, c) for e in ent for c in cap if e or c]
+        out += _targets("_grad_hidden_kernel", "grad_hidden_narrow", arch, dtype,
+                        [dict(HAS_BIAS=b, HAS_ENT_GRAD=e, SOFTCAP=c) for b in bias for e, c in heavy], True)
         out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype,
                         _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)

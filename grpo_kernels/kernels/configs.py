@@ -18,10 +18,10 @@ Why these shapes (bf16 / fp16; zero spill bytes on both archs in the report):
   (dH) / BLOCK_N tokens (dW). Hopper: dH 32 tokens x 512 vocab, dW 512 tokens x 16 vocab, with
   BLOCK_K 64 (the contraction's wgmma M; 32 falls back to mma.sync). Ampere: 64 x 256 and 256 x 32.
   Before, both were 64 x 128: 4x (dH) and 8x (dW) more accumulator traffic on Hopper.
-- grad_hidden_entropy: dH with the entropy gradient (HAS_ENT_GRAD: e, the entropy and their dz term take
-  registers too). Hopper's 32 x 512 spills 8-16 B there under triton 3.6 (255 registers; none under 3.9), so
-  that variant alone takes 32 x 256 (182-237 registers under 3.6): one dH accumulator round trip per 256 vocabulary
-  columns instead of 512. Measured under 3.6 at 32 x 512, the alternatives were worse: 3 stages spill 40 B,
+- grad_hidden_narrow: dH whose dz tile needs more registers: the entropy gradient (HAS_ENT_GRAD: e, the entropy
+  and their dz term) or a soft-capped head (SOFTCAP: the tanh's slope). Hopper's 32 x 512 spills 8-16 B there
+  under triton 3.6 (255 registers; none under 3.9), so those variants take 32 x 256 (182-237 registers under
+  3.6 with the entropy gradient): one dH accumulator round trip per 256 vocabulary columns instead of 512. Measured under 3.6 at 32 x 512, the alternatives were worse: 3 stages spill 40 B,
   16 warps 104 B, 16 x 1024 tiles 80 B, BLOCK_K 32 still spills and loses wgmma in the contraction; 1 stage
   fits (254 registers) but leaves the H loop's loads unpipelined. Ampere keeps its dH entry.
 - float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
@@ -71,10 +71,10 @@ _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
 
 def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple,
-           grad_hidden_entropy: tuple | None = None) -> dict[str, dict[str, KernelConfig]]:
+           grad_hidden_narrow: tuple | None = None) -> dict[str, dict[str, KernelConfig]]:
     """One architecture's table from (16-bit, float32) entries of the linear kernels; dH with the entropy
-    gradient takes dH's entry unless given its own."""
-    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_hidden_entropy": grad_hidden_entropy or grad_hidden,
+    gradient or a soft-cap takes dH's entry unless given its own."""
+    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_hidden_narrow": grad_hidden_narrow or grad_hidden,
               "grad_weight": grad_weight}
     table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
     return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
@@ -85,7 +85,7 @@ GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=4, num_stages=2)),
                    grad_hidden=(KernelConfig(32, 512, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32),
                    grad_weight=(KernelConfig(512, 16, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_hidden_entropy=(KernelConfig(32, 256, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32)),
+                   grad_hidden_narrow=(KernelConfig(32, 256, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32)),
     "sm80": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 16, num_warps=8, num_stages=2)),
                    grad_hidden=(KernelConfig(64, 256, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
                    grad_weight=(KernelConfig(256, 32, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
@@ -98,7 +98,7 @@ GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
 _INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
 INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
     "forward": KernelConfig(32, 64, 32, vocab_major=True),  # the 16-bit GPU layout
-    "grad_hidden": _INTERPRETER_LINEAR, "grad_hidden_entropy": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
+    "grad_hidden": _INTERPRETER_LINEAR, "grad_hidden_narrow": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
 }
 
