@@ -1,4 +1,9 @@
-"""GRPOLossConfig: the loss hyper-parameters, named and defaulted as TRL's GRPOConfig."""
+"""GRPOLossConfig: the loss hyper-parameters, named and defaulted as TRL 1.16's GRPOConfig.
+
+Every default here is GRPOConfig's (tests/test_config.py compares them with a real `trl.GRPOConfig()`).
+FusedLinearGRPOLoss keeps Liger's constructor defaults instead (beta 0.04, use_bias_correction_kl False,
+max_completion_length None); docs/integrations.md lists the differences.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +28,8 @@ class GRPOLossConfig:
     delta: Optional[float] = None
     importance_sampling_level: Literal["token", "sequence"] = "token"
     temperature: float = 1.0
-    max_completion_length: Optional[int] = None
-    use_bias_correction_kl: bool = False
+    max_completion_length: Optional[int] = 512  # only dr_grpo reads it (its fixed normaliser)
+    use_bias_correction_kl: bool = True  # TRL's default since 1.10 (DeepSeek-V3.2's importance-weighted KL)
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
     vespo_k_pos: float = 2.0

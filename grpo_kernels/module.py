@@ -8,6 +8,8 @@ over the vocabulary whatever they say.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from typing import Optional
 
 import torch
@@ -76,32 +78,90 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         num_items_in_batch: Optional[torch.Tensor] = None,
         kept_token_ids: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Returns (loss, [kl if beta != 0, clip_ratio]) as Liger does. `kept_token_ids` [B, T, K]: the sampler's
-        kept-token sets (see `fused_linear_grpo_loss`); reference log-probs computed here use them too."""
+        """Returns (loss, [kl if beta != 0, clip_ratio]) as Liger does.
+
+        Liger's semantics: with `use_ref_model=False` there is no reference, whatever is passed, and the KL term
+        (and its metric) is 0; `ref_per_token_logps` wins over `ref_input` (with Liger's warning when both are
+        given); `vllm_is_ratio` may be [B] (one ratio per sequence, as [B, 1]), [B, 1] or [B, T].
+        `kept_token_ids` [B, T, K]: the sampler's kept-token sets (see `fused_linear_grpo_loss`); reference log-probs
+        computed here use them too.
+        """
         if not isinstance(selected_token_ids, torch.Tensor) or selected_token_ids.dim() != 2:
             raise ValueError("selected_token_ids must be a [B, T] tensor")
         B, T = selected_token_ids.shape
         # Liger documents _input as [B*T, H]; TRL passes [B, T, H]. Accept both.
-        hidden = _input.view(B, T, -1) if _input.dim() == 2 else _input
-        if self.config.beta != 0.0 and ref_per_token_logps is None:
-            if not (self.use_ref_model and ref_input is not None):
-                raise ValueError("beta != 0 needs ref_per_token_logps, or use_ref_model=True with ref_input/ref_weight")
-            with torch.no_grad():
-                ref_hidden = ref_input.view(B, T, -1) if ref_input.dim() == 2 else ref_input
-                ref_per_token_logps = linear_logprobs(
-                    ref_hidden, ref_weight if ref_weight is not None else lin_weight, selected_token_ids,
-                    bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
-                    mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group,
-                    kept_token_ids=kept_token_ids)
+        hidden = _as_batch_grid(_input, B, T)
+        importance_ratio = _per_sequence_or_token_ratio(vllm_is_ratio, B, T)
+        ref_logps = self._reference_logps(B, T, lin_weight, selected_token_ids, attention_mask,
+                                          ref_per_token_logps, ref_input, ref_weight, ref_bias, kept_token_ids)
+        # No reference: Liger's KL is taken against the policy's own detached log-probs, 0 in value and gradient
+        # (bias-corrected or not), which is the loss without the KL term.
+        config = self.config if ref_logps is not None or self.config.beta == 0.0 else _without_kl(self.config)
         out = fused_linear_grpo_loss(
             hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
-            old_logps=old_per_token_logps, ref_logps=ref_per_token_logps, importance_ratio=vllm_is_ratio,
-            num_items_in_batch=num_items_in_batch, config=self.config, backend=self.backend,
+            old_logps=old_per_token_logps, ref_logps=ref_logps, importance_ratio=importance_ratio,
+            num_items_in_batch=num_items_in_batch, config=config, backend=self.backend,
             workspace_bytes=self.workspace_bytes, process_group=self.process_group, kept_token_ids=kept_token_ids)
-        metrics = [out.metrics["kl"]] if self.config.beta != 0.0 else []
+        metrics = []
+        if self.config.beta != 0.0:
+            metrics.append(out.metrics["kl"] if ref_logps is not None else torch.zeros((), device=out.loss.device))
         if self.config.loss_type in ("sapo", "vespo"):
             # Liger reports no clipping for the soft-gated (sapo) and gamma-weighted (vespo) objectives: a 0
             metrics.append(torch.zeros((), device=out.loss.device))
         else:
             metrics.append(out.metrics["clip_ratio/region_mean"])
         return out.loss, metrics
+
+    def _reference_logps(self, B: int, T: int, lin_weight: torch.Tensor, selected_token_ids: torch.Tensor,
+                         attention_mask: torch.Tensor, ref_per_token_logps: Optional[torch.Tensor],
+                         ref_input: Optional[torch.Tensor], ref_weight: Optional[torch.Tensor],
+                         ref_bias: Optional[torch.Tensor], kept_token_ids: Optional[torch.Tensor] = None
+                         ) -> Optional[torch.Tensor]:
+        """The reference log-probs the KL term uses (over the kept-token sets when given), or None when there is no
+        KL term."""
+        if not self.use_ref_model:
+            return None
+        if ref_per_token_logps is not None and ref_input is not None:
+            warnings.warn(REF_INPUT_IGNORED_WARNING, stacklevel=3)
+        if self.config.beta == 0.0:
+            return None
+        if ref_per_token_logps is not None:
+            return ref_per_token_logps
+        if ref_input is None:
+            raise ValueError("use_ref_model=True with beta != 0 needs ref_per_token_logps or ref_input (with "
+                             "ref_weight); pass use_ref_model=False for no KL term")
+        with torch.no_grad():
+            return linear_logprobs(
+                _as_batch_grid(ref_input, B, T), ref_weight if ref_weight is not None else lin_weight,
+                selected_token_ids, bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
+                mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group,
+                kept_token_ids=kept_token_ids)
+
+
+def _without_kl(config: GRPOLossConfig) -> GRPOLossConfig:
+    with warnings.catch_warnings():  # the same options again: GRPOLossConfig has already warned about them
+        warnings.simplefilter("ignore")
+        return dataclasses.replace(config, beta=0.0)
+
+
+# Liger's own text (fused_linear_ppo.py), so code that filters it keeps working.
+REF_INPUT_IGNORED_WARNING = "Both ref_per_token_logps and ref_input are provided. Using ref_per_token_logps."
+
+
+def _as_batch_grid(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    return x.view(B, T, -1) if isinstance(x, torch.Tensor) and x.dim() == 2 else x
+
+
+def _per_sequence_or_token_ratio(vllm_is_ratio: Optional[torch.Tensor], B: int, T: int) -> Optional[torch.Tensor]:
+    """Liger's vllm_is_ratio shapes: [B] is one ratio per sequence, i.e. [B, 1]."""
+    if vllm_is_ratio is None:
+        return None
+    if not isinstance(vllm_is_ratio, torch.Tensor):
+        raise TypeError(f"vllm_is_ratio must be a torch.Tensor, got {type(vllm_is_ratio).__name__}")
+    shape = tuple(vllm_is_ratio.shape)
+    if shape == (B,):
+        return vllm_is_ratio.unsqueeze(-1)
+    if shape in ((B, 1), (B, T)):
+        return vllm_is_ratio
+    raise ValueError(f"vllm_is_ratio must have shape [B]=[{B}], [B, 1]=[{B}, 1] or [B, T]=[{B}, {T}], "
+                     f"got {list(shape)}")

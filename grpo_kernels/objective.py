@@ -11,6 +11,7 @@ those of that page.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -45,10 +46,14 @@ def vespo_weights(log_ratio: torch.Tensor, mask: torch.Tensor, advantages: torch
                   importance_ratio: Optional[torch.Tensor], config: GRPOLossConfig) -> torch.Tensor:
     """VESPO's per-sequence gamma weight phi (no gradient), shape [B, 1] or [B, T] if advantages are."""
     with torch.no_grad():
+        log_min = math.log(1e-8)
         log_w = (mask * log_ratio.clamp(-20.0, 20.0)).sum(-1, keepdim=True)
         if importance_ratio is not None:  # per token (validation refuses a [B, 1] ratio for vespo, as TRL does)
-            log_w = log_w + (mask * importance_ratio.to(mask.dtype).log()).sum(-1, keepdim=True)
-        log_w = log_w.clamp(min=torch.log(torch.tensor(1e-8)).item(), max=20.0)
+            # TRL clamps each token's log-ratio before the sum: a token that vLLM's token_mask mode zeroed adds
+            # log(1e-8), not -inf. Where the mask is 0, TRL's ratio is 1 by construction; here it is left out.
+            log_rho = importance_ratio.to(mask.dtype).log().clamp(log_min, 20.0)
+            log_w = log_w + torch.where(mask > 0, log_rho, 0.0).sum(-1, keepdim=True)
+        log_w = log_w.clamp(min=log_min, max=20.0)
         positive = advantages >= 0
         k = torch.where(positive, config.vespo_k_pos, config.vespo_k_neg)
         lam = torch.where(positive, config.vespo_lambda_pos, config.vespo_lambda_neg)

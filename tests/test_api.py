@@ -10,7 +10,7 @@ from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss,
 
 CONFIGS = {
     "dapo_default": dict(),
-    "dapo_beta_kl": dict(beta=0.04),
+    "dapo_beta_kl": dict(beta=0.04, use_bias_correction_kl=False),  # the plain k3 KL (TRL's default corrects it)
     "grpo_seq_gspo": dict(loss_type="grpo", importance_sampling_level="sequence", beta=0.04),
     "bnpo_eps_high": dict(loss_type="bnpo", epsilon_high=0.28),
     "dr_grpo_delta": dict(loss_type="dr_grpo", max_completion_length=8, delta=1.3),

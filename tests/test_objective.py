@@ -47,7 +47,8 @@ def test_ppo_clip_and_delta_cap():
 
 def test_k3_kl_and_bias_correction():
     # lp = -1, ref = -2: kl = exp(-1) - (-1) - 1 = e^-1; on policy, A = 0, loss = beta * kl
-    loss, grad, metrics = _objective([[-1.0]], [[1]], [0.0], GRPOLossConfig(beta=0.5), ref_logps=_t([[-2.0]]))
+    loss, grad, metrics = _objective([[-1.0]], [[1]], [0.0], GRPOLossConfig(beta=0.5, use_bias_correction_kl=False),
+                                     ref_logps=_t([[-2.0]]))
     assert loss == pytest.approx(0.5 * math.exp(-1))
     assert float(metrics["kl"]) == pytest.approx(math.exp(-1))
     # d kl / d lp = -exp(ref - lp) + 1
@@ -97,6 +98,19 @@ def test_vespo_weight():
     loss, grad, _ = _objective([[-2.0, -1.0]], [[1, 1]], [0.5], GRPOLossConfig(loss_type="vespo"))
     assert loss == pytest.approx(-0.5 * (-3.0) / 2)
     torch.testing.assert_close(grad, _t([[-0.25, -0.25]]))
+
+
+def test_vespo_clamps_each_token_importance_ratio_as_trl():
+    # TRL's get_gamma_weights: log w = sum_t clamp(log rho_t, log 1e-8, 20) + sum_t m d_t, then clamped again.
+    # rho = (0, e^15) on policy: log w = -18.42 + 15 = -3.42, phi = exp(lam + k log w - lam w) with A >= 0 (k 2,
+    # lam 3); a ratio at a masked position (0 here, whose log is -inf) is left out.
+    config = GRPOLossConfig(loss_type="vespo")
+    log_w = math.log(1e-8) + 15.0
+    phi = math.exp(3.0 + 2.0 * log_w - 3.0 * math.exp(log_w))
+    loss, grad, _ = _objective([[-2.0, -1.0, -4.0]], [[1, 1, 0]], [0.5], config,
+                               importance_ratio=_t([[0.0, math.exp(15.0), 0.0]]))
+    assert loss == pytest.approx(-phi * 0.5 * (-3.0) / 2, rel=1e-9)
+    torch.testing.assert_close(grad, _t([[-phi * 0.25, -phi * 0.25, 0.0]]))
 
 
 def test_entropy_bonus_and_entropy_mask():
