@@ -134,7 +134,8 @@ def check_linear_logprobs(problem, form: str, backend: str, logit_transform=None
 
 
 def check_module(problem, backend: str) -> None:
-    config = dict(beta=0.04, loss_type="grpo")
+    # Stated for both: the module's default is Liger's (False), GRPOLossConfig's is TRL's (True).
+    config = dict(beta=0.04, loss_type="grpo", use_bias_correction_kl=False)
     head = ShardedHead("group", problem.weight, problem.bias)
     hidden = problem.hidden.detach().clone().requires_grad_()
     module = FusedLinearGRPOLoss(**config, backend=backend, process_group=dist.group.WORLD)
