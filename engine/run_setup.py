@@ -18,13 +18,12 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from . import checkpoint as ckpt
 from .config import EngineConfig, validate
-from .data import PromptSampler, load_prompt_rows, render_prompt
-from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
-from .health import RunHealth
-from .metrics import MetricsLogger
-from .models import (
+from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
+from .data.prompts import PromptSampler, load_prompt_rows, render_prompt
+from .data.warm_start import supervised_warm_start
+from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
+from .model.loading import (
     HiddenStatePolicy,
     add_lora,
     enable_gradient_checkpointing,
@@ -34,11 +33,12 @@ from .models import (
     load_tokenizer,
     resolve_device,
 )
-from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
-from .resume import config_yaml, start_point
-from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
-from .rewards import NamedReward, check_reward_columns, load_reward_functions
-from .warm_start import supervised_warm_start
+from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .state import checkpoint as ckpt
+from .state.health import RunHealth
+from .state.metrics import MetricsLogger
+from .state.resume import config_yaml, start_point
+from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
 
 BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starting model is written
 

@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
 SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
 SKIP_INTERPRETER = pytest.mark.skip(
     reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
-           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/test_gpu.py runs the "
+           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/grpo_kernels/test_gpu.py runs "
+           "the "
            "compiled kernels")
 
 
