@@ -33,7 +33,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 
 from ..config import ConfigError, EngineConfig
-from ..state.checkpoint import CheckpointError
+from ..state.checkpoint_error import CheckpointError
 from .loading import HiddenStatePolicy, base_causal_lm
 
 MESH_DIM = "dp"  # not "tp": grpo_kernels reads a head on a ("tp",) mesh as vocabulary-parallel

@@ -25,17 +25,15 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
+from ..model.fsdp import full_state_dict, is_fully_sharded, save_sharded_state
 from ..model.tensor_parallel import is_tensor_parallel
+from .checkpoint_error import CheckpointError
 
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
 MANIFEST_FILE = "checksums.json"
 CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
 SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weights and AdamW state (engine.model.fsdp)
-
-
-class CheckpointError(RuntimeError):
-    pass
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
@@ -230,10 +228,8 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
         # (the checkpoint loads without TP); each rank's optimizer state is its own shard's.
         lm.save_pretrained(tmp / "model", is_main_process=accelerator.is_main_process, safe_serialization=True)
         torch.save(optimizer.state_dict(), tmp / optimizer_file(torch.distributed.get_rank()))
-    fully_sharded = _is_fully_sharded(lm)
+    fully_sharded = is_fully_sharded(lm)
     if fully_sharded:
-        from ..model.fsdp import full_state_dict, save_sharded_state
-
         # Every process takes part: the whole weights are gathered onto the main one (model/ loads without
         # FSDP), and each writes its shard of the weights and AdamW state, from which the run resumes.
         state_dict = full_state_dict(lm)
@@ -265,12 +261,6 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
     return final
 
 
-def _is_fully_sharded(lm: torch.nn.Module) -> bool:
-    from ..model.fsdp import is_fully_sharded  # imported here: engine.model.fsdp imports this module
-
-    return is_fully_sharded(lm)
-
-
 def optimizer_file(shard: Optional[int]) -> str:
     """optimizer.pt, or one file per tensor-parallel rank (`shard`), each holding that rank's shard's state."""
     return "optimizer.pt" if shard is None else f"optimizer-tp{shard}.pt"
@@ -279,8 +269,8 @@ def optimizer_file(shard: Optional[int]) -> str:
 def load_training_state(path: Path, process_index: int, optimizer_shard: Optional[int] = None,
                         sharded_optimizer: bool = False) -> dict[str, Any]:
     """Trainer state, optimizer (this tensor-parallel rank's, given `optimizer_shard`; none with
-    `sharded_optimizer`, which the caller loads from the FSDP checkpoint: engine.model.fsdp) and scheduler state dicts,
-    and this process's RNG state."""
+    `sharded_optimizer`, which the caller loads from the FSDP checkpoint: engine.model.fsdp) and scheduler state
+    dicts, and this process's RNG state."""
     rng_file = path / f"rng-{process_index}.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path} has no RNG state for process {process_index}: it was saved with fewer "
