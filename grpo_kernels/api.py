@@ -14,7 +14,7 @@ from .layout import TokenLayout
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_level_terms)
 from .sharded_head import resolve_sharded_head
-from .validation import (check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
+from .validation import (as_token_ids, check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace)
 
@@ -93,8 +93,9 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    targets = as_token_ids(targets)
+    if not 0 < temperature < float("inf"):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
     head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend)
     batch_shape = tuple(hidden.shape[:-1])
     if _checking_values():
@@ -150,6 +151,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
+    completion_ids = as_token_ids(completion_ids)
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend)
     workspace_bytes = check_workspace(workspace_bytes)
     H = hidden.shape[-1]
@@ -259,6 +261,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     """The GRPO loss from logits [B, T, V] the caller already has; no second [B, T, V] tensor is made."""
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(logits))
+    completion_ids = as_token_ids(completion_ids)
     if backend == "reference":
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)
