@@ -82,6 +82,9 @@ class RolloutConfig:
     replay_kept_tokens: bool = True
     # TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask.
     mask_truncated_completions: bool = False
+    # Sample (and score) the vocabulary rows past the tokenizer's last token, which a model padded its vocabulary
+    # with (Qwen2.5) and which decode to nothing (false: never sampled, left out of the log-probs).
+    sample_padded_vocab: bool = False
 
     def replays_kept_tokens(self) -> bool:
         """Whether rollouts record, and the log-probs replay, the sampler's kept-token sets."""
@@ -102,6 +105,8 @@ class RewardsConfig:
     # length: DAPO's soft overlong punishment, 0 up to max_new_tokens - length_cache, linear down to -1.
     length_cache: int = 32
     scale_rewards: Literal["group", "batch", "none"] = "group"  # divide advantages by the group / batch std
+    # Seconds one call of a reward function (one batch) may take before the run stops naming it (null: no limit).
+    timeout_seconds: Optional[float] = 600.0
 
 
 @dataclass
@@ -385,6 +390,8 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
         if sink not in ("tensorboard", "wandb"):
             raise ConfigError(f"run.report_to: unknown sink {sink!r} (tensorboard, wandb; "
                               f"metrics.jsonl is always written)")
+    if rw.timeout_seconds is not None:
+        _positive(rw.timeout_seconds, "rewards.timeout_seconds")
     if not rw.functions:
         raise ConfigError("rewards.functions must name at least one reward function")
     if rw.weights is not None and len(rw.weights) != len(rw.functions):

@@ -6,6 +6,7 @@ A completion counts as solved when the first reward function gives it a positive
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from transformers import PreTrainedTokenizerBase
 from .config import EngineConfig, RolloutConfig
 from .data import load_prompt_rows, render_prompt, reward_columns
 from .demo_task import addition_problems
+from .model.limits import check_prompts_fit, check_tokenizer_fits
 from .models import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from .rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 from .rollout import generate_completions
@@ -67,6 +69,7 @@ def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tu
     """A model directory, or a LoRA adapter directory (its base is read from adapter_config.json)."""
     check_model_dir(path)
     if (Path(path) / "adapter_config.json").is_file():
+        check_adapter_base(path)
         try:
             from peft import AutoPeftModelForCausalLM
         except ImportError as exc:
@@ -74,7 +77,20 @@ def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tu
         lm = AutoPeftModelForCausalLM.from_pretrained(path).to(device)
     else:
         lm = load_causal_lm(path, config.model, device)
-    return lm.eval(), load_tokenizer(path)
+    tokenizer = load_tokenizer(path)
+    check_tokenizer_fits(tokenizer, lm, path)
+    return lm.eval(), tokenizer
+
+
+def check_adapter_base(path: str) -> None:
+    """A LoRA directory names its base model; a local base that is gone would be looked up on the Hub instead."""
+    try:
+        base = json.loads((Path(path) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path!r}: adapter_config.json cannot be read ({exc})") from None
+    if not base or not Path(base).is_dir():
+        raise ModelLoadError(f"the LoRA adapters in {path!r} were trained on the base model {base!r}, which is not a "
+                             f"local directory (moved or deleted?): put it back, or evaluate a merged model")
 
 
 def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,
@@ -92,6 +108,8 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
     prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
+    check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens,
+                      f"dataset {d.path!r}" if d.path else "the built-in task")
     return evaluate_prompts(lm, tokenizer, rows, prompts, rewards, config.rollout, config.data.max_prompt_length,
                             device, num_samples=num_samples, greedy=greedy, batch_size=batch_size,
                             prompt_column=config.data.prompt_column)

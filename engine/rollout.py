@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerBase
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
 from .config import RolloutConfig
 from .sampler_record import SamplerRecorder, sampling_processors
@@ -47,6 +47,20 @@ class RolloutBatch:
                             self.truncated[rows], part(self.sampler_logps), part(self.kept_token_ids))
 
 
+class PaddedVocabMask(LogitsProcessor):
+    """Removes the ids past the tokenizer's last token from sampling: the rows a model's vocabulary was padded
+    with (Qwen2.5: 151,936 rows for about 151,665 tokens) decode to nothing, so the rewards would score text
+    without them. A no-op when the vocabulary has no such rows."""
+
+    def __init__(self, tokenizer_size: int) -> None:
+        self.tokenizer_size = tokenizer_size
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if scores.shape[-1] > self.tokenizer_size:
+            scores[:, self.tokenizer_size:] = float("-inf")
+        return scores
+
+
 def mask_after_eos(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(attention mask up to and including the first EOS, truncated flag per row)."""
     is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
@@ -82,7 +96,10 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
         max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
     )
     recorder = None if greedy else SamplerRecorder(record_kept)
-    processors = None if greedy else sampling_processors(config.temperature, config.top_k, config.top_p, recorder)
+    processors = LogitsProcessorList() if greedy else sampling_processors(config.temperature, config.top_k,
+                                                                          config.top_p, recorder)
+    if not config.sample_padded_vocab:  # first: the recorder and the kept sets then see them removed too
+        processors.insert(0, PaddedVocabMask(len(tokenizer)))
     was_training = lm.training
     lm.eval()
     try:

@@ -24,6 +24,7 @@ from .plot import plot_run
 from .rewards import score_completions
 from .rollout import RolloutBatch, generate_completions
 from .run_setup import Run, setup_run
+from .state.run_lock import hold_run_directory
 from .update import UpdateInputs, num_items_per_process, policy_update
 
 
@@ -38,7 +39,8 @@ class TrainSummary:
 
 
 def train(config: EngineConfig) -> TrainSummary:
-    with hf_progress_bars_off():  # transformers' loading / saving bars would break up the training bar
+    # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone
+    with hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
         run = setup_run(config)
         cfg = run.config
         eval_before = evaluate(run) if run.start_step == 0 else None
