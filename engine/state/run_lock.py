@@ -64,12 +64,17 @@ def _holder(fd: int) -> str:
 class RunLock:
     """The exclusive hold of one run directory by this process."""
 
-    def __init__(self, run_dir: Path, fd: int) -> None:
-        self.run_dir, self._fd = run_dir, fd
+    def __init__(self, run_dir: Path, fd: int, created: Optional[Path]) -> None:
+        self.run_dir, self._fd, self._created = run_dir, fd, created
 
     @classmethod
     def acquire(cls, run_dir: str | Path) -> "RunLock":
         run_dir = Path(run_dir)
+        created = None  # the outermost directory made here: removed again if the run writes nothing into it
+        for directory in (run_dir, *run_dir.parents):
+            if directory.exists():
+                break
+            created = directory
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -92,7 +97,7 @@ class RunLock:
         os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, since "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
         os.fsync(fd)
-        return cls(run_dir, fd)
+        return cls(run_dir, fd, created)
 
     def release(self) -> None:
         """Empty the file (the lock file itself stays: deleting it would let two later runs lock two files)."""
@@ -101,6 +106,13 @@ class RunLock:
         os.ftruncate(self._fd, 0)
         os.close(self._fd)  # closing drops the flock
         self._fd = None
+        if self._created is not None and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
+            # a run that stopped before writing anything (bad data, a refused option) leaves no directory behind
+            (self.run_dir / LOCK_FILE).unlink()
+            for directory in (self.run_dir, *self.run_dir.parents):
+                directory.rmdir()
+                if directory == self._created:
+                    break
 
 
 def _is_main_process() -> bool:
