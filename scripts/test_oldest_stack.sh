@@ -4,14 +4,21 @@
 # trl, liger-kernel, datasets, math-verify or vLLM (their tests skip with the reason). The test tools (pytest,
 # pytest-benchmark, hypothesis) come at their newest. CI runs it (.ci/run).
 #
-#   PYTHON=python3.12 scripts/test_oldest_stack.sh [pytest arguments]
+#   scripts/test_oldest_stack.sh [pytest arguments]
 #
 # VENV (default .venv-oldest, ignored by git) is created if missing and reused otherwise. torch's PyPI wheel is
 # a CUDA build (it also runs on a CPU): the environment takes about 5 GB and installs in about 75 s here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-$(command -v python3.12 || ls -d "$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/3.12*/bin/python 2>/dev/null | head -n 1 || true)}
-if [ -z "$PYTHON" ] || ! "$PYTHON" -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))" 2>/dev/null; then
+if [ -z "${PYTHON:-}" ]; then   # a python3.12 that runs (a pyenv shim may exist without the version selected)
+    for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python; do
+        if "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))" >/dev/null 2>&1; then
+            PYTHON=$candidate
+            break
+        fi
+    done
+fi
+if [ -z "${PYTHON:-}" ] || ! "$PYTHON" -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))" >/dev/null 2>&1; then
     echo "test_oldest_stack.sh: needs Python 3.12 (set PYTHON=/path/to/python3.12); got '${PYTHON:-none}'" >&2
     exit 2
 fi
