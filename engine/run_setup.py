@@ -26,8 +26,8 @@ from .health import RunHealth
 from .metrics import MetricsLogger
 from .models import (
     HiddenStatePolicy,
-    base_causal_lm,
     add_lora,
+    base_causal_lm,
     enable_gradient_checkpointing,
     frozen_copy,
     load_causal_lm,
