@@ -120,8 +120,9 @@ class OptimConfig:
     # Train on packs of whole sequences (prompt + completion, no padding) instead of padded micro-batches of
     # per_device_train_batch_size completions; the old and reference log-probs are packed the same way.
     padding_free: bool = True
-    # The tokens of one pack (padding_free); null: per_device_train_batch_size x the batch's longest sequence,
-    # never more tokens than a padded micro-batch of the same batch holds.
+    # The tokens of one pack (padding_free). null: the batch's longest sequence times per_device_train_batch_size
+    # with flash_attention_2 (no more tokens than a padded micro-batch), times 2 with sdpa / eager (their packed
+    # mask is dense: attention costs grow with the square of the pack).
     max_tokens_per_micro_batch: Optional[int] = None
 
 

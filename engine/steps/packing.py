@@ -22,12 +22,20 @@ from torch import nn
 from ..rollout import RolloutBatch
 
 
+# Without a budget, a pack holds this many times the batch's longest sequence where attention runs over a dense
+# [L, L] mask (sdpa, eager): its cost grows with the square of the pack (engine/tools/packing_bench.py).
+DENSE_MASK_SEQUENCES = 2
+
+
 @dataclass(frozen=True)
 class Packing:
-    """How a padding-free step groups a process's sequences: `max_tokens` per pack, or None for
-    `micro_batch_size` times the batch's longest sequence (no more tokens than a padded micro-batch holds)."""
+    """How a padding-free step groups a process's sequences: at most `max_tokens` per pack. None: the batch's
+    longest sequence times micro_batch_size under varlen attention (flash_attention_2: a pack costs what its
+    sequences cost, and holds no more tokens than a padded micro-batch), else times min(micro_batch_size,
+    DENSE_MASK_SEQUENCES)."""
 
     max_tokens: Optional[int] = None
+    varlen_attention: bool = False
 
 
 @dataclass
@@ -58,6 +66,11 @@ class Pack:
         grid[self.grid_index] = values.to(grid.dtype)
 
 
+def has_varlen_attention(model: nn.Module) -> bool:
+    """Whether the model's attention runs varlen over packed sequences (flash attention), not a dense mask."""
+    return str(getattr(model.config, "_attn_implementation", "")).startswith("flash")
+
+
 def sequence_lengths(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(prompt tokens, completion tokens) [n] of each sequence: what a pack holds of it."""
     return batch.prompt_mask.sum(dim=1), batch.completion_attention.sum(dim=1)
@@ -67,7 +80,8 @@ def token_budget(batch: RolloutBatch, packing: Packing, micro_batch_size: int) -
     prompt, completion = sequence_lengths(batch)
     lengths = prompt + completion
     if packing.max_tokens is None:
-        return micro_batch_size * int(lengths.max())
+        per_pack = micro_batch_size if packing.varlen_attention else min(micro_batch_size, DENSE_MASK_SEQUENCES)
+        return per_pack * int(lengths.max())
     longest = int(lengths.max())
     if longest > packing.max_tokens:
         raise ValueError(f"optim.max_tokens_per_micro_batch ({packing.max_tokens}) is smaller than one sequence of "

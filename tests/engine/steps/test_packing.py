@@ -17,8 +17,9 @@ from engine.logprobs import reference_logprobs, sequence_logprobs
 from engine.models import HiddenStatePolicy, add_lora, frozen_copy
 from engine.config import LoraConfig
 from engine.rollout import RolloutBatch
-from engine.steps.packing import (Packing, PackedAttentionError, build_pack, check_packed_attention, make_packs,
-                                  pack_hidden_states, plan_packs, split_to_count)
+from engine.steps.packing import (Packing, PackedAttentionError, build_pack, check_packed_attention,
+                                  has_varlen_attention, make_packs, pack_hidden_states, plan_packs,
+                                  split_to_count)
 from engine.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
@@ -182,12 +183,17 @@ def test_a_sequence_longer_than_the_budget_is_refused_naming_the_key():
     assert load_config().optim.padding_free  # the default
 
 
-def test_the_default_budget_holds_no_more_tokens_than_a_padded_micro_batch():
+def test_the_default_budget_is_twice_the_longest_sequence_under_a_dense_mask_a_padded_micro_batch_under_varlen():
     batch = rollouts(50)
-    packs = make_packs(batch, Packing(), MICRO)
     longest = int((batch.prompt_mask.sum(1) + batch.completion_attention.sum(1)).max())
-    assert all(pack.num_tokens <= MICRO * longest for pack in packs)
-    assert len(packs) < N // MICRO  # the long tail leaves room: fewer micro-batches than the padded step
+    dense, varlen = make_packs(batch, Packing(), MICRO), make_packs(batch, Packing(varlen_attention=True), MICRO)
+    assert max(pack.num_tokens for pack in dense) <= 2 * longest < max(pack.num_tokens for pack in varlen)
+    assert max(pack.num_tokens for pack in varlen) <= MICRO * longest
+    assert len(varlen) < N // MICRO  # the long tail leaves room: fewer micro-batches than the padded step
+    lm = _model()
+    assert not has_varlen_attention(lm)  # sdpa
+    lm.config._attn_implementation = "flash_attention_2"
+    assert has_varlen_attention(lm)
 
 
 def test_loss_scale_for_equal_micro_batches_is_trls_division_by_the_accumulation_steps():
