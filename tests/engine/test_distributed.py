@@ -46,8 +46,8 @@ def test_two_processes_match_one(tmp_path):
         a, b = single["results"][loss_type], double["results"][loss_type]
         assert b["num_items"] == a["num_items"] / 2  # dapo's N / P
         if loss_type == "bnpo":
-            # bnpo normalises by each micro-batch's own tokens (as TRL), so it is not split-invariant; the
-            # gradient still flows through both processes.
+            # bnpo normalises by each process's own tokens, so it is not invariant to the split over processes
+            # (over micro-batches it is: test_update.py); the gradient still flows through both processes.
             assert any(v.abs().max() > 0 for v in b["delta"].values())
             continue
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-9), loss_type
