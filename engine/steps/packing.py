@@ -51,7 +51,6 @@ class Pack:
     completion_ids: torch.Tensor  # [N]
     completion_mask: torch.Tensor  # [N] the loss mask
     kept_token_ids: Optional[torch.Tensor]  # [N, K]
-    sampler_logps: Optional[torch.Tensor]  # [N]
 
     @property
     def num_tokens(self) -> int:
@@ -76,13 +75,12 @@ def sequence_lengths(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch.prompt_mask.sum(dim=1), batch.completion_attention.sum(dim=1)
 
 
-def token_budget(batch: RolloutBatch, packing: Packing, micro_batch_size: int) -> int:
-    prompt, completion = sequence_lengths(batch)
-    lengths = prompt + completion
+def token_budget(lengths: list[int], packing: Packing, micro_batch_size: int) -> int:
+    """The pack size for sequences of these lengths (prompt + completion tokens)."""
+    longest = max(lengths)
     if packing.max_tokens is None:
         per_pack = micro_batch_size if packing.varlen_attention else min(micro_batch_size, DENSE_MASK_SEQUENCES)
-        return per_pack * int(lengths.max())
-    longest = int(lengths.max())
+        return per_pack * longest
     if longest > packing.max_tokens:
         raise ValueError(f"optim.max_tokens_per_micro_batch ({packing.max_tokens}) is smaller than one sequence of "
                          f"this batch ({longest} prompt + completion tokens): raise it, or set optim.padding_free "
@@ -134,7 +132,7 @@ def make_packs(batch: RolloutBatch, packing: Packing, micro_batch_size: int) -> 
     if bool((prompt == 0).any()):
         raise ValueError("a prompt has no tokens: its first completion token has no position to be predicted from")
     lengths = (prompt + completion).tolist()
-    groups = plan_packs(lengths, token_budget(batch, packing, micro_batch_size))
+    groups = plan_packs(lengths, token_budget(lengths, packing, micro_batch_size))
     groups = split_to_count(groups, lengths, count_over_processes(len(groups), batch.prompt_ids.device))
     return [build_pack(batch, rows) for rows in groups]
 
@@ -159,9 +157,8 @@ def build_pack(batch: RolloutBatch, rows: list[int]) -> Pack:
     grid_index = (index[sequence], column)
     cu_seqlens = torch.nn.functional.pad(torch.cumsum(completion_lengths, 0), (1, 0)).to(torch.int32)
     kept = None if batch.kept_token_ids is None else batch.kept_token_ids[grid_index]
-    sampler = None if batch.sampler_logps is None else batch.sampler_logps[grid_index]
     return Pack(index, tokens[None, :], position_ids[None, :], hidden_index, grid_index, cu_seqlens,
-                batch.completion_ids[grid_index], batch.completion_mask[grid_index], kept, sampler)
+                batch.completion_ids[grid_index], batch.completion_mask[grid_index], kept)
 
 
 def pack_hidden_states(policy: nn.Module, pack: Pack) -> torch.Tensor:
