@@ -119,9 +119,16 @@ class OptimConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"  # the LR's shape after warmup
     warmup_ratio: float = 0.0  # fraction of the optimizer steps spent warming the LR up linearly
-    per_device_train_batch_size: int = 8  # completions per micro-batch
+    per_device_train_batch_size: int = 8  # completions per micro-batch of the padded step
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
     num_iterations: int = 1  # optimizer passes over each generated batch (mu in the GRPO paper)
+    # Train on packs of whole sequences (prompt + completion, no padding) instead of padded micro-batches of
+    # per_device_train_batch_size completions; the old and reference log-probs are packed the same way.
+    padding_free: bool = True
+    # The tokens of one pack (padding_free). null: the batch's longest sequence times per_device_train_batch_size
+    # with flash_attention_2 (no more tokens than a padded micro-batch), times 2 with sdpa / eager (their packed
+    # mask is dense: attention costs grow with the square of the pack).
+    max_tokens_per_micro_batch: Optional[int] = None
 
 
 @dataclass
@@ -370,6 +377,12 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations"):
         _positive(getattr(o, key), f"optim.{key}")
     _positive(o.learning_rate, "optim.learning_rate", allow_zero=True)
+    if o.max_tokens_per_micro_batch is not None:
+        _positive(o.max_tokens_per_micro_batch, "optim.max_tokens_per_micro_batch")
+        longest = None if config.data.max_prompt_length is None else config.data.max_prompt_length + r.max_new_tokens
+        if o.padding_free and longest is not None and longest > o.max_tokens_per_micro_batch:
+            raise ConfigError(f"optim.max_tokens_per_micro_batch ({o.max_tokens_per_micro_batch}) must hold the "
+                              f"longest sequence, data.max_prompt_length + rollout.max_new_tokens = {longest}")
     _positive(o.max_grad_norm, "optim.max_grad_norm", allow_zero=True)
     if not 0.0 <= o.warmup_ratio < 1.0:
         raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {o.warmup_ratio}")

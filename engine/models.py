@@ -11,7 +11,7 @@ import copy
 import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -210,10 +210,14 @@ class HiddenStatePolicy(nn.Module):
             kwargs["synced_gpus"] = True
         return self.lm.generate(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """A padded batch (`attention_mask`), or packed sequences: no mask and `position_ids` restarting at 0 for
+        each sequence, from which transformers confines attention to each (engine.steps.packing)."""
         decoder = base_causal_lm(self.lm).get_decoder()
-        out = decoder(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask)
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         return out.last_hidden_state
 
 

@@ -28,6 +28,7 @@ from .metrics import MetricsLogger
 from .models import (
     HiddenStatePolicy,
     add_lora,
+    base_causal_lm,
     enable_gradient_checkpointing,
     frozen_copy,
     load_causal_lm,
@@ -35,9 +36,10 @@ from .models import (
     load_tokenizer,
     resolve_device,
 )
-from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
+from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
 from .resume import config_yaml, start_point
 from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .steps.packing import check_packed_attention
 from .rewards import NamedReward, check_reward_columns, load_reward_functions
 from .warm_start import supervised_warm_start
 
@@ -239,6 +241,9 @@ def setup_run(config: EngineConfig) -> Run:
         policy = shard_policy(policy, mesh)
         if reference is not None:
             reference = shard_policy(reference, mesh)
+    if config.optim.padding_free:
+        check_packed_attention(policy, base_causal_lm(lm).config.vocab_size, accelerator.device)
+        reshard(policy)  # no backward follows this forward
 
     o = config.optim
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=o.learning_rate,
