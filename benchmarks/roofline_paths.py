@@ -18,7 +18,7 @@ from grpo_kernels.cost_model import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase a
 from grpo_kernels.cost_model.paths import gemm
 from grpo_kernels.routing import modelled_route
 
-from .roofline_model import Estimate, Phase, Problem
+from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
 
 
 def floor(p: Problem) -> Estimate:
@@ -132,12 +132,12 @@ def trl(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> Estima
                                  "dH, dW accumulated in float32 by 16-bit GEMMs with float32 output"])
 
 
-def auto(p: Problem, rates_key: str = "H100") -> Estimate:
-    """What `backend="auto"` runs on the named device: the route the library's cost model picks (routing.py)."""
-    from grpo_kernels.cost_model import DEVICES
-
-    route, est = modelled_route(p, DEVICES[rates_key])
-    return replace(est, path="auto", assumptions=[f"routed to {route.backend} ({route.reason})", *est.assumptions])
+def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
+    """What `backend="auto"` runs on a device: the route the library's cost model picks (routing.py), within its
+    default memory budget."""
+    route, est = modelled_route(p, rates)
+    label = route.backend + (f" {route.workspace_bytes / MIB:.0f} MiB" if route.backend == "gemm" else "")
+    return replace(est, path=f"auto: {label}", assumptions=[f"{label}: {route.reason}", *est.assumptions])
 
 
 MODELS: dict[str, Callable[[Problem], Estimate]] = {

@@ -21,9 +21,9 @@ from .cost_model.paths import LIBRARY_PATHS
 # the GEMM path's workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
 from .gemm_path import DEFAULT_WORKSPACE_BYTES
 
-# What `auto` may allocate beyond the inputs, the outputs, the gradients and the float32 dW accumulator: a
-# quarter of the GEMM path's 1 GiB default workspace.
-DEFAULT_MEMORY_BUDGET_BYTES = 256 * MIB
+# What `auto` may allocate beyond the inputs, the outputs, the gradients and the float32 dW accumulator, unless
+# the call gives workspace_bytes: the GEMM path's former fixed workspace, so that no call takes more than before.
+DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
 # The backends auto chooses among: the others (torch, reference) are slower at every modelled shape.
 ROUTED_BACKENDS = ("gemm", "triton")
 MODELLED_DTYPES = ("bfloat16", "float16")

@@ -110,7 +110,8 @@ def test_larger_workspace_means_fewer_waves_and_fewer_bytes():
 def test_floor_at_s1_is_the_issues_39_ms():
     s1 = roofline.problem(roofline.TARGET_SHAPES["S1"], roofline.SCENARIOS["token-level"])
     # issue 9: about 39 ms for the three bare GEMMs of S1 at ~790 TFLOP/s
-    assert roofline.estimate("floor", s1).seconds(DEVICES["H100"]) * 1e3 == pytest.approx(38.7, abs=0.1)
+    # 39.8 ms: each output tile also pays its pipeline fill, 128 elements of K (4096 -> 4224)
+    assert roofline.estimate("floor", s1).seconds(DEVICES["H100"]) * 1e3 == pytest.approx(38.7 * 4224 / 4096, abs=0.1)
 
 
 def test_every_path_is_modelled_and_paths_never_beat_the_floor_without_skipping_work():
