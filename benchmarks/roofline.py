@@ -167,7 +167,11 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
     if section not in SECTIONS:
         raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
     lines = ["**Roofline model (predicted, not measured)**", "",
-             "Predicted time = sum over phases of max(FLOPs / matmul rate, HBM bytes / achievable bandwidth). "
+             "Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 bytes / L2 "
+             "bandwidth) + kernel launches and host syncs; a GEMM's arithmetic is timed at its shape (whole 128 x "
+             "256 tiles in whole waves over the SMs, each tile's K fill, split-K when the tiles leave SMs idle). "
+             "auto: the route `backend=\"auto\"` takes on that device (grpo_kernels/routing.py), named per device "
+             "where they differ. "
              "x floor = predicted time / predicted bare GEMMs of the same scenario over every position "
              "(3 for a trained head, 2 frozen, 1 for log-probs); overlapped: if memory-bound phases ran beside "
              "compute-bound ones (max of total FLOP time and total byte time), a lower bound. Peak extra excludes "
