@@ -105,10 +105,10 @@ def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: int = DEFAULT_M
     fitting = [option for option in options if option[1].peak_extra_bytes <= budget_bytes]
     if fitting:
         route, est = min(fitting, key=lambda option: option[0].predicted_s)
-        why = f"fastest by the cost model on {rates.name} within {budget_bytes / MIB:.0f} MiB"
+        why = f"fastest by the cost model on {rates.name} within {budget_bytes / MIB:.3g} MiB"
     else:
         route, est = min(options, key=lambda option: option[1].peak_extra_bytes)
-        why = f"nothing fits {budget_bytes / MIB:.0f} MiB by the cost model on {rates.name}: the least memory"
+        why = f"nothing fits {budget_bytes / MIB:.3g} MiB by the cost model on {rates.name}: the least memory"
     return replace(route, reason=why), est
 
 
