@@ -45,7 +45,6 @@ class DeviceRates:
     host_sync_s: float = 0.0
 
 
-# H100 and H200 share the GH100 die (same SMs, clocks and L2); they differ in HBM.
 _GEMM_SOURCE = ("bf16 790 TFLOP/s: measured bare GEMM rate on this project's H200 sheet (same GH100 die; datasheet "
                 "989 dense; 780 TFLOP/s measured on H100 for a 4224 x 2048 x 8192 bf16 GEMM, "
                 "gist.github.com/Chillee/2ec89696db8b7ed1c24461159e325405); a GEMM at other shapes: 128 x 256 tiles "
@@ -53,19 +52,17 @@ _GEMM_SOURCE = ("bf16 790 TFLOP/s: measured bare GEMM rate on this project's H20
                 "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed); L2 14.5 TB/s: the "
                 "least rate at which the model's Cut Cross-Entropy counts match its public 92.6 ms at S2 (derived, "
                 "not an L2 measurement)")
+# What the two share (the GH100 die, the GEMM rule, the launch costs); they differ in HBM.
+_GH100 = dict(tensor_flops=790e12, fp32_flops=67e12, l2_bytes=50 * MIB, sms=132, l2_bytes_per_s=14.5e12,
+              gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,
+              host_sync_s=HOST_SYNC_S)
 DEVICES: dict[str, DeviceRates] = {
     "H100": DeviceRates(
-        "H100 SXM5 80GB", tensor_flops=790e12, fp32_flops=67e12, hbm_bytes_per_s=3.0e12,
-        hbm_peak_bytes_per_s=3.35e12, l2_bytes=50 * MIB, sms=132, l2_bytes_per_s=14.5e12,
-        gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,
-        host_sync_s=HOST_SYNC_S,
+        "H100 SXM5 80GB", hbm_bytes_per_s=3.0e12, hbm_peak_bytes_per_s=3.35e12, **_GH100,
         source=_GEMM_SOURCE + "; fp32 67 TFLOP/s, HBM3 3.35 TB/s peak, 50 MB L2, 132 SMs: NVIDIA H100 datasheet; "
                               "3.0 TB/s achievable: ~90% of peak, the usual STREAM-like ratio"),
     "H200": DeviceRates(
-        "H200 SXM 141GB", tensor_flops=790e12, fp32_flops=67e12, hbm_bytes_per_s=4.3e12,
-        hbm_peak_bytes_per_s=4.8e12, l2_bytes=50 * MIB, sms=132, l2_bytes_per_s=14.5e12,
-        gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,
-        host_sync_s=HOST_SYNC_S,
+        "H200 SXM 141GB", hbm_bytes_per_s=4.3e12, hbm_peak_bytes_per_s=4.8e12, **_GH100,
         source=_GEMM_SOURCE + "; HBM3e 4.8 TB/s peak: NVIDIA H200 datasheet; 4.3 TB/s achievable: ~90% of peak, "
                               "as for H100; SMs, L2, fp32 rate as H100 (same die)"),
 }
