@@ -153,11 +153,16 @@ def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, token_le
             sharded: bool = False) -> tuple[str, int]:
     """(backend, GEMM workspace) of one call. `auto` routes by the model; an explicit backend is kept, and the
     GEMM path's workspace, when not given, is the model's choice within the default budget. A given
-    `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit 'gemm')."""
+    `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit 'gemm'). Under
+    torch.compile, `auto` is the GEMM path with the given or default workspace."""
     import torch
 
-    if backend != "auto" and (backend != "gemm" or workspace_bytes is not None):
-        return backend, DEFAULT_WORKSPACE_BYTES if workspace_bytes is None else workspace_bytes
+    explicit = backend != "auto" and (backend != "gemm" or workspace_bytes is not None)
+    if explicit or torch.compiler.is_compiling():
+        # Inside a compiled graph the route is not modelled (Dynamo would have to trace the model's Python): the
+        # GEMM path, as the compiled token-level loss takes its two-pass route anyway.
+        return ("gemm" if backend == "auto" else backend), \
+            DEFAULT_WORKSPACE_BYTES if workspace_bytes is None else workspace_bytes
     weight_grad = torch.is_grad_enabled() and head.weight_needs_grad()
     grads = weight_grad or (torch.is_grad_enabled() and hidden.requires_grad)
     operation = operation_of(grads, token_level, weight_grad)

@@ -96,3 +96,14 @@ def test_no_grad_logprobs_through_auto_equal_the_chosen_backend(monkeypatch):
         same = linear_logprobs(problem.hidden, problem.weight, problem.completion_ids, bias=problem.bias,
                                backend=chosen.backend, workspace_bytes=chosen.workspace_bytes)
     assert torch.equal(auto, same)
+
+
+def test_inside_a_compiled_graph_auto_is_the_gemm_path_with_the_default_workspace(monkeypatch):
+    _as_h100(monkeypatch)
+    hidden = torch.zeros(8192, 4096, dtype=torch.bfloat16, requires_grad=True)
+    head = type("Head", (), {"weight": torch.zeros(151936, 1, dtype=torch.bfloat16),
+                             "weight_needs_grad": lambda self: True})()
+    assert routing.resolve("auto", None, hidden, head, token_level=True)[1] != DEFAULT_WORKSPACE_BYTES  # eager: modelled
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert routing.resolve("auto", None, hidden, head, token_level=True) == ("gemm", DEFAULT_WORKSPACE_BYTES)
+    assert routing.resolve("triton", None, hidden, head, token_level=True) == ("triton", DEFAULT_WORKSPACE_BYTES)
