@@ -17,8 +17,8 @@ from typing import Optional
 MIB = 2**20
 
 # Cited and assumed numbers (docs/benchmarks.md, "What the model charges", lists them with their sources).
-# cuBLAS's output tile for 16-bit GEMMs on Hopper: 128 x 256 (assumed: the shape of CUTLASS's default Hopper
-# bf16 kernels; cuBLAS does not publish its heuristics).
+# cuBLAS's output tile for 16-bit GEMMs on Hopper: 128 x 256 (assumed: a common Hopper bf16 tile; cuBLAS does
+# not publish its heuristics).
 HOPPER_GEMM_TILE = (128, 256)
 # Pipeline fill and drain of one output tile, in elements of K: two 64-wide K stages (assumed).
 GEMM_K_FILL = 128
@@ -46,7 +46,7 @@ class DeviceRates:
 
 
 _GEMM_SOURCE = ("bf16 790 TFLOP/s: measured bare GEMM rate on this project's H200 sheet (same GH100 die; datasheet "
-                "989 dense; 780 TFLOP/s measured on H100 for a 4224 x 2048 x 8192 bf16 GEMM, "
+                "989 dense; 780 TFLOP/s measured on H100 for a 4224 x 2048 x 8192 bf16 GEMM (max-autotune, vboost), "
                 "gist.github.com/Chillee/2ec89696db8b7ed1c24461159e325405); a GEMM at other shapes: 128 x 256 tiles "
                 "in waves of one per SM, 128 elements of K per tile's fill and drain, split-K when the tiles do not "
                 "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed); L2 14.5 TB/s: the "
