@@ -14,9 +14,10 @@ backends.
 
 The command runs as parts that each fit one command of a machine that stops commands after 10 minutes:
 every part takes the next items while their modelled time fits its budget; the full GPU tests start only
-where their whole timeout fits (else the next part starts with them). A case whose modelled memory does not fit the device is skipped before it runs; a case whose
-modelled time would take more than MAX_CASE_S gets fewer timed rounds. Modelled times are the roofline's
-lower bounds times TIME_SAFETY; they leave out compilation, so they are no measurement.
+where their whole timeout fits (else the next part starts with them). A case whose modelled memory does not
+fit the device is skipped before it runs; a case whose modelled time would take more than MAX_CASE_S gets
+fewer timed rounds. Modelled times are the roofline's predictions times TIME_SAFETY; they leave out
+compilation, so they are no measurement.
 """
 
 from __future__ import annotations

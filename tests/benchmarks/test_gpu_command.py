@@ -87,7 +87,8 @@ def test_the_plan_has_the_smoke_then_the_headline_then_the_tests_and_says_when_t
     assert steps[0] == "smoke"
     first_rest = next(i for i, step in enumerate(steps) if isinstance(step, gpu_plan.GpuCase)
                       and not gpu_plan.is_headline(step))
-    assert steps.index("tests") < first_rest and all(gpu_plan.is_headline(step) for step in steps[1:steps.index("tests")])
+    tests = steps.index("tests")
+    assert tests < first_rest and all(gpu_plan.is_headline(step) for step in steps[1:tests])
     assert [step for step in steps if isinstance(step, gpu_plan.GpuCase)] == \
         [case for case in plan.cases if gpu_plan.is_headline(case)] + \
         [case for case in plan.cases if not gpu_plan.is_headline(case)]

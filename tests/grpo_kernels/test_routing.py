@@ -45,8 +45,8 @@ def test_a_budget_the_gemm_path_cannot_fit_routes_to_the_triton_kernels():
 
 
 def test_cpu_unmodelled_gpus_and_float32_keep_the_gemm_path_with_its_default_workspace():
-    for device, dtype in [(routing.DeviceSpec("cpu"), "bfloat16"), (routing.DeviceSpec("cuda", "Tesla V100"), "bfloat16"),
-                          (H100, "float32")]:
+    v100 = routing.DeviceSpec("cuda", "Tesla V100")
+    for device, dtype in [(routing.DeviceSpec("cpu"), "bfloat16"), (v100, "bfloat16"), (H100, "float32")]:
         route = routing.route("token", *S1, dtype, device)
         assert (route.backend, route.workspace_bytes) == ("gemm", DEFAULT_WORKSPACE_BYTES)
         assert "not modelled" in route.reason
@@ -103,7 +103,8 @@ def test_inside_a_compiled_graph_auto_is_the_gemm_path_with_the_default_workspac
     hidden = torch.zeros(8192, 4096, dtype=torch.bfloat16, requires_grad=True)
     head = type("Head", (), {"weight": torch.zeros(151936, 1, dtype=torch.bfloat16),
                              "weight_needs_grad": lambda self: True})()
-    assert routing.resolve("auto", None, hidden, head, token_level=True)[1] != DEFAULT_WORKSPACE_BYTES  # eager: modelled
+    eager = routing.resolve("auto", None, hidden, head, token_level=True)
+    assert eager[1] != DEFAULT_WORKSPACE_BYTES  # modelled
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert routing.resolve("auto", None, hidden, head, token_level=True) == ("gemm", DEFAULT_WORKSPACE_BYTES)
     assert routing.resolve("triton", None, hidden, head, token_level=True) == ("triton", DEFAULT_WORKSPACE_BYTES)
