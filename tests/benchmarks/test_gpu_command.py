@@ -114,6 +114,8 @@ def test_a_part_runs_the_smoke_then_the_headline_then_the_tests_then_the_rest(tm
     summary = _part(results, cases=[rest, *headline], checks=(tests, smoke), budget_s=600.0)
     assert summary.left == [] and summary.failures == []
     assert _started(results) == [smoke.id, headline[0].id, headline[1].id, tests.id, rest.id]
+    report_text = (tmp_path / "run" / "test-cpu.md").read_text()
+    assert report_text.count("GPU check: `python -c ") == 2  # the smoke's outcome and the tests', in the report
     # a check after the headline waits for a part where its whole timeout fits
     results2 = gpu_results.ResultsDir(str(tmp_path / "run2"), "test-cpu")
     results2.open()
@@ -304,7 +306,7 @@ def test_gpu_checks_write_their_log_and_outcome(tmp_path):
     assert log.startswith(f"$ {sys.executable} -c ") and "(timeout 60 s)\n..\n== 2 passed in 0.01s ==" in log
     meta = json.loads(open(results.json_path).read())["machine_info"]["grpo_bench"]
     assert meta["gpu_tests"]["summary"] == "2 passed in 0.01s" and meta["gpu_tests"]["exit_code"] == 0
-    assert "GPU tests: `python -c " in (tmp_path / "run" / "test-cpu.md").read_text()
+    assert "GPU check: `python -c " in (tmp_path / "run" / "test-cpu.md").read_text()
     # a check that outlives its timeout is killed and recorded, not waited for
     hanging = gpu.Check("hang", ("sh", "-c", "echo started; sleep 60"), 1)
     outcome = gpu.run_check(hanging, 1, str(tmp_path / "hang.log"))
