@@ -140,7 +140,7 @@ class RunConfig:
     # CPU threads for torch (None: torch's default). Tiny models gain nothing from threads, and on a busy
     # machine idle OpenMP threads spin and slow every small op down.
     num_threads: Optional[int] = None
-    # The kernels' backend for log-probs and loss (auto: the GEMM path; see grpo_kernels' README).
+    # The kernels' backend for log-probs and loss (auto: routed per call by the cost model; see grpo_kernels' README).
     loss_backend: Literal["auto", "gemm", "torch", "triton", "reference"] = "auto"
     save_steps: int = 0  # 0: only the final checkpoint
     save_total_limit: int = 2  # keep the last k checkpoints

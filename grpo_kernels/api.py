@@ -6,9 +6,8 @@ from typing import Literal, Optional, Union
 
 import torch
 
-from . import ops, reference, vocab_parallel
+from . import ops, reference, routing, vocab_parallel
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
-from .gemm_path import DEFAULT_WORKSPACE_BYTES
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
@@ -23,10 +22,11 @@ BACKENDS = ("auto", "gemm", "triton", "torch", "reference")
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """'auto' is the GEMM path on every device: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere."""
+    """The backend name, checked; 'auto' is routed per call by the cost model once the call's shapes are known
+    (routing.py): on a CPU it is the GEMM path."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return "gemm" if backend == "auto" else backend
+    return backend
 
 
 def _checking_values() -> bool:
@@ -102,7 +102,9 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device)
     check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
     kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
-    workspace_bytes = check_workspace(workspace_bytes)
+    backend, workspace_bytes = routing.resolve(
+        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
+        token_level=False, sharded=head.shard is not None)
     flat_hidden, flat_targets, flat_kept = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1), \
         _flat_kept(kept_token_ids)
     if mask is None:
@@ -153,7 +155,10 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     backend = resolve_backend(backend, _device_of(hidden))
     completion_ids = as_token_ids(completion_ids)
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend)
-    workspace_bytes = check_workspace(workspace_bytes)
+    backend, workspace_bytes = routing.resolve(
+        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
+        token_level=is_token_level(config) and kept_token_ids is None and _checking_values(),
+        sharded=head.shard is not None)
     H = hidden.shape[-1]
     if cu_seqlens is None:
         if hidden.dim() != 3:
