@@ -1,4 +1,8 @@
-"""What the sampler drew from: per completion position, the log-prob of the sampled token under generation's
+"""The `hf` rollout backend: G completions per prompt with Hugging Face `generate` on the policy itself.
+
+It samples from the very module the optimizer updates, so there is nothing to sync. What the sampler drew from
+is recorded per completion position: the log-prob of the sampled token under generation's own processed scores
+and, when sampling truncates (top-k / top-p), the ids it kept.
 own processed scores and, when sampling truncates (top-k / top-p), the ids it kept.
 
 `generate` turns the model's logits into the sampling distribution with its processors (repetition penalty,
@@ -8,14 +12,16 @@ position's set). The recorder runs last in the processor list, sees the processe
 only small tensors: the kept ids ([rows, K], K the widest set of the step) and, once the next step reveals the
 sampled token, its log-prob. One step's [rows, V] scores are held until then, never a [tokens, vocab] record.
 """
-
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, \
-    TopPLogitsWarper
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase, \
+    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from ..config import RolloutConfig
+from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 
 
 def truncates(top_p: float, top_k: int) -> bool:
@@ -83,3 +89,53 @@ def sampling_processors(temperature: float, top_k: int, top_p: float, recorder: 
         processors.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
     processors.append(recorder)
     return processors
+
+
+@torch.no_grad()
+def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+                         config: RolloutConfig, max_prompt_length: int | None, device: torch.device,
+                         greedy: bool = False, record_kept: bool = False) -> RolloutBatch:
+    """One completion per entry of `prompts` (the caller repeats each prompt G times). Sampling records each
+    token's sampler log-prob and, with `record_kept`, the ids top-k / top-p kept (SamplerRecorder)."""
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, max_prompt_length, device)
+    base_generation = getattr(lm, "generation_config", None) or GenerationConfig()
+    eos = eos_ids(tokenizer, base_generation)
+    # Sampling: temperature, top-k and top-p are our processors (generate's own warpers off), so the recorder
+    # after them sees the scores the token is drawn from.
+    generation_config = GenerationConfig(
+        do_sample=not greedy, temperature=1.0 if not greedy else None, top_p=1.0 if not greedy else None,
+        top_k=0 if not greedy else None, repetition_penalty=config.repetition_penalty,
+        max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
+    )
+    recorder = None if greedy else SamplerRecorder(record_kept)
+    processors = None if greedy else sampling_processors(config.temperature, config.top_k, config.top_p, recorder)
+    was_training = lm.training
+    lm.eval()
+    try:
+        output = lm.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=generation_config,
+                             logits_processor=processors)
+    finally:
+        lm.train(was_training)
+    completion_ids = output[:, prompt_ids.shape[1]:]
+    if completion_ids.shape[1] == 0:  # every prompt hit EOS at once is impossible; guard the empty slice anyway
+        completion_ids = torch.full((len(prompts), 1), tokenizer.pad_token_id, device=device)
+    sampler_logps, kept = (None, None) if recorder is None else recorder.finish(completion_ids)
+    return finish_batch(tokenizer, prompts, prompt_ids, prompt_mask, completion_ids, eos, config, sampler_logps, kept)
+
+
+class HFRollout:
+    """Samples with `generate` from the policy module itself (under FSDP the sharded policy, whose `generate`
+    gathers the layers first): the optimizer's updates are what it samples from, so `sync_weights` has nothing
+    to do."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, config: RolloutConfig,
+                 max_prompt_length: Optional[int], device: torch.device) -> None:
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.max_prompt_length, self.device = max_prompt_length, device
+
+    def generate(self, prompts: list[str], greedy: bool = False, record_kept: bool = False) -> RolloutBatch:
+        return generate_completions(self.model, self.tokenizer, prompts, self.config, self.max_prompt_length,
+                                    self.device, greedy=greedy, record_kept=record_kept)
+
+    def sync_weights(self) -> None:
+        pass
