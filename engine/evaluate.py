@@ -6,6 +6,7 @@ A completion counts as solved when the first reward function gives it a positive
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from transformers import PreTrainedTokenizerBase
 from .config import EngineConfig, RolloutConfig
 from .data import load_prompt_rows, render_prompt, reward_columns
 from .demo_task import addition_problems
+from .hub import resolve_model
 from .models import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from .rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 from .rollout import generate_completions
@@ -64,14 +66,22 @@ def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, ro
 
 
 def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    """A model directory, or a LoRA adapter directory (its base is read from adapter_config.json)."""
+    """A model directory or Hub id, or a LoRA adapter directory (its base, a directory or a Hub id, is read from
+    adapter_config.json)."""
+    path = resolve_model(path, config.model.revision)
     check_model_dir(path)
-    if (Path(path) / "adapter_config.json").is_file():
+    adapter_config = Path(path) / "adapter_config.json"
+    if adapter_config.is_file():
         try:
-            from peft import AutoPeftModelForCausalLM
+            from peft import PeftModel
         except ImportError as exc:
             raise ModelLoadError(f"{path!r} holds LoRA adapters; loading them needs peft: pip install peft") from exc
-        lm = AutoPeftModelForCausalLM.from_pretrained(path).to(device)
+        adapters = json.loads(adapter_config.read_text())
+        base = adapters.get("base_model_name_or_path")
+        if not base:
+            raise ModelLoadError(f"{adapter_config} names no base model (base_model_name_or_path)")
+        base_dir = resolve_model(base, adapters.get("revision"), key=f"the LoRA base model of {path!r}")
+        lm = PeftModel.from_pretrained(load_causal_lm(base_dir, config.model, device), path).to(device)
     else:
         lm = load_causal_lm(path, config.model, device)
     return lm.eval(), load_tokenizer(path)
@@ -87,7 +97,7 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     if d.path is None:
         _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
     else:
-        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
         check_reward_columns(rewards, rows, d.path)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)

@@ -23,6 +23,7 @@ from .config import EngineConfig, validate
 from .data import PromptSampler, load_prompt_rows, render_prompt
 from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .health import RunHealth
+from .hub import resolve_model
 from .metrics import MetricsLogger
 from .models import (
     HiddenStatePolicy,
@@ -32,6 +33,7 @@ from .models import (
     load_causal_lm,
     load_lora_adapters,
     load_tokenizer,
+    name_after_hub_id,
     resolve_device,
 )
 from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
@@ -145,11 +147,11 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     d = config.data
     if d.path is None:
         return addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
-    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split)
     check_reward_columns(rewards, rows, d.path)
     eval_rows = []
     if d.eval_path is not None:
-        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars)
+        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
         check_reward_columns(rewards, eval_rows, d.eval_path)
     return rows, eval_rows
 
@@ -183,6 +185,9 @@ def setup_run(config: EngineConfig) -> Run:
             print(f"warning: {message}", file=sys.stderr)
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
+    hub_model = config.model.name_or_path
+    with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
+        base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path
@@ -192,7 +197,6 @@ def setup_run(config: EngineConfig) -> Run:
         (run_dir / "config.yaml").write_text(config_yaml(config))
     set_seed(config.run.seed)  # identical model init on every process
 
-    base_path = config.model.name_or_path
     if base_path is None:
         base_path = str(run_dir / BASE_MODEL_DIR)
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
@@ -202,6 +206,8 @@ def setup_run(config: EngineConfig) -> Run:
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
     # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
     lm = load_causal_lm(policy_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
+    if hub_model is not None and Path(base_path) != Path(hub_model).expanduser():
+        name_after_hub_id(lm, hub_model)  # LoRA checkpoints then name their base by its id, not a cache path
     reference = None
     if config.loss.beta != 0.0 and not lora:
         # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
