@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
-from .config import EngineConfig, RolloutConfig
+from .config import EngineConfig
 from .data import load_prompt_rows, render_prompt, reward_columns
 from .demo_task import addition_problems
 from .hub import resolve_model
 from .models import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from .rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
-from .rollout import generate_completions
+from .rollout import HFRollout, RolloutBackend
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -30,11 +29,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]],
-                     prompts: list[str], rewards: list[NamedReward], rollout: RolloutConfig,
-                     max_prompt_length: int | None, device: torch.device, num_samples: int = 1,
-                     greedy: bool = True, batch_size: int = 64, prompt_column: str = "prompt") -> dict[str, float]:
-    """Generates `num_samples` completions per prompt (one when greedy) and aggregates the rewards."""
+def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompts: list[str],
+                     rewards: list[NamedReward], num_samples: int = 1, greedy: bool = True, batch_size: int = 64,
+                     prompt_column: str = "prompt") -> dict[str, float]:
+    """Generates `num_samples` completions per prompt (one when greedy) with the rollout backend and aggregates
+    the rewards."""
     if greedy and num_samples != 1:
         raise ValueError("greedy decoding gives one distinct completion per prompt: use num_samples=1 or sampling")
     per_prompt = max(1, batch_size // num_samples)
@@ -43,7 +42,7 @@ def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, ro
     for start in range(0, len(rows), per_prompt):
         chunk_rows = rows[start: start + per_prompt]
         repeated = [p for p in prompts[start: start + per_prompt] for _ in range(num_samples)]
-        batch = generate_completions(lm, tokenizer, repeated, rollout, max_prompt_length, device, greedy=greedy)
+        batch = backend.generate(repeated, greedy=greedy)
         columns = {k: [v for v in values for _ in range(num_samples)]
                    for k, values in reward_columns(chunk_rows, prompt_column).items()}
         table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists())
@@ -102,6 +101,6 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
     prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
-    return evaluate_prompts(lm, tokenizer, rows, prompts, rewards, config.rollout, config.data.max_prompt_length,
-                            device, num_samples=num_samples, greedy=greedy, batch_size=batch_size,
-                            prompt_column=config.data.prompt_column)
+    backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
+    return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
+                            batch_size=batch_size, prompt_column=config.data.prompt_column)

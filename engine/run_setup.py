@@ -38,6 +38,7 @@ from .models import (
 )
 from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
 from .resume import config_yaml, start_point
+from .rollout import RolloutBackend, check_backend, create_backend
 from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rewards import NamedReward, check_reward_columns, load_reward_functions
 from .warm_start import supervised_warm_start
@@ -65,6 +66,7 @@ class Run:
     logger: MetricsLogger
     start_step: int  # last completed step (0 for a fresh run)
     config_yaml: str  # the config as saved in run_dir and in every checkpoint
+    rollout_backend: RolloutBackend  # what samples the completions (rollout.backend)
     num_tokens: int = 0  # prompt + completion tokens of all steps so far (TRL's num_tokens)
     health: RunHealth = field(default_factory=RunHealth)
 
@@ -84,11 +86,6 @@ class Run:
     @property
     def fsdp(self) -> bool:
         return self.config.model.fsdp
-
-    @property
-    def generation_model(self) -> nn.Module:
-        """What samples: the LM, or under FSDP the sharded policy, whose `generate` gathers the root first."""
-        return self.policy if self.fsdp else self.lm
 
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
@@ -180,6 +177,7 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
+    check_backend(config, device)  # what the chosen rollout backend cannot do is said before anything loads
     if accelerator.is_main_process:
         for message in sampling_warnings(config):
             print(f"warning: {message}", file=sys.stderr)
@@ -258,8 +256,13 @@ def setup_run(config: EngineConfig) -> Run:
     else:
         set_seed(config.run.seed + accelerator.process_index)  # distinct samples on each process
 
+    # Last: a vLLM engine starts from the model directory and is then given the policy's weights as they are now
+    # (LoRA merged, or resumed from a checkpoint).
+    # HF samples from the LM, or under FSDP from the sharded policy, whose `generate` gathers the root first.
+    backend = create_backend(config, policy if fsdp else lm, lm, tokenizer, accelerator.device,
+                             policy_path if not lora else base_path, world)
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
                [render(r) for r in rows], eval_rows, [render(r) for r in eval_rows], sampler, logger, start_step,
-               config_yaml(config), num_tokens)
+               config_yaml(config), backend, num_tokens)

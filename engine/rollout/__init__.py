@@ -20,6 +20,14 @@ from .hf import HFRollout, generate_completions
 BACKENDS = ("hf", "vllm")
 
 
+def check_backend(config: EngineConfig, device: torch.device) -> None:
+    """What the configured backend cannot do on `device` with this install, said before anything loads."""
+    if config.rollout.backend == "vllm":
+        from .vllm import check_vllm
+
+        check_vllm(config, device)
+
+
 def create_backend(config: EngineConfig, generation_model: nn.Module, lm: nn.Module,
                    tokenizer: PreTrainedTokenizerBase, device: torch.device, model_dir: str,
                    world: Optional[object] = None) -> RolloutBackend:
@@ -32,5 +40,5 @@ def create_backend(config: EngineConfig, generation_model: nn.Module, lm: nn.Mod
     return HFRollout(generation_model, tokenizer, config.rollout, config.data.max_prompt_length, device)
 
 
-__all__ = ["BACKENDS", "HFRollout", "RolloutBackend", "RolloutBatch", "create_backend", "encode_prompts", "eos_ids",
+__all__ = ["BACKENDS", "HFRollout", "check_backend", "RolloutBackend", "RolloutBatch", "create_backend", "encode_prompts", "eos_ids",
            "finish_batch", "generate_completions", "mask_after_eos"]
