@@ -459,8 +459,6 @@ def validate_rollout_backend(config: EngineConfig) -> None:
     r, v = config.rollout, config.rollout.vllm
     if r.backend != "vllm":
         return
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError(f"rollout.backend vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}")
     if not 0.0 < v.gpu_memory_utilization <= 1.0:
         raise ConfigError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1], got {v.gpu_memory_utilization}")
     if v.tensor_parallel_size not in (1, config.model.tensor_parallel):
@@ -469,4 +467,6 @@ def validate_rollout_backend(config: EngineConfig) -> None:
     for key in ("kv_cache_mb", "max_model_len"):
         if getattr(v, key) is not None:
             _positive(getattr(v, key), f"rollout.vllm.{key}")
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"rollout.backend vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}")
 

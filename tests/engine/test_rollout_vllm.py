@@ -159,3 +159,20 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(vll
     stale = train_with_vllm(vllm_model_dir, {**overrides, "run.output_dir": str(tmp_path / "stale")})
     assert abs(stale[0]["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4  # step 1 samples the starting weights
     assert max(abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) for row in stale[1:]) > 1e-3
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"rollout.top_k": 5}, "rollout.replay_kept_tokens needs the kept sets of vLLM's sampler"),
+    ({"rollout.top_p": 0.9}, "rollout.replay_kept_tokens needs the kept sets of vLLM's sampler"),
+    ({"rollout.vllm.sleep": True}, "rollout.vllm.sleep needs CUDA"),
+])
+def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides, message):
+    from engine.config import ConfigError
+    from engine.rollout import check_backend
+
+    config = load_config(None, {**VLLM_KEYS, **overrides})
+    with pytest.raises(ConfigError, match=message):
+        check_backend(config, CPU)
+    # Without replay the trainer scores the whole vocabulary: the same sampling settings are accepted.
+    if "rollout.vllm.sleep" not in overrides:
+        check_backend(load_config(None, {**VLLM_KEYS, **overrides, "rollout.replay_kept_tokens": False}), CPU)
