@@ -136,6 +136,13 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
     return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
 
 
+def name_after_hub_id(model: PreTrainedModel, hub_id: str) -> None:
+    """Records the Hub id a model was loaded by (from its cache directory) as its name: peft writes that name into
+    a LoRA checkpoint's adapter_config.json as the base to load, which then works on any machine."""
+    model.config._name_or_path = hub_id
+    model.name_or_path = hub_id
+
+
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
     try:
         import peft

@@ -23,6 +23,7 @@ from .config import EngineConfig, validate
 from .data import PromptSampler, load_prompt_rows, render_prompt
 from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .health import RunHealth
+from .hub import resolve_model
 from .model.limits import check_prompts_fit, check_tokenizer_fits, restrict_vocabulary, scored_vocab_size
 from .metrics import MetricsLogger
 from .models import (
@@ -34,10 +35,12 @@ from .models import (
     load_causal_lm,
     load_lora_adapters,
     load_tokenizer,
+    name_after_hub_id,
     resolve_device,
 )
 from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
 from .resume import config_yaml, start_point
+from .rollout import RolloutBackend, check_backend, create_backend
 from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .steps.packing import check_packed_attention
 from .rewards import NamedReward, check_reward_columns, load_reward_functions
@@ -66,6 +69,7 @@ class Run:
     logger: MetricsLogger
     start_step: int  # last completed step (0 for a fresh run)
     config_yaml: str  # the config as saved in run_dir and in every checkpoint
+    rollout_backend: RolloutBackend  # what samples the completions (rollout.backend)
     num_tokens: int = 0  # prompt + completion tokens of all steps so far (TRL's num_tokens)
     health: RunHealth = field(default_factory=RunHealth)
 
@@ -85,11 +89,6 @@ class Run:
     @property
     def fsdp(self) -> bool:
         return self.config.model.fsdp
-
-    @property
-    def generation_model(self) -> nn.Module:
-        """What samples: the LM, or under FSDP the sharded policy, whose `generate` gathers the root first."""
-        return self.policy if self.fsdp else self.lm
 
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
@@ -148,11 +147,11 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     d = config.data
     if d.path is None:
         return addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
-    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split)
     check_reward_columns(rewards, rows, d.path)
     eval_rows = []
     if d.eval_path is not None:
-        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars)
+        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
         check_reward_columns(rewards, eval_rows, d.eval_path)
     return rows, eval_rows
 
@@ -190,11 +189,15 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
+    check_backend(config, device)  # what the chosen rollout backend cannot do is said before anything loads
     if accelerator.is_main_process:
         for message in sampling_warnings(config):
             print(f"warning: {message}", file=sys.stderr)
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
+    hub_model = config.model.name_or_path
+    with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
+        base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path
@@ -204,7 +207,6 @@ def setup_run(config: EngineConfig) -> Run:
         (run_dir / "config.yaml").write_text(config_yaml(config))
     set_seed(config.run.seed)  # identical model init on every process
 
-    base_path = config.model.name_or_path
     if base_path is None:
         base_path = str(run_dir / BASE_MODEL_DIR)
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
@@ -216,6 +218,8 @@ def setup_run(config: EngineConfig) -> Run:
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
     # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
     lm = load_causal_lm(policy_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
+    if hub_model is not None and Path(base_path) != Path(hub_model).expanduser():
+        name_after_hub_id(lm, hub_model)  # LoRA checkpoints then name their base by its id, not a cache path
     reference = None
     if config.loss.beta != 0.0 and not lora:
         # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
@@ -273,8 +277,13 @@ def setup_run(config: EngineConfig) -> Run:
     else:
         set_seed(config.run.seed + accelerator.process_index)  # distinct samples on each process
 
+    # Last: a vLLM engine starts from the model directory and is then given the policy's weights as they are now
+    # (LoRA merged, or resumed from a checkpoint).
+    # HF samples from the LM, or under FSDP from the sharded policy, whose `generate` gathers the root first.
+    backend = create_backend(config, policy if fsdp else lm, lm, tokenizer, accelerator.device,
+                             policy_path if not lora else base_path, world)
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
                prompts, eval_rows, eval_prompts, sampler, logger, start_step,
-               config_yaml(config), num_tokens)
+               config_yaml(config), backend, num_tokens)

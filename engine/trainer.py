@@ -22,7 +22,7 @@ from .models import base_causal_lm, hf_progress_bars_off
 from .metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
 from .plot import plot_run
 from .rewards import score_completions
-from .rollout import RolloutBatch, generate_completions
+from .rollout import RolloutBatch
 from .run_setup import Run, setup_run
 from .state.run_lock import hold_run_directory
 from .steps.packing import Packing, has_varlen_attention
@@ -91,9 +91,7 @@ def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
     repeated = [i for i in indices for _ in range(cfg.rollout.num_generations)]
     n_local = cfg.generation_batch_size()
     local = repeated[acc.process_index * n_local: (acc.process_index + 1) * n_local]
-    batch = generate_completions(run.generation_model, run.tokenizer, [run.prompts[i] for i in local], cfg.rollout,
-                                 cfg.data.max_prompt_length, run.device,
-                                 record_kept=cfg.rollout.replays_kept_tokens())
+    batch = run.rollout_backend.generate([run.prompts[i] for i in local], record_kept=cfg.rollout.replays_kept_tokens())
     return [run.rows[i] for i in local], batch
 
 
@@ -145,6 +143,7 @@ def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: O
     metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss,
                             cfg.optim.per_device_train_batch_size, cfg.optim.num_iterations,
                             cfg.optim.max_grad_norm, cfg.run.loss_backend, step, packing=packing_of(run))
+    run.rollout_backend.sync_weights()  # the next rollout samples from the updated policy
     return {**gather_mean(run, metrics), "learning_rate": lr}
 
 
@@ -205,8 +204,7 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
     if run.accelerator.is_main_process or run.tensor_parallel or run.fsdp:
         with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
             torch.manual_seed(run.config.run.seed)
-            result = evaluate_prompts(run.generation_model, run.tokenizer, run.eval_rows, run.eval_prompts, run.rewards,
-                                      run.config.rollout, run.config.data.max_prompt_length, run.device,
+            result = evaluate_prompts(run.rollout_backend, run.eval_rows, run.eval_prompts, run.rewards,
                                       num_samples=samples, greedy=samples == 1,
                                       prompt_column=run.config.data.prompt_column)
     run.accelerator.wait_for_everyone()

@@ -11,7 +11,7 @@ from engine.logprobs import sequence_logprobs
 from engine.models import HiddenStatePolicy, load_causal_lm, load_tokenizer
 from engine.rollout import generate_completions
 from engine.run_setup import sampling_warnings
-from engine.sampler_record import kept_ids
+from engine.rollout.hf import kept_ids
 from engine.trainer import train
 from engine.metrics import read_metrics
 

@@ -1,15 +1,33 @@
-"""Sampling G completions per prompt with Hugging Face `generate` (left-padded prompts, EOS-aware masks)."""
+"""The rollout backends' one interface: prompts in; completion ids, the sampler's log-probs and kept sets out.
+
+A backend (hf.py: Hugging Face `generate` on the policy itself; vllm.py: a colocated vLLM engine) turns rendered
+prompts into a `RolloutBatch`. The pieces every backend shares live here: how prompts are tokenized (left-padded,
+left-truncated, no special tokens added) and how raw completion ids become the batch's masks, so the trainer sees
+the same tensors whichever backend sampled.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from .config import RolloutConfig
-from .sampler_record import SamplerRecorder, sampling_processors
+from ..config import RolloutConfig
+
+
+class RolloutBackend(Protocol):
+    """What the trainer and the evaluation ask of a sampler."""
+
+    def generate(self, prompts: list[str], greedy: bool = False, record_kept: bool = False) -> "RolloutBatch":
+        """One completion per prompt (the caller repeats each prompt G times). Sampling fills `sampler_logps`;
+        `record_kept` also fills `kept_token_ids` (the ids top-k / top-p kept at each position)."""
+        ...
+
+    def sync_weights(self) -> None:
+        """Called after every optimizer step: the next `generate` samples from the updated policy."""
+        ...
 
 
 @dataclass
@@ -47,20 +65,6 @@ class RolloutBatch:
                             self.truncated[rows], part(self.sampler_logps), part(self.kept_token_ids))
 
 
-class PaddedVocabMask(LogitsProcessor):
-    """Removes the ids past the tokenizer's last token from sampling: the rows a model's vocabulary was padded
-    with (Qwen2.5: 151,936 rows for about 151,665 tokens) decode to nothing, so the rewards would score text
-    without them. A no-op when the vocabulary has no such rows."""
-
-    def __init__(self, tokenizer_size: int) -> None:
-        self.tokenizer_size = tokenizer_size
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if scores.shape[-1] > self.tokenizer_size:
-            scores[:, self.tokenizer_size:] = float("-inf")
-        return scores
-
-
 def mask_after_eos(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(attention mask up to and including the first EOS, truncated flag per row)."""
     is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
@@ -76,43 +80,21 @@ def eos_ids(tokenizer: PreTrainedTokenizerBase, generation_config: GenerationCon
     return list(ids) if isinstance(ids, (list, tuple)) else [ids]
 
 
-@torch.no_grad()
-def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
-                         config: RolloutConfig, max_prompt_length: int | None, device: torch.device,
-                         greedy: bool = False, record_kept: bool = False) -> RolloutBatch:
-    """One completion per entry of `prompts` (the caller repeats each prompt G times). Sampling records each
-    token's sampler log-prob and, with `record_kept`, the ids top-k / top-p kept (sampler_record.py)."""
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], max_prompt_length: Optional[int],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [N, P] left-padded, mask [N, P]); over-long prompts keep their last max_prompt_length tokens."""
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
                         truncation=max_prompt_length is not None, max_length=max_prompt_length,
                         add_special_tokens=False)
-    prompt_ids, prompt_mask = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
-    base_generation = getattr(lm, "generation_config", None) or GenerationConfig()
-    eos = eos_ids(tokenizer, base_generation)
-    # Sampling: temperature, top-k and top-p are our processors (generate's own warpers off), so the recorder
-    # after them sees the scores the token is drawn from.
-    generation_config = GenerationConfig(
-        do_sample=not greedy, temperature=1.0 if not greedy else None, top_p=1.0 if not greedy else None,
-        top_k=0 if not greedy else None, repetition_penalty=config.repetition_penalty,
-        max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
-    )
-    recorder = None if greedy else SamplerRecorder(record_kept)
-    processors = LogitsProcessorList() if greedy else sampling_processors(config.temperature, config.top_k,
-                                                                          config.top_p, recorder)
-    if not config.sample_padded_vocab:  # first: the recorder and the kept sets then see them removed too
-        processors.insert(0, PaddedVocabMask(len(tokenizer)))
-    was_training = lm.training
-    lm.eval()
-    try:
-        output = lm.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=generation_config,
-                             logits_processor=processors)
-    finally:
-        lm.train(was_training)
-    completion_ids = output[:, prompt_ids.shape[1]:]
-    if completion_ids.shape[1] == 0:  # every prompt hit EOS at once is impossible; guard the empty slice anyway
-        completion_ids = torch.full((len(prompts), 1), tokenizer.pad_token_id, device=device)
-    sampler_logps, kept = (None, None) if recorder is None else recorder.finish(completion_ids)
+    return encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+
+
+def finish_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str], prompt_ids: torch.Tensor,
+                 prompt_mask: torch.Tensor, completion_ids: torch.Tensor, eos: list[int], config: RolloutConfig,
+                 sampler_logps: Optional[torch.Tensor], kept: Optional[torch.Tensor]) -> RolloutBatch:
+    """A RolloutBatch from raw completion ids [N, T]: everything past the first EOS becomes padding (and gets no
+    sampler log-prob or kept set), the loss mask follows mask_truncated_completions, the text is decoded."""
     attention, truncated = mask_after_eos(completion_ids, eos)
-    # Tokens past the first EOS are padding whatever `generate` put there.
     padding = torch.full_like(completion_ids, tokenizer.pad_token_id)
     completion_ids = torch.where(attention.bool(), completion_ids, padding)
     loss_mask = attention.clone()
@@ -121,7 +103,7 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
     if sampler_logps is not None:
         sampler_logps = sampler_logps * attention
-    if kept is not None:  # past the first EOS nothing was sampled
+    if kept is not None:
         kept = torch.where(attention[..., None].bool(), kept, torch.full_like(kept, -1))
     return RolloutBatch(list(prompts), texts, prompt_ids, prompt_mask, completion_ids, attention, loss_mask, truncated,
                         sampler_logps, kept)
