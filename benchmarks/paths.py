@@ -25,6 +25,9 @@ _LISTED = ("reference", "torch", "triton")  # the report's row order
 OWN_BACKENDS = (*_LISTED, *(name for name in grpo_kernels.api.BACKENDS if name not in ("auto", *_LISTED)))
 # trl: TRL 1.16's GRPOTrainer loss step (its fused LM head and its own loss arithmetic, benchmarks/trl_path.py).
 PATHS = (*OWN_BACKENDS, "liger", "cce", "trl")
+# backend="auto": the route the cost model picks per call (grpo_kernels/routing.py); the GPU command runs it, the
+# CPU suite does not (on a CPU it is the gemm path).
+ROUTED = ("auto",)
 
 Step = Callable[[], object]
 
@@ -54,8 +57,8 @@ def _require_cuda(device: torch.device, what: str) -> None:
 
 def check_available(path: str, operation: str, shape: BenchShape, device: torch.device) -> None:
     """Raise PathUnavailable when `path` cannot run `operation` at `shape` on `device`."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path not in (*PATHS, *ROUTED):
+        raise ValueError(f"path must be one of {(*PATHS, *ROUTED)}, got {path!r}")
     if path == "triton":
         _require_package("triton", "triton")
         if device.type == "cpu" and macs(shape) > TRITON_INTERPRETER_MAX_MACS:
@@ -145,7 +148,7 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
     weight = inputs.weight.detach() if case.frozen_head else inputs.weight
     leaves = (inputs.hidden,) if case.frozen_head else (inputs.hidden, weight)
     mask = case_mask(inputs, case)
-    if path in OWN_BACKENDS:
+    if path in OWN_BACKENDS or path in ROUTED:
         def step():
             out = grpo_kernels.fused_linear_grpo_loss(
                 inputs.hidden, weight, inputs.completion_ids, mask, inputs.advantages,
@@ -182,7 +185,7 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
 
 def make_logprobs_step(path: str, inputs: BenchInputs) -> Step:
     """Forward-only per-token log-probs, as for old/ref log-probs: no autograd graph is built."""
-    if path in OWN_BACKENDS:
+    if path in OWN_BACKENDS or path in ROUTED:
         def step():
             with torch.no_grad():
                 return grpo_kernels.linear_logprobs(inputs.hidden, inputs.weight, inputs.completion_ids, backend=path)
@@ -204,7 +207,7 @@ def make_logits_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
 
     The logits tensor is built here, once per case, so it counts as an input, not as extra memory.
     """
-    if path in OWN_BACKENDS:
+    if path in OWN_BACKENDS or path in ROUTED:
         logits = inputs.logits()
 
         def step():

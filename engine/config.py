@@ -107,6 +107,9 @@ class RolloutConfig:
     replay_kept_tokens: bool = True
     # TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask.
     mask_truncated_completions: bool = False
+    # Sample (and score) the vocabulary rows past the tokenizer's last token, which a model padded its vocabulary
+    # with (Qwen2.5) and which decode to nothing (false: never sampled, left out of the log-probs).
+    sample_padded_vocab: bool = False
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vllm backend's settings
 
     def replays_kept_tokens(self) -> bool:
@@ -128,6 +131,8 @@ class RewardsConfig:
     # length: DAPO's soft overlong punishment, 0 up to max_new_tokens - length_cache, linear down to -1.
     length_cache: int = 32
     scale_rewards: Literal["group", "batch", "none"] = "group"  # divide advantages by the group / batch std
+    # Seconds one call of a reward function (one batch) may take before the run stops naming it (null: no limit).
+    timeout_seconds: Optional[float] = 600.0
 
 
 @dataclass
@@ -140,9 +145,16 @@ class OptimConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"  # the LR's shape after warmup
     warmup_ratio: float = 0.0  # fraction of the optimizer steps spent warming the LR up linearly
-    per_device_train_batch_size: int = 8  # completions per micro-batch
+    per_device_train_batch_size: int = 8  # completions per micro-batch of the padded step
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
     num_iterations: int = 1  # optimizer passes over each generated batch (mu in the GRPO paper)
+    # Train on packs of whole sequences (prompt + completion, no padding) instead of padded micro-batches of
+    # per_device_train_batch_size completions; the old and reference log-probs are packed the same way.
+    padding_free: bool = True
+    # The tokens of one pack (padding_free). null: the batch's longest sequence times per_device_train_batch_size
+    # with flash_attention_2 (no more tokens than a padded micro-batch), times 2 with sdpa / eager (their packed
+    # mask is dense: attention costs grow with the square of the pack).
+    max_tokens_per_micro_batch: Optional[int] = None
 
 
 @dataclass
@@ -154,7 +166,7 @@ class RunConfig:
     # CPU threads for torch (None: torch's default). Tiny models gain nothing from threads, and on a busy
     # machine idle OpenMP threads spin and slow every small op down.
     num_threads: Optional[int] = None
-    # The kernels' backend for log-probs and loss (auto: the GEMM path; see grpo_kernels' README).
+    # The kernels' backend for log-probs and loss (auto: routed per call by the cost model; see grpo_kernels' README).
     loss_backend: Literal["auto", "gemm", "torch", "triton", "reference"] = "auto"
     save_steps: int = 0  # 0: only the final checkpoint
     save_total_limit: int = 2  # keep the last k checkpoints
@@ -393,6 +405,12 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations"):
         _positive(getattr(o, key), f"optim.{key}")
     _positive(o.learning_rate, "optim.learning_rate", allow_zero=True)
+    if o.max_tokens_per_micro_batch is not None:
+        _positive(o.max_tokens_per_micro_batch, "optim.max_tokens_per_micro_batch")
+        longest = None if config.data.max_prompt_length is None else config.data.max_prompt_length + r.max_new_tokens
+        if o.padding_free and longest is not None and longest > o.max_tokens_per_micro_batch:
+            raise ConfigError(f"optim.max_tokens_per_micro_batch ({o.max_tokens_per_micro_batch}) must hold the "
+                              f"longest sequence, data.max_prompt_length + rollout.max_new_tokens = {longest}")
     _positive(o.max_grad_norm, "optim.max_grad_norm", allow_zero=True)
     if not 0.0 <= o.warmup_ratio < 1.0:
         raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {o.warmup_ratio}")
@@ -413,6 +431,8 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
         if sink not in ("tensorboard", "wandb"):
             raise ConfigError(f"run.report_to: unknown sink {sink!r} (tensorboard, wandb; "
                               f"metrics.jsonl is always written)")
+    if rw.timeout_seconds is not None:
+        _positive(rw.timeout_seconds, "rewards.timeout_seconds")
     if not rw.functions:
         raise ConfigError("rewards.functions must name at least one reward function")
     if rw.weights is not None and len(rw.weights) != len(rw.functions):

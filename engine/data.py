@@ -95,8 +95,21 @@ def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hu
     """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized."""
     rows = load_rows(path, hub_config, hub_split)
     check_prompt_column(rows, column, path)
+    check_prompts_present(rows, column, path)
     check_prompt_lengths(rows, column, path, max_prompt_chars)
     return rows
+
+
+def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) -> None:
+    """Each prompt is text or chat messages with some content: an empty one gives the model nothing to continue
+    (`generate` fails on it deep inside, after the model loaded)."""
+    for i, row in enumerate(rows):
+        prompt = row[column]
+        if not isinstance(prompt, (str, list)):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
+                            f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
+        if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
 
 
 def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:

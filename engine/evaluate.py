@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
-from .config import EngineConfig
+from .config import EngineConfig, is_hub_id
 from .data import load_prompt_rows, render_prompt, reward_columns
 from .demo_task import addition_problems
 from .hub import resolve_model
+from .model.limits import check_prompts_fit, check_tokenizer_fits
 from .models import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from .rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 from .rollout import HFRollout, RolloutBackend
@@ -69,21 +70,35 @@ def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tu
     adapter_config.json)."""
     path = resolve_model(path, config.model.revision)
     check_model_dir(path)
-    adapter_config = Path(path) / "adapter_config.json"
-    if adapter_config.is_file():
+    if (Path(path) / "adapter_config.json").is_file():
+        adapters = adapter_config(path)
         try:
             from peft import PeftModel
         except ImportError as exc:
             raise ModelLoadError(f"{path!r} holds LoRA adapters; loading them needs peft: pip install peft") from exc
-        adapters = json.loads(adapter_config.read_text())
-        base = adapters.get("base_model_name_or_path")
-        if not base:
-            raise ModelLoadError(f"{adapter_config} names no base model (base_model_name_or_path)")
-        base_dir = resolve_model(base, adapters.get("revision"), key=f"the LoRA base model of {path!r}")
+        base_dir = resolve_model(adapters["base_model_name_or_path"], adapters.get("revision"),
+                                 key=f"the LoRA base model of {path!r}")
         lm = PeftModel.from_pretrained(load_causal_lm(base_dir, config.model, device), path).to(device)
     else:
         lm = load_causal_lm(path, config.model, device)
-    return lm.eval(), load_tokenizer(path)
+    tokenizer = load_tokenizer(path)
+    check_tokenizer_fits(tokenizer, lm, path)
+    return lm.eval(), tokenizer
+
+
+def adapter_config(path: str) -> dict[str, Any]:
+    """A LoRA directory's adapter_config.json, which names its base model: a local directory or a Hub id (resolved,
+    and refused in one line, as --model is); a local base that is gone is said here."""
+    try:
+        adapters = json.loads((Path(path) / "adapter_config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path!r}: adapter_config.json cannot be read ({exc})") from None
+    base = adapters.get("base_model_name_or_path")
+    if not base or (not Path(base).is_dir() and not is_hub_id(base)):
+        raise ModelLoadError(f"the LoRA adapters in {path!r} were trained on the base model {base!r}, which is not a "
+                             f"local directory (moved or deleted?) nor a Hub id: put it back, or evaluate a merged "
+                             f"model")
+    return adapters
 
 
 def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,
@@ -101,6 +116,8 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
     prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
+    check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens,
+                      f"dataset {d.path!r}" if d.path else "the built-in task")
     backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
     return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
                             batch_size=batch_size, prompt_column=config.data.prompt_column)

@@ -24,10 +24,12 @@ from .data import PromptSampler, load_prompt_rows, render_prompt
 from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .health import RunHealth
 from .hub import resolve_model
+from .model.limits import check_prompts_fit, check_tokenizer_fits, restrict_vocabulary, scored_vocab_size
 from .metrics import MetricsLogger
 from .models import (
     HiddenStatePolicy,
     add_lora,
+    base_causal_lm,
     enable_gradient_checkpointing,
     frozen_copy,
     load_causal_lm,
@@ -36,10 +38,11 @@ from .models import (
     name_after_hub_id,
     resolve_device,
 )
-from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
+from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
 from .resume import config_yaml, start_point
 from .rollout import RolloutBackend, check_backend, create_backend
 from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .steps.packing import check_packed_attention
 from .rewards import NamedReward, check_reward_columns, load_reward_functions
 from .warm_start import supervised_warm_start
 
@@ -153,6 +156,15 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     return rows, eval_rows
 
 
+def check_model_takes_the_data(config: EngineConfig, tokenizer: Any, lm: nn.Module, path: str, prompts: list[str],
+                               eval_prompts: list[str]) -> None:
+    """The tokenizer's ids inside the model's vocabulary and every prompt inside its positions, before step 1."""
+    check_tokenizer_fits(tokenizer, lm, path)
+    for texts, source in ((prompts, config.data.path), (eval_prompts, config.data.eval_path)):
+        check_prompts_fit(texts, tokenizer, lm, config.data.max_prompt_length, config.rollout.max_new_tokens,
+                          f"dataset {source!r}" if source else "the built-in task")
+
+
 def sampling_warnings(config: EngineConfig) -> list[str]:
     """What makes the samples off-policy for the trainer, said once at the start."""
     r = config.rollout
@@ -199,6 +211,8 @@ def setup_run(config: EngineConfig) -> Run:
         base_path = str(run_dir / BASE_MODEL_DIR)
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
     tokenizer = load_tokenizer(base_path)
+    render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
+    prompts, eval_prompts = [render(r) for r in rows], [render(r) for r in eval_rows]
     lora, fsdp = config.model.lora.enabled, config.model.fsdp
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
@@ -218,6 +232,11 @@ def setup_run(config: EngineConfig) -> Run:
             lm = add_lora(lm, config.model.lora)
         else:
             lm = load_lora_adapters(lm, ckpt.model_dir(resume_from))
+    check_model_takes_the_data(config, tokenizer, lm, base_path, prompts, eval_prompts)
+    scored = scored_vocab_size(tokenizer, lm, config.rollout.sample_padded_vocab)
+    for model in (lm, None if reference is None else reference.lm):
+        if model is not None:
+            restrict_vocabulary(model, scored)
     if config.model.gradient_checkpointing:
         enable_gradient_checkpointing(lm)
     policy = HiddenStatePolicy(lm).train()
@@ -226,6 +245,9 @@ def setup_run(config: EngineConfig) -> Run:
         policy = shard_policy(policy, mesh)
         if reference is not None:
             reference = shard_policy(reference, mesh)
+    if config.optim.padding_free:
+        check_packed_attention(policy, base_causal_lm(lm).config.vocab_size, accelerator.device)
+        reshard(policy)  # no backward follows this forward
 
     o = config.optim
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=o.learning_rate,
@@ -236,7 +258,6 @@ def setup_run(config: EngineConfig) -> Run:
     if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
-    render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
     sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
 
     start_step, num_tokens = 0, 0
@@ -264,5 +285,5 @@ def setup_run(config: EngineConfig) -> Run:
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
-               [render(r) for r in rows], eval_rows, [render(r) for r in eval_rows], sampler, logger, start_step,
+               prompts, eval_rows, eval_prompts, sampler, logger, start_step,
                config_yaml(config), backend, num_tokens)

@@ -119,7 +119,8 @@ def per_token_loss(
     if entropy_mask is not None:
         loss = loss * entropy_mask
     if importance_ratio is not None and config.loss_type != "vespo":
-        loss = loss * importance_ratio.to(lp.dtype)
+        # A padded position's ratio is whatever the caller had there (an inf included): 1 keeps inf * 0 out.
+        loss = loss * torch.where(valid, importance_ratio.to(lp.dtype), 1.0)
 
     kl = None
     if config.beta != 0.0:

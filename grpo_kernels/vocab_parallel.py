@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .gemm_path import GemmBackend, wave_rows
+from .second_order import refuse_second_order
 from .head import LMHead
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
 from .objective import TokenInputs, token_level_grads
@@ -145,12 +146,13 @@ class _ShardedLogprobs(torch.autograd.Function):
         target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
         lse, entropy, target_z = shard.combine_stats(lse, entropy, target_z)
         ctx.save_for_backward(hidden, weight, bias, local_targets, lse, entropy)
-        ctx.implementation, ctx.head = implementation, head
+        ctx.implementation, ctx.head, ctx.backend = implementation, head, backend
         ctx.set_materialize_grads(False)
         return target_z - lse, entropy
 
     @staticmethod
     def backward(ctx, grad_logps, grad_entropy):
+        refuse_second_order(ctx.backend)
         hidden, weight, bias, local_targets, lse, entropy = ctx.saved_tensors
         needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
         grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()

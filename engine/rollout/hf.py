@@ -24,6 +24,20 @@ from ..config import RolloutConfig
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 
 
+class PaddedVocabMask(LogitsProcessor):
+    """Removes the ids past the tokenizer's last token from sampling: the rows a model's vocabulary was padded
+    with (Qwen2.5: 151,936 rows for about 151,665 tokens) decode to nothing, so the rewards would score text
+    without them. A no-op when the vocabulary has no such rows."""
+
+    def __init__(self, tokenizer_size: int) -> None:
+        self.tokenizer_size = tokenizer_size
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if scores.shape[-1] > self.tokenizer_size:
+            scores[:, self.tokenizer_size:] = float("-inf")
+        return scores
+
+
 def truncates(top_p: float, top_k: int) -> bool:
     return top_p < 1.0 or top_k > 0
 
@@ -108,7 +122,10 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
         max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
     )
     recorder = None if greedy else SamplerRecorder(record_kept)
-    processors = None if greedy else sampling_processors(config.temperature, config.top_k, config.top_p, recorder)
+    processors = LogitsProcessorList() if greedy else sampling_processors(config.temperature, config.top_k,
+                                                                          config.top_p, recorder)
+    if not config.sample_padded_vocab:  # first: the recorder and the kept sets then see them removed too
+        processors.insert(0, PaddedVocabMask(len(tokenizer)))
     was_training = lm.training
     lm.eval()
     try:

@@ -1,0 +1,1 @@
+"""Engine tools: benchmarks and utilities run as modules."""
