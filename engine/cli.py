@@ -18,14 +18,14 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from .bench_options import DESCRIPTION as BENCH_DESCRIPTION
-from .bench_options import build_parser as build_bench_parser
 from .config import ConfigError, leaf_keys, load_config, read_yaml
 from .config_help import key_help
-from .demo_task import DEMO_PRESET
-from .interrupt import TrainingInterrupted
-from .plot import CURVES as PLOT_CURVES
+from .data.demo_task import DEMO_PRESET
+from .state.interrupt import TrainingInterrupted
+from .state.plot import CURVES as PLOT_CURVES
 from .state.run_lock import check_output_dir, check_output_file
+from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
+from .tools.bench_options import build_parser as build_bench_parser
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -141,7 +141,7 @@ def _eval(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides, preset=preset)
     if args.output:  # before the evaluation, not after it
         check_output_file(args.output)
-    from .evaluate import run_eval  # torch and transformers: only for a valid config
+    from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
     metrics = run_eval(config, config.model.name_or_path, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
                        batch_size=args.batch_size)
@@ -154,7 +154,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .plot import plot_run
+    from .state.plot import plot_run
 
     if args.output:
         check_output_file(args.output)
@@ -163,7 +163,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import bench_and_print
+    from .tools.bench import bench_and_print
 
     return bench_and_print(args)
 

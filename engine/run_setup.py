@@ -18,15 +18,14 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from . import checkpoint as ckpt
 from .config import EngineConfig, validate
-from .data import PromptSampler, load_prompt_rows, render_prompt
-from .demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
-from .health import RunHealth
+from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
+from .data.prompts import PromptSampler, load_prompt_rows, render_prompt
+from .data.warm_start import supervised_warm_start
 from .hub import resolve_model
+from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
 from .model.limits import check_prompts_fit, check_tokenizer_fits, restrict_vocabulary, scored_vocab_size
-from .metrics import MetricsLogger
-from .models import (
+from .model.loading import (
     HiddenStatePolicy,
     add_lora,
     base_causal_lm,
@@ -38,13 +37,14 @@ from .models import (
     name_after_hub_id,
     resolve_device,
 )
-from .fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
-from .resume import config_yaml, start_point
+from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rollout import RolloutBackend, check_backend, create_backend
-from .tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .state import checkpoint as ckpt
+from .state.health import RunHealth
+from .state.metrics import MetricsLogger
+from .state.resume import config_yaml, start_point
 from .steps.packing import check_packed_attention
-from .rewards import NamedReward, check_reward_columns, load_reward_functions
-from .warm_start import supervised_warm_start
+from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
 
 BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starting model is written
 

@@ -10,23 +10,24 @@ from typing import Any, Optional
 import torch
 from tqdm.auto import tqdm
 
-from . import checkpoint as ckpt
-from .advantages import group_advantages, per_function_metrics
 from .config import EngineConfig
-from .data import reward_columns
-from .evaluate import evaluate_prompts
-from .fsdp import reshard
-from .interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
-from .logprobs import reference_logprobs, sequence_logprobs
-from .models import base_causal_lm, hf_progress_bars_off
-from .metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
-from .plot import plot_run
-from .rewards import score_completions
-from .rollout import RolloutBatch
+from .data.prompts import reward_columns
+from .model.fsdp import reshard
+from .model.loading import base_causal_lm, hf_progress_bars_off
+from .rollout.base import RolloutBatch
 from .run_setup import Run, setup_run
+from .state import checkpoint as ckpt
+from .state.interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
+from .state.metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
+from .state.plot import plot_run
 from .state.run_lock import hold_run_directory
+from .steps.advantages import group_advantages, per_function_metrics
+from .steps.logprobs import reference_logprobs, sequence_logprobs
 from .steps.packing import Packing, has_varlen_attention
-from .update import UpdateInputs, num_items_per_process, policy_update
+from .steps.rewards import score_completions
+from .steps.rollout import rollout
+from .steps.update import UpdateInputs, num_items_per_process, policy_update
+from .tools.evaluate import evaluate_prompts
 
 
 @dataclass
@@ -82,17 +83,6 @@ def stop_training(run: Run, stop: StopRequest, step: int, saved: Optional[Path],
     bar.close()  # ends the bar's line, so the hint that follows stands on its own
     run.logger.close()
     raise TrainingInterrupted(stop.signal_name or "a stop signal on another process", step, checkpoint)
-
-
-def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
-    """Every process draws the same prompts; each generates its contiguous share of the G-fold repeats."""
-    cfg, acc = run.config, run.accelerator
-    indices = run.sampler.next_indices(cfg.prompts_per_step(acc.num_processes))
-    repeated = [i for i in indices for _ in range(cfg.rollout.num_generations)]
-    n_local = cfg.generation_batch_size()
-    local = repeated[acc.process_index * n_local: (acc.process_index + 1) * n_local]
-    batch = run.rollout_backend.generate([run.prompts[i] for i in local], record_kept=cfg.rollout.replays_kept_tokens())
-    return [run.rows[i] for i in local], batch
 
 
 def score(run: Run, rows: list[dict[str, Any]], batch: RolloutBatch

@@ -31,7 +31,8 @@ SKIP_VLLM = pytest.mark.skip(reason="needs vLLM, not installed here: .ci/vllm_te
                                     "with vLLM's CPU build")
 SKIP_INTERPRETER = pytest.mark.skip(
     reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
-           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/test_gpu.py runs the "
+           "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/grpo_kernels/test_gpu.py runs "
+           "the "
            "compiled kernels")
 
 

@@ -25,7 +25,7 @@ from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from ..config import VLLM_INSTALL_HINT, ConfigError, EngineConfig
 from ..model.limits import scored_vocab_size
-from ..models import base_causal_lm, resolve_dtype
+from ..model.loading import base_causal_lm, resolve_dtype
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 
 # Colocation: vLLM's engine core runs inside this process rather than in a child, so the policy's weights reach it

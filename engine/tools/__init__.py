@@ -1,1 +1,1 @@
-"""Engine tools: benchmarks and utilities run as modules."""
+"""Commands beside training: the step benchmark, the demo's seed check, parallel memory, evaluation, the packing benchmark."""

@@ -75,9 +75,9 @@ def _measure(mode: str, max_tokens: Optional[int], steps: int, seed: int) -> dic
     from accelerate import Accelerator
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from engine.models import HiddenStatePolicy
+    from engine.model.loading import HiddenStatePolicy
     from engine.steps.packing import Packing, make_packs
-    from engine.update import UpdateInputs, policy_update
+    from engine.steps.update import UpdateInputs, policy_update
     from grpo_kernels import GRPOLossConfig
 
     torch.set_num_threads(1)

@@ -14,9 +14,10 @@ import time
 import pytest
 import torch
 
-from benchmarks import gpu, gpu_plan, gpu_results, report
-from benchmarks.paths import PATHS
-from benchmarks.shapes import SHAPE_SETS, TARGET_SHAPES
+from benchmarks.gpu import command as gpu, plan as gpu_plan, results as gpu_results
+from benchmarks.suite import report
+from benchmarks.suite.paths import PATHS
+from benchmarks.suite.shapes import SHAPE_SETS, TARGET_SHAPES
 
 GIB = 2**30
 CPU = torch.device("cpu")
@@ -48,7 +49,7 @@ def test_exits_with_a_clear_message_without_a_gpu(monkeypatch, capsys, tmp_path)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu.main(["--out", str(tmp_path / "run")]) == gpu.EXIT_CANNOT_RUN == 2
     err = capsys.readouterr().err
-    assert "needs a CUDA GPU" in err and "python -m benchmarks.roofline" in err
+    assert "needs a CUDA GPU" in err and "python -m benchmarks.model.roofline" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -259,8 +260,8 @@ def test_a_run_killed_with_sigkill_keeps_what_it_measured_and_continues(tmp_path
     out = str(tmp_path / "run")
     script = textwrap.dedent(f"""
         import dataclasses, time, torch
-        from benchmarks import gpu, gpu_plan, gpu_results
-        from benchmarks.shapes import SHAPE_SETS
+        from benchmarks.gpu import command as gpu, plan as gpu_plan, results as gpu_results
+        from benchmarks.suite.shapes import SHAPE_SETS
         SHAPE = dataclasses.replace(SHAPE_SETS["smoke"][0], dtype="bfloat16")
         CASES = [gpu_plan.GpuCase(*case, SHAPE) for case in {[(c.path, c.operation, c.case_name) for c in CASES]!r}]
         real = gpu.run_case

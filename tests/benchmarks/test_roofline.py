@@ -1,4 +1,4 @@
-"""benchmarks.roofline: a case counted by hand, and the model's sanity (frozen head, padding, two passes)."""
+"""benchmarks.model.roofline: a case counted by hand, and the model's sanity (frozen head, padding, two passes)."""
 
 import os
 import re
@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks import roofline, roofline_paths
-from benchmarks.roofline_model import DEVICES, DeviceRates, Problem
-from benchmarks.roofline_paths import MODELS
+from benchmarks.model import roofline, roofline_paths
+from benchmarks.model.roofline_model import DEVICES, DeviceRates, Problem
+from benchmarks.model.roofline_paths import MODELS
 
 # N=4 tokens, H=2, V=3, bf16 (c=2); a workspace of 24 bytes holds n_w = 24 // (4*3) = 2 rows: 2 waves.
 TINY = Problem(tokens=4, hidden=2, vocab=3, dtype="bfloat16", workspace_bytes=24)
@@ -190,4 +190,4 @@ def test_docs_table_is_what_the_command_prints():
     begin, end = docs.index("<!-- roofline:begin -->\n"), docs.index("<!-- roofline:end -->")
     expected = roofline.report(list(MODELS), list(DEVICES), 1.0, "targets")
     assert docs[begin + len("<!-- roofline:begin -->\n"):end] == expected, (
-        "docs/benchmarks.md's roofline block is stale: paste `python -m benchmarks.roofline --section targets`")
+        "docs/benchmarks.md's roofline block is stale: paste `python -m benchmarks.model.roofline --section targets`")

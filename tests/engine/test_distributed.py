@@ -2,43 +2,25 @@
 including the dapo token normaliser (different token counts per process); the trainer runs under torchrun."""
 
 import json
-import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
+from processes import subprocess_env, torchrun
+from repo_paths import ROOT, SUPPORT
+
 LOSS_TYPES = "dapo,grpo,bnpo"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{HERE}", OMP_NUM_THREADS="1")
-    env.pop("CRASH_AT_CALL", None)
-    return env
-
-
-def _torchrun(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-            "--master_port", str(_free_port()), *args]
 
 
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     # One process: 16 completions as 2 micro-batches of 8; two processes: 8 each in one micro-batch.
-    subprocess.run([sys.executable, str(HERE / "ddp_worker.py"), str(one), LOSS_TYPES, "8"], check=True,
-                   env=_env(), timeout=120, capture_output=True)
-    subprocess.run(_torchrun(str(HERE / "ddp_worker.py"), str(two), LOSS_TYPES, "8"), check=True, env=_env(),
+    subprocess.run([sys.executable, str(SUPPORT / "ddp_worker.py"), str(one), LOSS_TYPES, "8"], check=True,
+                   env=subprocess_env(), timeout=120, capture_output=True)
+    subprocess.run(torchrun(str(SUPPORT / "ddp_worker.py"), str(two), LOSS_TYPES, "8"), check=True,
+                   env=subprocess_env(),
                    timeout=120, capture_output=True)
     single, double = torch.load(one, weights_only=False), torch.load(two, weights_only=False)
     assert (single["processes"], double["processes"]) == (1, 2)
@@ -82,7 +64,7 @@ def test_trainer_runs_under_torchrun(tmp_path):
              "--optim.per_device_train_batch_size", "2", "--rewards.functions", "[math_accuracy, length]",
              "--rewards.length_cache", "6"]
     # 2 per process x 2 processes = 4 completions: one group split across the processes.
-    result = subprocess.run(_torchrun("-m", "engine", "train", *flags), env=_env(), timeout=240,
+    result = subprocess.run(torchrun("-m", "engine", "train", *flags), env=subprocess_env(), timeout=240,
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

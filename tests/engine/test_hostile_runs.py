@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import checkpoint as ckpt
+from engine.state import checkpoint as ckpt
 from engine.cli import main
 
 SUPPORT = Path(__file__).parents[1] / "support"
@@ -167,7 +167,7 @@ def test_lora_adapters_whose_base_model_is_gone_are_named(tiny_model_dir, tmp_pa
 @pytest.fixture(scope="module")
 def padded_vocab_model():
     """The demo model with 128 vocabulary rows for its 99 tokens, the padding rows' logits the largest."""
-    from engine.demo_task import build_char_tokenizer, build_tiny_model
+    from engine.data.demo_task import build_char_tokenizer, build_tiny_model
 
     tokenizer = build_char_tokenizer()
     lm = build_tiny_model(tokenizer, seed=0)
@@ -198,9 +198,9 @@ def test_padded_vocabulary_rows_are_sampled_only_when_asked(sample_padded, padde
 def test_the_trainer_scores_the_distribution_the_sampler_drew_from(padded_vocab_model):
     """Padding rows left out of sampling are left out of the log-probs too: the on-policy ratio is 1."""
     from engine.config import RolloutConfig
-    from engine.logprobs import sequence_logprobs
+    from engine.steps.logprobs import sequence_logprobs
     from engine.model.limits import restrict_vocabulary, scored_vocab_size
-    from engine.models import HiddenStatePolicy
+    from engine.model.loading import HiddenStatePolicy
     from engine.rollout import generate_completions
 
     lm, tokenizer = padded_vocab_model

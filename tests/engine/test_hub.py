@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.data import load_prompt_rows
+from engine.data.prompts import load_prompt_rows
 from engine.hub import HubError, load_hub_dataset, resolve_model
-from engine.rewards import reference_answer
+from engine.steps.rewards import reference_answer
 
 ROOT = Path(__file__).parents[2]
 GSM8K_README = """---

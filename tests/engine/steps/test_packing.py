@@ -12,15 +12,15 @@ import torch
 from accelerate import Accelerator
 
 from engine.config import ConfigError, load_config
-from engine.demo_task import build_char_tokenizer, build_tiny_model
-from engine.logprobs import reference_logprobs, sequence_logprobs
-from engine.models import HiddenStatePolicy, add_lora, frozen_copy
+from engine.data.demo_task import build_char_tokenizer, build_tiny_model
+from engine.steps.logprobs import reference_logprobs, sequence_logprobs
+from engine.model.loading import HiddenStatePolicy, add_lora, frozen_copy
 from engine.config import LoraConfig
 from engine.rollout import RolloutBatch
 from engine.steps.packing import (Packing, PackedAttentionError, build_pack, check_packed_attention,
                                   has_varlen_attention, make_packs, pack_hidden_states, plan_packs,
                                   split_to_count)
-from engine.update import UpdateInputs, num_items_per_process, policy_update
+from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo")
@@ -197,7 +197,7 @@ def test_the_default_budget_is_twice_the_longest_sequence_under_a_dense_mask_a_p
 
 
 def test_loss_scale_for_equal_micro_batches_is_trls_division_by_the_accumulation_steps():
-    from engine.update import loss_scale
+    from engine.steps.update import loss_scale
 
     for loss_type in ("grpo", "dr_grpo", "sapo", "luspo"):
         assert loss_scale(loss_type, 4, 30.0, 16, 100.0) == 1 / 4
