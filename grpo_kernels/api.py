@@ -6,14 +6,15 @@ from typing import Literal, Optional, Union
 
 import torch
 
-from . import ops, reference, vocab_parallel
+from . import ops, reference
+from .backends import vocab_parallel
 from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
-from .gemm_path import DEFAULT_WORKSPACE_BYTES
+from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_level_terms)
-from .sharded_head import resolve_sharded_head
+from .backends.sharded_head import resolve_sharded_head
 from .validation import (check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace)

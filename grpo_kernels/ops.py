@@ -15,11 +15,11 @@ from typing import Any, Optional
 
 import torch
 
-from . import torch_chunked
+from .backends import torch_streaming
 from .config import GRPOLossConfig
-from .gemm_path import DEFAULT_WORKSPACE_BYTES, GemmBackend
+from .backends.gemm import DEFAULT_WORKSPACE_BYTES, GemmBackend
 from .head import LMHead, LogitTransform
-from .kept_tokens import KeptTokenHead
+from .backends.kept_tokens import KeptTokenHead
 from .objective import TokenInputs, token_level_grads
 
 
@@ -35,7 +35,7 @@ def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES
     if backend == "gemm":
         return GemmBackend(workspace_bytes)
     if backend == "torch":
-        return torch_chunked
+        return torch_streaming
     if backend == "triton":
         from .kernels import launch  # builds no kernel until called: CPU tensors get the interpreter first
 

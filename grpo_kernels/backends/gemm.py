@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .head import LMHead
+from ..head import LMHead
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
@@ -92,7 +92,7 @@ def triton_rows(gpu_launch: Optional[bool] = None) -> RowOps:
     interpreter on CPU), None picks by the tensors' device."""
     from functools import partial
 
-    from .kernels import launch, rows
+    from ..kernels import launch, rows
 
     launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
     return RowOps(partial(rows.row_stats, gpu_launch=gpu_launch), partial(rows.row_grad_, gpu_launch=gpu_launch))
@@ -141,7 +141,7 @@ class _WeightGrad:
         elif dz.dtype == self.acc.dtype:
             self.acc.addmm_(dz.T, h)
         else:
-            from .kernels.accumulate_mm import accumulate_at_b
+            from ..kernels.accumulate_mm import accumulate_at_b
 
             accumulate_at_b(self.acc, dz, h)
 

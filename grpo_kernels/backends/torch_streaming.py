@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from .head import LMHead
+from ..head import LMHead
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (4 MiB) bounds the extra memory of every pass; the

@@ -26,8 +26,8 @@ from typing import Any, Optional
 
 import torch
 
-from .gemm_path import DEFAULT_WORKSPACE_BYTES, _gemm_dtype, _mm_wide
-from .head import LMHead
+from .gemm import DEFAULT_WORKSPACE_BYTES, _gemm_dtype, _mm_wide
+from ..head import LMHead
 from .row_math import transform_logits_
 
 NO_TOKEN = -1  # padding inside a set, and an id held by another vocabulary shard

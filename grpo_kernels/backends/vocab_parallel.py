@@ -16,7 +16,7 @@ that torch.distributed (NCCL, gloo) does not offer; the MAX is 1 float per token
 Backward: the backend's `linear_backward` on the local shard with the GLOBAL lse and entropy and the local
 targets is exactly the shard's slice of dZ, so dW and dbias are local (no communication) and dH is a partial
 sum: one all-reduce SUM of dH. The GEMM path's one-pass route (gradients in the forward) combines per wave,
-between the row statistics and g/e, through `gemm_path._stream`'s `combine_stats` hook.
+between the row statistics and g/e, through `gemm._stream`'s `combine_stats` hook.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .gemm_path import GemmBackend, wave_rows
-from .head import LMHead
+from .gemm import GemmBackend, wave_rows
+from ..head import LMHead
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
-from .objective import TokenInputs, token_level_grads
+from ..objective import TokenInputs, token_level_grads
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
     from torch.distributed.tensor import DTensor, Shard
@@ -104,7 +104,7 @@ def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, 
                      workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
     """`ops.gemm_token_level` on a shard: (logps, entropy, dhidden, dweight, dbias) of a token-level objective in
     one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
-    from .ops import _or_empty  # ops imports the backends; imported late to keep this module light
+    from ..ops import _or_empty  # ops imports the backends; imported late to keep this module light
 
     shard = head.shard
     inputs = TokenInputs(**{k: None if v is None else v.float().contiguous() for k, v in vars(inputs).items()})
@@ -129,7 +129,7 @@ class _ShardedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head, kept_token_ids=None):
-        from .ops import _implementation
+        from ..ops import _implementation
 
         shard = head.shard
         local = head.local().with_tensors(weight, bias)
