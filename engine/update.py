@@ -19,13 +19,12 @@ from accelerate import Accelerator
 from torch import nn
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
-from grpo_kernels.config import PPO_CLIP_LOSS_TYPES
+from grpo_kernels.losses import TRUST_REGION, get_loss_type
+from grpo_kernels.objective import ratio_clip_flags
 
 from .logprobs import completion_hidden_states
 from .models import with_lm_head
 from .rollout import RolloutBatch
-
-GLOBAL_TOKEN_NORMALISED = ("dapo", "cispo", "vespo")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -65,16 +64,8 @@ def sequence_clip_extremes(accelerator: Accelerator, logps: torch.Tensor, inputs
     low (high); the smallest low and largest high fraction over the micro-batch of every process. Empty
     completions give NaN and are skipped; a micro-batch with none left gives NaN (logged as null)."""
     mask = inputs.batch.completion_mask[rows].float()
-    old = logps if inputs.old_logps is None else inputs.old_logps[rows]
-    log_ratio = torch.where(mask > 0, logps - old, torch.zeros_like(logps))
-    if config.importance_sampling_level == "sequence":
-        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
-    ratio = torch.exp(log_ratio)
-    if config.delta is not None:  # TRL measures clipping after its delta cap
-        ratio = ratio.clamp(max=config.delta)
-    advantages = inputs.advantages[rows][:, None]
-    low = ((ratio < 1 - config.epsilon) & (advantages < 0)).float().expand_as(mask)
-    high = ((ratio > 1 + config.epsilon_high_value) & (advantages > 0)).float().expand_as(mask)
+    low, high = (flags.expand_as(mask) for flags in ratio_clip_flags(
+        logps, mask, inputs.advantages[rows], config, None if inputs.old_logps is None else inputs.old_logps[rows]))
     per_sequence = torch.stack([(low * mask).sum(-1), (high * mask).sum(-1)]) / mask.sum(-1)
     low_all, high_all = accelerator.gather(per_sequence.T.contiguous()).T
     low_all, high_all = low_all[~low_all.isnan()], high_all[~high_all.isnan()]
@@ -89,7 +80,9 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
     """Runs the optimizer steps of one generation round; returns the round's loss metrics (this process)."""
     n_local = len(inputs.batch.prompts)
     starts = list(range(0, n_local, micro_batch_size))
-    scale = 1.0 if loss_config.loss_type in GLOBAL_TOKEN_NORMALISED else 1.0 / len(starts)
+    loss_type = get_loss_type(loss_config.loss_type)
+    # a loss divided by the generation batch's token count is not divided again by the micro-batch count
+    scale = 1.0 if loss_type.aggregation.token_normalised else 1.0 / len(starts)
     metric_values: dict[str, list[float]] = {}
     step_losses, grad_norms = [], []
     mismatch = SamplerMismatch()
@@ -112,7 +105,7 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
                 mismatch.add(out.logps, inputs.batch.select(slice(start, start + micro_batch_size)))
             step_loss += loss.item()  # the scaled micro-batch losses add up to the optimizer step's loss
             values = {name: value.item() for name, value in out.metrics.items()}
-            if loss_config.loss_type in PPO_CLIP_LOSS_TYPES:
+            if loss_type.clip == TRUST_REGION:
                 values.update(sequence_clip_extremes(accelerator, out.logps, inputs,
                                                      slice(start, start + micro_batch_size), loss_config))
             for name, value in values.items():

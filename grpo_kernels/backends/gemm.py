@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import torch
 
 from ..head import LMHead
+from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
@@ -166,7 +167,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     V = weight.shape[0]
     device = hidden.device
     gemm = _gemm_dtype(hidden, gemm_in_input_dtype)
-    wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    wide = stats_dtype(hidden.dtype)
     inv_tau, cap_scale = head.logit_constants
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
@@ -257,3 +258,7 @@ class GemmBackend:
                        token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
                        needs_weight_grad=needs_weight_grad, combine_stats=combine_stats,
                        gemm_in_input_dtype=self.gemm_in_input_dtype)
+
+
+def backend(workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> GemmBackend:
+    return GemmBackend(workspace_bytes)

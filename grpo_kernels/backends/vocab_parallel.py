@@ -1,6 +1,6 @@
 """Vocabulary-parallel LM heads: each rank of a process group holds the rows W[v0:v1] of the head.
 
-A wrapper around any backend of the small interface (`ops._implementation`): the backend streams the local
+A wrapper around any backend of the Protocol (protocol.py): the backend streams the local
 shard (the LMHead with this rank's rows, its transform and temperature included) with local targets (global id - v0, and -1 where the target lives on another rank, which every backend
 reads as "no target logit here"), then the per-token statistics of the shards are combined:
 
@@ -27,10 +27,11 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from . import get_backend
 from .gemm import GemmBackend, wave_rows
 from ..head import LMHead
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
-from ..objective import TokenInputs, token_level_grads
+from ..objective import TokenInputs
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
     from torch.distributed.tensor import DTensor, Shard
@@ -102,16 +103,12 @@ def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torc
 
 def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs, config,
                      workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
-    """`ops.gemm_token_level` on a shard: (logps, entropy, dhidden, dweight, dbias) of a token-level objective in
-    one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
-    from ..ops import _or_empty  # ops imports the backends; imported late to keep this module light
+    """`ops.gemm_token_level` on a shard: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a token-level
+    objective in one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
+    from ..ops import _or_empty, token_step_per_wave  # ops imports the backends; imported late to keep this light
 
     shard = head.shard
-    inputs = TokenInputs(**{k: None if v is None else v.float().contiguous() for k, v in vars(inputs).items()})
-
-    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
-        return token_level_grads(logps, entropy, inputs.slice(n0, n1), config)
-
+    token_grads, (terms, kl, clip) = token_step_per_wave(inputs.ready(), config, hidden.shape[0], hidden.device)
     local = head.local().with_tensors(head.weight.detach().contiguous(),
                                       None if head.bias is None else head.bias.detach().contiguous())
     logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(
@@ -119,8 +116,8 @@ def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, 
         hidden.detach().contiguous(), local, shard.local_targets(targets), token_grads, needs_hidden_grad,
         needs_weight_grad, combine_stats=shard.combine_stats)
     shard.all_reduce_sum_(grad_hidden)
-    return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), \
-        _or_empty(grad_bias, hidden)
+    return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
+            _or_empty(grad_bias, hidden))
 
 
 class _ShardedLogprobs(torch.autograd.Function):
@@ -129,11 +126,9 @@ class _ShardedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head, kept_token_ids=None):
-        from ..ops import _implementation
-
         shard = head.shard
         local = head.local().with_tensors(weight, bias)
-        implementation = _implementation(backend, shard.wave_workspace(workspace_bytes))
+        implementation = get_backend(backend).backend(shard.wave_workspace(workspace_bytes))
         if kept_token_ids is not None:
             # each kept id lives on one shard; a row is scored over its set even where no id of it is local
             implementation = KeptTokenHead(implementation, local_kept_ids(kept_token_ids, shard.offset,
