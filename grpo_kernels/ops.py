@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from .backends import get_backend, implementation, stats_dtype
-from .backends.gemm import DEFAULT_WORKSPACE_BYTES, GemmBackend
+from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .objective import TokenInputs, token_level_step
@@ -280,7 +280,8 @@ def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional
     inputs = TokenInputs(mask, advantages, token_weights, entropy_weights, old_logps, ref_logps, importance_ratio)
     token_grads, (terms, kl, clip) = token_step_per_wave(inputs, decode_config(config), hidden.shape[0],
                                                          hidden.device)
-    logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(workspace_bytes).linear_forward_with_grads(
+    gemm = get_backend("gemm").backend(workspace_bytes)
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = gemm.linear_forward_with_grads(
         hidden, decode_head(weight, bias, head_constants), targets, token_grads, needs_hidden_grad, needs_weight_grad)
     return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
             _or_empty(grad_bias, hidden))

@@ -10,7 +10,8 @@ import pytest
 import torch
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, ops, reference
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
+from grpo_kernels.backends import gemm
 from grpo_kernels.backends.gemm import GemmBackend, RowOps, triton_rows, wave_rows
 from grpo_kernels.kernels import accumulate_mm, rows
 from grpo_kernels.kernels.rows import GPU_BLOCK_V
@@ -61,7 +62,7 @@ class _Flow:
             return accumulate(c, a, b)
 
         monkeypatch.setattr(accumulate_mm, "accumulate_at_b", accumulate_at_b)
-        monkeypatch.setattr(ops, "GemmBackend", functools.partial(
+        monkeypatch.setattr(gemm, "GemmBackend", functools.partial(
             GemmBackend, rows=RowOps(gpu_rows.stats, grad_), gemm_in_input_dtype=True))
 
 

@@ -196,9 +196,11 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
                 lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
             lp_w = target_z - lse_w
             logps[n0:n1], entropy[n0:n1], lse[n0:n1] = lp_w, ent_w, lse_w
-            if not grads:
+            if token_grads is None:
                 continue
-            g, e = token_grads(n0, n1, lp_w, ent_w)
+            g, e = token_grads(n0, n1, lp_w, ent_w)  # also the objective's value of these tokens: called even
+            if not grads:  # when nothing needs a gradient
+                continue
         else:
             lse_w, ent_w = given[0][n0:n1], given[1][n0:n1]
             g, e = given[2][n0:n1], None if given[3] is None else given[3][n0:n1]

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from . import get_backend
-from .gemm import GemmBackend, wave_rows
+from .gemm import wave_rows
 from ..head import LMHead
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
 from ..objective import TokenInputs
@@ -111,7 +111,7 @@ def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, 
     token_grads, (terms, kl, clip) = token_step_per_wave(inputs.ready(), config, hidden.shape[0], hidden.device)
     local = head.local().with_tensors(head.weight.detach().contiguous(),
                                       None if head.bias is None else head.bias.detach().contiguous())
-    logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = get_backend("gemm").backend(
         shard.wave_workspace(workspace_bytes)).linear_forward_with_grads(
         hidden.detach().contiguous(), local, shard.local_targets(targets), token_grads, needs_hidden_grad,
         needs_weight_grad, combine_stats=shard.combine_stats)
