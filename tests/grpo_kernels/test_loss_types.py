@@ -6,8 +6,12 @@ reduction over each sequence). Each runs on every backend, logits-free, and is c
 written here from the logits up (not through the package's objective): loss, dhidden, dweight, dbias.
 """
 
+import os
+
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from grpo_testing import as_float64, make_problem, with_triton_interpreted
 
 import grpo_kernels
@@ -36,10 +40,14 @@ def geometric_sequence_mask(x: TermInputs) -> torch.Tensor:
     return -x.ratio * x.advantages * keep.to(x.logps.dtype)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def research_losses():
+def register_research_losses() -> None:
     grpo_kernels.register_loss_type("dppo_binary_tv", dppo_binary_tv, "sequence_mean", token_level=True)
     grpo_kernels.register_loss_type("geo_seq_mask", geometric_sequence_mask, "global_token_mean")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def research_losses():
+    register_research_losses()
     yield
     unregister_loss_type("dppo_binary_tv")
     unregister_loss_type("geo_seq_mask")
@@ -73,21 +81,61 @@ def oracle(problem, loss_type: str, beta: float):
     return loss.detach(), {name: leaf.grad for name, leaf in leaves.items()}
 
 
+def run_loss(problem, loss_type: str, backend: str, rows: slice = slice(None), **kwargs):
+    """The fused loss on `problem`'s head rows `rows` (a vocabulary shard with process_group=), backward done;
+    (loss, {hidden, weight, bias: grad})."""
+    leaves = {"hidden": problem.hidden.clone().requires_grad_(),
+              "weight": problem.weight[rows].clone().requires_grad_(), "bias": problem.bias[rows].clone().requires_grad_()}
+    out = fused_linear_grpo_loss(leaves["hidden"], leaves["weight"], problem.completion_ids, problem.completion_mask,
+                                 problem.advantages, bias=leaves["bias"], old_logps=problem.old_logps,
+                                 ref_logps=problem.ref_logps, config=GRPOLossConfig(loss_type=loss_type, beta=0.04),
+                                 backend=backend, **kwargs)
+    out.loss.backward()
+    return out.loss.detach(), {name: leaf.grad for name, leaf in leaves.items()}
+
+
+def assert_matches_oracle(loss, grads, problem, loss_type: str, rows: slice = slice(None)) -> None:
+    expected_loss, expected = oracle(problem, loss_type, beta=0.04)
+    torch.testing.assert_close(loss.double(), expected_loss, rtol=1e-5, atol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad.double(), expected[name] if name == "hidden" else expected[name][rows],
+                                   rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("loss_type", ["dppo_binary_tv", "geo_seq_mask"])
 @pytest.mark.parametrize("backend", with_triton_interpreted(["reference", "torch", "gemm", "triton"]))
 def test_a_registered_loss_runs_on_every_backend_exact_against_float64(backend, loss_type):
     problem = make_problem(seed=31, B=3, T=6, H=16, V=40, logit_scale=2.0)
-    config = GRPOLossConfig(loss_type=loss_type, beta=0.04)
-    leaves = {name: getattr(problem, name).clone().requires_grad_() for name in ("hidden", "weight", "bias")}
-    out = fused_linear_grpo_loss(leaves["hidden"], leaves["weight"], problem.completion_ids, problem.completion_mask,
-                                 problem.advantages, bias=leaves["bias"], old_logps=problem.old_logps,
-                                 ref_logps=problem.ref_logps, config=config, backend=backend)
-    out.loss.backward()
-    expected_loss, expected_grads = oracle(problem, loss_type, beta=0.04)
-    torch.testing.assert_close(out.loss.detach().double(), expected_loss, rtol=1e-5, atol=1e-6)
-    for name, leaf in leaves.items():
-        torch.testing.assert_close(leaf.grad.double(), expected_grads[name], rtol=1e-4, atol=1e-6, msg=name)
-    assert expected_grads["hidden"].abs().sum() > 0 and out.metrics["clip_ratio/region_mean"] >= 0
+    assert_matches_oracle(*run_loss(problem, loss_type, backend), problem, loss_type)
+
+
+def shard_worker(rank: int, world: int, init_file: str) -> None:
+    """One rank of a gloo group: its rows of the head, every backend that takes a shard, both losses."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        register_research_losses()  # a spawned process starts from a fresh interpreter
+        problem = make_problem(seed=31, B=3, T=6, H=16, V=41, logit_scale=2.0)
+        sizes = (19, 22)  # uneven, and the targets fall on both shards
+        rows = slice(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+        assert any(problem.completion_ids.flatten() < sizes[0]) and any(problem.completion_ids.flatten() >= sizes[0])
+        for backend in ("gemm", "torch", "triton"):
+            for loss_type in ("dppo_binary_tv", "geo_seq_mask"):
+                try:
+                    loss, grads = run_loss(problem, loss_type, backend, rows, process_group=dist.group.WORLD)
+                    assert_matches_oracle(loss, grads, problem, loss_type, rows)
+                except AssertionError as error:
+                    raise AssertionError(f"rank {rank} {backend} {loss_type}: {error}") from error
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("cpu_only_subprocesses")
+def test_a_registered_loss_runs_on_a_vocabulary_shard(tmp_path):
+    """Two gloo processes, each holding its rows of the head: the same loss and dH, and its own shard's dW and
+    dbias, as the float64 oracle on the whole head."""
+    mp.spawn(shard_worker, args=(2, str(tmp_path / "init")), nprocs=2, join=True)
 
 
 def test_the_research_losses_act_on_these_inputs():
