@@ -12,6 +12,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable
 
+from grpo_kernels.backends import backend_names
+
 from .roofline_model import MIB, Estimate, Phase, Problem
 
 # Per-token vectors an objective or a statistics pass reads and writes (logp, entropy, lse, old, ref,
@@ -303,8 +305,15 @@ def trl(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> Estima
                                  "dH, dW accumulated in float32 by 16-bit GEMMs with float32 output"])
 
 
+# This package's backends by their registered names (grpo_kernels/backends): a registered backend without a model
+# here fails on import, not later in a plan.
+_BACKEND_MODELS: dict[str, Callable[[Problem], Estimate]] = {
+    "reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
+_unmodelled = set(backend_names(with_auto=False)) - set(_BACKEND_MODELS)
+if _unmodelled:
+    raise ImportError(f"the roofline has no model of the registered backends {sorted(_unmodelled)}")
 MODELS: dict[str, Callable[[Problem], Estimate]] = {
-    "floor": floor, "reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm,
+    "floor": floor, **{name: _BACKEND_MODELS[name] for name in backend_names(with_auto=False)},
     "liger": liger, "cce": cce, "trl": trl,
 }
 

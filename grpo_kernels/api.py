@@ -7,7 +7,7 @@ from typing import Literal, Optional, Union
 import torch
 
 from . import ops, reference
-from .backends import AUTO, EPILOGUE, ONE_PASS, backend_names, get_backend, vocab_parallel
+from .backends import AUTO, DEFAULT_BACKEND, ONE_PASS, backend_names, get_backend, vocab_parallel
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
@@ -27,7 +27,7 @@ BACKENDS = backend_names()
 def resolve_backend(backend: str, device: torch.device) -> str:
     """'auto' is the GEMM path on every device: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere."""
     if backend == AUTO:
-        return "gemm"
+        return DEFAULT_BACKEND
     return get_backend(backend).name
 
 

@@ -197,7 +197,8 @@ class TokenInputs:
 
     def ready(self) -> "TokenInputs":
         """float32 and contiguous, as the kernels and custom ops take them."""
-        return TokenInputs(**{k: None if v is None else v.reshape(-1).float().contiguous() for k, v in vars(self).items()})
+        return TokenInputs(**{k: None if v is None else v.reshape(-1).float().contiguous()
+                              for k, v in vars(self).items()})
 
 
 class TokenStep(NamedTuple):

@@ -48,16 +48,20 @@ class BackendSpec:
         return importlib.import_module(f"{__name__}.{self.logits_module}").backend(0)
 
 
+# In the reports' row order: the baseline first.
 BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
-    BackendSpec("gemm", "gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
-                token_level_route=ONE_PASS),
-    BackendSpec("triton", "triton", "fused Triton streaming kernels (logits never leave the chip)",
-                token_level_route=EPILOGUE, triton_kernels=True, logits_module="triton"),
-    BackendSpec("torch", "torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp"),
     BackendSpec("reference", "reference", "materialized logits, autograd of the eager formula",
                 materializes_logits=True),
+    BackendSpec("torch", "torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp"),
+    BackendSpec("triton", "triton", "fused Triton streaming kernels (logits never leave the chip)",
+                token_level_route=EPILOGUE, triton_kernels=True, logits_module="triton"),
+    BackendSpec("gemm", "gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
+                token_level_route=ONE_PASS),
 )}
 AUTO = "auto"
+DEFAULT_BACKEND = "gemm"  # what 'auto' runs
+# The baseline every benchmark ratio is taken against: the backend that materializes the logits.
+BASELINE_BACKEND = next(name for name, spec in BACKENDS.items() if spec.materializes_logits)
 
 
 def backend_names(with_auto: bool = True) -> tuple[str, ...]:

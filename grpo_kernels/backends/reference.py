@@ -3,8 +3,6 @@ of the eager formula (grpo_kernels/reference.py). The baseline every benchmark r
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from ..head import LMHead

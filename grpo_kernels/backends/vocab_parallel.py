@@ -1,8 +1,9 @@
 """Vocabulary-parallel LM heads: each rank of a process group holds the rows W[v0:v1] of the head.
 
-A wrapper around any backend of the Protocol (protocol.py): the backend streams the local
-shard (the LMHead with this rank's rows, its transform and temperature included) with local targets (global id - v0, and -1 where the target lives on another rank, which every backend
-reads as "no target logit here"), then the per-token statistics of the shards are combined:
+A wrapper around any backend of the Protocol (protocol.py): the backend streams the local shard (the LMHead with
+this rank's rows, its transform and temperature included) with local targets (global id - v0, and -1 where the
+target lives on another rank, which every backend reads as "no target logit here"), then the per-token statistics
+of the shards are combined:
 
 - all-reduce MAX of the local log-sum-exps lse_r            -> m                (1 float per token)
 - all-reduce SUM of [exp(lse_r - m), exp(lse_r - m) * (lse_r - ent_r), z_y]   (3 floats per token)

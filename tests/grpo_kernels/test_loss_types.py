@@ -84,8 +84,8 @@ def oracle(problem, loss_type: str, beta: float):
 def run_loss(problem, loss_type: str, backend: str, rows: slice = slice(None), **kwargs):
     """The fused loss on `problem`'s head rows `rows` (a vocabulary shard with process_group=), backward done;
     (loss, {hidden, weight, bias: grad})."""
-    leaves = {"hidden": problem.hidden.clone().requires_grad_(),
-              "weight": problem.weight[rows].clone().requires_grad_(), "bias": problem.bias[rows].clone().requires_grad_()}
+    leaves = {"hidden": problem.hidden.clone().requires_grad_(), "weight": problem.weight[rows].clone().requires_grad_(),
+              "bias": problem.bias[rows].clone().requires_grad_()}
     out = fused_linear_grpo_loss(leaves["hidden"], leaves["weight"], problem.completion_ids, problem.completion_mask,
                                  problem.advantages, bias=leaves["bias"], old_logps=problem.old_logps,
                                  ref_logps=problem.ref_logps, config=GRPOLossConfig(loss_type=loss_type, beta=0.04),
