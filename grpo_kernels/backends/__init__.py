@@ -30,7 +30,9 @@ class BackendSpec:
     """What the API, the benchmarks and the roofline need to know of a backend, beyond the Protocol."""
 
     name: str
-    module: str  # grpo_kernels.backends.<module>: its `backend(workspace_bytes)` returns the LogprobBackend
+    # The module whose `backend(workspace_bytes)` returns the LogprobBackend: ".name" for a module of this package,
+    # or any importable module's absolute name.
+    module: str
     summary: str
     # How a token-level objective is fused into the streaming pass (ONE_PASS, EPILOGUE), None: never fused.
     token_level_route: Optional[str] = None
@@ -39,23 +41,27 @@ class BackendSpec:
     # It runs Triton kernels: on CPU tensors, in the Triton interpreter (tiny shapes only).
     triton_kernels: bool = False
     # The backend computing grpo_loss_from_logits's statistics from given logits (a LogitsBackend module).
-    logits_module: str = "torch_streaming"
+    logits_module: str = ".torch_streaming"
 
     def backend(self, workspace_bytes: int) -> LogprobBackend:
-        return importlib.import_module(f"{__name__}.{self.module}").backend(workspace_bytes)
+        return _module(self.module).backend(workspace_bytes)
 
     def logits_backend(self) -> LogitsBackend:
-        return importlib.import_module(f"{__name__}.{self.logits_module}").backend(0)
+        return _module(self.logits_module).backend(0)
+
+
+def _module(name: str):
+    return importlib.import_module(name, package=__name__)
 
 
 # In the reports' row order: the baseline first.
 BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
-    BackendSpec("reference", "reference", "materialized logits, autograd of the eager formula",
+    BackendSpec("reference", ".reference", "materialized logits, autograd of the eager formula",
                 materializes_logits=True),
-    BackendSpec("torch", "torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp"),
-    BackendSpec("triton", "triton", "fused Triton streaming kernels (logits never leave the chip)",
-                token_level_route=EPILOGUE, triton_kernels=True, logits_module="triton"),
-    BackendSpec("gemm", "gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
+    BackendSpec("torch", ".torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp"),
+    BackendSpec("triton", ".triton", "fused Triton streaming kernels (logits never leave the chip)",
+                token_level_route=EPILOGUE, triton_kernels=True, logits_module=".triton"),
+    BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
                 token_level_route=ONE_PASS),
 )}
 AUTO = "auto"

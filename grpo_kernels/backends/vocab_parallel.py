@@ -97,9 +97,8 @@ def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torc
     [R, H], differentiable w.r.t. hidden and the local weight/bias shard of `head` (whose `shard` says where this
     rank's rows lie)."""
     return _ShardedLogprobs.apply(hidden.contiguous(), head.weight.contiguous(),
-                                  None if head.bias is None else head.bias.contiguous(),
-                                  head.shard.local_targets(targets), backend, int(workspace_bytes), head,
-                                  kept_token_ids)
+                                  None if head.bias is None else head.bias.contiguous(), targets,
+                                  shard_backend(backend, head.shard, int(workspace_bytes), kept_token_ids), head)
 
 
 def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs, config,
@@ -121,39 +120,63 @@ def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, 
             _or_empty(grad_bias, hidden))
 
 
-class _ShardedLogprobs(torch.autograd.Function):
-    """The backend's forward on the shard + the combine; backward: the backend's backward with the global
-    statistics, then the all-reduce of dH."""
+class ShardBackend:
+    """The Protocol on a vocabulary shard: `inner` (any backend) streams this rank's rows of the head, the
+    statistics are combined over the group, and the backward runs `inner`'s with the whole vocabulary's statistics,
+    then sums dH over the group. Targets are global ids; `head` is this rank's local head (no shard)."""
 
-    @staticmethod
-    def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head, kept_token_ids=None):
-        shard = head.shard
-        local = head.local().with_tensors(weight, bias)
-        implementation = get_backend(backend).backend(shard.wave_workspace(workspace_bytes))
-        if kept_token_ids is not None:
-            # each kept id lives on one shard; a row is scored over its set even where no id of it is local
-            implementation = KeptTokenHead(implementation, local_kept_ids(kept_token_ids, shard.offset,
-                                                                          shard.sizes[shard.rank]),
-                                           has_set=rows_with_set(kept_token_ids),
-                                           chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
-        logps, entropy, lse = implementation.linear_forward(hidden, local, local_targets)
+    def __init__(self, inner, shard: VocabShard):
+        self.inner, self.shard = inner, shard
+
+    def linear_forward(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor):
+        local_targets = self.shard.local_targets(targets)
+        logps, entropy, lse = self.inner.linear_forward(hidden, head, local_targets)
         # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
         target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
-        lse, entropy, target_z = shard.combine_stats(lse, entropy, target_z)
-        ctx.save_for_backward(hidden, weight, bias, local_targets, lse, entropy)
-        ctx.implementation, ctx.head = implementation, head
+        lse, entropy, target_z = self.shard.combine_stats(lse, entropy, target_z)
+        return target_z - lse, entropy, lse
+
+    def linear_backward(self, grad_logps, grad_entropy, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                        lse, entropy, needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
+        grads = self.inner.linear_backward(grad_logps, grad_entropy, hidden, head, self.shard.local_targets(targets),
+                                           lse, entropy, needs_hidden_grad=needs_hidden_grad,
+                                           needs_weight_grad=needs_weight_grad)
+        self.shard.all_reduce_sum_(grads[0] if needs_hidden_grad else None)
+        return grads
+
+
+def shard_backend(backend: str, shard: VocabShard, workspace_bytes: int,
+                  kept_token_ids: Optional[torch.Tensor] = None) -> ShardBackend:
+    """The registered backend `backend` on this rank's shard (its rows with a kept set scored over the set)."""
+    inner = get_backend(backend).backend(shard.wave_workspace(workspace_bytes))
+    if kept_token_ids is not None:
+        # each kept id lives on one shard; a row is scored over its set even where no id of it is local
+        inner = KeptTokenHead(inner, local_kept_ids(kept_token_ids, shard.offset, shard.sizes[shard.rank]),
+                              has_set=rows_with_set(kept_token_ids),
+                              chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
+    return ShardBackend(inner, shard)
+
+
+class _ShardedLogprobs(torch.autograd.Function):
+    """Autograd over a ShardBackend (a plain autograd Function: the collectives run eagerly)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, backend: ShardBackend, head: LMHead):
+        local = head.local().with_tensors(weight, bias)
+        logps, entropy, lse = backend.linear_forward(hidden, local, targets)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.backend, ctx.head = backend, head
         ctx.set_materialize_grads(False)
-        return target_z - lse, entropy
+        return logps, entropy
 
     @staticmethod
     def backward(ctx, grad_logps, grad_entropy):
-        hidden, weight, bias, local_targets, lse, entropy = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
         needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
         grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
-        grad_hidden, grad_weight, grad_bias = ctx.implementation.linear_backward(
+        grad_hidden, grad_weight, grad_bias = ctx.backend.linear_backward(
             grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden,
-            ctx.head.local().with_tensors(weight, bias), local_targets, lse, entropy,
+            ctx.head.local().with_tensors(weight, bias), targets, lse, entropy,
             needs_hidden_grad=needs_hidden, needs_weight_grad=needs_weight or needs_bias)
-        ctx.head.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
         return (grad_hidden if needs_hidden else None, grad_weight if needs_weight else None,
-                grad_bias if needs_bias else None, None, None, None, None, None)
+                grad_bias if needs_bias else None, None, None, None)
