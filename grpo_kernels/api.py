@@ -6,7 +6,7 @@ from typing import Literal, Optional, Union
 
 import torch
 
-from . import ops, reference
+from . import ops, reference, routing
 from .backends import AUTO, DEFAULT_BACKEND, ONE_PASS, backend_names, get_backend, vocab_parallel
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
@@ -15,7 +15,7 @@ from .layout import TokenLayout
 from .losses import get_loss_type
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_metrics)
-from .validation import (check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
+from .validation import (as_token_ids, check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace)
 
@@ -25,10 +25,11 @@ BACKENDS = backend_names()
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
-    """'auto' is the GEMM path on every device: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere."""
-    if backend == AUTO:
-        return DEFAULT_BACKEND
-    return get_backend(backend).name
+    """The backend name, checked; 'auto' is routed per call by the cost model once the call's shapes are known
+    (routing.py): on a CPU it is the GEMM path."""
+    if backend != AUTO:
+        get_backend(backend)  # one clear error for an unknown name, listing the registered ones
+    return backend
 
 
 def _checking_values() -> bool:
@@ -95,14 +96,17 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    targets = as_token_ids(targets)
+    if not 0 < temperature < float("inf"):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
     head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend)
     batch_shape = tuple(hidden.shape[:-1])
     check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device, check_values=_checking_values())
     check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
     kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
-    workspace_bytes = check_workspace(workspace_bytes)
+    backend, workspace_bytes = routing.resolve(
+        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
+        token_level=False, sharded=head.shard is not None)
     flat_hidden, flat_targets, flat_kept = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1), \
         _flat_kept(kept_token_ids)
     if mask is None:
@@ -151,8 +155,12 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
+    completion_ids = as_token_ids(completion_ids)
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend)
-    workspace_bytes = check_workspace(workspace_bytes)
+    backend, workspace_bytes = routing.resolve(
+        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
+        token_level=is_token_level(config) and kept_token_ids is None and _checking_values(),
+        sharded=head.shard is not None)
     values = _checking_values()
     H = hidden.shape[-1]
     if cu_seqlens is None:
@@ -259,7 +267,9 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           config: Optional[GRPOLossConfig] = None, backend: Backend = "auto") -> GRPOLossOutput:
     """The GRPO loss from logits [B, T, V] the caller already has; no second [B, T, V] tensor is made."""
     config = check_config(config)
-    backend = resolve_backend(backend, _device_of(logits))
+    # the logits are already there: no head to route; 'auto' streams them as the default backend does
+    backend = DEFAULT_BACKEND if resolve_backend(backend, _device_of(logits)) == AUTO else backend
+    completion_ids = as_token_ids(completion_ids)
     if get_backend(backend).materializes_logits:
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)

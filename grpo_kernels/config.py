@@ -1,6 +1,6 @@
 """GRPOLossConfig: the loss hyper-parameters, named and defaulted as TRL 1.16's GRPOConfig.
 
-Every default here is GRPOConfig's (tests/test_config.py compares them with a real `trl.GRPOConfig()`).
+Every default here is GRPOConfig's (tests/grpo_kernels/test_grpo_loss_config.py compares them with a real `trl.GRPOConfig()`).
 FusedLinearGRPOLoss keeps Liger's constructor defaults instead (beta 0.04, use_bias_correction_kl False,
 max_completion_length None); docs/integrations.md lists the differences.
 """

@@ -42,17 +42,27 @@ PerTokenTerm = Callable[[TermInputs], "torch.Tensor"]
 AggregationWeights = Callable[["torch.Tensor", "GRPOLossConfig", object], "torch.Tensor"]
 
 
+# What an aggregation is a mean over, for a trainer that splits a batch into micro-batches and adds their losses:
+SEQUENCES = "sequences"  # the batch's sequences (a per-sequence mean, or a fixed per-sequence normaliser)
+TOKENS = "tokens"  # the batch's completion tokens
+GENERATION_TOKENS = "generation_tokens"  # num_items_in_batch: the whole generation batch's tokens, not divided again
+
+
 @dataclass(frozen=True)
 class Aggregation:
     """How a loss type reduces its [B, T] terms: loss = sum w * L with w = weights(mask, config, num_items)."""
 
     name: str
     weights: AggregationWeights
-    # Divided by the generation batch's token count (num_items_in_batch) rather than a per-micro-batch count: a
-    # trainer does not divide it again by its gradient-accumulation steps.
-    token_normalised: bool = False
+    mean_over: str = SEQUENCES
     # Divided by config.max_completion_length (which the config then requires).
     reads_max_completion_length: bool = False
+
+    @property
+    def token_normalised(self) -> bool:
+        """Divided by the generation batch's token count (num_items_in_batch) rather than a per-micro-batch count:
+        a trainer does not divide it again by its gradient-accumulation steps."""
+        return self.mean_over == GENERATION_TOKENS
 
 
 def _sequence_mean(m, config, num_items):  # mean over sequences of sum_t m L / max(1, sum_t m)
@@ -80,9 +90,9 @@ def _sequence_sum(m, config, num_items):  # mean over sequences of sum_t m L (TR
 
 
 SEQUENCE_MEAN = Aggregation("sequence_mean", _sequence_mean)
-LOCAL_TOKEN_MEAN = Aggregation("local_token_mean", _local_token_mean)
+LOCAL_TOKEN_MEAN = Aggregation("local_token_mean", _local_token_mean, mean_over=TOKENS)
 FIXED_LENGTH = Aggregation("fixed_length", _fixed_length, reads_max_completion_length=True)
-GLOBAL_TOKEN_MEAN = Aggregation("global_token_mean", _global_token_mean, token_normalised=True)
+GLOBAL_TOKEN_MEAN = Aggregation("global_token_mean", _global_token_mean, mean_over=GENERATION_TOKENS)
 SEQUENCE_SUM = Aggregation("sequence_sum", _sequence_sum)
 AGGREGATIONS = {a.name: a for a in (SEQUENCE_MEAN, LOCAL_TOKEN_MEAN, FIXED_LENGTH, GLOBAL_TOKEN_MEAN, SEQUENCE_SUM)}
 
@@ -250,7 +260,7 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         if not callable(aggregation):
             raise TypeError(f"aggregation must be a name, an Aggregation or a callable, got "
                             f"{type(aggregation).__name__}")
-        aggregation = Aggregation(f"{name}_aggregation", aggregation)
+        aggregation = Aggregation(f"{name}_aggregation", aggregation)  # a mean over sequences, for trainers
     if clip is not None and clip not in CLIPS:
         raise ValueError(f"clip must be None or one of {CLIPS}, got {clip!r}")
     return _add(LossType(name, term, aggregation, clip=clip, token_level=bool(token_level),

@@ -110,7 +110,8 @@ def per_token_loss(
     if entropy_mask is not None:
         loss = loss * entropy_mask
     if importance_ratio is not None and not loss_type.folds_importance_ratio:
-        loss = loss * importance_ratio.to(lp.dtype)
+        # A padded position's ratio is whatever the caller had there (an inf included): 1 keeps inf * 0 out.
+        loss = loss * torch.where(m > 0, importance_ratio.to(lp.dtype), 1.0)
 
     kl = None
     if config.beta != 0.0:

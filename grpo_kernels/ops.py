@@ -21,6 +21,7 @@ from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .objective import TokenInputs, token_level_step
+from .second_order import graph_is_kept, refuse_second_order
 
 
 # ---- the codec of the custom-op boundary --------------------------------------------------------------
@@ -142,6 +143,7 @@ def _check_weight_unchanged(ctx, weight: torch.Tensor) -> None:
 
 
 def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
+    refuse_second_order(ctx.backend)
     hidden, weight, bias, targets, lse, entropy, kept_token_ids = ctx.saved_tensors
     _check_weight_unchanged(ctx, weight)
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
@@ -192,6 +194,7 @@ def _logits_setup_context(ctx, inputs, output) -> None:
 
 
 def _logits_backward(ctx, grad_logps, grad_entropy, _grad_lse):
+    refuse_second_order(ctx.backend)
     logits, targets, lse, entropy = ctx.saved_tensors
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_logits = _logits_logprobs_backward(
@@ -235,6 +238,7 @@ def _token_terms_setup_context(ctx, inputs, output) -> None:
 
 
 def _token_terms_backward(ctx, grad_terms, *_unused):
+    refuse_second_order("triton")
     hidden, weight, bias, targets, lse, entropy, grad, entropy_weights = ctx.saved_tensors
     _check_weight_unchanged(ctx, weight)
     # each term depends on its own token only: dLoss/dlp = upstream * g, dLoss/dent = -upstream * entropy weight
@@ -315,9 +319,15 @@ def _attach_setup_context(ctx, inputs, output) -> None:
 def _attach_backward(ctx, grad_loss):
     # The gradients were computed for an upstream gradient of 1; the backward only scales them, in place: the
     # saved tensors become the gradients, so no second [V, H] copy exists (autograd takes them over as .grad).
-    # A second backward through the same graph then fails autograd's own in-place check, as it should.
+    # A graph kept for another backward (retain_graph=True) keeps them as they are and scales a copy: autograd
+    # would copy them into .grad then anyway, since the graph still holds them.
+    refuse_second_order("gemm")
+    in_place = not graph_is_kept()
+
     def scaled(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
-        return x.mul_(grad_loss.to(x.dtype)) if needed and _computed(x) else None
+        if not (needed and _computed(x)):
+            return None
+        return x.mul_(grad_loss.to(x.dtype)) if in_place else x * grad_loss.to(x.dtype)
 
     grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
     _, needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:4]

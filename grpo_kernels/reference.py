@@ -38,7 +38,7 @@ def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperatur
         # 0 log 0 = 0 off the set, with a gradient of 0 there too
         safe = log_probs.masked_fill(~kept, 0.0)
         entropy = -(safe.exp().masked_fill(~kept, 0.0) * safe).sum(-1)
-    logps = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logps = log_probs.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
     return logps, entropy
 
 

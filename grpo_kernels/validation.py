@@ -64,6 +64,15 @@ def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size
         )
 
 
+def as_token_ids(ids: object) -> object:
+    """Integer token ids of any width (int16, uint8, int32...) as the int64 the gathers take; anything else as
+    it is, for the checks to name."""
+    if isinstance(ids, torch.Tensor) and ids.dtype != torch.int64 and not (
+            ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool):
+        return ids.long()
+    return ids
+
+
 def check_logit_transform(transform: object) -> LogitTransform:
     """None (the model's plain logits) or a LogitTransform."""
     if transform is None:
@@ -193,6 +202,8 @@ def check_loss_inputs(
         _require_device(name, value, device)
         if check_values and bool(torch.isnan(value).any()):
             raise ValueError(f"{name} contains NaN values")
+        if check_values:
+            _require_finite_where_scored(name, value, completion_mask)
     if check_values and importance_ratio is not None and bool((importance_ratio < 0).any()):
         raise ValueError("importance_ratio must be >= 0 (it is a probability ratio)")
     if (get_loss_type(config.loss_type).folds_importance_ratio and importance_ratio is not None
@@ -218,6 +229,19 @@ def _check_num_items(value: object, check_values: bool) -> None:
         raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {value!r}")
 
 
+def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor) -> None:
+    """An infinity at a padded position is whatever the caller had there and is never read; at a scored one it
+    would make the loss infinite (a sequence-level [B, 1] value is scored when its sequence has a token)."""
+    scored = mask != 0
+    if value.shape[-1] == 1 and scored.shape[-1] != 1:
+        scored = scored.any(-1, keepdim=True)
+    bad = ~torch.isfinite(value) & scored
+    if bool(bad.any()):
+        position = torch.nonzero(bad)[0].tolist()
+        raise ValueError(f"{name} is {float(value[tuple(position)])} at position {position}, where completion_mask "
+                         "is 1: a scored token needs a finite value (infinities are allowed only where the mask is 0)")
+
+
 def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_size: int,
                          mask: Optional[torch.Tensor] = None, check_values: bool = True) -> None:
     """kept_token_ids [*targets.shape, K] int64 ids in [-1, vocab_size), -1 padding; a position that carries a set
@@ -229,6 +253,9 @@ def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_si
     if kept.dtype not in (torch.int64, torch.int32) or kept.dim() != len(shape) + 1 or tuple(kept.shape[:-1]) != shape:
         raise ValueError(f"kept_token_ids must be an int64 tensor of shape {list(shape)} + [K] (the targets' shape "
                          f"and K kept ids per position, -1 padding), got {kept.dtype} {list(kept.shape)}")
+    if kept.shape[-1] == 0:
+        raise ValueError(f"kept_token_ids has K=0 ids per position (shape {list(kept.shape)}): a kept set holds at "
+                         "least the sampled token; pass kept_token_ids=None to score over the whole vocabulary")
     _require_device("kept_token_ids", kept, targets.device)
     if not check_values or kept.numel() == 0:
         return

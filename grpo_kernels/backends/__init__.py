@@ -65,7 +65,7 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
                 token_level_route=ONE_PASS),
 )}
 AUTO = "auto"
-DEFAULT_BACKEND = "gemm"  # what 'auto' runs
+DEFAULT_BACKEND = "gemm"  # what 'auto' runs where the cost model does not route (routing.py), and on given logits
 # The baseline every benchmark ratio is taken against: the backend that materializes the logits.
 BASELINE_BACKEND = next(name for name, spec in BACKENDS.items() if spec.materializes_logits)
 

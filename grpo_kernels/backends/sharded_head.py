@@ -92,7 +92,7 @@ def resolve_sharded_head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optio
             raise TypeError(f"process_group must be a torch.distributed ProcessGroup, got "
                             f"{type(process_group).__name__}")
         global_rows, group = None, process_group
-    if get_backend(backend).materializes_logits:
+    if backend != "auto" and get_backend(backend).materializes_logits:
         fitting = [name for name in backend_names() if name == "auto" or not get_backend(name).materializes_logits]
         raise ValueError(f"backend={backend!r} materializes the logits of the whole head; with a sharded head use "
                          f"one of {fitting}")

@@ -28,11 +28,12 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from ..head import LMHead
+from ..objective import TokenInputs
+from ..second_order import refuse_second_order
 from . import get_backend
 from .gemm import wave_rows
-from ..head import LMHead
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
-from ..objective import TokenInputs
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
     from torch.distributed.tensor import DTensor, Shard
@@ -125,8 +126,8 @@ class ShardBackend:
     statistics are combined over the group, and the backward runs `inner`'s with the whole vocabulary's statistics,
     then sums dH over the group. Targets are global ids; `head` is this rank's local head (no shard)."""
 
-    def __init__(self, inner, shard: VocabShard):
-        self.inner, self.shard = inner, shard
+    def __init__(self, inner, shard: VocabShard, name: str = "shard"):
+        self.inner, self.shard, self.name = inner, shard, name  # name: the wrapped backend's, for messages
 
     def linear_forward(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor):
         local_targets = self.shard.local_targets(targets)
@@ -154,7 +155,7 @@ def shard_backend(backend: str, shard: VocabShard, workspace_bytes: int,
         inner = KeptTokenHead(inner, local_kept_ids(kept_token_ids, shard.offset, shard.sizes[shard.rank]),
                               has_set=rows_with_set(kept_token_ids),
                               chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
-    return ShardBackend(inner, shard)
+    return ShardBackend(inner, shard, backend)
 
 
 class _ShardedLogprobs(torch.autograd.Function):
@@ -171,6 +172,7 @@ class _ShardedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logps, grad_entropy):
+        refuse_second_order(ctx.backend.name)
         hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
         needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
         grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()

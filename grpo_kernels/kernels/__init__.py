@@ -7,6 +7,6 @@
 - linear_backward.py recompute logits tile by tile -> dH (grid over tokens), dW and dbias (grid over vocab)
 - logits.py          the same statistics and gradient when the caller already holds the logits
 - configs.py         block / warp / stage tables per GPU architecture (sm_90, sm_80, default) and the interpreter's
-- compile_targets.py every GPU build the launchers can choose, for benchmarks/kernel_report.py and its CI test
+- compile_targets.py every GPU build the launchers can choose, for benchmarks/model/kernel_report.py and its CI test
 - interpreter_compat.py lets triton 3.6's interpreter loop over runtime bounds with numpy >= 2.4
 """

@@ -1,7 +1,7 @@
 """Every GPU kernel build the launchers can ask for, as arguments of `triton.compile`: the kernel, its
 argument types, its constexprs and its warps / stages, per architecture table and input dtype.
 
-benchmarks/kernel_report.py compiles them for sm_90a and sm_80 without a GPU; the CI test compiles the
+benchmarks/model/kernel_report.py compiles them for sm_90a and sm_80 without a GPU; the CI test compiles the
 heaviest variant of each. Keep this in step with the launchers: a kernel or flag added there belongs here.
 """
 

@@ -1,7 +1,7 @@
 """Block / warp / stage tables of the Triton kernels, per GPU architecture.
 
-Every GPU entry here is compiled for sm_90a and sm_80 by `python -m benchmarks.kernel_report`, and
-tests/kernels/test_kernel_report.py fails if any of them spills registers or if a Hopper build of a
+Every GPU entry here is compiled for sm_90a and sm_80 by `python -m benchmarks.model.kernel_report`, and
+tests/grpo_kernels/kernels/test_kernel_report.py fails if any of them spills registers or if a Hopper build of a
 tensor-core kernel has no wgmma. Hopper's wgmma needs the dot's M (the first block of the A operand) to be
 a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
 

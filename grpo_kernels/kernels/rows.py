@@ -102,7 +102,7 @@ def _row_grad_kernel(z_ptr, stride_z, dz_ptr, stride_dz, bias_ptr, targets_ptr, 
                  mask=ok)
 
 
-# GPU launch options (compiled for sm_90a and sm_80 by benchmarks/kernel_report.py: about 30-50 registers, no
+# GPU launch options (compiled for sm_90a and sm_80 by benchmarks/model/kernel_report.py: about 30-50 registers, no
 # spills): 1024 float32 per program step, 4 warps. The interpreter takes smaller numpy blocks.
 GPU_BLOCK_V, GPU_ROW_WARPS = 1024, 4
 

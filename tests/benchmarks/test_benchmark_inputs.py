@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from benchmarks.inputs import load_inputs, make_inputs, save_inputs
-from benchmarks.shapes import CPU_HEAD, BenchShape
+from benchmarks.suite.inputs import load_inputs, make_inputs, save_inputs
+from benchmarks.suite.shapes import CPU_HEAD, BenchShape
 
 SHAPE = BenchShape(CPU_HEAD, 2, 128, "float32")
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from grpo_testing import with_triton_interpreted
 
-from benchmarks.cases import LOSS_CASES, STANDARD_LOSS_CASES
-from benchmarks.inputs import make_inputs
-from benchmarks.paths import PATHS, PathUnavailable, check_available, make_step
-from benchmarks.shapes import SHAPE_SETS
+from benchmarks.suite.cases import LOSS_CASES, STANDARD_LOSS_CASES
+from benchmarks.suite.inputs import make_inputs
+from benchmarks.suite.paths import PATHS, PathUnavailable, check_available, make_step
+from benchmarks.suite.shapes import SHAPE_SETS
 
 SHAPE = SHAPE_SETS["smoke"][0]
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""benchmarks.report: ratios, tables, README block and plots from pytest-benchmark JSON."""
+"""benchmarks.suite.report: ratios, tables, README block and plots from pytest-benchmark JSON."""
 
 import glob
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from benchmarks import report
+from benchmarks.suite import report
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 2**20
@@ -58,7 +58,7 @@ def _two_size_run(tmp_path):
         _bench("reference", "loss", 0.016, 1600, tokens=4096), _bench("torch", "loss", 0.004, 100, tokens=4096),
         _bench("torch", "loss", 0.003, 100, regime="peaked", tokens=4096),
         _bench("floor", "loss", 0.002, 50, config="-", tokens=4096),
-    ], skipped=[{"nodeid": "benchmarks/test_loss.py::test_loss[x]", "reason": "cce: needs CUDA"}])
+    ], skipped=[{"nodeid": "benchmarks/suite/test_loss.py::test_loss[x]", "reason": "cce: needs CUDA"}])
     return report.load_run(source)
 
 
@@ -119,11 +119,11 @@ def test_readme_table_is_generated_from_the_committed_results():
         os.chdir(cwd)
     with open(os.path.join(root, "README.md")) as f:
         readme = f.read()
-    assert expected in readme, "README.md's benchmarks block is stale: run python -m benchmarks.report --update-readme README.md benchmarks/results/cpu-*.json"
+    assert expected in readme, "README.md's benchmarks block is stale: run python -m benchmarks.suite.report --update-readme README.md benchmarks/results/cpu-*.json"
 
 
 def test_gpu_results_carry_the_roofline_prediction(tmp_path):
-    from benchmarks import roofline
+    from benchmarks.model import roofline
 
     shape = dict(head="S1", hidden=4096, vocab=151936, tokens=8192, dtype="bfloat16")
     data = {"machine_info": {"grpo_bench": {"device": "NVIDIA H100 80GB HBM3", "device_type": "cuda",

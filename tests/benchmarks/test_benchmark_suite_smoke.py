@@ -11,7 +11,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def test_benchmark_suite_runs_on_smoke_shapes(cpu_only_subprocesses):
     # Peak memory is left out here: the fresh-process measurement has its own test
     # (test_fused_memory_scaling.py), and one process per case would triple this test's time.
-    command = [sys.executable, "-m", "pytest", "benchmarks/", "--bench-set=smoke", "--benchmark-disable",
+    command = [sys.executable, "-m", "pytest", "benchmarks/suite/", "--bench-set=smoke", "--benchmark-disable",
                "--bench-no-memory", "-q", "-rs", "-p", "no:cacheprovider"]
     run = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     output = run.stdout + run.stderr

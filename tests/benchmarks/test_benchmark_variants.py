@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from benchmarks.cases import LOSS_CASES, VALID_FRACTIONS
-from benchmarks.inputs import make_inputs
-from benchmarks.paths import case_mask, make_loss_step, right_padded_mask, valid_tokens
-from benchmarks.shapes import SHAPE_SETS
+from benchmarks.suite.cases import LOSS_CASES, VALID_FRACTIONS
+from benchmarks.suite.inputs import make_inputs
+from benchmarks.suite.paths import case_mask, make_loss_step, right_padded_mask, valid_tokens
+from benchmarks.suite.shapes import SHAPE_SETS
 
 SHAPE = SHAPE_SETS["smoke"][0]
 

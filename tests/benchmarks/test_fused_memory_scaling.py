@@ -1,6 +1,6 @@
 """Guard rail: the fused torch path's peak extra memory does not grow with the vocabulary at fixed N.
 
-Measured as the peak RSS of a fresh process (benchmarks.memory), so nothing the allocator or an earlier
+Measured as the peak RSS of a fresh process (benchmarks.suite.memory), so nothing the allocator or an earlier
 test kept alive can hide a [tokens, vocab] tensor. The eager reference is measured the same way as a
 control: it must grow by at least one [N, V] float32 tensor, or the instrument could not see growth.
 """
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from benchmarks import memory
-from benchmarks.inputs import make_inputs, save_inputs
-from benchmarks.shapes import BenchShape, LMHead
+from benchmarks.suite import memory
+from benchmarks.suite.inputs import make_inputs, save_inputs
+from benchmarks.suite.shapes import BenchShape, LMHead
 
 pytestmark = [pytest.mark.skipif(not memory.cpu_peak_rss_supported(),
                                  reason="needs Linux /proc/self/status VmHWM and /proc/self/clear_refs"),

@@ -1,6 +1,6 @@
 """The streaming kernels' traffic model on a case small enough to count by hand."""
 
-from benchmarks.streaming_traffic import (Tiles, forward_bytes, gemm_bytes, grad_hidden_bytes, grad_weight_bytes,
+from benchmarks.model.streaming_traffic import (Tiles, forward_bytes, gemm_bytes, grad_hidden_bytes, grad_weight_bytes,
                                           streaming_bytes)
 
 # N=128 tokens, H=64, V=256, 2-byte inputs, [64, 128] tiles, 1 SM (so every program is its own wave)

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchmarks.cases import LOSS_CASES
-from benchmarks.inputs import make_inputs
-from benchmarks.paths import PathUnavailable, check_available, make_step, require_trl
-from benchmarks.shapes import SHAPE_SETS
+from benchmarks.suite.cases import LOSS_CASES
+from benchmarks.suite.inputs import make_inputs
+from benchmarks.suite.paths import PathUnavailable, check_available, make_step, require_trl
+from benchmarks.suite.shapes import SHAPE_SETS
 
 SHAPE = SHAPE_SETS["smoke"][0]
 CPU = torch.device("cpu")

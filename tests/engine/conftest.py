@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.config import load_config
-from engine.demo_task import build_char_tokenizer, build_tiny_model
+from engine.data.demo_task import build_char_tokenizer, build_tiny_model
 
 
 @pytest.fixture(scope="session")

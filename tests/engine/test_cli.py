@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+from repo_paths import ROOT, SUPPORT
 SMALL = ["--run.max_steps", "2", "--run.warm_start_steps", "3", "--run.progress_bar", "false",
          "--data.builtin_max_operand", "2", "--rollout.num_generations", "4", "--rollout.max_new_tokens", "6",
          "--optim.per_device_train_batch_size", "8", "--run.log_completions_steps", "0"]
@@ -59,7 +59,7 @@ def test_eval_on_the_gsm8k_example(trained_run):
     model = trained_run / "checkpoints" / "checkpoint-000002" / "model"
     result = grpo_engine("eval", "--model", str(model), "--data", "examples/gsm8k_sample.jsonl",
                          "--data.prompt_column", "question", "--data.system_prompt", "Answer in \\boxed{}.",
-                         "--rollout.max_new_tokens", "4")
+                         "--rollout.max_new_tokens", "4", "--data.max_prompt_length", "120")  # 128 positions
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["num_prompts"] == 12
 
@@ -147,14 +147,14 @@ def test_incomplete_model_directories_are_named(keep, message, tiny_model_dir, t
 def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path, capsys):
     from engine.cli import main
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(SUPPORT))
     code = main(["train", "--output-dir", str(tmp_path / "run"), *SMALL,
                  "--rewards.functions", "[user_rewards:raises_inside_helper]"])
     err = capsys.readouterr().err
     assert code == 1
     traceback, last = err.rstrip().rsplit("\n", 1)
     assert traceback.startswith("Traceback") and "in _score_one" in traceback and "KeyError" in traceback
-    assert "engine/rewards.py" not in traceback  # the user's frames only
+    assert "engine/steps/rewards.py" not in traceback  # the user's frames only
     assert last.startswith("grpo-engine train: RewardFunctionError: reward function 'raises_inside_helper' raised")
 
 
@@ -175,7 +175,7 @@ def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_hints_resume(tmp_pat
     last = err.strip().splitlines()[-1]
     assert last.startswith("grpo-engine train: SIGINT: stopped after step ") and "--resume" in last
     step = int(last.split("stopped after step ")[1].split(",")[0])
-    from engine import checkpoint as ckpt
+    from engine.state import checkpoint as ckpt
 
     assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [f"checkpoint-{step:06d}"]
     logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]

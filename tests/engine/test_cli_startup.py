@@ -5,11 +5,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+from repo_paths import ROOT
 HEAVY = ("torch", "transformers", "accelerate", "triton", "numpy")
 
 # Runs the CLI in a fresh interpreter, then reports its exit code and which heavy modules it imported.

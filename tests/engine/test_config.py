@@ -1,9 +1,8 @@
-from pathlib import Path
-
 import pytest
 
 from engine.cli import build_parser
 from engine.config import ConfigError, EngineConfig, leaf_keys, load_config, validate
+from repo_paths import ROOT
 
 
 def test_defaults_follow_trl():
@@ -78,7 +77,7 @@ def test_every_leaf_key_is_a_cli_flag():
 
 @pytest.mark.parametrize("name", ["deepseekmath_grpo.yaml", "gsm8k_qwen_lora.yaml", "demo.yaml"])
 def test_example_configs_load(name, tmp_path, tiny_model_dir):
-    path = Path(__file__).parents[2] / "examples" / name
+    path = ROOT / "examples" / name
     overrides = {} if name == "demo.yaml" else {
         "model.name_or_path": str(tiny_model_dir), "data.path": str(path.parent / "gsm8k_sample.jsonl")}
     config = load_config(path, overrides)
@@ -88,9 +87,9 @@ def test_example_configs_load(name, tmp_path, tiny_model_dir):
 
 def test_demo_yaml_is_the_built_in_preset():
     from engine.config import read_yaml
-    from engine.demo_task import DEMO_PRESET
+    from engine.data.demo_task import DEMO_PRESET
 
-    assert read_yaml(Path(__file__).parents[2] / "examples" / "demo.yaml") == DEMO_PRESET
+    assert read_yaml(ROOT / "examples" / "demo.yaml") == DEMO_PRESET
 
 
 def test_relative_data_paths_in_yaml_are_read_next_to_it(tmp_path, monkeypatch):
@@ -109,6 +108,6 @@ def test_relative_data_paths_in_yaml_are_read_next_to_it(tmp_path, monkeypatch):
 
 
 def test_a_bad_model_path_is_named_before_what_else_is_wrong_with_the_model_settings():
-    demo = Path(__file__).parents[2] / "examples" / "demo.yaml"  # sets run.warm_start_steps (built-in model only)
+    demo = ROOT / "examples" / "demo.yaml"  # sets run.warm_start_steps (built-in model only)
     with pytest.raises(ConfigError, match="model.name_or_path '/bad/path' is not a local model directory"):
         load_config(demo, {"model.name_or_path": "/bad/path"})

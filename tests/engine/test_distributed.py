@@ -2,43 +2,25 @@
 including the dapo token normaliser (different token counts per process); the trainer runs under torchrun."""
 
 import json
-import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
+from processes import subprocess_env, torchrun
+from repo_paths import ROOT, SUPPORT
+
 LOSS_TYPES = "dapo,grpo,bnpo"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{HERE}", OMP_NUM_THREADS="1")
-    env.pop("CRASH_AT_CALL", None)
-    return env
-
-
-def _torchrun(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-            "--master_port", str(_free_port()), *args]
 
 
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     # One process: 16 completions as 2 micro-batches of 8; two processes: 8 each in one micro-batch.
-    subprocess.run([sys.executable, str(HERE / "ddp_worker.py"), str(one), LOSS_TYPES, "8"], check=True,
-                   env=_env(), timeout=120, capture_output=True)
-    subprocess.run(_torchrun(str(HERE / "ddp_worker.py"), str(two), LOSS_TYPES, "8"), check=True, env=_env(),
+    subprocess.run([sys.executable, str(SUPPORT / "ddp_worker.py"), str(one), LOSS_TYPES, "8"], check=True,
+                   env=subprocess_env(), timeout=120, capture_output=True)
+    subprocess.run(torchrun(str(SUPPORT / "ddp_worker.py"), str(two), LOSS_TYPES, "8"), check=True,
+                   env=subprocess_env(),
                    timeout=120, capture_output=True)
     single, double = torch.load(one, weights_only=False), torch.load(two, weights_only=False)
     assert (single["processes"], double["processes"]) == (1, 2)
@@ -46,13 +28,32 @@ def test_two_processes_match_one(tmp_path):
         a, b = single["results"][loss_type], double["results"][loss_type]
         assert b["num_items"] == a["num_items"] / 2  # dapo's N / P
         if loss_type == "bnpo":
-            # bnpo normalises by each micro-batch's own tokens (as TRL), so it is not split-invariant; the
-            # gradient still flows through both processes.
+            # bnpo normalises by each process's own tokens, so it is not invariant to the split over processes
+            # (over micro-batches it is: test_update.py); the gradient still flows through both processes.
             assert any(v.abs().max() > 0 for v in b["delta"].values())
             continue
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-9), loss_type
         for name in a["delta"]:
             torch.testing.assert_close(b["delta"][name], a["delta"][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_packed_update_equals_padded_under_ddp(tmp_path):
+    """Two processes, each packing its 8 completions (20 tokens a pack: the processes make different numbers of
+    packs, evened out by splitting), against the same two processes' padded micro-batches of 4."""
+    padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
+    loss_types = "dapo,grpo,bnpo,dr_grpo"
+    for out, extra in ((padded, []), (packed, ["20"])):
+        subprocess.run(_torchrun(str(HERE / "ddp_worker.py"), str(out), loss_types, "4", *extra), check=True,
+                       env=_env(), timeout=180, capture_output=True)
+    a, b = torch.load(padded, weights_only=False), torch.load(packed, weights_only=False)
+    assert a["processes"] == b["processes"] == 2
+    for loss_type in loss_types.split(","):
+        x, y = a["results"][loss_type], b["results"][loss_type]
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5, abs=1e-8), loss_type
+        assert any(v.abs().max() > 0 for v in x["delta"].values())
+        for name in x["delta"]:
+            torch.testing.assert_close(y["delta"][name], x["delta"][name], atol=1e-6, rtol=1e-4,
+                                       msg=f"{loss_type} {name}")
 
 
 def test_trainer_runs_under_torchrun(tmp_path):
@@ -63,7 +64,7 @@ def test_trainer_runs_under_torchrun(tmp_path):
              "--optim.per_device_train_batch_size", "2", "--rewards.functions", "[math_accuracy, length]",
              "--rewards.length_cache", "6"]
     # 2 per process x 2 processes = 4 completions: one group split across the processes.
-    result = subprocess.run(_torchrun("-m", "engine", "train", *flags), env=_env(), timeout=240,
+    result = subprocess.run(torchrun("-m", "engine", "train", *flags), env=subprocess_env(), timeout=240,
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
+from repo_paths import SUPPORT
 
 
 def _no_model(*args, **kwargs):
@@ -15,12 +15,13 @@ def _no_model(*args, **kwargs):
 
 @pytest.fixture()
 def no_model(monkeypatch):
-    from engine import evaluate, run_setup
+    from engine.tools import evaluate
+    from engine import run_setup
 
     monkeypatch.setattr(run_setup, "_builtin_base_model", _no_model)  # the demo model and its warm start
     monkeypatch.setattr(run_setup, "load_causal_lm", _no_model)
     monkeypatch.setattr(evaluate, "load_eval_model", _no_model)
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(SUPPORT))
 
 
 def _jsonl(path: Path, rows: list) -> str:
@@ -62,7 +63,7 @@ def test_bad_data_stops_before_the_model_loads_with_one_line(case, command, no_m
 
 def test_the_evaluation_file_is_checked_too(no_model, tmp_path):
     from engine.config import load_config
-    from engine.rewards import RewardFunctionError
+    from engine.steps.rewards import RewardFunctionError
     from engine.trainer import train
 
     train_path = _jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "answer": "2"}])

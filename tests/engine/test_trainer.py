@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import checkpoint as ckpt
 from engine.config import load_config
-from engine.rewards import RewardFunctionError
+from engine.state import checkpoint as ckpt
+from engine.steps.rewards import RewardFunctionError
 from engine.trainer import train
+from repo_paths import SUPPORT
 
 TRL_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/math_accuracy/mean", "rewards/length/mean",
                "completions/mean_length", "completions/clipped_ratio", "entropy", "clip_ratio/low_mean",
@@ -64,14 +65,14 @@ def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):
     steps = _steps(Path(config.run.output_dir))
     assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6) and steps[1]["kl"] > 0
     # `grpo-engine eval` loads an adapter directory on top of its base model.
-    from engine.evaluate import run_eval
+    from engine.tools.evaluate import run_eval
 
     metrics = run_eval(config, str(checkpoint / "model"), num_samples=2, greedy=False, batch_size=8)
     assert metrics["num_prompts"] == 9 and 0.0 <= metrics["pass@2"] <= 1.0
 
 
 def test_reward_failure_stops_the_run_and_keeps_checkpoints(small_overrides, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(SUPPORT))
     import user_rewards
 
     user_rewards.calls["count"] = 0
@@ -90,7 +91,7 @@ def test_missing_model_and_data_errors(small_overrides, tmp_path):
         load_config(overrides={**small_overrides, "model.name_or_path": str(tmp_path / "none")})
     (tmp_path / "d.jsonl").write_text('{"question": "1+1"}\n')
     config = load_config(overrides={**small_overrides, "data.path": str(tmp_path / "d.jsonl")})
-    from engine.data import DataError
+    from engine.data.prompts import DataError
 
     with pytest.raises(DataError, match="no 'prompt' column"):
         train(config)

@@ -1,0 +1,210 @@
+"""Roofline model of every GRPO loss path on H100 / H200, from FLOPs and bytes counted from each algorithm.
+
+    python -m benchmarks.model.roofline                   # the target shapes S1-S3 and the GPU benchmark shapes
+    python -m benchmarks.model.roofline --device H200 --paths gemm floor --section targets --valid-fraction 0.5
+
+The counts live in benchmarks/model/roofline_paths.py, the rates and the time rule in
+benchmarks/model/roofline_model.py.
+The report (benchmarks/suite/report.py) prints `predict_case_ms` beside every GPU measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from ..suite.cases import LOSS_CASES
+from ..suite.shapes import SHAPE_SETS, TARGET_SHAPE_MEANING, TARGET_SHAPES, BenchShape
+from .roofline_model import DEVICES, GIB, DeviceRates, Estimate, Problem, device_key
+from .roofline_paths import ALTERNATIVES, MODELS, auto
+
+# The project's targets at the target shapes: time over the bare GEMMs of the same shape (per scenario, below)
+# and memory beyond the gradients.
+PEAK_EXTRA_TARGET_BYTES = int(1.5 * GIB)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    operation: str
+    level: str = "token"
+    frozen_head: bool = False
+    target_x_floor: Optional[float] = None  # time over the floor of the same scenario
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "token-level": Scenario("token-level", "loss", target_x_floor=1.15),
+    "sequence-level": Scenario("sequence-level", "loss", level="sequence", target_x_floor=1.45),
+    "frozen head": Scenario("frozen head", "loss", frozen_head=True),
+    "no-grad log-probs": Scenario("no-grad log-probs", "logprobs", target_x_floor=1.10),
+}
+
+
+def problem(shape: BenchShape, scenario: Scenario, valid_fraction: float = 1.0) -> Problem:
+    return Problem(tokens=shape.tokens, hidden=shape.head.hidden, vocab=shape.head.vocab, dtype=shape.dtype,
+                   operation=scenario.operation, level=scenario.level, frozen_head=scenario.frozen_head,
+                   valid_fraction=valid_fraction)
+
+
+def estimate(path: str, p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
+    """The model of `path` (a benchmarked path, "floor", "auto" or a design alternative) on problem `p`; `rates`
+    matters to "auto" only (the route depends on the device)."""
+    models = {**MODELS, **ALTERNATIVES}
+    if path not in models:
+        raise ValueError(f"path must be one of {sorted(models)}, got {path!r}")
+    return auto(p, rates) if path == "auto" else models[path](p)
+
+
+def x_floor(path: str, p: Problem, rates: DeviceRates) -> float:
+    """Predicted time over the predicted bare GEMMs of the same problem (every position, no padding dropped)."""
+    return estimate(path, p, rates).seconds(rates) / estimate("floor", p).seconds(rates)
+
+
+# ---- the benchmark suite's cases ------------------------------------------------------------------
+
+def case_problem(operation: str, config: str, hidden: int, vocab: int, tokens: int, dtype: str,
+                 valid_tokens: Optional[int] = None) -> Optional[Problem]:
+    """The Problem of one benchmark case (benchmarks.suite.cases names), or None when the model does not cover it
+    (the logits-input operation, float32 inputs)."""
+    if operation not in ("loss", "logprobs") or dtype == "float32":
+        return None
+    level, frozen = "token", False
+    if operation == "loss" and config in LOSS_CASES:
+        case = LOSS_CASES[config]
+        settings = case.config
+        if (settings.importance_sampling_level == "sequence" or settings.loss_type == "vespo"
+                or settings.top_entropy_quantile < 1.0):
+            level = "sequence"
+        frozen = case.frozen_head
+    valid = 1.0 if not valid_tokens else min(1.0, valid_tokens / tokens)
+    return Problem(tokens=tokens, hidden=hidden, vocab=vocab, dtype=dtype, operation=operation, level=level,
+                   frozen_head=frozen, valid_fraction=valid)
+
+
+def predict_case_ms(device_name: str, path: str, operation: str, config: str, hidden: int, vocab: int,
+                    tokens: int, dtype: str, valid_tokens: Optional[int] = None) -> Optional[float]:
+    """Predicted milliseconds of a benchmark case on the named CUDA device; None where nothing is modelled."""
+    key = device_key(device_name)
+    p = case_problem(operation, config, hidden, vocab, tokens, dtype, valid_tokens)
+    if key is None or p is None or path not in MODELS:
+        return None
+    return estimate(path, p, DEVICES[key]).seconds(DEVICES[key]) * 1e3
+
+
+# ---- the printed table -----------------------------------------------------------------------------
+
+def _verdict(value: float, target: Optional[float]) -> str:
+    if target is None:
+        return "-"
+    return "yes" if value <= target else "NO"
+
+
+def _time_verdicts(ratios: list[float], devices: list[str], target: Optional[float]) -> str:
+    """'H100 NO, H200 yes (<= 1.15x)': the predicted time meets the target on which device."""
+    if target is None:
+        return "-"
+    return ", ".join(f"{d} {_verdict(r, target)}" for d, r in zip(devices, ratios)) + f" (<= {target}x)"
+
+
+def targets_text() -> list[str]:
+    """What the target shapes are and what each must meet, for the report's reader."""
+    shapes = "; ".join(f"{label} ({TARGET_SHAPE_MEANING[label]}): N={s.tokens} H={s.head.hidden} V={s.head.vocab}"
+                       for label, s in TARGET_SHAPES.items())
+    token, sequence, logprobs = (SCENARIOS[name].target_x_floor
+                                 for name in ("token-level", "sequence-level", "no-grad log-probs"))
+    return [f"Shapes: {shapes}; bf16, dapo with beta 0.04 and old/reference log-probs given.",
+            f"Targets: predicted time <= {token}x the bare GEMMs of the same shape (token-level loss), "
+            f"<= {sequence}x (sequence-level), <= {logprobs}x (no-grad log-probs); peak extra memory "
+            f"<= {PEAK_EXTRA_TARGET_BYTES / GIB:.2f} GiB. The time target column says, per device, whether the "
+            f"prediction meets it; memory does not depend on the device."]
+
+
+def table(shapes: list[tuple[str, BenchShape]], scenarios: list[Scenario], paths: list[str],
+          devices: list[str], valid_fraction: float = 1.0) -> list[str]:
+    head = ["shape", "scenario", "path", "GEMMs", "TFLOP", "HBM GB", "L2 GB", "peak extra GiB", "fp32 dW GiB",
+            *(f"{d} ms" for d in devices), *(f"x floor {d}" for d in devices),
+            *(f"x floor {d} overlapped" for d in devices), "time target", "memory target"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 5) + "---|---|"]
+    for label, shape in shapes:
+        for scenario in scenarios:
+            p = problem(shape, scenario, valid_fraction)
+            for path in paths:
+                est = estimate(path, p, DEVICES[devices[0]])  # counts: the first device's route for "auto"
+                per_device = [estimate(path, p, DEVICES[d]) for d in devices]
+                ratios = [x_floor(path, p, DEVICES[d]) for d in devices]
+                target = None if path == "floor" else scenario.target_x_floor
+                time_ok = _time_verdicts(ratios, devices, target)
+                memory_ok = "-" if path == "floor" else _verdict(est.peak_extra_bytes, PEAK_EXTRA_TARGET_BYTES)
+                lines.append("| " + " | ".join([
+                    f"{label} N={shape.tokens} H={shape.head.hidden} V={shape.head.vocab}", scenario.name,
+                    " / ".join(dict.fromkeys(e.path for e in per_device)) if path == "auto" else path,
+                    str(est.gemms), f"{est.flops / 1e12:.1f}", f"{est.hbm_bytes / 1e9:.1f}",
+                    f"{est.l2_bytes / 1e9:.1f}", f"{est.peak_extra_bytes / GIB:.2f}",
+                    f"{est.fp32_weight_grad_bytes / GIB:.2f}",
+                    *(f"{e.seconds(DEVICES[d]) * 1e3:,.1f}" for e, d in zip(per_device, devices)),
+                    *(f"{r:.2f}x" for r in ratios),
+                    *(f"{e.overlapped_seconds(DEVICES[d]) / estimate('floor', p).seconds(DEVICES[d]):.2f}x"
+                      for e, d in zip(per_device, devices)), time_ok, memory_ok]) + " |")
+    return lines
+
+
+def rates_table(devices: list[str]) -> list[str]:
+    lines = ["| device | bf16 TFLOP/s | fp32 TFLOP/s | HBM TB/s achievable (peak) | L2 MiB | SMs | source |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for key in devices:
+        r = DEVICES[key]
+        lines.append(f"| {r.name} | {r.tensor_flops / 1e12:.0f} | {r.fp32_flops / 1e12:.0f} | "
+                     f"{r.hbm_bytes_per_s / 1e12:.2f} ({r.hbm_peak_bytes_per_s / 1e12:.2f}) | "
+                     f"{r.l2_bytes / 2**20:.0f} | {r.sms} | {r.source} |")
+    return lines
+
+
+SECTIONS = ("all", "targets", "gpu-set")
+
+
+def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, section: str = "all") -> str:
+    if section not in SECTIONS:
+        raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
+    lines = ["**Roofline model (predicted, not measured)**", "",
+             "Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 bytes / L2 "
+             "bandwidth) + kernel launches and host syncs; a GEMM's arithmetic is timed at its shape (whole 128 x "
+             "256 tiles in whole waves over the SMs, each tile's K fill, split-K when the tiles leave SMs idle). "
+             "auto: the route `backend=\"auto\"` takes on that device (grpo_kernels/routing.py), named per device "
+             "where they differ. "
+             "x floor = predicted time / predicted bare GEMMs of the same scenario over every position "
+             "(3 for a trained head, 2 frozen, 1 for log-probs); overlapped: if memory-bound phases ran beside "
+             "compute-bound ones (max of total FLOP time and total byte time), a lower bound. Peak extra excludes "
+             "the inputs, the gradients and one float32 dW copy (its own column); target: <= 1.5 GiB. "
+             f"Valid-token fraction: {valid_fraction}.", "", *rates_table(devices)]
+    if section in ("all", "targets"):
+        lines += ["", "#### Target shapes S1-S3 (bf16)", "", *targets_text(), "",
+                  *table(list(TARGET_SHAPES.items()), list(SCENARIOS.values()), paths, devices, valid_fraction)]
+    if section in ("all", "gpu-set"):
+        lines += ["", "#### GPU benchmark set (benchmarks/suite/shapes.py, bf16), token-level loss", "",
+                  *table([(shape.head.name, shape) for shape in SHAPE_SETS["gpu"]], [SCENARIOS["token-level"]],
+                         paths, devices, valid_fraction)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.model.roofline", description=__doc__.splitlines()[0])
+    parser.add_argument("--paths", nargs="+", default=list(MODELS), choices=[*MODELS, *ALTERNATIVES],
+                        help="default: every benchmarked path and the floor; also design alternatives: "
+                             + ", ".join(ALTERNATIVES))
+    parser.add_argument("--device", nargs="+", default=list(DEVICES), choices=list(DEVICES), dest="devices")
+    parser.add_argument("--section", default="all", choices=SECTIONS, help="which tables (default: all)")
+    parser.add_argument("--valid-fraction", type=float, default=1.0,
+                        help="fraction of positions with completion_mask != 0 (default 1.0)")
+    args = parser.parse_args(argv)
+    try:
+        Problem(1, 1, 1, valid_fraction=args.valid_fraction)
+    except ValueError as error:
+        parser.error(str(error))
+    sys.stdout.write(report(args.paths, args.devices, args.valid_fraction, args.section))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

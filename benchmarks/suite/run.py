@@ -1,0 +1,59 @@
+"""One command for a device's full run: the suite, then the report, named after the device.
+
+    python -m benchmarks.suite.run                 # CPU set on a CPU-only machine, GPU set where CUDA is
+    python -m benchmarks.suite.run --set smoke -- -k loss   # extra pytest arguments after --
+
+Writes benchmarks/results/<device>.json (pytest-benchmark), <device>.md and <device>-plots/*.png, where
+<device> is e.g. cpu-amd-epyc or h100-80gb-hbm3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+import torch
+
+from . import report
+from .conftest import _cpu_name
+
+BENCHMARKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(BENCHMARKS_DIR, "results")
+SUITE_DIR = "benchmarks/suite/"
+
+
+def device_slug() -> str:
+    """cpu-<cpu model> or the GPU's name without the vendor, lower case, dashes."""
+    if torch.cuda.is_available():
+        name = re.sub(r"^nvidia\s+", "", torch.cuda.get_device_name(0).strip(), flags=re.IGNORECASE)
+    else:
+        name = "cpu " + re.sub(r"\s*\d+-core processor.*$", "", _cpu_name(), flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default="auto", help="shape set: auto, cpu, gpu or smoke")
+    parser.add_argument("--name", help="results file name (default: the device slug)")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    name = args.name or device_slug()
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    repo_root = os.path.dirname(BENCHMARKS_DIR)
+    # Relative to the repository root: these paths end up in the committed JSON and markdown.
+    json_path = os.path.relpath(os.path.join(RESULTS_DIR, name + ".json"), repo_root)
+    command = [sys.executable, "-m", "pytest", SUITE_DIR, "--benchmark-only", f"--bench-set={args.set}",
+               f"--benchmark-json={json_path}", "-p", "no:cacheprovider", "-rs", *args.pytest_args]
+    print("+", " ".join(command), flush=True)
+    code = subprocess.call(command, cwd=repo_root)
+    if code != 0:
+        return code
+    os.chdir(repo_root)
+    return report.main([json_path, "--out", os.path.splitext(json_path)[0] + ".md"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

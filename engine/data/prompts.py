@@ -1,0 +1,202 @@
+"""Prompt datasets (JSONL, Parquet, a `datasets` directory, a Hub dataset id) and the resumable prompt sampler.
+
+Rows stay plain dicts: the `prompt` column is rendered to text (chat template for message lists) and every
+other column is handed to the reward functions, as TRL does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Optional
+
+from transformers import PreTrainedTokenizerBase
+
+from ..config import is_hub_id
+from ..hub import load_hub_dataset
+
+
+class DataError(ValueError):
+    pass
+
+
+def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "train") -> list[dict[str, Any]]:
+    """All rows of a .jsonl/.json file, a .parquet file, a directory written by `datasets.save_to_disk`, or the
+    split `hub_split` (configuration `hub_config`) of a Hub dataset id ORG/NAME."""
+    source = Path(path).expanduser()
+    if not source.exists() and is_hub_id(path):
+        rows = load_hub_dataset(path, hub_config, hub_split)
+    elif not source.exists():
+        raise DataError(f"dataset {path!r} does not exist")
+    elif source.is_dir():
+        rows = _load_datasets_dir(source)
+    elif source.suffix in (".jsonl", ".json"):
+        rows = _load_json(source)
+    elif source.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise DataError(f"reading {path!r} needs pyarrow: pip install pyarrow") from exc
+        rows = pq.read_table(source).to_pylist()
+    else:
+        raise DataError(f"dataset {path!r}: unsupported format (use .jsonl, .json, .parquet or a datasets directory)")
+    if not rows:
+        raise DataError(f"dataset {path!r} is empty")
+    return rows
+
+
+def _load_json(source: Path) -> list[dict[str, Any]]:
+    text = _read_utf8(source)
+    if source.suffix == ".json" and text.lstrip().startswith("["):
+        rows = json.loads(text)
+    else:
+        rows = []
+        for line_no, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{source}:{line_no}: invalid JSON ({exc.msg})") from exc
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{source}: row {i} is not a JSON object")
+    return rows
+
+
+def _read_utf8(source: Path) -> str:
+    data = source.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataError(f"{source}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+                        f"save the file as UTF-8") from None
+
+
+def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
+    try:
+        import datasets
+    except ImportError as exc:
+        raise DataError(f"reading the directory {str(source)!r} needs the `datasets` package: "
+                        f"pip install datasets") from exc
+    loaded = datasets.load_from_disk(str(source))
+    if isinstance(loaded, datasets.DatasetDict):
+        if "train" not in loaded:
+            raise DataError(f"{source}: a DatasetDict without a 'train' split (splits: {list(loaded)})")
+        loaded = loaded["train"]
+    return loaded.to_list()
+
+
+def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hub_config: Optional[str] = None,
+                     hub_split: str = "train") -> list[dict[str, Any]]:
+    """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized."""
+    rows = load_rows(path, hub_config, hub_split)
+    check_prompt_column(rows, column, path)
+    check_prompts_present(rows, column, path)
+    check_prompt_lengths(rows, column, path, max_prompt_chars)
+    return rows
+
+
+def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) -> None:
+    """Each prompt is text or chat messages with some content: an empty one gives the model nothing to continue
+    (`generate` fails on it deep inside, after the model loaded)."""
+    for i, row in enumerate(rows):
+        prompt = row[column]
+        if not isinstance(prompt, (str, list)):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
+                            f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
+        if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
+
+
+def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:
+    missing = [i for i, row in enumerate(rows) if column not in row]
+    if missing:
+        columns = sorted(rows[missing[0]].keys())
+        raise DataError(f"dataset {source!r} has no {column!r} column in row {missing[0]} (columns: {columns}); "
+                        f"set data.prompt_column to the column that holds the prompt")
+
+
+def prompt_chars(prompt: Any) -> int:
+    """Characters of a text prompt, or of the contents of chat messages."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, list):
+        return sum(len(str(m.get("content", ""))) for m in prompt if isinstance(m, dict))
+    return 0  # not a prompt at all: render_prompt says so
+
+
+def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, max_chars: Optional[int]) -> None:
+    """Refuses a runaway prompt before anything tokenizes it: a tokenizer takes every character of its input
+    before truncating, so a line of megabytes stalls the run for minutes with gigabytes of memory."""
+    if max_chars is None:
+        return
+    for i, row in enumerate(rows):
+        chars = prompt_chars(row[column])
+        if chars > max_chars:
+            raise DataError(f"dataset {source!r} row {i}: the prompt has {chars:,} characters, more than "
+                            f"data.max_prompt_chars ({max_chars:,}); shorten or drop that row, or raise "
+                            f"data.max_prompt_chars")
+
+
+def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt: Optional[str]) -> str:
+    """Plain text stays as is; chat messages (or text with a system prompt) go through the chat template."""
+    if isinstance(prompt, str) and system_prompt is None:
+        return prompt
+    if isinstance(prompt, str):
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+    elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+        messages = list(prompt)
+        if system_prompt is not None and not any(m["role"] == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system_prompt})
+    else:
+        raise DataError(f"a prompt must be a string or a list of {{'role', 'content'}} messages, got {prompt!r:.80}")
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError("chat-format prompts need a tokenizer with a chat_template")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+class PromptSampler:
+    """An endless, reproducible stream of row indices: a fresh permutation per epoch (seed + epoch).
+
+    Its whole state is (epoch, offset), saved in every checkpoint, so a resumed run draws exactly the
+    prompts the uninterrupted run would have drawn, including batches that straddle an epoch boundary.
+    """
+
+    def __init__(self, num_rows: int, seed: int, shuffle: bool = True) -> None:
+        if num_rows <= 0:
+            raise DataError("cannot sample from an empty dataset")
+        self.num_rows, self.seed, self.shuffle = num_rows, seed, shuffle
+        self.epoch, self.offset = 0, 0
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(self.num_rows))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def next_indices(self, count: int) -> list[int]:
+        indices: list[int] = []
+        while len(indices) < count:
+            order = self._order(self.epoch)
+            take = min(count - len(indices), self.num_rows - self.offset)
+            indices.extend(order[self.offset: self.offset + take])
+            self.offset += take
+            if self.offset == self.num_rows:
+                self.epoch, self.offset = self.epoch + 1, 0
+        return indices
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+
+
+def reward_columns(rows: list[dict[str, Any]], prompt_column: str) -> dict[str, list[Any]]:
+    """Every non-prompt column as a list aligned with `rows` (missing values become None)."""
+    names = sorted({key for row in rows for key in row if key != prompt_column})
+    return {name: [row.get(name) for row in rows] for name in names}

@@ -1,0 +1,1 @@
+"""The run's state: checkpoints, resume, stop signals, health checks, metrics and their plot."""

@@ -1,0 +1,81 @@
+"""How a run starts: fresh, into a directory no earlier run has written to, or resumed from an intact
+checkpoint with the options it was saved with (except the few that may change between sessions)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..config import EngineConfig
+from . import checkpoint as ckpt
+from .metrics import METRICS_FILE
+
+# Options that do not change what the resumed steps compute: how long to go on, what to save, log and show.
+MAY_CHANGE_ON_RESUME = (
+    "run.max_steps", "run.resume", "run.output_dir", "run.save_steps", "run.save_total_limit",
+    "run.save_on_interrupt", "run.log_completions_steps", "run.eval_steps", "run.eval_num_samples",
+    "run.report_to", "run.progress_bar", "run.plot", "run.num_threads",
+    "data.max_prompt_chars",  # only refuses data; checkpoints from before it existed resume too
+)
+
+
+def config_yaml(config: EngineConfig) -> str:
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def changed_options(saved_yaml: str, config: EngineConfig) -> dict[str, tuple[Any, Any]]:
+    """{key: (saved, now)} for the options that differ and may not change on resume."""
+    saved = _flatten(yaml.safe_load(saved_yaml) or {})
+    now = _flatten(yaml.safe_load(config_yaml(config)))  # through YAML too, so both sides have the same types
+    return {key: (saved.get(key), now.get(key)) for key in sorted(saved.keys() | now.keys())
+            if saved.get(key) != now.get(key) and key not in MAY_CHANGE_ON_RESUME}
+
+
+def check_fresh_directory(run_dir: Path) -> None:
+    """A new run would mix its checkpoints or metrics with an earlier run's."""
+    metrics = run_dir / METRICS_FILE
+    if ckpt.list_checkpoints(run_dir):
+        found = "checkpoints"
+    elif metrics.is_file() and metrics.stat().st_size > 0:
+        found = f"an earlier run's {METRICS_FILE}"
+    else:
+        return
+    raise ckpt.CheckpointError(f"{run_dir} already holds {found}: pass --resume to continue that run, or choose "
+                               f"another --output-dir (or delete the directory)")
+
+
+def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional[ckpt.ResumePoint]:
+    """None for a fresh run; else the checkpoint to resume from, after checking its config against this one."""
+    if not config.run.resume:
+        check_fresh_directory(run_dir)
+        return None
+    point = ckpt.resolve_resume(config.run.resume, run_dir)
+    if announce:
+        for note in point.skipped:
+            print(f"warning: {note}; falling back to an older checkpoint")
+    changed = changed_options(ckpt.saved_config(point.path), config)
+    if changed:
+        listing = ", ".join(f"{key} (saved {saved!r}, now {now!r})" for key, (saved, now) in changed.items())
+        raise ckpt.CheckpointError(
+            f"cannot resume {point.path} with different options: {listing}. A resumed run keeps the options it "
+            f"was started with, except {', '.join(MAY_CHANGE_ON_RESUME)}; to train with new options start a new "
+            f"run in another --output-dir")
+    if point.step >= config.run.max_steps:
+        raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
+                                   f"leaves nothing to do (raise --max-steps to train on)")
+    if announce:
+        print(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
+    return point

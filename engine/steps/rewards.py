@@ -1,0 +1,318 @@
+"""Reward functions: TRL's signature `fn(prompts, completions, **columns) -> list[float | None]`.
+
+Built-ins: `math_accuracy` (the `\\boxed{}` answer against the dataset's answer column, +1 / -1 / -0.5 for
+correct / wrong / no answer as in the seeds' guide, `math-verify` used when installed), `format`
+(`<think>...</think><answer>...</answer>`), `length` (DAPO's soft overlong punishment). Anything else is
+`package.module:function`. Besides the dataset columns, every function receives `completion_ids`.
+
+A function declares the dataset columns it reads (`@dataset_columns("answer")`, or a `dataset_columns`
+attribute); undeclared, it reads the keyword parameters it has without a default. The data is checked
+against them when it loads, so a missing column stops the run before the model loads, not at step 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import numbers
+import os
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Optional, TypeVar
+
+import numpy as np
+import torch
+
+from ..config import RewardsConfig
+from .reward_timeout import RewardTimeout, time_limit
+
+RewardFunction = Callable[..., list]
+
+
+# Passed to every reward function by the engine itself, not read from the dataset.
+ENGINE_ARGUMENTS = ("prompts", "completions", "completion_ids")
+F = TypeVar("F", bound=Callable)
+
+
+def dataset_columns(*names: str) -> Callable[[F], F]:
+    """Declares the dataset columns a reward function reads, checked when the data loads:
+
+        @dataset_columns("answer")
+        def my_reward(prompts, completions, **columns): ...
+    """
+    def declare(fn: F) -> F:
+        fn.dataset_columns = tuple(names)
+        return fn
+
+    return declare
+
+
+def columns_read(fn: Callable) -> tuple[str, ...]:
+    """The columns `fn` declares; undeclared, its keyword parameters without a default (which a call without
+    that column would fail on), the engine's own arguments aside."""
+    declared = getattr(fn, "dataset_columns", None)
+    if declared is not None:
+        return (declared,) if isinstance(declared, str) else tuple(declared)
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to infer
+        return ()
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in parameters
+                 if p.kind in keyword and p.default is inspect.Parameter.empty and p.name not in ENGINE_ARGUMENTS)
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function failed or misbehaved; `user_traceback` holds its own traceback when it raised."""
+
+    user_traceback: Optional[str] = None
+
+
+# ------------------------------------------------------------------------------------------ math answers
+
+def extract_boxed(text: str) -> Optional[str]:
+    """Content of the last `\\boxed{...}` (nested braces allowed), or None."""
+    start = text.rfind("\\boxed")
+    while start != -1:
+        brace = start + len("\\boxed")
+        while brace < len(text) and text[brace] == " ":
+            brace += 1
+        if brace < len(text) and text[brace] == "{":
+            depth = 0
+            for i in range(brace, len(text)):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                if depth == 0:
+                    return text[brace + 1: i]
+        start = text.rfind("\\boxed", 0, start)
+    return None
+
+
+def reference_answer(answer: Any) -> Optional[str]:
+    """The gold answer: GSM8K's text after '####', a \\boxed{} in a worked solution, or the value itself."""
+    if answer is None:
+        return None
+    text = str(answer)
+    if "####" in text:
+        return text.split("####")[-1].strip()
+    boxed = extract_boxed(text)
+    return boxed if boxed is not None else text.strip()
+
+
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+_FRAC = re.compile(r"\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
+
+
+def normalize_answer(answer: str) -> str:
+    """Drop the notation that does not change a value: $, spacing, \\text{}, \\left/\\right, units words."""
+    text = answer.strip()
+    text = _TEXT_WRAPPER.sub(r"\1", text)
+    for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "^\\circ", "^{\\circ}", "\\%", "%"):
+        text = text.replace(token, "")
+    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    text = re.sub(r"\s+", "", text).rstrip(".")
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", text):  # 1,234 -> 1234
+        text = text.replace(",", "")
+    return text
+
+
+def _as_number(text: str) -> Optional[Fraction]:
+    frac = _FRAC.fullmatch(text)
+    try:
+        if frac:
+            return Fraction(frac.group(1)) / Fraction(frac.group(2))
+        return Fraction(text)  # integers, decimals and a/b
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def answers_match(predicted: str, gold: str) -> bool:
+    pred, ref = normalize_answer(predicted), normalize_answer(gold)
+    if pred == ref:
+        return True
+    pred_num, ref_num = _as_number(pred), _as_number(ref)
+    return pred_num is not None and ref_num is not None and pred_num == ref_num
+
+
+def _math_verify_match(predicted: str, gold: str) -> Optional[bool]:
+    """math-verify's symbolic comparison when the package is installed; None when it is not or fails."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        return None
+    try:
+        gold_parsed = parse(f"${gold}$")
+        pred_parsed = parse(f"${predicted}$")
+        if not gold_parsed or not pred_parsed:
+            return None
+        return bool(verify(gold_parsed, pred_parsed))
+    except Exception:  # math-verify raises on exotic LaTeX; the string comparison still decides
+        return None
+
+
+def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_column: str) -> RewardFunction:
+    @dataset_columns(answer_column)
+    def math_accuracy(prompts: list, completions: list, **columns: Any) -> list[Optional[float]]:
+        if answer_column not in columns:
+            raise KeyError(f"math_accuracy needs the dataset column {answer_column!r} (rewards.answer_column); "
+                           f"columns present: {sorted(k for k in columns if k != 'completion_ids')}")
+        scores: list[Optional[float]] = []
+        for completion, answer in zip(completions, columns[answer_column]):
+            gold = reference_answer(answer)
+            predicted = extract_boxed(completion)
+            if gold is None:
+                scores.append(None)  # no reference: this sample is left out of the reward
+            elif predicted is None:
+                scores.append(no_answer)
+            else:
+                verdict = answers_match(predicted, gold) or bool(_math_verify_match(predicted, gold))
+                scores.append(correct if verdict else wrong)
+        return scores
+
+    return math_accuracy
+
+
+_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
+
+
+def format_reward(prompts: list, completions: list, **_: Any) -> list[float]:
+    """1.0 when the completion is exactly a <think> block followed by an <answer> block, else 0.0."""
+    return [1.0 if _FORMAT.match(c) else 0.0 for c in completions]
+
+
+def make_length_reward(max_new_tokens: int, cache: int) -> RewardFunction:
+    """DAPO's soft overlong punishment: 0 up to max - cache tokens, then linearly down to -1 at max."""
+    def length(prompts: list, completions: list, completion_ids: list, **_: Any) -> list[float]:
+        start = max_new_tokens - cache
+        scores = []
+        for ids in completion_ids:
+            n = len(ids)
+            scores.append(0.0 if n <= start or cache == 0 else -min(1.0, (n - start) / cache))
+        return scores
+
+    return length
+
+
+# ---------------------------------------------------------------------------------------- resolution
+
+@dataclass
+class NamedReward:
+    name: str
+    fn: RewardFunction
+    weight: float
+    timeout: Optional[float] = None  # seconds one call may take (rewards.timeout_seconds); None: no limit
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return columns_read(self.fn)
+
+
+# The config key that names a built-in's column, for the message when the data lacks it.
+COLUMN_KEYS = {"math_accuracy": "rewards.answer_column"}
+
+
+def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]], source: str) -> None:
+    """Every row holds every column a reward function reads (a null value is fine: "not scored")."""
+    for reward in rewards:
+        for column in reward.columns:
+            missing = next((i for i, row in enumerate(rows) if column not in row), None)
+            if missing is None:
+                continue
+            whole = all(column not in row for row in rows)
+            where = f"has no {column!r} column" if whole else f"row {missing} has no {column!r} column"
+            builtin = reward.name in COLUMN_KEYS and reward.fn.__module__ == __name__
+            key = f" (set by {COLUMN_KEYS[reward.name]})" if builtin else ""
+            raise RewardFunctionError(f"dataset {source!r} {where}, which reward function {reward.name!r} "
+                                      f"reads{key}; columns: {sorted(rows[missing])}")
+
+
+def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> RewardFunction:
+    if spec == "math_accuracy":
+        return make_math_accuracy(config.math_correct, config.math_wrong, config.math_no_answer, config.answer_column)
+    if spec == "format":
+        return format_reward
+    if spec == "length":
+        return make_length_reward(max_new_tokens, config.length_cache)
+    if ":" not in spec:
+        raise RewardFunctionError(f"unknown reward function {spec!r}: use math_accuracy, format, length or "
+                                  f"'package.module:function'")
+    module_name, _, attr = spec.partition(":")
+    # As `python script.py` would: a module in the current directory is importable, even from the
+    # `grpo-engine` console script (whose sys.path holds its own directory instead).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no callable {attr!r}")
+    return fn
+
+
+def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[NamedReward]:
+    weights = config.weights or [1.0] * len(config.functions)
+    return [NamedReward(spec.rpartition(":")[2] if ":" in spec else spec,
+                        resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
+            for spec, w in zip(config.functions, weights)]
+
+
+def _as_reward(value: Any) -> Optional[float]:
+    """TRL's reading of one returned value: None or NaN is "not scored"; bools and numpy / 0-d tensor
+    scalars are numbers. Anything else (or an infinity) is a TypeError."""
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0:
+        value = value.item()
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_, numbers.Real)):
+        value = float(value)
+        if math.isnan(value):
+            return None
+        if math.isfinite(value):
+            return value
+    raise TypeError
+
+
+def score_completions(rewards: list[NamedReward], prompts: list[str], completions: list[str],
+                      columns: dict[str, list], completion_ids: list[list[int]]) -> torch.Tensor:
+    """[N, F] float32 rewards, NaN where a function returned None; a misbehaving function raises naming it.
+
+    A function may return a list, tuple, numpy array or 1-D tensor of N values, as TRL accepts.
+    """
+    n = len(completions)
+    table = torch.full((n, len(rewards)), math.nan, dtype=torch.float32)
+    for j, reward in enumerate(rewards):
+        try:
+            with time_limit(reward.timeout):
+                values = reward.fn(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                   **columns)
+        except RewardTimeout:
+            raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
+                                      f"(rewards.timeout_seconds; null for no limit)") from None
+        except SystemExit as exc:
+            raise RewardFunctionError(f"reward function {reward.name!r} called sys.exit({exc.code!r}): a reward "
+                                      f"function returns its scores; it may not end the run") from None
+        except Exception as exc:
+            error = RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}")
+            # The user's bug is inside the function: keep its frames, without this caller's.
+            error.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
+            raise error from exc
+        if isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim == 1:
+            values = list(values)
+        if not isinstance(values, (list, tuple)) or len(values) != n:
+            got = f"{len(values)} values" if isinstance(values, (list, tuple)) else repr(type(values).__name__)
+            raise RewardFunctionError(f"reward function {reward.name!r} must return a list of {n} floats "
+                                      f"(one per completion), got {got}")
+        for i, value in enumerate(values):
+            try:
+                score = _as_reward(value)
+            except TypeError:
+                raise RewardFunctionError(f"reward function {reward.name!r} returned {value!r} for completion {i}; "
+                                          f"expected a finite number, a bool or None") from None
+            if score is not None:
+                table[i, j] = score
+    return table

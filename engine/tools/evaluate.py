@@ -1,0 +1,123 @@
+"""Accuracy and pass@k of a model on a prompt set, scored by the same reward functions as training.
+
+A completion counts as solved when the first reward function gives it a positive score (math_accuracy:
++1 correct vs -1 / -0.5). pass@k uses the unbiased estimator of Chen et al. (2021) over n >= k samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import EngineConfig, is_hub_id
+from ..data.demo_task import addition_problems
+from ..data.prompts import load_prompt_rows, render_prompt, reward_columns
+from ..hub import resolve_model
+from ..model.limits import check_prompts_fit, check_tokenizer_fits
+from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
+from ..rollout import HFRollout, RolloutBackend
+from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn without replacement from n (c correct) is correct."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompts: list[str],
+                     rewards: list[NamedReward], num_samples: int = 1, greedy: bool = True, batch_size: int = 64,
+                     prompt_column: str = "prompt") -> dict[str, float]:
+    """Generates `num_samples` completions per prompt (one when greedy) with the rollout backend and aggregates
+    the rewards."""
+    if greedy and num_samples != 1:
+        raise ValueError("greedy decoding gives one distinct completion per prompt: use num_samples=1 or sampling")
+    per_prompt = max(1, batch_size // num_samples)
+    solved_counts, reward_sums, lengths = [], torch.zeros(len(rewards)), []
+    scored_counts = torch.zeros(len(rewards))
+    for start in range(0, len(rows), per_prompt):
+        chunk_rows = rows[start: start + per_prompt]
+        repeated = [p for p in prompts[start: start + per_prompt] for _ in range(num_samples)]
+        batch = backend.generate(repeated, greedy=greedy)
+        columns = {k: [v for v in values for _ in range(num_samples)]
+                   for k, values in reward_columns(chunk_rows, prompt_column).items()}
+        table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists())
+        solved = (table[:, 0] > 0).view(len(chunk_rows), num_samples)
+        solved_counts.extend(solved.sum(dim=1).tolist())
+        reward_sums += torch.nan_to_num(table, nan=0.0).sum(dim=0)
+        scored_counts += (~torch.isnan(table)).sum(dim=0)
+        lengths.extend(batch.completion_attention.sum(dim=1).tolist())
+    metrics = {"accuracy": sum(solved_counts) / (len(rows) * num_samples), "num_prompts": float(len(rows)),
+               "completions/mean_length": sum(lengths) / len(lengths)}
+    k = 1
+    while k <= num_samples:
+        metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, c, k) for c in solved_counts) / len(rows)
+        k *= 2
+    if f"pass@{num_samples}" not in metrics:  # k = n is always reported
+        metrics[f"pass@{num_samples}"] = sum(pass_at_k(num_samples, c, num_samples) for c in solved_counts) / len(rows)
+    for j, reward in enumerate(rewards):
+        metrics[f"rewards/{reward.name}/mean"] = (reward_sums[j] / scored_counts[j].clamp(min=1)).item()
+    return metrics
+
+
+def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
+    """A model directory or Hub id, or a LoRA adapter directory (its base, a directory or a Hub id, is read from
+    adapter_config.json)."""
+    path = resolve_model(path, config.model.revision)
+    check_model_dir(path)
+    adapter_config = Path(path) / "adapter_config.json"
+    if adapter_config.is_file():
+        check_adapter_base(path)
+        try:
+            from peft import PeftModel
+        except ImportError as exc:
+            raise ModelLoadError(f"{path!r} holds LoRA adapters; loading them needs peft: pip install peft") from exc
+        adapters = json.loads(adapter_config.read_text())
+        base = adapters.get("base_model_name_or_path")
+        if not base:
+            raise ModelLoadError(f"{adapter_config} names no base model (base_model_name_or_path)")
+        base_dir = resolve_model(base, adapters.get("revision"), key=f"the LoRA base model of {path!r}")
+        lm = PeftModel.from_pretrained(load_causal_lm(base_dir, config.model, device), path).to(device)
+    else:
+        lm = load_causal_lm(path, config.model, device)
+    tokenizer = load_tokenizer(path)
+    check_tokenizer_fits(tokenizer, lm, path)
+    return lm.eval(), tokenizer
+
+
+def check_adapter_base(path: str) -> None:
+    """A LoRA directory names its base model; a local base that is gone would be looked up on the Hub instead."""
+    try:
+        base = json.loads((Path(path) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path!r}: adapter_config.json cannot be read ({exc})") from None
+    if not base or not (Path(base).expanduser().is_dir() or is_hub_id(base)):
+        raise ModelLoadError(f"the LoRA adapters in {path!r} were trained on the base model {base!r}, which is not a "
+                             f"local directory (moved or deleted?): put it back, or evaluate a merged model")
+
+
+def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,
+             batch_size: int) -> dict[str, float]:
+    """`grpo-engine eval`: the data file (or the built-in task's held-out split) scored with config.rewards."""
+    device = resolve_device(config.run.device)
+    d = config.data
+    # The data and the reward functions before the model: a bad file is reported at once.
+    rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
+    if d.path is None:
+        _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+    else:
+        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
+        check_reward_columns(rewards, rows, d.path)
+    torch.manual_seed(config.run.seed)
+    lm, tokenizer = load_eval_model(model_path, config, device)
+    prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
+    check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens,
+                      f"dataset {d.path!r}" if d.path else "the built-in task")
+    backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
+    return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
+                            batch_size=batch_size, prompt_column=config.data.prompt_column)

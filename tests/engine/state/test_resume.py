@@ -1,0 +1,124 @@
+"""Resume that a user can trust: damaged checkpoints are named and skipped, options cannot silently change,
+a new run does not write over an earlier one's logs."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from engine.config import load_config
+from engine.state import checkpoint as ckpt
+from engine.trainer import train
+
+
+@pytest.fixture()
+def saved_run(small_overrides) -> tuple[dict, Path]:
+    """A 3-step run with a checkpoint after every step."""
+    overrides = {**small_overrides, "run.save_steps": 1, "run.save_total_limit": 3}
+    train(load_config(overrides=overrides))
+    return overrides, Path(overrides["run.output_dir"])
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_a_byte(path: Path) -> None:  # same size, still loads: only the checksum can tell
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, name, problem", [
+    (_truncate, "optimizer.pt", "optimizer.pt is truncated"),
+    (_truncate, "model/model.safetensors", "model/model.safetensors is truncated"),
+    (_truncate, "rng-0.pt", "rng-0.pt is truncated"),
+    (_flip_a_byte, "model/model.safetensors", "model/model.safetensors is corrupted"),
+    (lambda path: path.write_text("{not json"), ckpt.STATE_FILE, f"{ckpt.STATE_FILE} is unreadable"),
+])
+def test_a_damaged_checkpoint_is_named_and_latest_falls_back(saved_run, damage, name, problem):
+    _, run_dir = saved_run
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    damage(newest / name)
+    assert any(problem in p for p in ckpt.checkpoint_problems(newest))
+    point = ckpt.resolve_resume("latest", run_dir)
+    assert point.path.name == "checkpoint-000002" and point.step == 2
+    assert point.skipped and "checkpoint-000003 is damaged" in point.skipped[0] and problem in point.skipped[0]
+    with pytest.raises(ckpt.CheckpointError, match=f"checkpoint-000003 is damaged: .*{problem}"):
+        ckpt.resolve_resume(str(newest), run_dir)  # a checkpoint named explicitly is not replaced
+
+
+@pytest.mark.parametrize("value, kind", [(math.nan, "NaN"), (math.inf, "inf")])
+def test_non_finite_weights_are_refused_and_latest_falls_back(saved_run, value, kind):
+    _, run_dir = saved_run
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    weights = newest / "model" / "model.safetensors"
+    tensors = load_file(weights)
+    name = sorted(tensors)[-1]
+    tensors[name].view(-1)[:2] = value  # as a diverged run saves them
+    save_file(tensors, weights, metadata={"format": "pt"})
+    ckpt.write_manifest(newest)  # every checksum consistent: only the values are wrong
+    problem = f"model/model.safetensors: tensor {name!r} holds {kind} (2 of {tensors[name].numel()} values)"
+    assert ckpt.checkpoint_problems(newest) == [problem]
+    point = ckpt.resolve_resume("latest", run_dir)
+    assert point.path.name == "checkpoint-000002" and problem in point.skipped[0]
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(problem)):
+        ckpt.resolve_resume(str(newest), run_dir)
+
+
+def test_resume_skips_the_damaged_one_and_says_so(saved_run, capsys):
+    overrides, run_dir = saved_run
+    _truncate(ckpt.list_checkpoints(run_dir)[-1] / "optimizer.pt")
+    capsys.readouterr()
+    train(load_config(overrides={**overrides, "run.resume": "latest", "run.max_steps": 4, "run.progress_bar": True}))
+    captured = capsys.readouterr()
+    assert "warning: checkpoint-000003 is damaged: optimizer.pt is truncated" in captured.out
+    assert "falling back to an older checkpoint" in captured.out
+    assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-000002'} at step 2 of 4" in captured.out
+    assert " 2/4 [" in captured.err and " 4/4 [" in captured.err  # the bar starts at the true position
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == [1, 2, 3, 4]
+
+
+def test_no_intact_checkpoint_is_a_clear_error(saved_run):
+    _, run_dir = saved_run
+    for path in ckpt.list_checkpoints(run_dir):
+        (path / ckpt.MANIFEST_FILE).unlink()
+    with pytest.raises(ckpt.CheckpointError, match="no intact checkpoint in .*checkpoint-000003 is damaged: "
+                                                   "checksums.json is missing.*checkpoint-000001 is damaged"):
+        ckpt.resolve_resume("latest", run_dir)
+
+
+def test_an_unreadable_file_is_named_when_loading(saved_run):
+    _, run_dir = saved_run
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    _truncate(newest / "scheduler.pt")
+    with pytest.raises(ckpt.CheckpointError, match="cannot read .*scheduler.pt"):
+        ckpt.load_training_state(newest, 0)
+
+
+def test_resume_refuses_changed_options_and_keeps_the_saved_config(saved_run):
+    overrides, run_dir = saved_run
+    before = (run_dir / "config.yaml").read_text()
+    changed = {**overrides, "run.resume": "latest", "run.max_steps": 5, "optim.learning_rate": 0.02,
+               "loss.beta": 0.1}
+    with pytest.raises(ckpt.CheckpointError, match=r"different options: loss.beta \(saved 0.0, now 0.1\), "
+                                                   r"optim.learning_rate \(saved 0.01, now 0.02\)\. "):
+        train(load_config(overrides=changed))
+    assert (run_dir / "config.yaml").read_text() == before
+    with pytest.raises(ckpt.CheckpointError, match="at step 3; run.max_steps \\(3\\) leaves nothing to do"):
+        train(load_config(overrides={**overrides, "run.resume": "latest"}))
+    assert (run_dir / "config.yaml").read_text() == before
+
+
+def test_a_new_run_refuses_an_earlier_runs_metrics(small_overrides):
+    run_dir = Path(small_overrides["run.output_dir"])
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+    with pytest.raises(ckpt.CheckpointError, match="already holds an earlier run's metrics.jsonl: pass --resume"):
+        train(load_config(overrides=small_overrides))
+    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1, "reward": 0.5}\n'
