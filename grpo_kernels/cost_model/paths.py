@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ..backends import backend_names
 from ..kernels.configs import GPU_CONFIGS, SIXTEEN_BIT
 from .device import MIB
 from .estimate import Estimate, Phase, Problem
@@ -220,4 +221,10 @@ def reference(p: Problem) -> Estimate:
                     assumptions=["every position, padding included"])
 
 
-LIBRARY_PATHS = {"reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
+# The registered backends' models (grpo_kernels/backends), in the registry's order: a registered backend without a
+# model here fails on import, not later in a route or a plan.
+_MODELS = {"reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
+_UNMODELLED = set(backend_names(with_auto=False)) - set(_MODELS)
+if _UNMODELLED:
+    raise ImportError(f"the cost model has no model of the registered backends {sorted(_UNMODELLED)}")
+LIBRARY_PATHS = {name: _MODELS[name] for name in backend_names(with_auto=False)}
