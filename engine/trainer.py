@@ -13,15 +13,17 @@ from tqdm.auto import tqdm
 from .config import EngineConfig
 from .data.prompts import reward_columns
 from .model.fsdp import reshard
-from .model.loading import hf_progress_bars_off
+from .model.loading import base_causal_lm, hf_progress_bars_off
 from .rollout.base import RolloutBatch
 from .run_setup import Run, setup_run
 from .state import checkpoint as ckpt
 from .state.interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .state.metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
+from .state.run_lock import hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
 from .steps.logprobs import reference_logprobs, sequence_logprobs
+from .steps.packing import Packing, has_varlen_attention
 from .steps.rewards import score_completions
 from .steps.rollout import rollout
 from .steps.update import UpdateInputs, num_items_per_process, policy_update
@@ -39,7 +41,8 @@ class TrainSummary:
 
 
 def train(config: EngineConfig) -> TrainSummary:
-    with hf_progress_bars_off():  # transformers' loading / saving bars would break up the training bar
+    # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone
+    with hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
         run = setup_run(config)
         cfg = run.config
         eval_before = evaluate(run) if run.start_step == 0 else None
@@ -103,11 +106,21 @@ def logprobs(run: Run, batch: RolloutBatch) -> tuple[Optional[torch.Tensor], Opt
     """Old log-probs only when the batch is reused; reference log-probs only when beta != 0."""
     cfg = run.config
     args = (batch, cfg.loss.temperature, cfg.optim.per_device_train_batch_size, cfg.run.loss_backend)
-    old = sequence_logprobs(run.unwrapped_policy, *args) if cfg.optim.num_iterations > 1 else None
-    ref = reference_logprobs(run.unwrapped_policy, run.reference, *args) if cfg.loss.beta != 0.0 else None
+    packing = packing_of(run)
+    old = sequence_logprobs(run.unwrapped_policy, *args, packing=packing) if cfg.optim.num_iterations > 1 else None
+    ref = reference_logprobs(run.unwrapped_policy, run.reference, *args, packing=packing) \
+        if cfg.loss.beta != 0.0 else None
     if run.fsdp and run.reference is not None:
         reshard(run.reference)  # no backward will free its gathered embedding and head
     return old, ref
+
+
+def packing_of(run: Run) -> Optional[Packing]:
+    """The padding-free step's packing, or None for the padded step."""
+    optim = run.config.optim
+    if not optim.padding_free:
+        return None
+    return Packing(optim.max_tokens_per_micro_batch, has_varlen_attention(base_causal_lm(run.lm)))
 
 
 def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: Optional[torch.Tensor],
@@ -119,7 +132,8 @@ def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: O
                           num_items_per_process(run.accelerator, batch.completion_mask))
     metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss,
                             cfg.optim.per_device_train_batch_size, cfg.optim.num_iterations,
-                            cfg.optim.max_grad_norm, cfg.run.loss_backend, step)
+                            cfg.optim.max_grad_norm, cfg.run.loss_backend, step, packing=packing_of(run))
+    run.rollout_backend.sync_weights()  # the next rollout samples from the updated policy
     return {**gather_mean(run, metrics), "learning_rate": lr}
 
 
@@ -180,8 +194,7 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
     if run.accelerator.is_main_process or run.tensor_parallel or run.fsdp:
         with torch.random.fork_rng(devices=[run.device] if run.device.type == "cuda" else []):
             torch.manual_seed(run.config.run.seed)
-            result = evaluate_prompts(run.generation_model, run.tokenizer, run.eval_rows, run.eval_prompts, run.rewards,
-                                      run.config.rollout, run.config.data.max_prompt_length, run.device,
+            result = evaluate_prompts(run.rollout_backend, run.eval_rows, run.eval_prompts, run.rewards,
                                       num_samples=samples, greedy=samples == 1,
                                       prompt_column=run.config.data.prompt_column)
     run.accelerator.wait_for_everyone()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -74,8 +74,14 @@ class LMHead:
     weight: torch.Tensor
     bias: Optional[torch.Tensor] = None
     temperature: float = 1.0
-    transform: LogitTransform = field(default=IDENTITY)
+    # Defaults that are plain constants: Dynamo (torch 2.11) cannot wrap a LogitTransform held only in the
+    # generated __init__'s defaults (no source to guard on), so None stands for the identity until __post_init__.
+    transform: Optional[LogitTransform] = None
     shard: Optional[object] = None  # a vocab_parallel.VocabShard
+
+    def __post_init__(self) -> None:
+        if self.transform is None:
+            object.__setattr__(self, "transform", IDENTITY)
 
     @property
     def vocab_size(self) -> int:

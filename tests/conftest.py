@@ -1,3 +1,5 @@
+import importlib.util
+
 import pytest
 import torch
 
@@ -9,12 +11,15 @@ use_interpreter_if_no_gpu()
 
 
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests skip without CUDA; `interpreter` tests (Triton on CPU tensors) skip with CUDA, unless the
-    interpreter was asked for (TRITON_INTERPRET=1)."""
+    """`gpu` tests skip without CUDA, `vllm` tests without vLLM; `interpreter` tests (Triton on CPU tensors) skip
+    with CUDA, unless the interpreter was asked for (TRITON_INTERPRET=1)."""
     from grpo_kernels.kernels.launch import interpreting
 
     cuda = torch.cuda.is_available()
+    vllm = importlib.util.find_spec("vllm") is not None
     for item in items:
+        if item.get_closest_marker("vllm") and not vllm:
+            item.add_marker(SKIP_VLLM)
         if "gpu" in item.keywords and not cuda:
             item.add_marker(SKIP_GPU)
         if "interpreter" in item.keywords and cuda and not interpreting():
@@ -22,6 +27,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 SKIP_GPU = pytest.mark.skip(reason="needs a CUDA GPU")
+SKIP_VLLM = pytest.mark.skip(reason="needs vLLM, not installed here: .ci/vllm_tests runs these tests in an environment "
+                                    "with vLLM's CPU build")
 SKIP_INTERPRETER = pytest.mark.skip(
     reason="runs Triton kernels on CPU tensors, which needs the Triton interpreter, and grpo_kernels turns it on "
            "only on a machine without CUDA (set TRITON_INTERPRET=1 to run it here); tests/grpo_kernels/test_gpu.py runs "

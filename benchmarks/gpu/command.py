@@ -4,8 +4,11 @@ everything is done:
 
     python -m benchmarks.gpu --out OUT_DIR [--resume EARLIER_OUT_DIR] [--budget-s 540] [--skip-tests]
 
-Each invocation is one part of at most --budget-s seconds: the GPU checks first (part 1), then the next
-benchmark cases in priority order while their modelled time fits (benchmarks/gpu/plan.py). Every finished
+Each invocation is one part of at most --budget-s seconds, taking the next items in order while their modelled
+time fits (benchmarks/gpu/plan.py): a correctness smoke first (every backend against float64 on the GPU, at most
+2 minutes, recorded before anything else), then the headline cases (S1's token-level loss and no-grad log-probs:
+the floor, auto, gemm, TRL, Liger, CCE), then `pytest -m gpu` (where its whole timeout fits a part), then the
+rest. Every finished
 item is appended to OUT_DIR/progress.jsonl at once, and OUT_DIR/<gpu>.json (pytest-benchmark's layout, what
 `python -m benchmarks.suite.report` reads) and <gpu>.md (the report) are regenerated after each, so a run killed
 mid-way keeps what it measured; the next invocation skips what is done. A case that was in flight when its
@@ -39,12 +42,13 @@ from ..suite.cases import LOSS_CASES, flops
 from ..suite.conftest import _cpu_name, _version
 from ..suite.inputs import BenchInputs, make_inputs
 from ..suite.memory import gpu_peak_extra_bytes
-from ..suite.paths import PATHS, PathUnavailable, check_available, make_floor_step, make_step, valid_tokens
+from ..suite.paths import PathUnavailable, check_available, make_floor_step, make_step, valid_tokens
 from ..suite.run import device_slug
 from ..suite.runner import is_out_of_memory
 from ..suite.shapes import BenchShape
-from .plan import (PART_BUDGET_S, TEST_TIMEOUT_S, TESTS_TIMEOUT_S, WARMUP_ROUNDS, WRITE_MARGIN_S, GpuCase, Plan,
-                       by_priority, fits, make_plan, rounds_for, seconds_needed)
+from .plan import (GPU_PATHS, PART_BUDGET_S, SMOKE_TIMEOUT_S, TEST_TIMEOUT_S, TESTS_TIMEOUT_S, WARMUP_ROUNDS,
+                   WRITE_MARGIN_S, GpuCase, Plan, by_priority, fits, is_headline, make_plan, rounds_for,
+                   seconds_needed)
 from .results import FAILED, Progress, ResultsDir, label
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,21 +62,29 @@ MIN_CHECK_S = 60  # a GPU check does not start with less time than this left in 
 
 @dataclass(frozen=True)
 class Check:
-    """A GPU check: a command run before the benchmarks, its output appended to the tests log."""
+    """A GPU check: a command run beside the benchmarks, its output appended to the tests log. One that runs after
+    the headline cases starts only where its whole timeout fits the part (else the next part starts with it)."""
     name: str
     command: tuple[str, ...]
     timeout_s: float
+    after_headline: bool = False
 
     @property
     def id(self) -> str:
         return f"check::{self.name}"
 
 
+SMOKE_TESTS = "tests/benchmarks/test_gpu_smoke.py"  # every backend at one mid-size shape against float64, on the GPU
+
+
 def gpu_checks() -> tuple[Check, ...]:
-    command = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/", "-q", "-rs", "--tb=short", "-p", "no:cacheprovider"]
+    """The correctness smoke (before anything else) and the full GPU tests (after the headline cases)."""
+    pytest = [sys.executable, "-m", "pytest", "-q", "-rs", "--tb=short", "-p", "no:cacheprovider"]
     if importlib.util.find_spec("pytest_timeout") is not None:
-        command.append(f"--timeout={TEST_TIMEOUT_S}")  # a hung test fails alone instead of costing the part
-    return (Check("pytest-gpu", tuple(command), TESTS_TIMEOUT_S),)
+        pytest.append(f"--timeout={TEST_TIMEOUT_S}")  # a hung test fails alone instead of costing the part
+    return (Check("smoke", (*pytest, "-m", "gpu", SMOKE_TESTS), SMOKE_TIMEOUT_S),
+            Check("pytest-gpu", (*pytest, "-m", "gpu", "tests/", f"--ignore={SMOKE_TESTS}"), TESTS_TIMEOUT_S,
+                  after_headline=True))
 
 
 def _summary_line(output: str) -> str:
@@ -225,6 +237,14 @@ class PartSummary:
     failures: list[str] = field(default_factory=list)  # everything failed so far, this part or before
 
 
+def ordered_items(checks: tuple[Check, ...], plan: Plan) -> list[Item]:
+    """The run's order: the checks that come first (the smoke), the headline cases, the checks after the headline
+    (the full GPU tests), the other cases."""
+    headline = [case for case in plan.cases if is_headline(case)]
+    rest = [case for case in plan.cases if not is_headline(case)]
+    return [*(c for c in checks if not c.after_headline), *headline, *(c for c in checks if c.after_headline), *rest]
+
+
 def _pending(items: list[Item], state: Progress) -> list[Item]:
     """Unfinished items in order; those that were in flight when a process died go last (retried once)."""
     todo = [item for item in items if item.id not in state.finished]
@@ -240,7 +260,7 @@ def run_part(results: ResultsDir, command: str, meta: dict, checks: tuple[Check,
     summary = PartSummary(part=len(state.parts) + 1)
     results.append({"event": "part", "part": summary.part, "command": command, "meta": meta})
 
-    items: list[Item] = [*checks, *plan.cases]
+    items = ordered_items(checks, plan)
     planned = [item.id for item in items]
 
     def record(event: dict) -> None:
@@ -257,15 +277,17 @@ def run_part(results: ResultsDir, command: str, meta: dict, checks: tuple[Check,
             record({"event": "skipped", "id": case.id, "reason": reason})
     state = results.progress()
     inputs = _ShapeInputs(device)
+    ran = False  # whether this part has run an item yet
     for item in _pending(items, state):
         elapsed = time.monotonic() - started_at
         if isinstance(item, Check):
             timeout = min(item.timeout_s, budget_s - WRITE_MARGIN_S - elapsed)
-            if timeout < MIN_CHECK_S:
+            if timeout < MIN_CHECK_S or (item.after_headline and ran and timeout < item.timeout_s):
                 summary.stopped = "budget"
                 break
             results.append({"event": "started", "id": item.id})
             record({"event": "check", "id": item.id, "outcome": run_check(item, timeout, results.tests_log_path)})
+            ran = True
             continue
         case = item
         try:
@@ -278,6 +300,7 @@ def run_part(results: ResultsDir, command: str, meta: dict, checks: tuple[Check,
             summary.stopped = "budget"
             break
         results.append({"event": "started", "id": case.id})
+        ran = True
         event = _measure(case, inputs, device, device_name)
         record(event)
         print(_case_line(event), flush=True)
@@ -339,7 +362,7 @@ def metadata(device: torch.device, device_name: str, commit: Optional[str] = Non
             "transformers": _version("transformers"), "accelerate": _version("accelerate"),
             "liger_kernel": _version("liger-kernel"), "cut_cross_entropy": _version("cut-cross-entropy"),
             "trl": _version("trl"), "numpy": _version("numpy"), "grpo_kernels": _version("grpo-kernels"),
-            "python": platform.python_version(), "bench_set": "gpu command", "paths": list(by_priority(PATHS)),
+            "python": platform.python_version(), "bench_set": "gpu command", "paths": list(by_priority(GPU_PATHS)),
             "commit": commit, "dirty": None if status is None else bool(status), "source_digest": source_digest(),
             "load_average_1_5_15m": [round(x, 2) for x in os.getloadavg()]}
 
@@ -364,7 +387,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                                          "(e.g. the carried copy of a GPU machine's $OUT/...); missing or empty: a new run")
     parser.add_argument("--budget-s", type=float, default=PART_BUDGET_S,
                         help=f"this part's wall-clock budget (default {PART_BUDGET_S}: 9 minutes)")
-    parser.add_argument("--skip-tests", action="store_true", help="do not run `pytest -m gpu` in this invocation")
+    parser.add_argument("--skip-tests", action="store_true",
+                        help="do not run the correctness smoke nor `pytest -m gpu` in this invocation")
     parser.add_argument("--name", help="results file name (default: the GPU's slug, e.g. h100-80gb-hbm3)")
     parser.add_argument("--commit", help="the git commit of this tree, for a copy without .git "
                                          "(default: git rev-parse HEAD)")
@@ -376,7 +400,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     device_name = torch.cuda.get_device_name(0)
     free, _total = torch.cuda.mem_get_info()
     try:
-        plan = make_plan(PATHS, free, args.budget_s)
+        plan = make_plan(GPU_PATHS, free, args.budget_s)
     except ValueError as error:
         parser.error(str(error))
     print(f"benchmarks.gpu: {results.open(os.path.abspath(args.resume) if args.resume else None)}", flush=True)

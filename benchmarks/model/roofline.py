@@ -18,7 +18,7 @@ from typing import Optional
 from ..suite.cases import LOSS_CASES
 from ..suite.shapes import SHAPE_SETS, TARGET_SHAPE_MEANING, TARGET_SHAPES, BenchShape
 from .roofline_model import DEVICES, GIB, DeviceRates, Estimate, Problem, device_key
-from .roofline_paths import ALTERNATIVES, MODELS
+from .roofline_paths import ALTERNATIVES, MODELS, auto
 
 # The project's targets at the target shapes: time over the bare GEMMs of the same shape (per scenario, below)
 # and memory beyond the gradients.
@@ -48,17 +48,18 @@ def problem(shape: BenchShape, scenario: Scenario, valid_fraction: float = 1.0) 
                    valid_fraction=valid_fraction)
 
 
-def estimate(path: str, p: Problem) -> Estimate:
-    """The model of `path` (a benchmarked path, "floor", or a design alternative) on problem `p`."""
+def estimate(path: str, p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
+    """The model of `path` (a benchmarked path, "floor", "auto" or a design alternative) on problem `p`; `rates`
+    matters to "auto" only (the route depends on the device)."""
     models = {**MODELS, **ALTERNATIVES}
     if path not in models:
         raise ValueError(f"path must be one of {sorted(models)}, got {path!r}")
-    return models[path](p)
+    return auto(p, rates) if path == "auto" else models[path](p)
 
 
 def x_floor(path: str, p: Problem, rates: DeviceRates) -> float:
     """Predicted time over the predicted bare GEMMs of the same problem (every position, no padding dropped)."""
-    return estimate(path, p).seconds(rates) / estimate("floor", p).seconds(rates)
+    return estimate(path, p, rates).seconds(rates) / estimate("floor", p).seconds(rates)
 
 
 # ---- the benchmark suite's cases ------------------------------------------------------------------
@@ -89,7 +90,7 @@ def predict_case_ms(device_name: str, path: str, operation: str, config: str, hi
     p = case_problem(operation, config, hidden, vocab, tokens, dtype, valid_tokens)
     if key is None or p is None or path not in MODELS:
         return None
-    return estimate(path, p).seconds(DEVICES[key]) * 1e3
+    return estimate(path, p, DEVICES[key]).seconds(DEVICES[key]) * 1e3
 
 
 # ---- the printed table -----------------------------------------------------------------------------
@@ -130,20 +131,22 @@ def table(shapes: list[tuple[str, BenchShape]], scenarios: list[Scenario], paths
         for scenario in scenarios:
             p = problem(shape, scenario, valid_fraction)
             for path in paths:
-                est = estimate(path, p)
+                est = estimate(path, p, DEVICES[devices[0]])  # counts: the first device's route for "auto"
+                per_device = [estimate(path, p, DEVICES[d]) for d in devices]
                 ratios = [x_floor(path, p, DEVICES[d]) for d in devices]
                 target = None if path == "floor" else scenario.target_x_floor
                 time_ok = _time_verdicts(ratios, devices, target)
                 memory_ok = "-" if path == "floor" else _verdict(est.peak_extra_bytes, PEAK_EXTRA_TARGET_BYTES)
                 lines.append("| " + " | ".join([
-                    f"{label} N={shape.tokens} H={shape.head.hidden} V={shape.head.vocab}", scenario.name, path,
+                    f"{label} N={shape.tokens} H={shape.head.hidden} V={shape.head.vocab}", scenario.name,
+                    " / ".join(dict.fromkeys(e.path for e in per_device)) if path == "auto" else path,
                     str(est.gemms), f"{est.flops / 1e12:.1f}", f"{est.hbm_bytes / 1e9:.1f}",
                     f"{est.l2_bytes / 1e9:.1f}", f"{est.peak_extra_bytes / GIB:.2f}",
                     f"{est.fp32_weight_grad_bytes / GIB:.2f}",
-                    *(f"{est.seconds(DEVICES[d]) * 1e3:,.1f}" for d in devices),
+                    *(f"{e.seconds(DEVICES[d]) * 1e3:,.1f}" for e, d in zip(per_device, devices)),
                     *(f"{r:.2f}x" for r in ratios),
-                    *(f"{est.overlapped_seconds(DEVICES[d]) / estimate('floor', p).seconds(DEVICES[d]):.2f}x"
-                      for d in devices), time_ok, memory_ok]) + " |")
+                    *(f"{e.overlapped_seconds(DEVICES[d]) / estimate('floor', p).seconds(DEVICES[d]):.2f}x"
+                      for e, d in zip(per_device, devices)), time_ok, memory_ok]) + " |")
     return lines
 
 
@@ -165,7 +168,11 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
     if section not in SECTIONS:
         raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
     lines = ["**Roofline model (predicted, not measured)**", "",
-             "Predicted time = sum over phases of max(FLOPs / matmul rate, HBM bytes / achievable bandwidth). "
+             "Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 bytes / L2 "
+             "bandwidth) + kernel launches and host syncs; a GEMM's arithmetic is timed at its shape (whole 128 x "
+             "256 tiles in whole waves over the SMs, each tile's K fill, split-K when the tiles leave SMs idle). "
+             "auto: the route `backend=\"auto\"` takes on that device (grpo_kernels/routing.py), named per device "
+             "where they differ. "
              "x floor = predicted time / predicted bare GEMMs of the same scenario over every position "
              "(3 for a trained head, 2 frozen, 1 for log-probs); overlapped: if memory-bound phases ran beside "
              "compute-bound ones (max of total FLOP time and total byte time), a lower bound. Peak extra excludes "

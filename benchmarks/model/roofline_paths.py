@@ -1,4 +1,6 @@
-"""FLOPs, bytes and peak memory of each way to compute the GRPO loss, counted from its algorithm.
+"""FLOPs, bytes, launches and peak memory of the peers' paths (Liger, Cut Cross-Entropy, TRL) and the bare GEMMs,
+counted from their algorithms, beside this library's own paths, whose model lives in the library
+(grpo_kernels/cost_model/paths.py) because `backend="auto"` routes by it.
 
 One small function per path, so a change to a kernel's tile loop is a change to one function. c is the
 input dtype's byte size. Counts are per call of the benchmarked step (loss: forward + backward; logprobs:
@@ -12,33 +14,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable
 
-from .roofline_model import MIB, Estimate, Phase, Problem
+from grpo_kernels.cost_model import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
+from grpo_kernels.cost_model.paths import gemm
+from grpo_kernels.routing import modelled_route
 
-# Per-token vectors an objective or a statistics pass reads and writes (logp, entropy, lse, old, ref,
-# advantage, mask, weight in; term, g, kl, clip out): a few dozen bytes, negligible beside [N, V] traffic.
-PER_TOKEN_BYTES = 64
-
-
-def _gemm(name: str, m: int, n: int, k: int, c: int, out_bytes: int, count: int = 1) -> Phase:
-    """C[m, n] = A[m, k] B[k, n]: reads both operands once, writes C once (cuBLAS tiles re-read from L2)."""
-    return Phase(name, flops=2 * m * n * k, hbm_bytes=(m * k + k * n) * c + m * n * out_bytes, count=count)
-
-
-def _waves(rows: int, per_wave: int) -> list[tuple[int, int]]:
-    """(rows in the wave, how many such waves): full waves, then the remainder."""
-    full, rest = divmod(rows, per_wave)
-    return [(per_wave, full)] * (full > 0) + [(rest, 1)] * (rest > 0)
-
-
-def _padding_phases(p: Problem) -> list[Phase]:
-    """Padding-free paths gather the valid rows of hidden before the head and scatter dH back after."""
-    n, c = p.valid_tokens, p.itemsize
-    if n == p.tokens:
-        return []
-    phases = [Phase("gather valid rows", hbm_bytes=2 * n * p.hidden * c)]
-    if p.hidden_needs_grad:
-        phases.append(Phase("scatter dH (zeros at padding)", hbm_bytes=p.tokens * p.hidden * c + n * p.hidden * c))
-    return phases
+from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
 
 
 def floor(p: Problem) -> Estimate:
@@ -51,157 +31,6 @@ def floor(p: Problem) -> Estimate:
         phases.append(_gemm("dW = G^T h", V, H, N, c, c))
     return Estimate("floor", p, phases, gemms=len(phases), peak_extra_bytes=N * V * c, fp32_weight_grad_bytes=0,
                     assumptions=["no padding is dropped (the measured floor runs every position)"])
-
-
-def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
-    """The GEMM-rate path: waves of n_w rows through a reused float32 [n_w, V] logits workspace.
-
-    Later waves' GEMM3 adds into the float32 dW accumulator itself (kernels/accumulate_mm.py: the accumulator
-    read and written once per wave, no temporary). dw_through_temporary models the design it replaced: a float32
-    temporary from torch.mm(out_dtype=float32), then added into the accumulator.
-    """
-    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
-    n_w = min(N, max(1, p.workspace_bytes // (4 * V)))
-    waves = _waves(N, n_w)
-    n_waves = sum(count for _, count in waves)
-    grads = p.operation == "loss"
-    two_pass = grads and p.level == "sequence"
-    phases = _padding_phases(p)
-
-    def logits_and_stats(tag: str) -> list[Phase]:
-        out = []
-        for rows, count in waves:
-            out.append(_gemm(f"{tag}GEMM1 Z = h W^T (fp32 out)", rows, V, H, c, 4, count))
-            out.append(Phase(f"{tag}row statistics", hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, count=count))
-        return out
-
-    phases += logits_and_stats("pass 1: " if two_pass else "")
-    if grads:
-        phases.append(Phase("objective", hbm_bytes=N * PER_TOKEN_BYTES))
-        if two_pass:
-            phases += [ph for ph in logits_and_stats("pass 2: ") if "statistics" not in ph.name]
-        first = True
-        for rows, count in waves:
-            phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c), count=count))
-            if p.hidden_needs_grad:
-                phases.append(_gemm("GEMM2 dH = dZ W", rows, H, V, c, c, count))
-            if p.weight_grad:
-                later = count - 1 if first else count
-                if first:  # the first wave's GEMM3 writes the float32 accumulator directly
-                    phases.append(_gemm("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
-                if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
-                    gemm3 = _gemm("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
-                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
-                elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
-                    phases.append(_gemm("GEMM3 dW += dZ^T h (fp32 temporary)", V, H, rows, c, 4, later))
-                    phases.append(Phase("add temporary into dW accumulator", hbm_bytes=V * H * (4 + 8), count=later))
-            first = False
-        if p.weight_grad:
-            phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c)))
-            phases.append(Phase("backward: scale dW by the incoming gradient", hbm_bytes=2 * V * H * c))
-        if p.hidden_needs_grad:
-            phases.append(Phase("backward: scale dH by the incoming gradient", hbm_bytes=2 * N * H * c))
-    gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
-    temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
-    gathered = N * H * c if N < p.tokens else 0
-    return Estimate("gemm+dw-temporary" if dw_through_temporary else "gemm", p, phases, gemms=gemms,
-                    peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES,
-                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
-                    assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
-                                 "padding rows dropped before the head"])
-
-
-def triton(p: Problem, block_n: int = 64, block_v: int = 128, programs_in_flight: int | None = None,
-           l2_bytes: int = 50 * MIB) -> Estimate:
-    """Fused streaming kernels (linear_forward.py, linear_backward.py): no [N, V] tensor at all.
-
-    Programs in flight (one per SM by default) walk their loop in step, so a W tile (forward, dH) or an h tile
-    (dW) is fetched from HBM once per wave of programs and served from L2 to the others. The backward
-    accumulators round-trip once per tile: to HBM when the in-flight accumulators exceed L2, else to L2.
-    """
-    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
-    in_flight = programs_in_flight or 132
-    token_blocks, vocab_blocks = math.ceil(N / block_n), math.ceil(V / block_v)
-    token_waves, vocab_waves = math.ceil(token_blocks / in_flight), math.ceil(vocab_blocks / in_flight)
-    phases = _padding_phases(p)
-    phases.append(Phase("forward: stream W, online softmax (+ epilogue)", flops=2 * N * V * H,
-                        hbm_bytes=N * H * c + token_waves * V * H * c + N * PER_TOKEN_BYTES,
-                        l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c))
-    grads = p.operation == "loss"
-    if grads and p.hidden_needs_grad:
-        round_trip = token_blocks * vocab_blocks * block_n * H * 8
-        spills_l2 = min(in_flight, token_blocks) * block_n * H * 4 > l2_bytes
-        phases.append(Phase("backward dH kernel: recompute + dZ W", flops=4 * N * V * H,
-                            hbm_bytes=N * H * (4 + c + c) + token_waves * V * H * c + round_trip * spills_l2,
-                            l2_bytes=2 * token_blocks * V * H * c + vocab_blocks * N * H * c
-                            + round_trip * (not spills_l2)))
-    if grads and p.weight_grad:
-        round_trip = vocab_blocks * token_blocks * block_v * H * 8
-        spills_l2 = min(in_flight, vocab_blocks) * block_v * H * 4 > l2_bytes
-        phases.append(Phase("backward dW kernel: recompute + dZ^T h", flops=4 * N * V * H,
-                            hbm_bytes=V * H * (4 + c + c) + 2 * vocab_waves * N * H * c + round_trip * spills_l2,
-                            l2_bytes=2 * vocab_blocks * N * H * c + token_blocks * V * H * c
-                            + round_trip * (not spills_l2)))
-    gemms = 1 + 2 * (p.hidden_needs_grad + p.weight_grad) * grads
-    return Estimate("triton", p, phases, gemms=gemms,
-                    peak_extra_bytes=(N * H * 4 if grads and p.hidden_needs_grad else 0) + N * PER_TOKEN_BYTES,
-                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
-                    assumptions=[f"BLOCK_N {block_n}, BLOCK_V {block_v}, {in_flight} programs in flight",
-                                 "padding rows dropped; no dW kernel for a frozen head"])
-
-
-def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -> Estimate:
-    """torch_chunked.py on CUDA: [token_chunk, vocab_chunk] tiles, bf16 GEMM for logits, float32 GEMMs for dH, dW.
-
-    Each token chunk streams all of W again (W exceeds L2), and the backward casts each W chunk to float32.
-    Forward per logit: GEMM out c, cast c+4, max 4, sub+exp 16, sum 4, mul 12, sum 4 = 2c + 44 bytes.
-    Backward per logit: GEMM out c, cast c+4, sub 8, exp 8, scale by -g 8, two fp32 GEMM reads 8 = 2c + 36.
-    """
-    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
-    chunks = math.ceil(N / token_chunk)
-    grads = p.operation == "loss"
-    phases = _padding_phases(p)
-    phases.append(Phase("forward: logits tiles (bf16 GEMM)", flops=2 * N * V * H, hbm_bytes=chunks * V * H * c))
-    phases.append(Phase("forward: online softmax on tiles", hbm_bytes=N * V * (2 * c + 44)))
-    if grads:
-        phases.append(Phase("backward: recompute logits (bf16 GEMM)", flops=2 * N * V * H,
-                            hbm_bytes=chunks * V * H * c))
-        phases.append(Phase("backward: dZ tiles", hbm_bytes=N * V * (2 * c + 36)))
-        contractions = p.hidden_needs_grad + p.weight_grad
-        # per token chunk: W chunks cast to float32 (c + 4) and read by the GEMM (4); dW += temporary (4 + 4 + 8)
-        w_bytes = V * H * ((c + 8) * p.hidden_needs_grad + 16 * p.weight_grad)
-        phases.append(Phase("backward: dH, dW (float32 GEMMs)", flops=2 * contractions * N * V * H,
-                            hbm_bytes=chunks * w_bytes + N * H * (8 + c), fp32_matmul=True))
-    gemms = 1 + grads * (1 + p.hidden_needs_grad + p.weight_grad)
-    tiles = 2 * token_chunk * vocab_chunk * 4
-    return Estimate("torch", p, phases, gemms=gemms,
-                    peak_extra_bytes=tiles + vocab_chunk * H * 8 + N * H * 4 * grads + N * PER_TOKEN_BYTES,
-                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
-                    assumptions=["padding rows dropped; dW skipped for a frozen head",
-                                 "torch's default float32 matmul (no TF32) for dH, dW"])
-
-
-def reference(p: Problem) -> Estimate:
-    """reference.py: bf16 logits, float32 cast, log_softmax, exp, entropy; autograd backward.
-
-    Forward per logit: GEMM out c, cast c+4, divide by tau 8, log_softmax 12, exp 8, mul 12, sum 4 = 2c + 48.
-    Backward per logit: sum/mul/exp/log_softmax/divide/gather grads, 9 fp32 ops of 8-12 bytes (84), cast to c
-    (c, + the fp32 read counted there), and the two GEMMs read dZ (2c) = 3c + 84.
-    """
-    N, H, V, c = p.tokens, p.hidden, p.vocab, p.itemsize
-    grads = p.operation == "loss"
-    phases = [_gemm("logits (bf16)", N, V, H, c, c), Phase("fp32 log_softmax, entropy", hbm_bytes=N * V * (c + 48))]
-    if grads:
-        phases.append(Phase("autograd through the [N, V] ops", hbm_bytes=N * V * (c + 84)))
-        if p.hidden_needs_grad:
-            phases.append(_gemm("dH = dZ W", N, H, V, c, c))
-        if p.weight_grad:
-            phases.append(_gemm("dW = dZ^T h", V, H, N, c, c))
-    # alive at the peak: saved log_probs and probs, and the two gradients of their product (4 fp32 [N, V])
-    peak = N * V * (16 if grads else 8 + c)
-    return Estimate("reference", p, phases, gemms=1 + grads * (p.hidden_needs_grad + p.weight_grad),
-                    peak_extra_bytes=peak, fp32_weight_grad_bytes=0,
-                    assumptions=["every position, padding included"])
 
 
 def liger(p: Problem, seq_len: int = 1024, seq_chunk: int = 2048, vocab_chunk: int = 4096) -> Estimate:
@@ -303,9 +132,16 @@ def trl(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> Estima
                                  "dH, dW accumulated in float32 by 16-bit GEMMs with float32 output"])
 
 
+def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
+    """What `backend="auto"` runs on a device: the route the library's cost model picks (routing.py), within its
+    default memory budget."""
+    route, est = modelled_route(p, rates)
+    label = route.backend + (f" {route.workspace_bytes / MIB:.0f} MiB" if route.backend == "gemm" else "")
+    return replace(est, path=f"auto: {label}", assumptions=[f"{label}: {route.reason}", *est.assumptions])
+
+
 MODELS: dict[str, Callable[[Problem], Estimate]] = {
-    "floor": floor, "reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm,
-    "liger": liger, "cce": cce, "trl": trl,
+    "floor": floor, **LIBRARY_PATHS, "auto": auto, "liger": liger, "cce": cce, "trl": trl,
 }
 
 # Designs the code does not implement, for comparison (`python -m benchmarks.model.roofline --paths ...`).

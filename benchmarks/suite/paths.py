@@ -12,19 +12,21 @@ from typing import Callable
 import torch
 
 import grpo_kernels
-import grpo_kernels.api
 from grpo_kernels import GRPOLossConfig, grpo_objective
+from grpo_kernels.backends import backend_names, get_backend
 
 from .cases import LOSS_CASES, LossCase
 from .inputs import BenchInputs
 from .shapes import TRITON_INTERPRETER_MAX_MACS, BenchShape, macs
 
-# This package's backends as its API lists them (so a backend added there, e.g. "gemm", is benchmarked
-# without an edit here); reference is first: it is the baseline every ratio is taken against.
-_LISTED = ("reference", "torch", "triton")  # the report's row order
-OWN_BACKENDS = (*_LISTED, *(name for name in grpo_kernels.api.BACKENDS if name not in ("auto", *_LISTED)))
+# This package's backends as its registry lists them (so a backend added there is benchmarked without an edit
+# here), the baseline first: every ratio is taken against it.
+OWN_BACKENDS = backend_names(with_auto=False)
 # trl: TRL 1.16's GRPOTrainer loss step (its fused LM head and its own loss arithmetic, benchmarks/suite/trl_path.py).
 PATHS = (*OWN_BACKENDS, "liger", "cce", "trl")
+# backend="auto": the route the cost model picks per call (grpo_kernels/routing.py); the GPU command runs it, the
+# CPU suite does not (on a CPU it is the gemm path).
+ROUTED = ("auto",)
 
 Step = Callable[[], object]
 
@@ -54,13 +56,13 @@ def _require_cuda(device: torch.device, what: str) -> None:
 
 def check_available(path: str, operation: str, shape: BenchShape, device: torch.device) -> None:
     """Raise PathUnavailable when `path` cannot run `operation` at `shape` on `device`."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if path == "triton":
+    if path not in (*PATHS, *ROUTED):
+        raise ValueError(f"path must be one of {(*PATHS, *ROUTED)}, got {path!r}")
+    if path in OWN_BACKENDS and get_backend(path).triton_kernels:
         _require_package("triton", "triton")
         if device.type == "cpu" and macs(shape) > TRITON_INTERPRETER_MAX_MACS:
             raise PathUnavailable(
-                f"triton on CPU runs in the Triton interpreter; N*H*V = {macs(shape)} is above the "
+                f"{path} on CPU runs in the Triton interpreter; N*H*V = {macs(shape)} is above the "
                 f"{TRITON_INTERPRETER_MAX_MACS} it finishes in seconds")
     elif path == "liger":
         _require_package("liger_kernel", "liger-kernel")
@@ -145,7 +147,7 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
     weight = inputs.weight.detach() if case.frozen_head else inputs.weight
     leaves = (inputs.hidden,) if case.frozen_head else (inputs.hidden, weight)
     mask = case_mask(inputs, case)
-    if path in OWN_BACKENDS:
+    if path in OWN_BACKENDS or path in ROUTED:
         def step():
             out = grpo_kernels.fused_linear_grpo_loss(
                 inputs.hidden, weight, inputs.completion_ids, mask, inputs.advantages,
@@ -182,7 +184,7 @@ def make_loss_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
 
 def make_logprobs_step(path: str, inputs: BenchInputs) -> Step:
     """Forward-only per-token log-probs, as for old/ref log-probs: no autograd graph is built."""
-    if path in OWN_BACKENDS:
+    if path in OWN_BACKENDS or path in ROUTED:
         def step():
             with torch.no_grad():
                 return grpo_kernels.linear_logprobs(inputs.hidden, inputs.weight, inputs.completion_ids, backend=path)
@@ -204,7 +206,7 @@ def make_logits_step(path: str, inputs: BenchInputs, case: LossCase) -> Step:
 
     The logits tensor is built here, once per case, so it counts as an input, not as extra memory.
     """
-    if path in OWN_BACKENDS:
+    if path in OWN_BACKENDS or path in ROUTED:
         logits = inputs.logits()
 
         def step():

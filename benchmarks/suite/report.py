@@ -161,9 +161,10 @@ def header(run: Run) -> list[str]:
     versions = ", ".join(f"{name} {m[key]}" for key, name in
                          (("torch", "torch"), ("triton", "triton"), ("cuda", "CUDA"), ("liger_kernel", "liger-kernel"),
                           ("cut_cross_entropy", "cut-cross-entropy"), ("trl", "trl")) if m.get(key))
-    tests = m.get("gpu_tests")
-    tests_line = ["", f"GPU tests: `{tests['command']}`: {tests['summary']} (exit code {tests['exit_code']}, "
-                      f"{tests['seconds']} s)."] if tests else []
+    checks = m.get("gpu_checks") or ([m["gpu_tests"]] if m.get("gpu_tests") else [])  # the smoke, then the tests
+    tests_line = [line for check in checks for line in (
+        "", f"GPU check: `{check['command']}`: {check['summary']} (exit code {check['exit_code']}, "
+            f"{check['seconds']} s).")]
     return [
         f"Device: **{m.get('device', '?')}** ({m.get('device_type', '?')}, torch threads: {m.get('torch_threads', '?')}, "
         f"load average at the end of the run: {m.get('load_average_1_5_15m', '?')}); {versions}; Python {m.get('python', '?')}.",

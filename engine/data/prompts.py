@@ -1,4 +1,4 @@
-"""Prompt datasets (JSONL, Parquet, a `datasets` directory) and the resumable prompt sampler.
+"""Prompt datasets (JSONL, Parquet, a `datasets` directory, a Hub dataset id) and the resumable prompt sampler.
 
 Rows stay plain dicts: the `prompt` column is rendered to text (chat template for message lists) and every
 other column is handed to the reward functions, as TRL does.
@@ -13,17 +13,23 @@ from typing import Any, Optional
 
 from transformers import PreTrainedTokenizerBase
 
+from ..config import is_hub_id
+from ..hub import load_hub_dataset
+
 
 class DataError(ValueError):
     pass
 
 
-def load_rows(path: str) -> list[dict[str, Any]]:
-    """All rows of a .jsonl/.json file, a .parquet file, or a directory written by `datasets.save_to_disk`."""
-    source = Path(path)
-    if not source.exists():
+def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "train") -> list[dict[str, Any]]:
+    """All rows of a .jsonl/.json file, a .parquet file, a directory written by `datasets.save_to_disk`, or the
+    split `hub_split` (configuration `hub_config`) of a Hub dataset id ORG/NAME."""
+    source = Path(path).expanduser()
+    if not source.exists() and is_hub_id(path):
+        rows = load_hub_dataset(path, hub_config, hub_split)
+    elif not source.exists():
         raise DataError(f"dataset {path!r} does not exist")
-    if source.is_dir():
+    elif source.is_dir():
         rows = _load_datasets_dir(source)
     elif source.suffix in (".jsonl", ".json"):
         rows = _load_json(source)
@@ -84,12 +90,26 @@ def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
     return loaded.to_list()
 
 
-def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int]) -> list[dict[str, Any]]:
+def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hub_config: Optional[str] = None,
+                     hub_split: str = "train") -> list[dict[str, Any]]:
     """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized."""
-    rows = load_rows(path)
+    rows = load_rows(path, hub_config, hub_split)
     check_prompt_column(rows, column, path)
+    check_prompts_present(rows, column, path)
     check_prompt_lengths(rows, column, path, max_prompt_chars)
     return rows
+
+
+def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) -> None:
+    """Each prompt is text or chat messages with some content: an empty one gives the model nothing to continue
+    (`generate` fails on it deep inside, after the model loaded)."""
+    for i, row in enumerate(rows):
+        prompt = row[column]
+        if not isinstance(prompt, (str, list)):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
+                            f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
+        if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
 
 
 def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:

@@ -11,7 +11,7 @@ import copy
 import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ from grpo_kernels.integrations.lm_head import logit_transform
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from ..config import LoraConfig, ModelConfig
+from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
 from .tensor_parallel import is_tensor_parallel
 
 
@@ -99,6 +100,16 @@ def hf_progress_bars_off() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+@contextmanager
+def hf_warnings_off() -> Iterator[None]:
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_parallel: int = 1,
                    keep_on_cpu: bool = False) -> PreTrainedModel:
     """A local HF causal-LM directory, in the configured dtype and attention implementation for `device`;
@@ -115,12 +126,21 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
                                  f"config of {path!r} has none (base_model_tp_plan): use model.tensor_parallel 1")
         sharding = dict(distributed_config=DistributedConfig(tp_plan="auto", tp_size=tensor_parallel))
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=resolve_dtype(config.dtype, device),
-            attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
+        with hf_warnings_off():  # its table of missing / unexpected weights: check_loaded_weights says it in a line
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path, dtype=resolve_dtype(config.dtype, device), output_loading_info=True,
+                attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"could not load the model at {path!r}: {exc}") from exc
+    check_loaded_weights(path, info)
     return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
+
+
+def name_after_hub_id(model: PreTrainedModel, hub_id: str) -> None:
+    """Records the Hub id a model was loaded by (from its cache directory) as its name: peft writes that name into
+    a LoRA checkpoint's adapter_config.json as the base to load, which then works on any machine."""
+    model.config._name_or_path = hub_id
+    model.name_or_path = hub_id
 
 
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
@@ -160,8 +180,15 @@ def with_lm_head(model: nn.Module, hidden: torch.Tensor,
     head = lm.get_output_embeddings()
     if is_vocab_parallel_head(head, tensor_parallel_model=is_tensor_parallel(lm)):
         return fn(hidden, head.weight, dict(bias=head.bias, logit_transform=transform))
-    return call_with_full_head(lambda h, weight, bias: fn(h, weight, dict(bias=bias, logit_transform=transform)),
-                               hidden, head)
+    # The padding rows past the tokenizer (limits.py) are never sampled, so never scored: the first rows only.
+    rows = getattr(lm, SCORED_VOCAB_ATTR, None)
+
+    def scored(h: torch.Tensor, weight: torch.Tensor, bias: Any) -> Any:
+        if rows is not None:
+            weight, bias = weight[:rows], None if bias is None else bias[:rows]
+        return fn(h, weight, dict(bias=bias, logit_transform=transform))
+
+    return call_with_full_head(scored, hidden, head)
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -190,10 +217,14 @@ class HiddenStatePolicy(nn.Module):
             kwargs["synced_gpus"] = True
         return self.lm.generate(**kwargs)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """A padded batch (`attention_mask`), or packed sequences: no mask and `position_ids` restarting at 0 for
+        each sequence, from which transformers confines attention to each (engine.steps.packing)."""
         decoder = base_causal_lm(self.lm).get_decoder()
-        out = decoder(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask)
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         return out.last_hidden_state
 
 

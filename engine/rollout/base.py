@@ -1,12 +1,33 @@
-"""What every rollout backend returns: G completions per prompt as token ids and masks (`RolloutBatch`), with
-the sampler's own log-probs and kept-token sets when it records them."""
+"""The rollout backends' one interface: prompts in; completion ids, the sampler's log-probs and kept sets out.
+
+A backend (hf.py: Hugging Face `generate` on the policy itself; vllm.py: a colocated vLLM engine) turns rendered
+prompts into a `RolloutBatch`. The pieces every backend shares live here: how prompts are tokenized (left-padded,
+left-truncated, no special tokens added) and how raw completion ids become the batch's masks, so the trainer sees
+the same tensors whichever backend sampled.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from ..config import RolloutConfig
+
+
+class RolloutBackend(Protocol):
+    """What the trainer and the evaluation ask of a sampler."""
+
+    def generate(self, prompts: list[str], greedy: bool = False, record_kept: bool = False) -> "RolloutBatch":
+        """One completion per prompt (the caller repeats each prompt G times). Sampling fills `sampler_logps`;
+        `record_kept` also fills `kept_token_ids` (the ids top-k / top-p kept at each position)."""
+        ...
+
+    def sync_weights(self) -> None:
+        """Called after every optimizer step: the next `generate` samples from the updated policy."""
+        ...
 
 
 @dataclass
@@ -52,3 +73,37 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> tu
     first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, length, dtype=torch.long))
     positions = torch.arange(length, device=completion_ids.device)[None, :]
     return (positions <= first_eos[:, None]).long(), ~has_eos
+
+
+def eos_ids(tokenizer: PreTrainedTokenizerBase, generation_config: GenerationConfig) -> list[int]:
+    ids = generation_config.eos_token_id if generation_config.eos_token_id is not None else tokenizer.eos_token_id
+    return list(ids) if isinstance(ids, (list, tuple)) else [ids]
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str], max_prompt_length: Optional[int],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [N, P] left-padded, mask [N, P]); over-long prompts keep their last max_prompt_length tokens."""
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
+                        truncation=max_prompt_length is not None, max_length=max_prompt_length,
+                        add_special_tokens=False)
+    return encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+
+
+def finish_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str], prompt_ids: torch.Tensor,
+                 prompt_mask: torch.Tensor, completion_ids: torch.Tensor, eos: list[int], config: RolloutConfig,
+                 sampler_logps: Optional[torch.Tensor], kept: Optional[torch.Tensor]) -> RolloutBatch:
+    """A RolloutBatch from raw completion ids [N, T]: everything past the first EOS becomes padding (and gets no
+    sampler log-prob or kept set), the loss mask follows mask_truncated_completions, the text is decoded."""
+    attention, truncated = mask_after_eos(completion_ids, eos)
+    padding = torch.full_like(completion_ids, tokenizer.pad_token_id)
+    completion_ids = torch.where(attention.bool(), completion_ids, padding)
+    loss_mask = attention.clone()
+    if config.mask_truncated_completions:
+        loss_mask[truncated] = 0
+    texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    if sampler_logps is not None:
+        sampler_logps = sampler_logps * attention
+    if kept is not None:
+        kept = torch.where(attention[..., None].bool(), kept, torch.full_like(kept, -1))
+    return RolloutBatch(list(prompts), texts, prompt_ids, prompt_mask, completion_ids, attention, loss_mask, truncated,
+                        sampler_logps, kept)

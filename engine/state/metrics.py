@@ -71,12 +71,33 @@ def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
             for name, value in metrics.items()}
 
 
+def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """(row, its line) of each line of a JSONL file. A last line cut off mid-write (what a kill during a write
+    leaves) is left out with a warning; an unreadable line anywhere else is an error naming it."""
+    lines = [(number, line) for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+             if line.strip()]
+    rows = []
+    for index, (number, line) in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict):
+            rows.append((row, line))
+        elif index == len(lines) - 1:
+            print(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out",
+                  file=sys.stderr)
+        else:
+            raise ValueError(f"{path}: line {number} is not a JSON object: {line[:80]!r}")
+    return rows
+
+
 def truncate_after(path: Path, last_step: int) -> None:
-    """Keep only the lines of steps <= last_step (a resumed run rewrites what came after)."""
+    """Keep only the lines of steps <= last_step (a resumed run rewrites what came after; the checkpoint it
+    resumes from says where the run is)."""
     if not path.is_file():
         return
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in lines if json.loads(line).get("step", 0) <= last_step]
+    kept = [line for row, line in jsonl_rows(path) if row.get("step", 0) <= last_step]
     path.write_text("".join(line + "\n" for line in kept))
 
 
@@ -141,4 +162,4 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {str(run_dir)!r} a run directory?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row for row, _ in jsonl_rows(path)]

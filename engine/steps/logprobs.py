@@ -16,6 +16,7 @@ from grpo_kernels import linear_logprobs
 
 from ..model.loading import HiddenStatePolicy, is_peft_model, with_lm_head
 from ..rollout.base import RolloutBatch
+from .packing import Packing, make_packs, pack_hidden_states
 
 
 def completion_hidden_states(policy: nn.Module, batch: RolloutBatch) -> torch.Tensor:
@@ -27,20 +28,24 @@ def completion_hidden_states(policy: nn.Module, batch: RolloutBatch) -> torch.Te
 
 @torch.no_grad()
 def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperature: float, micro_batch_size: int,
-                      backend: str, disable_adapters: bool = False) -> torch.Tensor:
+                      backend: str, disable_adapters: bool = False, packing: Optional[Packing] = None
+                      ) -> torch.Tensor:
     """[N, T] float32 log-probs of the completion tokens (0 on padding), micro-batch by micro-batch, without logits;
     over the sampler's kept-token sets when the batch carries them (the reference too: its KL to the policy
     then compares the two distributions on the support the tokens were drawn from).
 
     With `disable_adapters` a peft policy scores as its base model: the KL reference of a LoRA run, at no
-    extra memory.
+    extra memory. With `packing` the micro-batches are packs of whole sequences (engine.steps.packing), as in
+    the padding-free update.
     """
     lm = policy.lm
     if disable_adapters and not is_peft_model(lm):
         raise ValueError("disable_adapters needs a peft (LoRA) policy")
     context = lm.disable_adapter() if disable_adapters else nullcontext()
-    chunks = []
     with context:
+        if packing is not None:
+            return _packed_logprobs(policy, batch, temperature, micro_batch_size, backend, packing)
+        chunks = []
         for start in range(0, len(batch.prompts), micro_batch_size):
             part = batch.select(slice(start, start + micro_batch_size))
             hidden = completion_hidden_states(policy, part)
@@ -50,9 +55,22 @@ def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperatur
     return torch.cat(chunks, dim=0)
 
 
+def _packed_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperature: float, micro_batch_size: int,
+                     backend: str, packing: Packing) -> torch.Tensor:
+    logps = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
+    for pack in make_packs(batch, packing, micro_batch_size):
+        hidden = pack_hidden_states(policy, pack)
+        pack.scatter(with_lm_head(policy.lm, hidden, lambda h, weight, head: linear_logprobs(
+            h, weight, pack.completion_ids, **head, temperature=temperature, backend=backend,
+            mask=pack.completion_mask, kept_token_ids=pack.kept_token_ids)), logps)
+    return logps
+
+
 def reference_logprobs(policy: HiddenStatePolicy, reference: Optional[HiddenStatePolicy], batch: RolloutBatch,
-                       temperature: float, micro_batch_size: int, backend: str) -> torch.Tensor:
+                       temperature: float, micro_batch_size: int, backend: str,
+                       packing: Optional[Packing] = None) -> torch.Tensor:
     """The KL reference: the frozen copy when there is one, else the LoRA policy with adapters off."""
     if reference is not None:
-        return sequence_logprobs(reference, batch, temperature, micro_batch_size, backend)
-    return sequence_logprobs(policy, batch, temperature, micro_batch_size, backend, disable_adapters=True)
+        return sequence_logprobs(reference, batch, temperature, micro_batch_size, backend, packing=packing)
+    return sequence_logprobs(policy, batch, temperature, micro_batch_size, backend, disable_adapters=True,
+                             packing=packing)

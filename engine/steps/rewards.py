@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..config import RewardsConfig
+from .reward_timeout import RewardTimeout, time_limit
 
 RewardFunction = Callable[..., list]
 
@@ -202,6 +203,7 @@ class NamedReward:
     name: str
     fn: RewardFunction
     weight: float
+    timeout: Optional[float] = None  # seconds one call may take (rewards.timeout_seconds); None: no limit
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -255,7 +257,7 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
 def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[NamedReward]:
     weights = config.weights or [1.0] * len(config.functions)
     return [NamedReward(spec.rpartition(":")[2] if ":" in spec else spec,
-                        resolve_function(spec, config, max_new_tokens), float(w))
+                        resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
             for spec, w in zip(config.functions, weights)]
 
 
@@ -285,7 +287,15 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
     table = torch.full((n, len(rewards)), math.nan, dtype=torch.float32)
     for j, reward in enumerate(rewards):
         try:
-            values = reward.fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+            with time_limit(reward.timeout):
+                values = reward.fn(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                   **columns)
+        except RewardTimeout:
+            raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
+                                      f"(rewards.timeout_seconds; null for no limit)") from None
+        except SystemExit as exc:
+            raise RewardFunctionError(f"reward function {reward.name!r} called sys.exit({exc.code!r}): a reward "
+                                      f"function returns its scores; it may not end the run") from None
         except Exception as exc:
             error = RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}")
             # The user's bug is inside the function: keep its frames, without this caller's.

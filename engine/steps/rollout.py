@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..rollout.base import RolloutBatch
-from ..rollout.hf import generate_completions
 from ..run_setup import Run
 
 
@@ -16,7 +15,5 @@ def rollout(run: Run) -> tuple[list[dict[str, Any]], RolloutBatch]:
     repeated = [i for i in indices for _ in range(cfg.rollout.num_generations)]
     n_local = cfg.generation_batch_size()
     local = repeated[acc.process_index * n_local: (acc.process_index + 1) * n_local]
-    batch = generate_completions(run.generation_model, run.tokenizer, [run.prompts[i] for i in local], cfg.rollout,
-                                 cfg.data.max_prompt_length, run.device,
-                                 record_kept=cfg.rollout.replays_kept_tokens())
+    batch = run.rollout_backend.generate([run.prompts[i] for i in local], record_kept=cfg.rollout.replays_kept_tokens())
     return [run.rows[i] for i in local], batch

@@ -1,10 +1,14 @@
-"""The policy update: num_iterations optimizer steps, each over gradient_accumulation_steps micro-batches.
+"""The policy update: num_iterations optimizer steps, each over the micro-batches of the process's batch.
 
-Loss scaling (as TRL's `_compute_loss`): the per-micro-batch means (grpo, bnpo, dr_grpo, sapo, luspo) are
-divided by the accumulation steps; dapo / cispo / vespo are already divided by the token count of the whole
-generation batch over the processes (`num_items_in_batch`), so they are not. Either way the gradient of a
-global batch does not depend on how it is split into processes and micro-batches (DDP averages gradients
-over processes).
+Micro-batches are padded (per_device_train_batch_size completions, `optim.padding_free: false`) or packs of
+whole sequences up to a token budget (engine.steps.packing). Either way each loss type is normalised over the
+process's whole generation batch, so the gradient of a global batch does not depend on how it is split into
+processes and micro-batches, nor on how it is packed (DDP averages gradients over processes): each micro-batch's
+loss, normalised by the kernels over the micro-batch, is scaled by its share of the batch's normaliser
+(`loss_scale`). For equal micro-batches that is TRL's division by the accumulation steps (grpo, dr_grpo, sapo,
+luspo); dapo / cispo / vespo are already divided by the token count of the whole generation batch over the
+processes (`num_items_in_batch`), as in TRL; bnpo is divided by the completion tokens of the process's batch,
+where TRL divides by the micro-batch's (the same when micro-batches hold equal token counts).
 """
 
 from __future__ import annotations
@@ -12,20 +16,21 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from accelerate import Accelerator
 from torch import nn
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
-from grpo_kernels.config import PPO_CLIP_LOSS_TYPES
+from grpo_kernels.losses import GENERATION_TOKENS, TOKENS, TRUST_REGION, Aggregation, get_loss_type
+from grpo_kernels.objective import ratio_clip_flags
 
 from ..model.loading import with_lm_head
 from ..rollout.base import RolloutBatch
 from .logprobs import completion_hidden_states
+from .packing import Pack, Packing, make_packs, pack_hidden_states
 
-GLOBAL_TOKEN_NORMALISED = ("dapo", "cispo", "vespo")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -59,22 +64,54 @@ def micro_batch_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateI
         kept_token_ids=part.kept_token_ids))
 
 
+def pack_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateInputs, pack: Pack,
+              loss_config: GRPOLossConfig, backend: str):
+    """The fused loss on the pack's completion rows (its packed form); `logps` comes back [N]."""
+    hidden = pack_hidden_states(policy, pack)
+    return with_lm_head(unwrapped_lm, hidden, lambda h, weight, head: fused_linear_grpo_loss(
+        h, weight, pack.completion_ids, pack.completion_mask, inputs.advantages[pack.rows], **head,
+        old_logps=pack.rows_of(inputs.old_logps), ref_logps=pack.rows_of(inputs.ref_logps),
+        num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend,
+        cu_seqlens=pack.cu_seqlens, kept_token_ids=pack.kept_token_ids))
+
+
+MicroBatch = Union[slice, Pack]  # padded rows of the batch, or a pack of whole sequences
+
+
+def micro_batches(batch: RolloutBatch, micro_batch_size: int, packing: Optional[Packing]) -> list[MicroBatch]:
+    if packing is None:
+        return [slice(start, start + micro_batch_size) for start in range(0, len(batch.prompts), micro_batch_size)]
+    return make_packs(batch, packing, micro_batch_size)
+
+
+def loss_scale(aggregation: Aggregation, sequences: int, tokens: float, all_sequences: int, all_tokens: float
+               ) -> float:
+    """The factor that turns a micro-batch's loss, normalised over the micro-batch, into its part of the loss
+    normalised over the process's batch (see the module's docstring), by what the loss type's aggregation is a
+    mean over (losses.Aggregation.mean_over)."""
+    if aggregation.mean_over == GENERATION_TOKENS:  # already over the whole generation batch's tokens
+        return 1.0
+    if aggregation.mean_over == TOKENS:  # the kernels divide by max(1, tokens)
+        return max(tokens, 1.0) / max(all_tokens, 1.0)
+    return sequences / all_sequences  # a mean over sequences
+
+
+def metric_weight(name: str, config: GRPOLossConfig, sequences: int, tokens: float) -> float:
+    """What a micro-batch's metric is a mean over: its sequences for sequence-level ratios' clip fractions, else its
+    completion tokens. Weighted so, the micro-batches' metrics average to the batch's, however it is split."""
+    if name.startswith("clip_ratio/") and config.importance_sampling_level == "sequence":
+        return float(sequences)
+    return tokens
+
+
 def sequence_clip_extremes(accelerator: Accelerator, logps: torch.Tensor, inputs: UpdateInputs, rows: slice,
                            config: GRPOLossConfig) -> dict[str, float]:
     """TRL's clip_ratio/low_min and high_max: per completion, the fraction of its tokens whose ratio was clipped
     low (high); the smallest low and largest high fraction over the micro-batch of every process. Empty
     completions give NaN and are skipped; a micro-batch with none left gives NaN (logged as null)."""
     mask = inputs.batch.completion_mask[rows].float()
-    old = logps if inputs.old_logps is None else inputs.old_logps[rows]
-    log_ratio = torch.where(mask > 0, logps - old, torch.zeros_like(logps))
-    if config.importance_sampling_level == "sequence":
-        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
-    ratio = torch.exp(log_ratio)
-    if config.delta is not None:  # TRL measures clipping after its delta cap
-        ratio = ratio.clamp(max=config.delta)
-    advantages = inputs.advantages[rows][:, None]
-    low = ((ratio < 1 - config.epsilon) & (advantages < 0)).float().expand_as(mask)
-    high = ((ratio > 1 + config.epsilon_high_value) & (advantages > 0)).float().expand_as(mask)
+    low, high = (flags.expand_as(mask) for flags in ratio_clip_flags(
+        logps, mask, inputs.advantages[rows], config, None if inputs.old_logps is None else inputs.old_logps[rows]))
     per_sequence = torch.stack([(low * mask).sum(-1), (high * mask).sum(-1)]) / mask.sum(-1)
     low_all, high_all = accelerator.gather(per_sequence.T.contiguous()).T
     low_all, high_all = low_all[~low_all.isnan()], high_all[~high_all.isnan()]
@@ -85,50 +122,80 @@ def sequence_clip_extremes(accelerator: Accelerator, logps: torch.Tensor, inputs
 def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.Module,
                   optimizer: torch.optim.Optimizer, scheduler, inputs: UpdateInputs, loss_config: GRPOLossConfig,
                   micro_batch_size: int, num_iterations: int, max_grad_norm: float, backend: str,
-                  step: int) -> dict[str, float]:
-    """Runs the optimizer steps of one generation round; returns the round's loss metrics (this process)."""
-    n_local = len(inputs.batch.prompts)
-    starts = list(range(0, n_local, micro_batch_size))
-    scale = 1.0 if loss_config.loss_type in GLOBAL_TOKEN_NORMALISED else 1.0 / len(starts)
-    metric_values: dict[str, list[float]] = {}
+                  step: int, packing: Optional[Packing] = None) -> dict[str, float]:
+    """Runs the optimizer steps of one generation round; returns the round's loss metrics (the token-weighted ones
+    over every process's batch, the loss, grad norm and sampler ratios this process's).
+
+    `packing` None: padded micro-batches of `micro_batch_size` completions; else packs (engine.steps.packing).
+    TRL's clip extremes are taken over groups of `micro_batch_size` completions either way."""
+    batch = inputs.batch
+    parts = micro_batches(batch, micro_batch_size, packing)
+    all_sequences, all_tokens = len(batch.prompts), float(batch.completion_mask.sum())
+    loss_type = get_loss_type(loss_config.loss_type)
+    weighted: dict[str, list[float]] = {}  # name: [sum of weight * value, sum of weight]
+    extremes: dict[str, list[float]] = {}
     step_losses, grad_norms = [], []
     mismatch = SamplerMismatch()
     for iteration in range(num_iterations):
         step_loss = 0.0
-        for i, start in enumerate(starts):
-            last = i == len(starts) - 1
+        logps = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            packed = isinstance(part, Pack)
+            mask = part.completion_mask if packed else batch.completion_mask[part]
+            sequences, tokens = (len(part.rows) if packed else mask.shape[0]), float(mask.sum())
             # Gradients are all-reduced once, after the last micro-batch of the optimizer step.
             with nullcontext() if last else accelerator.no_sync(policy):
-                out = micro_batch_loss(policy, unwrapped_lm, inputs, slice(start, start + micro_batch_size),
-                                       loss_config, backend)
-                loss = out.loss * scale
+                out = (pack_loss if packed else micro_batch_loss)(policy, unwrapped_lm, inputs, part, loss_config,
+                                                                   backend)
+                loss = out.loss * loss_scale(loss_type.aggregation, sequences, tokens, all_sequences, all_tokens)
                 if not torch.isfinite(loss.detach()):
                     raise NonFiniteLossError(
                         f"the loss is {loss.item()} at step {step} (micro-batch {i}); stopping before the "
                         f"optimizer step so the last checkpoint stays valid. Lower optim.learning_rate or check "
                         f"the rewards and the model's dtype")
                 accelerator.backward(loss)
-            if iteration == 0:  # before the first optimizer step the policy is the one that sampled
-                mismatch.add(out.logps, inputs.batch.select(slice(start, start + micro_batch_size)))
+            if packed:
+                part.scatter(out.logps, logps)
+            else:
+                logps[part] = out.logps
             step_loss += loss.item()  # the scaled micro-batch losses add up to the optimizer step's loss
-            values = {name: value.item() for name, value in out.metrics.items()}
-            if loss_config.loss_type in PPO_CLIP_LOSS_TYPES:
-                values.update(sequence_clip_extremes(accelerator, out.logps, inputs,
-                                                     slice(start, start + micro_batch_size), loss_config))
-            for name, value in values.items():
-                metric_values.setdefault(name, []).append(value)
+            for name, value in out.metrics.items():
+                weight = metric_weight(name, loss_config, sequences, tokens)
+                total = weighted.setdefault(name, [0.0, 0.0])
+                total[0] += weight * value.item()
+                total[1] += weight
+        if iteration == 0:  # before the first optimizer step the policy is the one that sampled
+            mismatch.add(logps, batch)
+        if loss_type.clip == TRUST_REGION:
+            for start in range(0, all_sequences, micro_batch_size):
+                rows = slice(start, start + micro_batch_size)
+                for name, value in sequence_clip_extremes(accelerator, logps[rows], inputs, rows,
+                                                          loss_config).items():
+                    extremes.setdefault(name, []).append(value)
         grad_norm = accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm if max_grad_norm > 0 else math.inf)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step_losses.append(step_loss)
         grad_norms.append(float(grad_norm))
-    # Averaged over micro-batches as TRL averages its logged values, NaN (nothing to measure) skipped.
-    metrics = {name: _nan_mean(values) for name, values in metric_values.items()}
+    # The metrics of the global batch's tokens (or sequences), whatever the micro-batches and processes; the
+    # extremes averaged over groups of micro_batch_size completions, as TRL averages its logged values, NaN
+    # (nothing to measure) skipped.
+    metrics = global_weighted_means(accelerator, weighted)
+    metrics.update({name: _nan_mean(values) for name, values in extremes.items()})
     metrics.update(mismatch.metrics())
     metrics["loss"] = sum(step_losses) / num_iterations
     metrics["grad_norm"] = sum(grad_norms) / num_iterations
     return metrics
+
+
+def global_weighted_means(accelerator: Accelerator, weighted: dict[str, list[float]]) -> dict[str, float]:
+    """{name: sum of weight * value / sum of weight} over every process's micro-batches (the same on each)."""
+    names = sorted(weighted)  # the same order on every process
+    sums = torch.tensor([weighted[n] for n in names], dtype=torch.float64, device=accelerator.device).reshape(-1, 2)
+    sums = accelerator.reduce(sums, reduction="sum")
+    return {name: total / weight if weight > 0 else math.nan for name, (total, weight) in zip(names, sums.tolist())}
 
 
 class SamplerMismatch:

@@ -1,1 +1,1 @@
-"""Commands beside training: the step benchmark, the demo's seed check, parallel memory, evaluation."""
+"""Commands beside training: the step benchmark, the demo's seed check, parallel memory, evaluation, the packing benchmark."""

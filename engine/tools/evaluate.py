@@ -6,18 +6,20 @@ A completion counts as solved when the first reward function gives it a positive
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
-from ..config import EngineConfig, RolloutConfig
+from ..config import EngineConfig, is_hub_id
 from ..data.demo_task import addition_problems
 from ..data.prompts import load_prompt_rows, render_prompt, reward_columns
+from ..hub import resolve_model
+from ..model.limits import check_prompts_fit, check_tokenizer_fits
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
-from ..rollout.hf import generate_completions
+from ..rollout import HFRollout, RolloutBackend
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 
 
@@ -28,11 +30,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]],
-                     prompts: list[str], rewards: list[NamedReward], rollout: RolloutConfig,
-                     max_prompt_length: int | None, device: torch.device, num_samples: int = 1,
-                     greedy: bool = True, batch_size: int = 64, prompt_column: str = "prompt") -> dict[str, float]:
-    """Generates `num_samples` completions per prompt (one when greedy) and aggregates the rewards."""
+def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompts: list[str],
+                     rewards: list[NamedReward], num_samples: int = 1, greedy: bool = True, batch_size: int = 64,
+                     prompt_column: str = "prompt") -> dict[str, float]:
+    """Generates `num_samples` completions per prompt (one when greedy) with the rollout backend and aggregates
+    the rewards."""
     if greedy and num_samples != 1:
         raise ValueError("greedy decoding gives one distinct completion per prompt: use num_samples=1 or sampling")
     per_prompt = max(1, batch_size // num_samples)
@@ -41,7 +43,7 @@ def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, ro
     for start in range(0, len(rows), per_prompt):
         chunk_rows = rows[start: start + per_prompt]
         repeated = [p for p in prompts[start: start + per_prompt] for _ in range(num_samples)]
-        batch = generate_completions(lm, tokenizer, repeated, rollout, max_prompt_length, device, greedy=greedy)
+        batch = backend.generate(repeated, greedy=greedy)
         columns = {k: [v for v in values for _ in range(num_samples)]
                    for k, values in reward_columns(chunk_rows, prompt_column).items()}
         table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists())
@@ -64,17 +66,39 @@ def evaluate_prompts(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, ro
 
 
 def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    """A model directory, or a LoRA adapter directory (its base is read from adapter_config.json)."""
+    """A model directory or Hub id, or a LoRA adapter directory (its base, a directory or a Hub id, is read from
+    adapter_config.json)."""
+    path = resolve_model(path, config.model.revision)
     check_model_dir(path)
     if (Path(path) / "adapter_config.json").is_file():
+        adapters = adapter_config(path)
         try:
-            from peft import AutoPeftModelForCausalLM
+            from peft import PeftModel
         except ImportError as exc:
             raise ModelLoadError(f"{path!r} holds LoRA adapters; loading them needs peft: pip install peft") from exc
-        lm = AutoPeftModelForCausalLM.from_pretrained(path).to(device)
+        base_dir = resolve_model(adapters["base_model_name_or_path"], adapters.get("revision"),
+                                 key=f"the LoRA base model of {path!r}")
+        lm = PeftModel.from_pretrained(load_causal_lm(base_dir, config.model, device), path).to(device)
     else:
         lm = load_causal_lm(path, config.model, device)
-    return lm.eval(), load_tokenizer(path)
+    tokenizer = load_tokenizer(path)
+    check_tokenizer_fits(tokenizer, lm, path)
+    return lm.eval(), tokenizer
+
+
+def adapter_config(path: str) -> dict[str, Any]:
+    """A LoRA directory's adapter_config.json, which names its base model: a local directory or a Hub id (resolved,
+    and refused in one line, as --model is); a local base that is gone is said here."""
+    try:
+        adapters = json.loads((Path(path) / "adapter_config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path!r}: adapter_config.json cannot be read ({exc})") from None
+    base = adapters.get("base_model_name_or_path")
+    if not base or not (Path(base).expanduser().is_dir() or is_hub_id(base)):
+        raise ModelLoadError(f"the LoRA adapters in {path!r} were trained on the base model {base!r}, which is not a "
+                             f"local directory (moved or deleted?) nor a Hub id: put it back, or evaluate a merged "
+                             f"model")
+    return adapters
 
 
 def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,
@@ -87,11 +111,13 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     if d.path is None:
         _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
     else:
-        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars)
+        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
         check_reward_columns(rewards, rows, d.path)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
     prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
-    return evaluate_prompts(lm, tokenizer, rows, prompts, rewards, config.rollout, config.data.max_prompt_length,
-                            device, num_samples=num_samples, greedy=greedy, batch_size=batch_size,
-                            prompt_column=config.data.prompt_column)
+    check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens,
+                      f"dataset {d.path!r}" if d.path else "the built-in task")
+    backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
+    return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
+                            batch_size=batch_size, prompt_column=config.data.prompt_column)

@@ -53,8 +53,8 @@ def test_exits_with_a_clear_message_without_a_gpu(monkeypatch, capsys, tmp_path)
     assert not (tmp_path / "run").exists()
 
 
-def test_case_list_puts_s1_token_level_and_its_floor_first():
-    paths = tuple(dict.fromkeys((*PATHS, "gemm")))  # gemm is in PATHS once the API has it
+def test_case_list_puts_the_headline_first():
+    paths = gpu_plan.GPU_PATHS
     cases = gpu_plan.case_list(paths)
     ids = [case.id for case in cases]
     assert len(set(ids)) == len(cases)
@@ -67,16 +67,63 @@ def test_case_list_puts_s1_token_level_and_its_floor_first():
     for shape in SHAPE_SETS["gpu"]:
         assert f"{shape.id}-loss---floor" in ids and f"{shape.id}-loss-dapo_kl-gemm" in ids
     s1 = TARGET_SHAPES["S1"].id
-    head = ids[:len(paths) + 1]
-    assert head[0] == f"{s1}-loss---floor" and head[1] == f"{s1}-loss-dapo_kl-gemm"
-    assert head[2] == f"{s1}-loss-dapo_kl-reference"
-    assert sorted(head[1:]) == sorted(f"{s1}-loss-dapo_kl-{path}" for path in paths)
+    # the headline: S1's token-level loss, then S1's no-grad log-probs, each floor first, then auto, gemm, the peers
+    headline = [f"{s1}-{operation}-{case}-{path}" for operation in ("loss", "logprobs")
+                for case, path in [("-", "floor"), *(("dapo_kl", p) for p in ("auto", "gemm", "liger", "cce", "trl"))]]
+    assert ids[:len(headline)] == headline
+    assert [gpu_plan.is_headline(case) for case in cases] == [True] * len(headline) + [False] * (len(ids) - 12)
+    assert f"{s1}-loss-dapo_kl-reference" == ids[len(headline)]  # S1's rest follows on the same inputs
     # one shape after another: each shape's inputs are built once
     shapes = [case.shape for case in cases]
     assert all(shapes.index(s) == i or shapes[i - 1] == s for i, s in enumerate(shapes))
     # the peers before this package's other backends; any new path of PATHS after them
-    assert gpu_plan.by_priority(("reference", "torch", "triton", "gemm", "liger", "cce", "trl", "new")) == \
-        ["gemm", "reference", "liger", "cce", "trl", "torch", "triton", "new"]
+    assert gpu_plan.by_priority(("reference", "torch", "triton", "gemm", "liger", "cce", "trl", "new", "auto")) == \
+        ["auto", "gemm", "reference", "liger", "cce", "trl", "torch", "triton", "new"]
+
+
+def test_the_plan_has_the_smoke_then_the_headline_then_the_tests_and_says_when_the_headline_is_done(capsys):
+    plan = gpu_plan.make_plan(gpu_plan.GPU_PATHS, 80 * GIB)
+    parts = gpu_plan.schedule(plan)
+    steps = [step for part in parts for step in part.steps]
+    assert steps[0] == "smoke"
+    first_rest = next(i for i, step in enumerate(steps) if isinstance(step, gpu_plan.GpuCase)
+                      and not gpu_plan.is_headline(step))
+    tests = steps.index("tests")
+    assert tests < first_rest and all(gpu_plan.is_headline(step) for step in steps[1:tests])
+    assert [step for step in steps if isinstance(step, gpu_plan.GpuCase)] == \
+        [case for case in plan.cases if gpu_plan.is_headline(case)] + \
+        [case for case in plan.cases if not gpu_plan.is_headline(case)]
+    # the tests start only where their whole timeout fits: here the part after the headline's
+    tests_part = next(part for part in parts if part.tests)
+    assert tests_part.steps[0] == "tests" and tests_part is not parts[0]
+    done = gpu_plan.headline_done_s(parts)
+    assert gpu_plan.SMOKE_TIMEOUT_S < done <= parts[0].seconds
+    assert gpu_plan.main([]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "headline" in line)
+    assert f"minute {done / 60:.1f} of part 1" in line and done / 60 <= 5
+
+
+def test_a_part_runs_the_smoke_then_the_headline_then_the_tests_then_the_rest(tmp_path, monkeypatch):
+    results = gpu_results.ResultsDir(str(tmp_path / "run"), "test-cpu")
+    results.open()
+    headline = [dataclasses.replace(case, shape=SHAPE) for case in gpu_plan.case_list(gpu_plan.GPU_PATHS)[:2]]
+    monkeypatch.setattr(gpu_plan, "TARGET_SHAPES", {**TARGET_SHAPES, "S1": SHAPE})
+    monkeypatch.setattr(gpu, "is_headline", lambda case: case in headline)
+    rest = gpu_plan.GpuCase("torch", "loss", "dapo_kl", SHAPE)
+    ok = (sys.executable, "-c", "print('1 passed in 0.1s')")
+    smoke, tests = gpu.Check("smoke", ok, 120), gpu.Check("pytest-gpu", ok, 120, after_headline=True)
+    summary = _part(results, cases=[rest, *headline], checks=(tests, smoke), budget_s=600.0)
+    assert summary.left == [] and summary.failures == []
+    assert _started(results) == [smoke.id, headline[0].id, headline[1].id, tests.id, rest.id]
+    report_text = (tmp_path / "run" / "test-cpu.md").read_text()
+    assert report_text.count("GPU check: `python -c ") == 2  # the smoke's outcome and the tests', in the report
+    # a check after the headline waits for a part where its whole timeout fits
+    results2 = gpu_results.ResultsDir(str(tmp_path / "run2"), "test-cpu")
+    results2.open()
+    summary = _part(results2, cases=[rest, *headline], checks=(smoke, gpu.Check("pytest-gpu", ok, 500, True)),
+                    budget_s=300.0)
+    assert summary.stopped == "budget" and summary.left[0] == "check::pytest-gpu"
+    assert _started(results2) == [smoke.id, headline[0].id, headline[1].id]
 
 
 def test_plan_skips_what_does_not_fit_memory_or_a_part():
@@ -103,14 +150,15 @@ def test_plan_skips_what_does_not_fit_memory_or_a_part():
 def test_schedule_covers_every_case_once_in_parts_that_fit():
     plan = gpu_plan.make_plan((*PATHS, "gemm"), 80 * GIB)
     parts = gpu_plan.schedule(plan)
-    assert parts[0].tests and not any(part.tests for part in parts[1:])
-    assert [case for part in parts for case in part.cases] == plan.cases
+    assert sum(part.tests for part in parts) == 1
+    assert sorted((case.id for part in parts for case in part.cases)) == sorted(case.id for case in plan.cases)
     assert all(part.seconds <= gpu_plan.PART_BUDGET_S - gpu_plan.WRITE_MARGIN_S for part in parts)
-    assert parts[0].seconds >= gpu_plan.TESTS_TIMEOUT_S
-    no_tests = gpu_plan.schedule(plan, tests_timeout_s=None)
-    assert not no_tests[0].tests and len(no_tests) <= len(parts)
+    assert next(part for part in parts if part.tests).seconds >= gpu_plan.TESTS_TIMEOUT_S
+    no_tests = gpu_plan.schedule(plan, tests_timeout_s=None, smoke_timeout_s=None)
+    assert not any(part.tests for part in no_tests) and len(no_tests) <= len(parts)
     table = "\n".join(gpu_plan.schedule_lines(parts))
-    assert "| 1 | `pytest -m gpu`, then " in table and f"| {len(parts)} | " in table
+    assert "| 1 | correctness smoke, then " in table and "| `pytest -m gpu`, then " in table
+    assert f"| {len(parts)} | " in table
 
 
 def test_rounds_shrink_for_slow_cases_but_never_below_the_minimum():
@@ -259,7 +307,7 @@ def test_gpu_checks_write_their_log_and_outcome(tmp_path):
     assert log.startswith(f"$ {sys.executable} -c ") and "(timeout 60 s)\n..\n== 2 passed in 0.01s ==" in log
     meta = json.loads(open(results.json_path).read())["machine_info"]["grpo_bench"]
     assert meta["gpu_tests"]["summary"] == "2 passed in 0.01s" and meta["gpu_tests"]["exit_code"] == 0
-    assert "GPU tests: `python -c " in (tmp_path / "run" / "test-cpu.md").read_text()
+    assert "GPU check: `python -c " in (tmp_path / "run" / "test-cpu.md").read_text()
     # a check that outlives its timeout is killed and recorded, not waited for
     hanging = gpu.Check("hang", ("sh", "-c", "echo started; sleep 60"), 1)
     outcome = gpu.run_check(hanging, 1, str(tmp_path / "hang.log"))
@@ -342,3 +390,11 @@ def test_the_same_command_line_runs_the_parts_until_everything_is_done(tmp_path,
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Other GPU")
     assert gpu.main(argv) == gpu.EXIT_CANNOT_RUN
     assert "holds a run on Test GPU; this is Other GPU" in capsys.readouterr().err
+
+
+def test_the_gpu_checks_name_test_files_that_exist():
+    smoke, tests = gpu.gpu_checks()
+    assert (smoke.after_headline, tests.after_headline) == (False, True)
+    assert smoke.timeout_s == gpu_plan.SMOKE_TIMEOUT_S <= 120
+    assert os.path.isfile(os.path.join(gpu.REPO_ROOT, gpu.SMOKE_TESTS)) and gpu.SMOKE_TESTS in smoke.command
+    assert f"--ignore={gpu.SMOKE_TESTS}" in tests.command and "tests/" in tests.command

@@ -59,7 +59,7 @@ def test_eval_on_the_gsm8k_example(trained_run):
     model = trained_run / "checkpoints" / "checkpoint-000002" / "model"
     result = grpo_engine("eval", "--model", str(model), "--data", "examples/gsm8k_sample.jsonl",
                          "--data.prompt_column", "question", "--data.system_prompt", "Answer in \\boxed{}.",
-                         "--rollout.max_new_tokens", "4")
+                         "--rollout.max_new_tokens", "4", "--data.max_prompt_length", "120")  # 128 positions
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["num_prompts"] == 12
 

@@ -28,13 +28,32 @@ def test_two_processes_match_one(tmp_path):
         a, b = single["results"][loss_type], double["results"][loss_type]
         assert b["num_items"] == a["num_items"] / 2  # dapo's N / P
         if loss_type == "bnpo":
-            # bnpo normalises by each micro-batch's own tokens (as TRL), so it is not split-invariant; the
-            # gradient still flows through both processes.
+            # bnpo normalises by each process's own tokens, so it is not invariant to the split over processes
+            # (over micro-batches it is: test_update.py); the gradient still flows through both processes.
             assert any(v.abs().max() > 0 for v in b["delta"].values())
             continue
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-9), loss_type
         for name in a["delta"]:
             torch.testing.assert_close(b["delta"][name], a["delta"][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_packed_update_equals_padded_under_ddp(tmp_path):
+    """Two processes, each packing its 8 completions (20 tokens a pack: the processes make different numbers of
+    packs, evened out by splitting), against the same two processes' padded micro-batches of 4."""
+    padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
+    loss_types = "dapo,grpo,bnpo,dr_grpo"
+    for out, extra in ((padded, []), (packed, ["20"])):
+        subprocess.run(_torchrun(str(HERE / "ddp_worker.py"), str(out), loss_types, "4", *extra), check=True,
+                       env=_env(), timeout=180, capture_output=True)
+    a, b = torch.load(padded, weights_only=False), torch.load(packed, weights_only=False)
+    assert a["processes"] == b["processes"] == 2
+    for loss_type in loss_types.split(","):
+        x, y = a["results"][loss_type], b["results"][loss_type]
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5, abs=1e-8), loss_type
+        assert any(v.abs().max() > 0 for v in x["delta"].values())
+        for name in x["delta"]:
+            torch.testing.assert_close(y["delta"][name], x["delta"][name], atol=1e-6, rtol=1e-4,
+                                       msg=f"{loss_type} {name}")
 
 
 def test_trainer_runs_under_torchrun(tmp_path):

@@ -1,11 +1,13 @@
 """One GRPO update on a fixed global batch; run alone or under `torchrun --nproc_per_node 2` (gloo, CPU).
 
-Usage: python ddp_worker.py OUT.pt LOSS_TYPE[,LOSS_TYPE...] MICRO_BATCH_SIZE
+Usage: python ddp_worker.py OUT.pt LOSS_TYPE[,LOSS_TYPE...] MICRO_BATCH_SIZE [MAX_TOKENS_PER_PACK]
+With MAX_TOKENS_PER_PACK the micro-batches are packs of whole sequences (the padding-free step), else padded.
 Each process takes its contiguous share of the 16 completions; rank 0 saves, per loss type, the parameter
 change of one SGD step (lr 1, so the change is minus the gradient) and the process-averaged loss.
 """
 
 import sys
+from typing import Optional
 
 import torch
 from accelerate import Accelerator
@@ -13,11 +15,12 @@ from rollout_batches import synthetic_batch
 
 from engine.data.demo_task import build_char_tokenizer, build_tiny_model
 from engine.model.loading import HiddenStatePolicy
+from engine.steps.packing import Packing
 from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
 
-def one_update(accelerator: Accelerator, loss_type: str, micro: int) -> dict:
+def one_update(accelerator: Accelerator, loss_type: str, micro: int, packing: Optional[Packing]) -> dict:
     lm = build_tiny_model(build_char_tokenizer(), seed=0)
     policy = HiddenStatePolicy(lm).train()
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
@@ -34,7 +37,7 @@ def one_update(accelerator: Accelerator, loss_type: str, micro: int) -> dict:
     inputs = UpdateInputs(local, advantages[share], None, None, num_items)
     config = GRPOLossConfig(loss_type=loss_type, max_completion_length=7)
     metrics = policy_update(accelerator, policy, lm, optimizer, scheduler, inputs, config, micro, num_iterations=1,
-                            max_grad_norm=0.0, backend="torch", step=1)
+                            max_grad_norm=0.0, backend="torch", step=1, packing=packing)
     loss = accelerator.reduce(torch.tensor([metrics["loss"]], dtype=torch.float64), reduction="mean")
     delta = {n: before[n] - p.detach() for n, p in accelerator.unwrap_model(policy).named_parameters()}
     return {"delta": delta, "loss": loss.item(), "num_items": inputs.num_items_in_batch}
@@ -42,9 +45,10 @@ def one_update(accelerator: Accelerator, loss_type: str, micro: int) -> dict:
 
 def main() -> None:
     out_path, loss_types, micro = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+    packing = Packing(max_tokens=int(sys.argv[4])) if len(sys.argv) > 4 else None
     torch.set_num_threads(1)
     accelerator = Accelerator(cpu=True)
-    results = {loss_type: one_update(accelerator, loss_type, micro) for loss_type in loss_types}
+    results = {loss_type: one_update(accelerator, loss_type, micro, packing) for loss_type in loss_types}
     if accelerator.is_main_process:
         torch.save({"processes": accelerator.num_processes, "results": results}, out_path)
     accelerator.wait_for_everyone()

@@ -2,7 +2,8 @@
 old log-probs, gradient clipping active) on a fixed global batch of 16 completions; run alone (one process, the
 whole model) or under `torchrun --nproc_per_node 2` with the model sharded by FSDP2 (engine.model.fsdp), gloo on CPU.
 
-Usage: python fsdp_worker.py OUT.pt
+Usage: python fsdp_worker.py OUT.pt [MAX_TOKENS_PER_PACK]
+With MAX_TOKENS_PER_PACK the micro-batches (log-probs and update) are packs of whole sequences, else padded.
 The main process saves the old and reference log-probs of every completion, the update's metrics averaged over
 processes, the whole (clipped) gradient of every parameter at each optimizer step, and the whole model's weights
 and AdamW state after the update (gathered from the shards).
@@ -20,6 +21,7 @@ from engine.data.demo_task import build_char_tokenizer, build_tiny_model
 from engine.model.fsdp import data_parallel_mesh, full_state_dict, shard_policy
 from engine.model.loading import HiddenStatePolicy, frozen_copy
 from engine.steps.logprobs import reference_logprobs, sequence_logprobs
+from engine.steps.packing import Packing
 from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
@@ -28,6 +30,7 @@ N, MICRO = 16, 4
 
 def main() -> None:
     out_path = sys.argv[1]
+    packing = Packing(max_tokens=int(sys.argv[2])) if len(sys.argv) > 2 else None
     torch.set_num_threads(1)
     accelerator = Accelerator(cpu=True)
     processes = accelerator.num_processes
@@ -47,11 +50,11 @@ def main() -> None:
     advantages = torch.linspace(-2.0, 1.0, N)
     share = slice(accelerator.process_index * N // processes, (accelerator.process_index + 1) * N // processes)
     local = batch.select(share)
-    old = sequence_logprobs(policy, local, 1.0, MICRO, "torch")
-    ref = reference_logprobs(policy, reference, local, 1.0, MICRO, "torch")
+    old = sequence_logprobs(policy, local, 1.0, MICRO, "torch", packing=packing)
+    ref = reference_logprobs(policy, reference, local, 1.0, MICRO, "torch", packing=packing)
     inputs = UpdateInputs(local, advantages[share], old, ref, num_items_per_process(accelerator, local.completion_mask))
     metrics = policy_update(accelerator, policy, lm, optimizer, scheduler, inputs, GRPOLossConfig(beta=0.04), MICRO,
-                            num_iterations=2, max_grad_norm=0.05, backend="torch", step=1)
+                            num_iterations=2, max_grad_norm=0.05, backend="torch", step=1, packing=packing)
     names = sorted(metrics)
     averaged = accelerator.reduce(torch.tensor([metrics[n] for n in names], dtype=torch.float64), reduction="mean")
     weights = full_state_dict(lm) if processes > 1 else lm.state_dict()

@@ -9,8 +9,8 @@ import torch
 from engine.config import ModelConfig, RolloutConfig, load_config
 from engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer
 from engine.rollout.hf import generate_completions
-from engine.rollout.sampler_record import kept_ids
 from engine.run_setup import sampling_warnings
+from engine.rollout.hf import kept_ids
 from engine.state.metrics import read_metrics
 from engine.steps.logprobs import sequence_logprobs
 from engine.trainer import train

@@ -31,7 +31,7 @@ def one_sgd_step(model_dir, loss_config, micro_batch_size, backend="torch"):
     return grads, metrics
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "luspo"])
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "luspo", "bnpo", "sapo"])
 def test_accumulation_does_not_change_the_gradient(tiny_model_dir, loss_type):
     config = GRPOLossConfig(loss_type=loss_type, max_completion_length=7)
     whole, whole_metrics = one_sgd_step(tiny_model_dir, config, micro_batch_size=8)

@@ -1,0 +1,10 @@
+"""The cost model: what each of this library's paths costs on a GPU, from FLOPs, bytes and launches counted from
+its algorithm and rates with their sources. `backend="auto"` routes by it (grpo_kernels/routing.py); the
+benchmarks' roofline (`python -m benchmarks.roofline`) prints it beside the peers' models. Needs no GPU."""
+
+from .device import DEVICES, DeviceRates, device_key, gemm_compute_seconds
+from .estimate import GIB, ITEMSIZE, Estimate, Phase, Problem
+from .paths import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase, padding_phases, waves
+
+__all__ = ["DEVICES", "DeviceRates", "device_key", "gemm_compute_seconds", "GIB", "ITEMSIZE", "Estimate", "Phase",
+           "Problem", "LIBRARY_PATHS", "PER_TOKEN_BYTES", "gemm_phase", "padding_phases", "waves"]

@@ -1,0 +1,89 @@
+"""What a GPU charges: its rates, with where each number comes from, and a GEMM's achieved time at its shape.
+
+A GEMM does not run at one rate. cuBLAS splits the output into tiles, one thread block each, and runs them in
+waves of one block per SM: a partial tile (M not a multiple of the tile's rows) computes padding, a partial last
+wave leaves SMs idle (tile and wave quantization), and every tile pays its pipeline's fill and drain along K.
+When the tiles cannot fill one wave and K is long, cuBLAS splits K across blocks (split-K / stream-K). So a
+wave of a few hundred rows runs well below the rate of a large GEMM, and the model charges that. Every kernel
+launch and every host synchronisation costs a fixed time on the GPU's timeline as well.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+MIB = 2**20
+
+# Cited and assumed numbers (docs/benchmarks.md, "What the model charges", lists them with their sources).
+# cuBLAS's output tile for 16-bit GEMMs on Hopper: 128 x 256 (assumed: a common Hopper bf16 tile; cuBLAS does
+# not publish its heuristics).
+HOPPER_GEMM_TILE = (128, 256)
+# Pipeline fill and drain of one output tile, in elements of K: two 64-wide K stages (assumed).
+GEMM_K_FILL = 128
+# Gap on the GPU's timeline per dependent kernel launch (assumed, the order of CUDA's launch latency).
+KERNEL_LAUNCH_S = 4e-6
+# A host synchronisation (a boolean-mask gather's nonzero, .item()): the queue drains and refills (assumed).
+HOST_SYNC_S = 20e-6
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    name: str
+    tensor_flops: float  # dense 16-bit tensor-core matmul of a large GEMM (full tiles, full waves), FLOP/s
+    fp32_flops: float  # float32 matmul on the CUDA cores (torch's default: no TF32), FLOP/s
+    hbm_bytes_per_s: float  # achievable HBM bandwidth
+    hbm_peak_bytes_per_s: float
+    l2_bytes: int
+    sms: int
+    source: str
+    l2_bytes_per_s: float = math.inf  # achievable L2 bandwidth; inf: L2 traffic not timed
+    gemm_tile: tuple[int, int] = (1, 1)  # output tile of a cuBLAS GEMM; (1, 1): no tile quantization
+    gemm_k_fill: int = 0  # per-tile pipeline fill and drain, in elements of K
+    kernel_launch_s: float = 0.0
+    host_sync_s: float = 0.0
+
+
+_GEMM_SOURCE = ("bf16 790 TFLOP/s: measured bare GEMM rate on this project's H200 sheet (same GH100 die; datasheet "
+                "989 dense; 780 TFLOP/s measured on H100 for a 4224 x 2048 x 8192 bf16 GEMM (max-autotune, vboost), "
+                "gist.github.com/Chillee/2ec89696db8b7ed1c24461159e325405); a GEMM at other shapes: 128 x 256 tiles "
+                "in waves of one per SM, 128 elements of K per tile's fill and drain, split-K when the tiles do not "
+                "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed); L2 14.5 TB/s: the "
+                "least rate at which the model's Cut Cross-Entropy counts match its public 92.6 ms at S2 (derived, "
+                "not an L2 measurement)")
+# What the two share (the GH100 die, the GEMM rule, the launch costs); they differ in HBM.
+_GH100 = dict(tensor_flops=790e12, fp32_flops=67e12, l2_bytes=50 * MIB, sms=132, l2_bytes_per_s=14.5e12,
+              gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,
+              host_sync_s=HOST_SYNC_S)
+DEVICES: dict[str, DeviceRates] = {
+    "H100": DeviceRates(
+        "H100 SXM5 80GB", hbm_bytes_per_s=3.0e12, hbm_peak_bytes_per_s=3.35e12, **_GH100,
+        source=_GEMM_SOURCE + "; fp32 67 TFLOP/s, HBM3 3.35 TB/s peak, 50 MB L2, 132 SMs: NVIDIA H100 datasheet; "
+                              "3.0 TB/s achievable: ~90% of peak, the usual STREAM-like ratio"),
+    "H200": DeviceRates(
+        "H200 SXM 141GB", hbm_bytes_per_s=4.3e12, hbm_peak_bytes_per_s=4.8e12, **_GH100,
+        source=_GEMM_SOURCE + "; HBM3e 4.8 TB/s peak: NVIDIA H200 datasheet; 4.3 TB/s achievable: ~90% of peak, "
+                              "as for H100; SMs, L2, fp32 rate as H100 (same die)"),
+}
+
+
+def device_key(device_name: str) -> Optional[str]:
+    """'H100' / 'H200' for a CUDA device name such as 'NVIDIA H100 80GB HBM3', else None (not modelled)."""
+    upper = device_name.upper()
+    return next((key for key in DEVICES if key in upper), None)
+
+
+def gemm_compute_seconds(m: int, n: int, k: int, flop_rate: float, rates: DeviceRates) -> float:
+    """Time of the arithmetic of C[m, n] = A[m, k] B[k, n] at `flop_rate` (a large GEMM's rate): whole tiles in
+    whole waves of one tile per SM, each tile's K loop plus its fill; K split over idle SMs when the tiles do
+    not fill one wave. With gemm_tile (1, 1) and no fill it is 2mnk / rate."""
+    if min(m, n, k) <= 0:
+        return 0.0
+    tile_m, tile_n = rates.gemm_tile
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    split = max(1, min(rates.sms // tiles, math.ceil(k / max(1, 4 * rates.gemm_k_fill)))) if rates.gemm_k_fill else 1
+    blocks = tiles * split
+    waves = math.ceil(blocks / rates.sms)
+    per_block = 2 * tile_m * tile_n * (math.ceil(k / split) + rates.gemm_k_fill)
+    return waves * rates.sms * per_block / flop_rate

@@ -1,0 +1,128 @@
+"""The model's vocabulary: the problem, a phase of work, a path's estimate.
+
+Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 bytes / L2 bandwidth),
+plus each phase's kernel launches and host synchronisations: each phase is compute- or memory-bound, phases run
+one after another. A GEMM phase's arithmetic time is that of its shape (device.gemm_compute_seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .device import DeviceRates, gemm_compute_seconds
+
+GIB = 2**30
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One call: `tokens` = B*T positions, of which `valid_fraction` have completion_mask != 0."""
+    tokens: int
+    hidden: int
+    vocab: int
+    dtype: str = "bfloat16"
+    operation: str = "loss"  # "loss" (forward + backward) or "logprobs" (no-grad log-probs)
+    level: str = "token"  # "token": objective closed-form per token; "sequence": needs a token reduction first
+    frozen_head: bool = False  # weight.requires_grad False: no dW
+    hidden_grad: bool = True
+    valid_fraction: float = 1.0
+    workspace_bytes: int = GIB  # the gemm path's float32 logits workspace
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "hidden", "vocab", "workspace_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.dtype not in ITEMSIZE:
+            raise ValueError(f"dtype must be one of {sorted(ITEMSIZE)}, got {self.dtype!r}")
+        if self.operation not in ("loss", "logprobs"):
+            raise ValueError(f"operation must be 'loss' or 'logprobs', got {self.operation!r}")
+        if self.level not in ("token", "sequence"):
+            raise ValueError(f"level must be 'token' or 'sequence', got {self.level!r}")
+        if not 0.0 < self.valid_fraction <= 1.0:
+            raise ValueError(f"valid_fraction must be in (0, 1], got {self.valid_fraction!r}")
+
+    @property
+    def valid_tokens(self) -> int:
+        return max(1, round(self.tokens * self.valid_fraction))
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    @property
+    def gemm_flops(self) -> int:
+        """One [N, H] x [H, V] GEMM over every position."""
+        return 2 * self.tokens * self.hidden * self.vocab
+
+    @property
+    def weight_grad(self) -> bool:
+        return self.operation == "loss" and not self.frozen_head
+
+    @property
+    def hidden_needs_grad(self) -> bool:
+        return self.operation == "loss" and self.hidden_grad
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+    l2_bytes: float = 0.0
+    fp32_matmul: bool = False  # FLOPs run at the float32 CUDA-core rate, not on tensor cores
+    count: int = 1  # identical repetitions (waves, chunks)
+    gemm_shape: Optional[tuple[int, int, int]] = None  # (m, n, k) of a cuBLAS GEMM: its arithmetic at that shape
+    launches: int = 0  # kernel launches per repetition
+    host_syncs: int = 0  # host synchronisations per repetition
+
+    def compute_seconds(self, rates: DeviceRates) -> float:
+        """One repetition's arithmetic."""
+        rate = rates.fp32_flops if self.fp32_matmul else rates.tensor_flops
+        if self.gemm_shape is not None:
+            return gemm_compute_seconds(*self.gemm_shape, rate, rates)
+        return self.flops / rate
+
+    def seconds(self, rates: DeviceRates) -> float:
+        bound = max(self.compute_seconds(rates), self.hbm_bytes / rates.hbm_bytes_per_s,
+                    self.l2_bytes / rates.l2_bytes_per_s)
+        return self.count * (bound + self.launches * rates.kernel_launch_s + self.host_syncs * rates.host_sync_s)
+
+
+@dataclass
+class Estimate:
+    path: str
+    problem: Problem
+    phases: list[Phase]
+    gemms: int  # passes of 2*N*H*V FLOPs over the rows the path processes (valid rows when padding is dropped)
+    peak_extra_bytes: int  # beyond the inputs, the gradients themselves and one float32 dW copy
+    fp32_weight_grad_bytes: int  # the float32 dW copy (accumulator), reported separately
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def flops(self) -> float:
+        return sum(p.flops * p.count for p in self.phases)
+
+    @property
+    def hbm_bytes(self) -> float:
+        return sum(p.hbm_bytes * p.count for p in self.phases)
+
+    @property
+    def l2_bytes(self) -> float:
+        return sum(p.l2_bytes * p.count for p in self.phases)
+
+    @property
+    def launches(self) -> int:
+        return sum(p.launches * p.count for p in self.phases)
+
+    def seconds(self, rates: DeviceRates) -> float:
+        """Phases one after another, each compute- or memory-bound, with its launches: the prediction."""
+        return sum(p.seconds(rates) for p in self.phases)
+
+    def overlapped_seconds(self, rates: DeviceRates) -> float:
+        """Lower bound if memory-bound phases overlapped compute-bound ones (e.g. row kernels of one wave on a
+        second stream beside the next wave's GEMM): max(all arithmetic, all HBM bytes, all L2 bytes)."""
+        compute = sum(p.count * p.compute_seconds(rates) for p in self.phases)
+        return max(compute, self.hbm_bytes / rates.hbm_bytes_per_s, self.l2_bytes / rates.l2_bytes_per_s)

@@ -1,0 +1,230 @@
+"""FLOPs, bytes, launches and peak memory of this library's own paths, counted from their algorithms.
+
+One small function per path, so a change to a kernel's loop is a change to one function. c is the input dtype's
+byte size. Counts are per call (loss: forward + backward; logprobs: forward under no_grad). Every count of an
+elementwise op is one read per input and one write per output. benchmarks/roofline_paths.py models the peers
+(TRL, Liger, CCE) and the bare GEMMs with the same helpers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..backends import backend_names
+from ..kernels.configs import GPU_CONFIGS, SIXTEEN_BIT
+from .device import MIB
+from .estimate import Estimate, Phase, Problem
+
+# Per-token vectors an objective or a statistics pass reads and writes (logp, entropy, lse, old, ref,
+# advantage, mask, weight in; term, g, kl, clip out): a few dozen bytes, negligible beside [N, V] traffic.
+PER_TOKEN_BYTES = 64
+# Small torch ops per wave of the GEMM path's token-level objective (g and e of the wave's tokens; assumed).
+OBJECTIVE_LAUNCHES = 10
+_HOPPER = GPU_CONFIGS["sm90"]
+
+
+def gemm_phase(name: str, m: int, n: int, k: int, c: int, out_bytes: int, count: int = 1) -> Phase:
+    """C[m, n] = A[m, k] B[k, n] by cuBLAS: reads both operands once, writes C once (tiles re-read from L2)."""
+    return Phase(name, flops=2 * m * n * k, hbm_bytes=(m * k + k * n) * c + m * n * out_bytes, count=count,
+                 gemm_shape=(m, n, k), launches=1)
+
+
+def waves(rows: int, per_wave: int) -> list[tuple[int, int]]:
+    """(rows in the wave, how many such waves): full waves, then the remainder."""
+    full, rest = divmod(rows, per_wave)
+    return [(per_wave, full)] * (full > 0) + [(rest, 1)] * (rest > 0)
+
+
+def padding_phases(p: Problem) -> list[Phase]:
+    """Padding-free paths gather the valid rows of hidden before the head (a host sync: the mask's nonzero) and
+    scatter dH back after."""
+    n, c = p.valid_tokens, p.itemsize
+    if n == p.tokens:
+        return []
+    phases = [Phase("gather valid rows", hbm_bytes=2 * n * p.hidden * c, launches=2, host_syncs=1)]
+    if p.hidden_needs_grad:
+        phases.append(Phase("scatter dH (zeros at padding)", hbm_bytes=p.tokens * p.hidden * c + n * p.hidden * c,
+                            launches=2))
+    return phases
+
+
+def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
+    """The GEMM-rate path: waves of n_w rows through a reused float32 [n_w, V] logits workspace.
+
+    Later waves' GEMM3 adds into the float32 dW accumulator itself (kernels/accumulate_mm.py: the accumulator
+    read and written once per wave, no temporary). dw_through_temporary models the design it replaced: a float32
+    temporary from torch.mm(out_dtype=float32), then added into the accumulator.
+    """
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    n_w = min(N, max(1, p.workspace_bytes // (4 * V)))
+    wave_list = waves(N, n_w)
+    n_waves = sum(count for _, count in wave_list)
+    grads = p.operation == "loss"
+    two_pass = grads and p.level == "sequence"
+    phases = padding_phases(p)
+
+    def logits_and_stats(tag: str) -> list[Phase]:
+        out = []
+        for rows, count in wave_list:
+            out.append(gemm_phase(f"{tag}GEMM1 Z = h W^T (fp32 out)", rows, V, H, c, 4, count))
+            out.append(Phase(f"{tag}row statistics", hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, count=count,
+                             launches=1))
+        return out
+
+    phases += logits_and_stats("pass 1: " if two_pass else "")
+    if grads:
+        one_pass_objective = not two_pass
+        phases.append(Phase("objective", hbm_bytes=N * PER_TOKEN_BYTES,
+                            launches=OBJECTIVE_LAUNCHES * (n_waves if one_pass_objective else 1)))
+        if two_pass:
+            phases += [ph for ph in logits_and_stats("pass 2: ") if "statistics" not in ph.name]
+        first = True
+        for rows, count in wave_list:
+            phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c), count=count,
+                                launches=1))
+            if p.hidden_needs_grad:
+                phases.append(gemm_phase("GEMM2 dH = dZ W", rows, H, V, c, c, count))
+            if p.weight_grad:
+                later = count - 1 if first else count
+                if first:  # the first wave's GEMM3 writes the float32 accumulator directly
+                    phases.append(gemm_phase("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
+                if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
+                    gemm3 = gemm_phase("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
+                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
+                elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
+                    phases.append(gemm_phase("GEMM3 dW += dZ^T h (fp32 temporary)", V, H, rows, c, 4, later))
+                    phases.append(Phase("add temporary into dW accumulator", hbm_bytes=V * H * (4 + 8), count=later,
+                                        launches=1))
+            first = False
+        if p.weight_grad:
+            phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c), launches=1))
+            phases.append(Phase("backward: scale dW by the incoming gradient", hbm_bytes=2 * V * H * c, launches=1))
+        if p.hidden_needs_grad:
+            phases.append(Phase("backward: scale dH by the incoming gradient", hbm_bytes=2 * N * H * c, launches=1))
+    gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
+    temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
+    gathered = N * H * c if N < p.tokens else 0
+    return Estimate("gemm+dw-temporary" if dw_through_temporary else "gemm", p, phases, gemms=gemms,
+                    peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES,
+                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
+                    assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
+                                 "padding rows dropped before the head"])
+
+
+def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50 * MIB) -> Estimate:
+    """Fused streaming kernels (linear_forward.py, linear_backward.py) with Hopper's 16-bit blocks
+    (kernels/configs.py): no [N, V] tensor at all.
+
+    Forward: a program per token block walks the whole vocabulary, so every program reads all of W from L2
+    (block_n tokens per W byte): the forward's L2 traffic is (N / block_n) x W. Programs in flight (one per SM)
+    walk their loop in step, so W comes from HBM once per wave of programs. The backward kernels recompute the
+    logits; their accumulators round-trip once per tile, to HBM when the in-flight accumulators exceed L2.
+    """
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    in_flight = programs_in_flight or 132
+    fwd, dh, dw = (_HOPPER[name][SIXTEEN_BIT] for name in ("forward", "grad_hidden", "grad_weight"))
+    token_blocks, vocab_blocks = math.ceil(N / fwd.block_n), math.ceil(V / fwd.block_v)
+    token_waves = math.ceil(token_blocks / in_flight)
+    phases = padding_phases(p)
+    phases.append(Phase("forward: stream W, online softmax (+ epilogue)", flops=2 * N * V * H,
+                        hbm_bytes=N * H * c + token_waves * V * H * c + N * PER_TOKEN_BYTES,
+                        l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c, launches=2))
+    grads = p.operation == "loss"
+    if grads and p.hidden_needs_grad:  # programs over token blocks, streaming the vocabulary
+        phases.append(_streaming_backward("backward dH kernel: recompute + dZ W", N, dh.block_n, V, dh.block_v, H, c,
+                                          in_flight, l2_bytes, streamed_reads=1))
+    if grads and p.weight_grad:  # programs over vocabulary blocks, streaming the tokens
+        phases.append(_streaming_backward("backward dW kernel: recompute + dZ^T h", V, dw.block_v, N, dw.block_n, H, c,
+                                          in_flight, l2_bytes, streamed_reads=2))
+    gemms = 1 + 2 * (p.hidden_needs_grad + p.weight_grad) * grads
+    return Estimate("triton", p, phases, gemms=gemms,
+                    peak_extra_bytes=(N * H * 4 if grads and p.hidden_needs_grad else 0) + N * PER_TOKEN_BYTES,
+                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
+                    assumptions=[f"forward blocks {fwd.block_n} tokens x {fwd.block_v} vocabulary; tensor cores at "
+                                 "cuBLAS's large-GEMM rate (optimistic for Triton)",
+                                 "padding rows dropped; no dW kernel for a frozen head"])
+
+
+def _streaming_backward(name: str, rows: int, row_block: int, cols: int, col_block: int, H: int, c: int,
+                        in_flight: int, l2_bytes: int, streamed_reads: int) -> Phase:
+    """A backward kernel with one program per block of `rows` (tokens for dH, vocabulary rows for dW) that
+    streams all `cols` in col_block tiles, recomputing the logits: its float32 accumulator [row_block, H]
+    round-trips once per tile, to HBM when the accumulators in flight exceed L2; the streamed operand comes from
+    HBM once per wave of programs (`streamed_reads` times) and from L2 for the others."""
+    row_blocks, col_blocks = math.ceil(rows / row_block), math.ceil(cols / col_block)
+    waves_of_programs = math.ceil(row_blocks / in_flight)
+    round_trip = row_blocks * col_blocks * row_block * H * 8
+    spills_l2 = min(in_flight, row_blocks) * row_block * H * 4 > l2_bytes
+    return Phase(name, flops=4 * rows * cols * H,
+                 hbm_bytes=rows * H * (4 + c + c) + streamed_reads * waves_of_programs * cols * H * c
+                 + round_trip * spills_l2,
+                 l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c + round_trip * (not spills_l2),
+                 launches=2)
+
+
+def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -> Estimate:
+    """torch_chunked.py on CUDA: [token_chunk, vocab_chunk] tiles, bf16 GEMM for logits, float32 GEMMs for dH, dW.
+
+    Each token chunk streams all of W again (W exceeds L2), and the backward casts each W chunk to float32.
+    Forward per logit: GEMM out c, cast c+4, max 4, sub+exp 16, sum 4, mul 12, sum 4 = 2c + 44 bytes.
+    Backward per logit: GEMM out c, cast c+4, sub 8, exp 8, scale by -g 8, two fp32 GEMM reads 8 = 2c + 36.
+    """
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    chunks = math.ceil(N / token_chunk)
+    tiles = chunks * math.ceil(V / vocab_chunk)
+    grads = p.operation == "loss"
+    phases = padding_phases(p)
+    phases.append(Phase("forward: logits tiles (bf16 GEMM)", flops=2 * N * V * H, hbm_bytes=chunks * V * H * c,
+                        launches=tiles))
+    phases.append(Phase("forward: online softmax on tiles", hbm_bytes=N * V * (2 * c + 44), launches=8 * tiles))
+    if grads:
+        phases.append(Phase("backward: recompute logits (bf16 GEMM)", flops=2 * N * V * H,
+                            hbm_bytes=chunks * V * H * c, launches=tiles))
+        phases.append(Phase("backward: dZ tiles", hbm_bytes=N * V * (2 * c + 36), launches=6 * tiles))
+        contractions = p.hidden_needs_grad + p.weight_grad
+        # per token chunk: W chunks cast to float32 (c + 4) and read by the GEMM (4); dW += temporary (4 + 4 + 8)
+        w_bytes = V * H * ((c + 8) * p.hidden_needs_grad + 16 * p.weight_grad)
+        phases.append(Phase("backward: dH, dW (float32 GEMMs)", flops=2 * contractions * N * V * H,
+                            hbm_bytes=chunks * w_bytes + N * H * (8 + c), fp32_matmul=True,
+                            launches=2 * contractions * tiles))
+    gemms = 1 + grads * (1 + p.hidden_needs_grad + p.weight_grad)
+    tile_bytes = 2 * token_chunk * vocab_chunk * 4
+    return Estimate("torch", p, phases, gemms=gemms,
+                    peak_extra_bytes=tile_bytes + vocab_chunk * H * 8 + N * H * 4 * grads + N * PER_TOKEN_BYTES,
+                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
+                    assumptions=["padding rows dropped; dW skipped for a frozen head",
+                                 "torch's default float32 matmul (no TF32) for dH, dW"])
+
+
+def reference(p: Problem) -> Estimate:
+    """reference.py: bf16 logits, float32 cast, log_softmax, exp, entropy; autograd backward.
+
+    Forward per logit: GEMM out c, cast c+4, divide by tau 8, log_softmax 12, exp 8, mul 12, sum 4 = 2c + 48.
+    Backward per logit: sum/mul/exp/log_softmax/divide/gather grads, 9 fp32 ops of 8-12 bytes (84), cast to c
+    (c, + the fp32 read counted there), and the two GEMMs read dZ (2c) = 3c + 84.
+    """
+    N, H, V, c = p.tokens, p.hidden, p.vocab, p.itemsize
+    grads = p.operation == "loss"
+    phases = [gemm_phase("logits (bf16)", N, V, H, c, c),
+              Phase("fp32 log_softmax, entropy", hbm_bytes=N * V * (c + 48), launches=7)]
+    if grads:
+        phases.append(Phase("autograd through the [N, V] ops", hbm_bytes=N * V * (c + 84), launches=10))
+        if p.hidden_needs_grad:
+            phases.append(gemm_phase("dH = dZ W", N, H, V, c, c))
+        if p.weight_grad:
+            phases.append(gemm_phase("dW = dZ^T h", V, H, N, c, c))
+    # alive at the peak: saved log_probs and probs, and the two gradients of their product (4 fp32 [N, V])
+    peak = N * V * (16 if grads else 8 + c)
+    return Estimate("reference", p, phases, gemms=1 + grads * (p.hidden_needs_grad + p.weight_grad),
+                    peak_extra_bytes=peak, fp32_weight_grad_bytes=0,
+                    assumptions=["every position, padding included"])
+
+
+# The registered backends' models (grpo_kernels/backends), in the registry's order: a registered backend without a
+# model here fails on import, not later in a route or a plan.
+_MODELS = {"reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
+_UNMODELLED = set(backend_names(with_auto=False)) - set(_MODELS)
+if _UNMODELLED:
+    raise ImportError(f"the cost model has no model of the registered backends {sorted(_UNMODELLED)}")
+LIBRARY_PATHS = {name: _MODELS[name] for name in backend_names(with_auto=False)}

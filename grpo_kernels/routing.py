@@ -1,0 +1,173 @@
+"""`backend="auto"`: per operation and device, the path the cost model (cost_model/) predicts fastest within a
+memory budget, and the GEMM path's workspace that the model predicts fastest within that budget.
+
+The four operations the model tells apart: the token-level loss (the objective closed-form per token: one pass),
+the sequence-level loss (the statistics first, the gradients in a second pass), the frozen head (no dW) and
+no-grad log-probs. The decision needs no GPU: a DeviceSpec names the device (`device_spec` reads it from a
+torch.device; tests pass one). On a CPU, or a CUDA GPU the model has no rates for, or for inputs it does not
+model (float32 / float64), `auto` is today's default: the GEMM path with its default workspace.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
+from .cost_model.device import MIB
+from .cost_model.paths import LIBRARY_PATHS
+# the GEMM path's workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
+from .backends.gemm import DEFAULT_WORKSPACE_BYTES
+
+# What `auto` may allocate beyond the inputs, the outputs, the gradients and the float32 dW accumulator, unless
+# the call gives workspace_bytes: the GEMM path's former fixed workspace, so that no call takes more than before.
+DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
+# The backends auto chooses among: the others (torch, reference) are slower at every modelled shape.
+ROUTED_BACKENDS = ("gemm", "triton")
+MODELLED_DTYPES = ("bfloat16", "float16")
+# Memory is a cost too: among the routes within this fraction of the fastest modelled time, the least memory
+# (no finer than the model's own resolution; e.g. no-grad log-probs at S1: 297 MiB instead of 890 for 0.5%).
+TIME_TOLERANCE = 0.01
+# How many wave counts around the fewest are tried for balanced waves.
+_EXTRA_WAVE_COUNTS = 4
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What routing needs to know of a device: its type and, for CUDA, its name (e.g. 'NVIDIA H100 80GB HBM3')."""
+    type: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Route:
+    backend: str
+    workspace_bytes: int  # the GEMM path's workspace (what it would be, for another backend)
+    reason: str
+    predicted_s: Optional[float] = None
+
+
+def device_spec(device: object) -> DeviceSpec:
+    """The DeviceSpec of a torch.device (a CUDA device's name is read once per index)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return DeviceSpec(device.type)
+    return DeviceSpec("cuda", _cuda_name(device.index if device.index is not None else torch.cuda.current_device()))
+
+
+@functools.lru_cache(maxsize=16)
+def _cuda_name(index: int) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(index)
+
+
+def problem_for(operation: str, tokens: int, hidden: int, vocab: int, dtype: str,
+                workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> Problem:
+    """The model's Problem of one of the four operations ('token', 'sequence', 'frozen', 'logprobs')."""
+    shapes = {"token": dict(operation="loss"), "sequence": dict(operation="loss", level="sequence"),
+              "frozen": dict(operation="loss", frozen_head=True), "logprobs": dict(operation="logprobs")}
+    if operation not in shapes:
+        raise ValueError(f"operation must be one of {sorted(shapes)}, got {operation!r}")
+    return Problem(tokens=max(1, tokens), hidden=hidden, vocab=vocab, dtype=dtype, workspace_bytes=workspace_bytes,
+                   **shapes[operation])
+
+
+def workspace_candidates(p: Problem, rates: DeviceRates, budget_bytes: int) -> list[int]:
+    """GEMM-path workspaces worth modelling: every whole number of GEMM tile rows that the budget holds, and
+    balanced waves (the rows split evenly, rounded up to whole tile rows) for the fewest wave counts."""
+    row_bytes = 4 * p.vocab
+    tile_rows = rates.gemm_tile[0]
+    N = p.valid_tokens
+    most_rows = max(1, min(N, (budget_bytes - N * 64) // row_bytes))
+    rows = {most_rows, *range(tile_rows, most_rows + 1, tile_rows)}
+    fewest = math.ceil(N / most_rows)
+    for count in range(fewest, fewest + _EXTRA_WAVE_COUNTS):
+        balanced = math.ceil(math.ceil(N / count) / tile_rows) * tile_rows
+        rows.add(min(N, balanced))
+    return sorted(r * row_bytes for r in rows if r <= most_rows)
+
+
+def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+                   backends: tuple[str, ...] = ROUTED_BACKENDS) -> tuple[Route, Estimate]:
+    """The fastest modelled (backend, workspace) whose peak extra memory fits the budget (of those within
+    TIME_TOLERANCE of the fastest, the least memory); when none fits, the one with the least peak extra memory."""
+    options: list[tuple[Route, Estimate]] = []
+    for backend in backends:
+        if backend == "gemm":
+            for workspace in workspace_candidates(p, rates, budget_bytes) or [4 * p.vocab]:
+                est = LIBRARY_PATHS["gemm"](replace(p, workspace_bytes=workspace))
+                options.append((Route("gemm", workspace, "", est.seconds(rates)), est))
+        else:
+            est = LIBRARY_PATHS[backend](p)
+            options.append((Route(backend, p.workspace_bytes, "", est.seconds(rates)), est))
+    fitting = [option for option in options if option[1].peak_extra_bytes <= budget_bytes]
+    if fitting:
+        fastest = min(option[0].predicted_s for option in fitting)
+        close = [option for option in fitting if option[0].predicted_s <= fastest * (1 + TIME_TOLERANCE)]
+        route, est = min(close, key=lambda option: (option[1].peak_extra_bytes, option[0].predicted_s))
+        why = f"fastest by the cost model on {rates.name} within {budget_bytes / MIB:.3g} MiB"
+    else:
+        route, est = min(options, key=lambda option: option[1].peak_extra_bytes)
+        why = f"nothing fits {budget_bytes / MIB:.3g} MiB by the cost model on {rates.name}: the least memory"
+    return replace(route, reason=why), est
+
+
+def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, device: DeviceSpec,
+          budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES, backends: tuple[str, ...] = ROUTED_BACKENDS) -> Route:
+    """The path `auto` takes for one call: `operation` one of 'token', 'sequence', 'frozen', 'logprobs';
+    `tokens` rows through the head; `dtype` the inputs' ('bfloat16', ...); `backends` those the call allows."""
+    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
+        raise ValueError(f"memory budget must be a positive int (bytes), got {budget_bytes!r}")
+    key = device_key(device.name) if device.type == "cuda" else None
+    if key is None or dtype not in MODELLED_DTYPES or "gemm" not in backends:
+        where = (f"{device.type} device" if device.type != "cuda" else
+                 f"{device.name or 'CUDA device'} (no rates in the cost model)" if key is None else f"{dtype} inputs")
+        return Route("gemm", DEFAULT_WORKSPACE_BYTES, f"not modelled ({where}): the GEMM path, default workspace")
+    return _cached_route(operation, tokens, hidden, vocab, dtype, key, budget_bytes, backends)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, key: str, budget_bytes: int,
+                  backends: tuple[str, ...]) -> Route:
+    chosen, _ = modelled_route(problem_for(operation, tokens, hidden, vocab, dtype), DEVICES[key], budget_bytes,
+                               backends)
+    return chosen
+
+
+def operation_of(grads: bool, token_level: bool, weight_grad: bool) -> str:
+    """The modelled operation of a call: no gradient at all is 'logprobs'; a objective that needs its tokens'
+    statistics first (sequence-level, kept-token sets, a compiled graph) is 'sequence'; else 'frozen' or 'token'."""
+    if not grads:
+        return "logprobs"
+    if not token_level:
+        return "sequence"
+    return "token" if weight_grad else "frozen"
+
+
+def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, token_level: bool,
+            sharded: bool = False) -> tuple[str, int]:
+    """(backend, GEMM workspace) of one call. `auto` routes by the model; an explicit backend is kept, and the
+    GEMM path's workspace, when not given, is the model's choice within the default budget. A given
+    `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit 'gemm'). Under
+    torch.compile, `auto` is the GEMM path with the given or default workspace."""
+    import torch
+
+    explicit = backend != "auto" and (backend != "gemm" or workspace_bytes is not None)
+    if explicit or torch.compiler.is_compiling():
+        # Inside a compiled graph the route is not modelled (Dynamo would have to trace the model's Python): the
+        # GEMM path, as the compiled token-level loss takes its two-pass route anyway.
+        return ("gemm" if backend == "auto" else backend), \
+            DEFAULT_WORKSPACE_BYTES if workspace_bytes is None else workspace_bytes
+    weight_grad = torch.is_grad_enabled() and head.weight_needs_grad()
+    grads = weight_grad or (torch.is_grad_enabled() and hidden.requires_grad)
+    operation = operation_of(grads, token_level, weight_grad)
+    allowed = ("gemm",) if backend == "gemm" or sharded else ROUTED_BACKENDS
+    chosen = route(operation, hidden.numel() // max(1, hidden.shape[-1]), hidden.shape[-1], head.weight.shape[0],
+                   str(hidden.dtype).removeprefix("torch."), device_spec(hidden.device),
+                   DEFAULT_MEMORY_BUDGET_BYTES if workspace_bytes is None else workspace_bytes, allowed)
+    return chosen.backend, chosen.workspace_bytes

@@ -1,0 +1,206 @@
+"""The padding-free step (engine.steps.packing) against the padded one on the same rollouts: the packs, the
+packed forward's hidden states, and the update's loss, metrics and every gradient (each optimizer step) for every
+loss type, with the old and reference log-probs packed alike, kept-token sets and LoRA."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from engine.config import ConfigError, load_config
+from engine.data.demo_task import build_char_tokenizer, build_tiny_model
+from engine.steps.logprobs import reference_logprobs, sequence_logprobs
+from engine.model.loading import HiddenStatePolicy, add_lora, frozen_copy
+from engine.config import LoraConfig
+from engine.rollout import RolloutBatch
+from engine.steps.packing import (Packing, PackedAttentionError, build_pack, check_packed_attention,
+                                  has_varlen_attention, make_packs, pack_hidden_states, plan_packs,
+                                  split_to_count)
+from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
+from grpo_kernels import GRPOLossConfig
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo")
+N, T, MICRO = 12, 16, 4
+
+
+def rollouts(vocab: int, n: int = N, seed: int = 0, kept: int = 0, truncated_masked: bool = False) -> RolloutBatch:
+    """Left-padded prompts of 2-6 tokens, right-padded completions of long-tailed lengths (most short, a few
+    up to T), sampler log-probs, and optionally kept-token sets of `kept` ids holding the sampled one."""
+    g = torch.Generator().manual_seed(seed)
+    P = 6
+    prompt_lengths = torch.randint(2, P + 1, (n,), generator=g)
+    prompt_mask = (torch.arange(P)[None, :] >= P - prompt_lengths[:, None]).long()
+    prompt_ids = torch.where(prompt_mask.bool(), torch.randint(3, vocab, (n, P), generator=g), 0)
+    lengths = (torch.distributions.Exponential(0.25).sample((n,)).ceil().long().clamp(1, T))
+    lengths[0] = T  # one completion reaches the end
+    attention = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    completion_ids = torch.where(attention.bool(), torch.randint(3, vocab, (n, T), generator=g), 0)
+    loss_mask = attention.clone()
+    if truncated_masked:
+        loss_mask[1] = 0  # mask_truncated_completions: in the forward, out of the loss
+    sampler = -torch.rand(n, T, generator=g) * attention
+    kept_ids = None
+    if kept:
+        others = torch.randint(3, vocab, (n, T, kept), generator=g)
+        others[..., 0] = completion_ids
+        kept_ids = torch.where(attention[..., None].bool(), others, -1)
+        kept_ids[..., -1] = torch.where(attention.bool(), -1, kept_ids[..., -1])  # sets of unequal sizes
+    return RolloutBatch(["p"] * n, ["c"] * n, prompt_ids, prompt_mask, completion_ids, attention, loss_mask,
+                        lengths >= T, sampler, kept_ids)
+
+
+def _model(lora: bool = False):
+    lm = build_tiny_model(build_char_tokenizer(), seed=0)
+    if lora:
+        lm = add_lora(lm, LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0))
+    return lm
+
+
+def update_once(config: GRPOLossConfig, packing: Optional[Packing], batch_kwargs: Optional[dict] = None,
+                lora: bool = False, backend: str = "torch") -> dict:
+    """Two SGD steps (num_iterations 2) of the update on fixed rollouts: old log-probs, reference log-probs when
+    beta != 0, metrics and the gradient of every trainable parameter at each optimizer step."""
+    torch.manual_seed(0)
+    lm = _model(lora)
+    policy = HiddenStatePolicy(lm).train()
+    reference = None if lora or config.beta == 0 else HiddenStatePolicy(frozen_copy(lm))
+    batch = rollouts(lm.config.vocab_size, **(batch_kwargs or {}))
+    old = sequence_logprobs(policy, batch, config.temperature, MICRO, backend, packing=packing)
+    ref = None if config.beta == 0 else reference_logprobs(policy, reference, batch, config.temperature, MICRO,
+                                                           backend, packing=packing)
+    trainable = [(name, p) for name, p in policy.named_parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD([p for _, p in trainable], lr=0.5)
+    gradients = []
+    optimizer.register_step_pre_hook(lambda *_: gradients.append({n: p.grad.clone() for n, p in trainable}))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    accelerator = Accelerator(cpu=True)
+    advantages = torch.linspace(-1.5, 1.5, batch.completion_ids.shape[0])
+    inputs = UpdateInputs(batch, advantages, old, ref, num_items_per_process(accelerator, batch.completion_mask))
+    metrics = policy_update(accelerator, policy, lm, optimizer, scheduler, inputs, config, MICRO, num_iterations=2,
+                            max_grad_norm=0.0, backend=backend, step=1, packing=packing)
+    return {"old": old, "ref": ref, "metrics": metrics, "gradients": gradients}
+
+
+def assert_same_update(packed: dict, padded: dict) -> None:
+    torch.testing.assert_close(packed["old"], padded["old"], atol=1e-5, rtol=1e-5)
+    if padded["ref"] is not None:
+        torch.testing.assert_close(packed["ref"], padded["ref"], atol=1e-5, rtol=1e-5)
+    assert packed["metrics"].keys() == padded["metrics"].keys()
+    for name, value in padded["metrics"].items():
+        assert packed["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), name
+    assert len(packed["gradients"]) == len(padded["gradients"]) == 2
+    for step, (a, b) in enumerate(zip(packed["gradients"], padded["gradients"])):
+        assert any(g.abs().max() > 0 for g in b.values())
+        for name, grad in b.items():
+            torch.testing.assert_close(a[name], grad, rtol=1e-4, atol=1e-5 * grad.abs().max().item() + 1e-9,
+                                       msg=lambda m: f"step {step} d{name}: {m}")
+
+
+# 40 tokens: packs of 2 to 5 sequences, none of them the padded step's groups of 4
+BUDGET = Packing(max_tokens=40)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_packed_update_equals_padded_for_every_loss_type(loss_type):
+    config = GRPOLossConfig(loss_type=loss_type, beta=0.04, max_completion_length=T, epsilon=0.1)
+    assert_same_update(update_once(config, BUDGET), update_once(config, None))
+
+
+def test_packed_update_equals_padded_with_kept_token_sets_and_masked_truncations():
+    config = GRPOLossConfig(beta=0.04)
+    kwargs = dict(kept=4, truncated_masked=True, seed=3)
+    assert_same_update(update_once(config, BUDGET, kwargs), update_once(config, None, kwargs))
+
+
+def test_packed_update_equals_padded_with_lora_on_the_gemm_backend():
+    config = GRPOLossConfig(loss_type="grpo", beta=0.04)  # the reference: the LoRA policy with adapters off
+    packed = update_once(config, Packing(), lora=True, backend="gemm")  # the default budget
+    assert_same_update(packed, update_once(config, None, lora=True, backend="gemm"))
+    assert all("lora_" in name for name in packed["gradients"][0])
+
+
+def test_packs_hold_whole_sequences_within_the_budget():
+    lengths = [9, 3, 17, 1, 5, 5, 12, 2]
+    packs = plan_packs(lengths, 20)
+    assert sorted(i for pack in packs for i in pack) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in pack) <= 20 for pack in packs)
+    assert len(packs) == 3  # 54 tokens: first fit, longest first, fills three packs of 20
+    split = split_to_count(packs, lengths, 6)
+    assert len(split) == 6 and sorted(i for pack in split for i in pack) == list(range(len(lengths)))
+
+
+def test_a_pack_is_the_sequences_real_tokens_with_restarting_positions():
+    batch = rollouts(50)
+    pack = build_pack(batch, [2, 5])
+    expected, positions = [], []
+    for row in (2, 5):
+        tokens = torch.cat([batch.prompt_ids[row][batch.prompt_mask[row].bool()],
+                            batch.completion_ids[row][batch.completion_attention[row].bool()]])
+        expected.append(tokens)
+        positions.append(torch.arange(len(tokens)))
+    assert torch.equal(pack.input_ids[0], torch.cat(expected))
+    assert torch.equal(pack.position_ids[0], torch.cat(positions))
+    assert torch.equal(pack.input_ids[0, pack.hidden_index + 1], pack.completion_ids)  # each predicts the next
+    assert pack.cu_seqlens.tolist() == [0, *torch.cumsum(batch.completion_attention[[2, 5]].sum(1), 0).tolist()]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_hidden_states_equal_the_padded_forwards(attn):
+    lm = _model()
+    lm.config._attn_implementation = attn
+    policy = HiddenStatePolicy(lm).eval()
+    batch = rollouts(lm.config.vocab_size)
+    pack = build_pack(batch, list(range(N)))
+    with torch.no_grad():
+        packed = pack_hidden_states(policy, pack)
+        padded = policy(batch.input_ids, batch.attention_mask)[:, batch.prompt_ids.shape[1] - 1: -1]
+    torch.testing.assert_close(packed, padded[pack.grid_index], atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_whose_attention_crosses_packed_sequences_is_refused(monkeypatch):
+    import transformers.masking_utils as masking_utils
+
+    policy = HiddenStatePolicy(_model())
+    check_packed_attention(policy, policy.lm.config.vocab_size, torch.device("cpu"))  # transformers' own: accepted
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
+    with pytest.raises(PackedAttentionError, match="optim.padding_free"):
+        check_packed_attention(policy, policy.lm.config.vocab_size, torch.device("cpu"))
+
+
+def test_a_sequence_longer_than_the_budget_is_refused_naming_the_key():
+    batch = rollouts(50)
+    with pytest.raises(ValueError, match=r"optim.max_tokens_per_micro_batch \(8\) is smaller than one sequence"):
+        make_packs(batch, Packing(max_tokens=8), MICRO)
+    with pytest.raises(ConfigError, match="optim.max_tokens_per_micro_batch .* must hold the longest sequence"):
+        load_config(overrides={"optim.max_tokens_per_micro_batch": 100, "data.max_prompt_length": 64,
+                               "rollout.max_new_tokens": 64})
+    assert load_config(overrides={"optim.max_tokens_per_micro_batch": 100, "optim.padding_free": False,
+                                  "data.max_prompt_length": 64, "rollout.max_new_tokens": 64})
+    assert load_config().optim.padding_free  # the default
+
+
+def test_the_default_budget_is_twice_the_longest_sequence_under_a_dense_mask_a_padded_micro_batch_under_varlen():
+    batch = rollouts(50)
+    longest = int((batch.prompt_mask.sum(1) + batch.completion_attention.sum(1)).max())
+    dense, varlen = make_packs(batch, Packing(), MICRO), make_packs(batch, Packing(varlen_attention=True), MICRO)
+    assert max(pack.num_tokens for pack in dense) <= 2 * longest < max(pack.num_tokens for pack in varlen)
+    assert max(pack.num_tokens for pack in varlen) <= MICRO * longest
+    assert len(varlen) < N // MICRO  # the long tail leaves room: fewer micro-batches than the padded step
+    lm = _model()
+    assert not has_varlen_attention(lm)  # sdpa
+    lm.config._attn_implementation = "flash_attention_2"
+    assert has_varlen_attention(lm)
+
+
+def test_loss_scale_for_equal_micro_batches_is_trls_division_by_the_accumulation_steps():
+    from engine.steps.update import loss_scale
+
+    for loss_type in ("grpo", "dr_grpo", "sapo", "luspo"):
+        assert loss_scale(loss_type, 4, 30.0, 16, 100.0) == 1 / 4
+    assert loss_scale("dapo", 4, 30.0, 16, 100.0) == 1.0
+    assert loss_scale("bnpo", 4, 30.0, 16, 100.0) == 0.3  # the batch's tokens, not the micro-batch's
+    assert dataclasses.is_dataclass(Packing)
