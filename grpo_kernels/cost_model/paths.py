@@ -2,7 +2,7 @@
 
 One small function per path, so a change to a kernel's loop is a change to one function. c is the input dtype's
 byte size. Counts are per call (loss: forward + backward; logprobs: forward under no_grad). Every count of an
-elementwise op is one read per input and one write per output. benchmarks/roofline_paths.py models the peers
+elementwise op is one read per input and one write per output. benchmarks/model/roofline_paths.py models the peers
 (TRL, Liger, CCE) and the bare GEMMs with the same helpers.
 """
 
