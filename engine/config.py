@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
-
 from grpo_kernels import GRPOLossConfig
 from grpo_kernels.losses import get_loss_type, loss_type_names
 
@@ -325,6 +323,8 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
+    import yaml  # here: `grpo-engine` first checks that the engine's dependencies are installed (cli.py)
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")

@@ -24,6 +24,7 @@ from torch import nn
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from ..config import VLLM_INSTALL_HINT, ConfigError, EngineConfig
+from ..model.limits import scored_vocab_size
 from ..model.loading import base_causal_lm, resolve_dtype
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 
@@ -144,11 +145,9 @@ class VLLMRollout:
         self.config, self.lm, self.tokenizer, self.device = config, lm, tokenizer, device
         self.eos = eos_ids(tokenizer, getattr(base_causal_lm(lm), "generation_config", None) or GenerationConfig())
         self.asleep: set[str] = set()  # the sleep-mode tags now released ("weights", "kv_cache")
-        # vLLM samples over the model's whole vocab_size; rows past the tokenizer (Qwen2.5 pads 151,665 tokens to
-        # 151,936 rows) decode to nothing, so they are left out unless rollout.sample_padded_vocab asks for them.
-        rows = base_causal_lm(lm).get_output_embeddings().weight.shape[0]
-        self.allowed_token_ids = (list(range(len(tokenizer))) if rows > len(tokenizer)
-                                  and not config.rollout.sample_padded_vocab else None)
+        # A vocabulary padded past the tokenizer (Qwen2.5): those rows are never sampled, as with hf.
+        scored = scored_vocab_size(tokenizer, lm, config.rollout.sample_padded_vocab)
+        self.allowed_token_ids = None if scored is None else list(range(scored))
         num_processes = getattr(world, "num_processes", 1)
         process_index = getattr(world, "process_index", 0)
         args = engine_args(config, model_dir, device, num_processes, process_index)
@@ -177,7 +176,7 @@ class VLLMRollout:
         requests = [{"prompt_token_ids": ids[mask.bool()].tolist()} for ids, mask in
                     zip(prompt_ids.cpu(), prompt_mask.cpu())]
         common = dict(max_tokens=r.max_new_tokens, stop_token_ids=self.eos, repetition_penalty=r.repetition_penalty,
-                      detokenize=False, allowed_token_ids=self.allowed_token_ids)
+                      allowed_token_ids=self.allowed_token_ids, detokenize=False)
         if greedy:
             params = [SamplingParams(temperature=0.0, **common)] * len(prompts)
         else:

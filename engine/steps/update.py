@@ -123,7 +123,8 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
                   optimizer: torch.optim.Optimizer, scheduler, inputs: UpdateInputs, loss_config: GRPOLossConfig,
                   micro_batch_size: int, num_iterations: int, max_grad_norm: float, backend: str,
                   step: int, packing: Optional[Packing] = None) -> dict[str, float]:
-    """Runs the optimizer steps of one generation round; returns the round's loss metrics (this process).
+    """Runs the optimizer steps of one generation round; returns the round's loss metrics (the token-weighted ones
+    over every process's batch, the loss, grad norm and sampler ratios this process's).
 
     `packing` None: padded micro-batches of `micro_batch_size` completions; else packs (engine.steps.packing).
     TRL's clip extremes are taken over groups of `micro_batch_size` completions either way."""
@@ -178,14 +179,23 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
         optimizer.zero_grad(set_to_none=True)
         step_losses.append(step_loss)
         grad_norms.append(float(grad_norm))
-    # The metrics of the batch's tokens (or sequences), whatever the micro-batches; the extremes averaged over
-    # groups of micro_batch_size completions, as TRL averages its logged values, NaN (nothing to measure) skipped.
-    metrics = {name: total / weight if weight > 0 else math.nan for name, (total, weight) in weighted.items()}
+    # The metrics of the global batch's tokens (or sequences), whatever the micro-batches and processes; the
+    # extremes averaged over groups of micro_batch_size completions, as TRL averages its logged values, NaN
+    # (nothing to measure) skipped.
+    metrics = global_weighted_means(accelerator, weighted)
     metrics.update({name: _nan_mean(values) for name, values in extremes.items()})
     metrics.update(mismatch.metrics())
     metrics["loss"] = sum(step_losses) / num_iterations
     metrics["grad_norm"] = sum(grad_norms) / num_iterations
     return metrics
+
+
+def global_weighted_means(accelerator: Accelerator, weighted: dict[str, list[float]]) -> dict[str, float]:
+    """{name: sum of weight * value / sum of weight} over every process's micro-batches (the same on each)."""
+    names = sorted(weighted)  # the same order on every process
+    sums = torch.tensor([weighted[n] for n in names], dtype=torch.float64, device=accelerator.device).reshape(-1, 2)
+    sums = accelerator.reduce(sums, reduction="sum")
+    return {name: total / weight if weight > 0 else math.nan for name, (total, weight) in zip(names, sums.tolist())}
 
 
 class SamplerMismatch:

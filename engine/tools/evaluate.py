@@ -70,18 +70,14 @@ def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tu
     adapter_config.json)."""
     path = resolve_model(path, config.model.revision)
     check_model_dir(path)
-    adapter_config = Path(path) / "adapter_config.json"
-    if adapter_config.is_file():
-        check_adapter_base(path)
+    if (Path(path) / "adapter_config.json").is_file():
+        adapters = adapter_config(path)
         try:
             from peft import PeftModel
         except ImportError as exc:
             raise ModelLoadError(f"{path!r} holds LoRA adapters; loading them needs peft: pip install peft") from exc
-        adapters = json.loads(adapter_config.read_text())
-        base = adapters.get("base_model_name_or_path")
-        if not base:
-            raise ModelLoadError(f"{adapter_config} names no base model (base_model_name_or_path)")
-        base_dir = resolve_model(base, adapters.get("revision"), key=f"the LoRA base model of {path!r}")
+        base_dir = resolve_model(adapters["base_model_name_or_path"], adapters.get("revision"),
+                                 key=f"the LoRA base model of {path!r}")
         lm = PeftModel.from_pretrained(load_causal_lm(base_dir, config.model, device), path).to(device)
     else:
         lm = load_causal_lm(path, config.model, device)
@@ -90,15 +86,19 @@ def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tu
     return lm.eval(), tokenizer
 
 
-def check_adapter_base(path: str) -> None:
-    """A LoRA directory names its base model; a local base that is gone would be looked up on the Hub instead."""
+def adapter_config(path: str) -> dict[str, Any]:
+    """A LoRA directory's adapter_config.json, which names its base model: a local directory or a Hub id (resolved,
+    and refused in one line, as --model is); a local base that is gone is said here."""
     try:
-        base = json.loads((Path(path) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        adapters = json.loads((Path(path) / "adapter_config.json").read_text())
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{path!r}: adapter_config.json cannot be read ({exc})") from None
+    base = adapters.get("base_model_name_or_path")
     if not base or not (Path(base).expanduser().is_dir() or is_hub_id(base)):
         raise ModelLoadError(f"the LoRA adapters in {path!r} were trained on the base model {base!r}, which is not a "
-                             f"local directory (moved or deleted?): put it back, or evaluate a merged model")
+                             f"local directory (moved or deleted?) nor a Hub id: put it back, or evaluate a merged "
+                             f"model")
+    return adapters
 
 
 def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,

@@ -29,16 +29,14 @@ VLLM_KEYS = {"rollout.backend": "vllm", "rollout.vllm.kv_cache_mb": 16, "data.ma
              "rollout.temperature": TEMPERATURE}
 
 
-@pytest.fixture(scope="module")
-def vllm_model_dir(tmp_path_factory) -> Path:
+def save_model(path: Path, vocab_rows: int = 0) -> Path:
     """A 2-layer Qwen2 with the demo's character tokenizer and head size 32 (vLLM's CPU attention has no kernel for
-    the demo model's 16)."""
+    the demo model's 16); `vocab_rows` > the tokenizer's 99 pads the vocabulary as Qwen2.5 does."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    path = tmp_path_factory.mktemp("vllm_model")
     tokenizer = build_char_tokenizer()
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+    config = Qwen2Config(vocab_size=max(vocab_rows, len(tokenizer)), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
@@ -48,6 +46,11 @@ def vllm_model_dir(tmp_path_factory) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def vllm_model_dir(tmp_path_factory) -> Path:
+    return save_model(tmp_path_factory.mktemp("vllm_model"))
 
 
 def push_towards(lm: torch.nn.Module, optimizer: torch.optim.Optimizer, input_ids: torch.Tensor, token: int) -> None:
@@ -135,14 +138,17 @@ def train_with_vllm(path: Path, overrides: dict) -> list[dict]:
     return [row for row in read_metrics(Path(config.run.output_dir)) if "sampling/trainer_sampler_ratio/mean" in row]
 
 
-def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(vllm_model_dir, small_overrides,
-                                                                              monkeypatch, tmp_path):
+def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(small_overrides, monkeypatch,
+                                                                              tmp_path):
     """A learning rate of 0.05 moves the tiny policy far at every step: vLLM's log-probs match the trainer's only
-    if every step's weights reached it. Without the syncs after the first, the same run's ratio leaves 1."""
+    if every step's weights reached it. Without the syncs after the first, the same run's ratio leaves 1. The
+    model's vocabulary is padded (128 rows, 99 tokens): the trainer scores the first 99 rows, so the ratio is 1
+    only if vLLM never samples the other 29 either."""
     from engine.rollout.vllm import VLLMRollout
 
+    model_dir = save_model(tmp_path / "padded_model", vocab_rows=128)
     overrides = {**small_overrides, "optim.learning_rate": 0.05, "run.max_steps": 3}
-    steps = train_with_vllm(vllm_model_dir, overrides)
+    steps = train_with_vllm(model_dir, overrides)
     assert len(steps) == 3
     for row in steps:
         assert abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4, row
@@ -156,7 +162,7 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(vll
             synced(self)
 
     monkeypatch.setattr(VLLMRollout, "sync_weights", only_the_first)
-    stale = train_with_vllm(vllm_model_dir, {**overrides, "run.output_dir": str(tmp_path / "stale")})
+    stale = train_with_vllm(model_dir, {**overrides, "run.output_dir": str(tmp_path / "stale")})
     assert abs(stale[0]["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4  # step 1 samples the starting weights
     assert max(abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) for row in stale[1:]) > 1e-3
 
