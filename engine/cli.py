@@ -11,12 +11,11 @@ are imported only once a command is known to run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
-
-import yaml
 
 from .config import ConfigError, leaf_keys, load_config, read_yaml
 from .config_help import key_help
@@ -59,7 +58,21 @@ def _is_number(text: str) -> bool:
     return True
 
 
+# What `grpo-engine` cannot start without, beyond the loss library: module -> the package (the engine extra) that
+# installs it. matplotlib (the plot), peft (LoRA) and pyarrow (Parquet) are checked where they are used.
+ENGINE_MODULES = {"yaml": "pyyaml", "transformers": "transformers", "accelerate": "accelerate", "tqdm": "tqdm",
+                  "safetensors": "safetensors"}
+INSTALL_ENGINE = 'pip install "grpo-kernels[engine]" (in a checkout: pip install -e ".[engine]")'
+
+
+def missing_engine_packages() -> list[str]:
+    """The engine extra's packages that are not installed (found without importing them)."""
+    return [package for module, package in ENGINE_MODULES.items() if importlib.util.find_spec(module) is None]
+
+
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
+    import yaml  # here: main() checks that the engine's dependencies are installed first
+
     values: dict[str, Any] = {}
     for name, value in vars(args).items():
         if name.startswith("cfg:"):
@@ -169,6 +182,11 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    missing = missing_engine_packages()
+    if missing:
+        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
+              file=sys.stderr)
+        return 1
     args = build_parser().parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench}
     try:

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
-
 from grpo_kernels import GRPOLossConfig
+from grpo_kernels.losses import get_loss_type, loss_type_names
 
 
 class ConfigError(ValueError):
@@ -208,6 +207,14 @@ class EngineConfig:
 
 # ----------------------------------------------------------------------------------------------- parsing
 
+def _reads_max_completion_length(loss_type: object) -> bool:
+    """Whether the loss type divides by max_completion_length (an unknown name is the loss config's to refuse)."""
+    try:
+        return get_loss_type(loss_type).aggregation.reads_max_completion_length
+    except ValueError:
+        return False
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -294,7 +301,9 @@ def config_from_dict(data: Optional[dict]) -> EngineConfig:
         if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and not temperature > 0:
             raise ConfigError(f"rollout.temperature must be > 0 (sampling divides the logits by it), got {temperature}")
         loss["temperature"] = temperature
-    if loss.get("loss_type") == "dr_grpo" and loss.get("max_completion_length") is None:
+    if "loss_type" in loss and loss["loss_type"] not in loss_type_names():
+        raise ConfigError(f"loss.loss_type: must be one of {list(loss_type_names())}, got {loss['loss_type']!r}")
+    if _reads_max_completion_length(loss.get("loss_type")) and loss.get("max_completion_length") is None:
         loss["max_completion_length"] = rollout.get("max_new_tokens", RolloutConfig.max_new_tokens)
     data["loss"] = loss
     config = _build(EngineConfig, data, "")
@@ -314,6 +323,8 @@ def deep_merge(base: dict, overlay: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
+    import yaml  # here: `grpo-engine` first checks that the engine's dependencies are installed (cli.py)
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
@@ -456,9 +467,10 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
         if value is not None and not Path(value).expanduser().exists() and not is_hub_id(value):
             raise ConfigError(f"data.{key} {value!r} does not exist (and is not a Hub dataset id ORG/NAME)")
     validate_rollout_backend(config)
-    if config.loss.loss_type == "dr_grpo" and config.loss.max_completion_length != r.max_new_tokens:
-        raise ConfigError("loss.max_completion_length must equal rollout.max_new_tokens for dr_grpo "
-                          "(its normaliser is the longest possible completion)")
+    if (_reads_max_completion_length(config.loss.loss_type)
+            and config.loss.max_completion_length != r.max_new_tokens):
+        raise ConfigError(f"loss.max_completion_length must equal rollout.max_new_tokens for "
+                          f"{config.loss.loss_type} (its normaliser is the longest possible completion)")
 
 
 # A Hub repository id: ORG/NAME of letters, digits, '-', '_', '.' (no '--' or '..', as the Hub's rule); anything

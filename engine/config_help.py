@@ -15,18 +15,21 @@ import typing
 from typing import Any
 
 from grpo_kernels import GRPOLossConfig
+from grpo_kernels.losses import loss_type_names
 
 from .config import EngineConfig
 
 LOSS_HELP = {
-    "loss_type": "the objective: grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo or vespo (TRL's names)",
+    "loss_type": f"the objective: {', '.join(loss_type_names())} (TRL's names; grpo_kernels.register_loss_type "
+                 "adds one)",
     "beta": "KL coefficient against the starting model (0: no reference model)",
     "epsilon": "lower clipping range of the importance ratio (1 - epsilon)",
     "epsilon_high": "upper clipping range (1 + epsilon_high; null: epsilon)",
     "delta": "two-sided clipping: cap on the importance ratio (> 1; null: off)",
     "importance_sampling_level": "importance ratio per token or per sequence (GSPO)",
     "temperature": "follows rollout.temperature (set that one)",
-    "max_completion_length": "dr_grpo's fixed normaliser (follows rollout.max_new_tokens)",
+    "max_completion_length": "the fixed normaliser of the loss types that divide by it (follows "
+                             "rollout.max_new_tokens)",
     "use_bias_correction_kl": "weight the KL by the importance ratio (off-policy correction)",
     "sapo_temperature_pos": "sapo: gate temperature for positive advantages",
     "sapo_temperature_neg": "sapo: gate temperature for negative advantages",

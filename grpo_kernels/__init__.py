@@ -25,8 +25,10 @@ _EXPORTS = {
     "LogitTransform": "head",
     "linear_logprobs": "api",
     "reference": "reference",  # the submodule itself
+    "register_loss_type": "losses",
+    "TermInputs": "losses",
 }
-_TORCH_FREE = {"config"}
+_TORCH_FREE = {"config", "losses"}
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from . import reference
     from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
     from .config import GRPOLossConfig
+    from .losses import TermInputs, register_loss_type
     from .module import FusedLinearGRPOLoss
     from .objective import GRPOLossOutput, grpo_objective
 

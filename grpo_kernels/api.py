@@ -6,26 +6,29 @@ from typing import Literal, Optional, Union
 
 import torch
 
-from . import ops, reference, routing, vocab_parallel
-from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
+from . import ops, reference, routing
+from .backends import AUTO, DEFAULT_BACKEND, ONE_PASS, backend_names, get_backend, vocab_parallel
+from .backends.sharded_head import resolve_sharded_head
+from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
+from .losses import get_loss_type
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
-                        token_inputs, token_level_terms)
-from .sharded_head import resolve_sharded_head
+                        token_inputs, token_metrics)
 from .validation import (as_token_ids, check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace)
 
+# "auto" or a registered backend's name (grpo_kernels/backends/__init__.py)
 Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
-BACKENDS = ("auto", "gemm", "triton", "torch", "reference")
+BACKENDS = backend_names()
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend name, checked; 'auto' is routed per call by the cost model once the call's shapes are known
     (routing.py): on a CPU it is the GEMM path."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != AUTO:
+        get_backend(backend)  # one clear error for an unknown name, listing the registered ones
     return backend
 
 
@@ -59,7 +62,7 @@ def _row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: tor
     """(logps, entropy) [R] of hidden rows [R, H], differentiable; rows with a kept set [R, K] over that set."""
     if head.shard is not None:
         return vocab_parallel.row_logprobs(backend, hidden, head, targets, workspace_bytes, kept_token_ids)
-    if backend == "reference":
+    if get_backend(backend).materializes_logits:  # plain autograd through the eager formula: nothing to stream
         return reference.head_logprobs(hidden, head, targets, kept_token_ids)
     return ops.linear_logprobs(hidden, head, targets, backend, workspace_bytes, kept_token_ids)
 
@@ -98,8 +101,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
     head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend)
     batch_shape = tuple(hidden.shape[:-1])
-    if _checking_values():
-        check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device)
+    check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device, check_values=_checking_values())
     check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
     kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
     backend, workspace_bytes = routing.resolve(
@@ -159,27 +161,26 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
         token_level=is_token_level(config) and kept_token_ids is None and _checking_values(),
         sharded=head.shard is not None)
+    values = _checking_values()
     H = hidden.shape[-1]
     if cu_seqlens is None:
         if hidden.dim() != 3:
             raise ValueError(f"hidden must be [B, T, H] (or [N, H] with cu_seqlens), got shape {list(hidden.shape)}")
         B, T = hidden.shape[:2]
-        if _checking_values():
-            check_targets("completion_ids", completion_ids, (B, T), head.vocab_size, hidden.device)
-            check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
-                              importance_ratio, num_items_in_batch, config)
-        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask,
-                             check_values=_checking_values())
+        check_targets("completion_ids", completion_ids, (B, T), head.vocab_size, hidden.device, values)
+        check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
+                          importance_ratio, num_items_in_batch, config, values)
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
-        layout = TokenLayout.padded(completion_mask, compact=_checking_values())
+        layout = TokenLayout.padded(completion_mask, compact=values)
     else:
         if hidden.dim() != 2:
             raise ValueError(f"with cu_seqlens, hidden must be packed [N, H], got shape {list(hidden.shape)}")
         N = hidden.shape[0]
-        S = check_cu_seqlens(cu_seqlens, N, hidden.device)
-        check_targets("completion_ids", completion_ids, (N,), head.vocab_size, hidden.device)
+        S = check_cu_seqlens(cu_seqlens, N, hidden.device, values)
+        check_targets("completion_ids", completion_ids, (N,), head.vocab_size, hidden.device, values)
         if completion_mask is not None:
-            check_mask("completion_mask", completion_mask, (N,), hidden.device)
+            check_mask("completion_mask", completion_mask, (N,), hidden.device, values)
         for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
             if value is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != (N,)):
                 raise ValueError(f"{name} must be [N]=[{N}] in the packed form (one value per token), got "
@@ -187,8 +188,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in ((S,), (N,)):
             raise ValueError(f"advantages must be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form, got "
                              f"{list(advantages.shape) if isinstance(advantages, torch.Tensor) else advantages!r}")
-        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask,
-                             check_values=_checking_values())
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.packed(cu_seqlens, completion_mask, N)
         if isinstance(advantages, torch.Tensor) and advantages.dim() == 1 and advantages.shape[0] == N and N != S:
@@ -197,34 +197,40 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         importance_ratio = layout.packed_to_grid(importance_ratio, cu_seqlens, fill=1.0)
         completion_mask = layout.mask
         check_loss_inputs(layout.batch_shape, hidden.device, completion_mask, advantages, old_logps, ref_logps,
-                          importance_ratio, num_items_in_batch, config)
+                          importance_ratio, num_items_in_batch, config, values)
 
     hidden_rows = layout.head_rows(hidden.reshape(-1, H))
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
-    loss_inputs = dict(completion_mask=layout.mask, advantages=advantages, config=config, old_logps=old_logps,
-                       ref_logps=ref_logps, importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
-    # Under torch.compile the GEMM path takes the two-pass route (4 GEMMs): the one-pass op differentiates the
-    # spec with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM
-    # one-pass route (combining per wave) or the two-step route, never the Triton epilogue.
-    # Kept-token sets take the two-step route: their rows never touch the whole vocabulary, so there is no logits
-    # pass to fuse into.
-    one_pass = kept_rows is None and ((backend == "triton" and head.shard is None)
-                                      or (backend == "gemm" and _checking_values()))
-    if is_token_level(config) and one_pass:
-        rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
-        if backend == "gemm":
-            loss, logps, entropy = _gemm_one_pass(hidden_rows, head, target_rows, rows, config, workspace_bytes)
-        else:
-            loss, logps, entropy = _triton_epilogue(hidden_rows, head, target_rows, rows, config)
-        with torch.no_grad():
-            _, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
-    else:
+    route = _token_level_route(backend, config, head, kept_rows is not None)
+    if route is None:  # the two-step route: statistics, the objective by autograd, gradients from g and e
         logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes, kept_rows)
-        loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), **loss_inputs)
+        loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
+                                       config, old_logps=old_logps, ref_logps=ref_logps,
+                                       importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
+    else:  # the objective per token inside the streaming pass, evaluated once
+        rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
+        fused = _gemm_one_pass if route == ONE_PASS else _triton_epilogue
+        loss, logps, entropy, kl, clip = fused(hidden_rows, head, target_rows, rows, config, workspace_bytes)
+        metrics = token_metrics(entropy, kl, clip, rows.mask, config)
     logps = logps.detach().float()
     out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])
     return GRPOLossOutput(loss=loss, metrics=metrics, logps=out_logps)
+
+
+def _token_level_route(backend: str, config: GRPOLossConfig, head: LMHead, kept_sets: bool) -> Optional[str]:
+    """Where a token-level objective is fused into the backend's streaming pass, or None (the two-step route).
+    Under torch.compile the GEMM path takes the two-step route (4 GEMMs): its one-pass op differentiates the spec
+    with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM one-pass
+    route (combining per wave) or the two-step route, never the Triton epilogue, which also needs a loss type it
+    implements. Kept-token sets take the two-step route: their rows never touch the whole vocabulary, so there is
+    no logits pass to fuse into."""
+    route = get_backend(backend).token_level_route
+    if kept_sets or route is None or not is_token_level(config):
+        return None
+    if route == ONE_PASS:
+        return route if _checking_values() else None
+    return route if head.shard is None and get_loss_type(config.loss_type).epilogue is not None else None
 
 
 def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch, advantages, old_logps, ref_logps,
@@ -236,26 +242,22 @@ def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch,
 
 
 def _gemm_one_pass(hidden, head: LMHead, targets, rows: TokenInputs, config, workspace_bytes):
-    """Statistics and gradients in the forward (3 GEMMs); the loss value is the spec's sum of per-token terms and
-    the backward only scales the precomputed gradients."""
+    """Statistics, the objective and its gradients in the forward (3 GEMMs); the backward only scales the
+    precomputed gradients."""
     needs_hidden_grad, needs_weight_grad = _needs_grads(hidden, head)
     route = ops if head.shard is None else vocab_parallel  # the same signature: one head, or its shard
-    logps, entropy, grad_hidden, grad_weight, grad_bias = route.gemm_token_level(
+    logps, entropy, terms, kl, clip, grad_hidden, grad_weight, grad_bias = route.gemm_token_level(
         hidden, head, targets, rows, config, workspace_bytes, needs_hidden_grad, needs_weight_grad)
-    with torch.no_grad():
-        loss = token_level_terms(logps, entropy, rows, config).sum()
+    loss = terms.sum()
     if needs_hidden_grad or needs_weight_grad:
         loss = ops.attach_grads(loss, hidden, head, grad_hidden, grad_weight, grad_bias)
-    return loss, logps, entropy
+    return loss, logps, entropy, kl, clip
 
 
-def _triton_epilogue(hidden, head: LMHead, targets, rows: TokenInputs, config):
+def _triton_epilogue(hidden, head: LMHead, targets, rows: TokenInputs, config, workspace_bytes):
     """The fused streaming kernels with the token-level objective in the forward kernel's epilogue."""
-    loss_kind = 0 if config.loss_type in PPO_CLIP_LOSS_TYPES else {"cispo": 1, "sapo": 2}[config.loss_type]
-    terms, logps, entropy, _, _ = ops.linear_grpo_token_terms(
-        hidden, head, targets, rows.advantages, rows.token_weights, rows.entropy_weights, rows.old_logps,
-        rows.ref_logps, rows.importance_ratio, rows.mask, loss_kind, config)
-    return terms.sum(), logps, entropy
+    terms, logps, entropy, kl, clip = ops.linear_grpo_token_terms(hidden, head, targets, rows, config)
+    return terms.sum(), logps, entropy, kl, clip
 
 
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
@@ -265,19 +267,19 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           config: Optional[GRPOLossConfig] = None, backend: Backend = "auto") -> GRPOLossOutput:
     """The GRPO loss from logits [B, T, V] the caller already has; no second [B, T, V] tensor is made."""
     config = check_config(config)
-    backend = resolve_backend(backend, _device_of(logits))
+    # the logits are already there: no head to route; 'auto' streams them as the default backend does
+    backend = DEFAULT_BACKEND if resolve_backend(backend, _device_of(logits)) == AUTO else backend
     completion_ids = as_token_ids(completion_ids)
-    if backend == "reference":
+    if get_backend(backend).materializes_logits:
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)
-    check_logits(logits, check_finite=_checking_values())
+    values = _checking_values()
+    check_logits(logits, check_finite=values)
     B, T, V = logits.shape
-    if _checking_values():
-        check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
-        check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
-                          importance_ratio, num_items_in_batch, config)
-    # the logits are already there: the streaming row pass over them is the same for every backend
-    logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature,
-                                         "triton" if backend == "triton" else "torch")
+    check_targets("completion_ids", completion_ids, (B, T), V, logits.device, values)
+    check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
+                      importance_ratio, num_items_in_batch, config, values)
+    # the logits are already there: the streaming row pass over them (the backend's logits module)
+    logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature, backend)
     return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
                             num_items_in_batch, config)

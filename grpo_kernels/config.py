@@ -13,15 +13,14 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Literal, Optional
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
-# Loss types whose objective is the PPO clipped surrogate.
-PPO_CLIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+from .losses import DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, get_loss_type
+
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
 @dataclass(frozen=True)
 class GRPOLossConfig:
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"] = "dapo"
+    loss_type: str = DEFAULT_LOSS_TYPE  # a registered loss type (losses.py: TRL's, and any register_loss_type adds)
     beta: float = 0.0
     epsilon: float = 0.2
     epsilon_high: Optional[float] = None
@@ -40,8 +39,7 @@ class GRPOLossConfig:
     top_entropy_quantile: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        loss = get_loss_type(self.loss_type)
         if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
             raise ValueError(
                 f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
@@ -69,24 +67,25 @@ class GRPOLossConfig:
             raise ValueError("sapo_temperature_pos and sapo_temperature_neg must be > 0")
         if not 0.0 < self.top_entropy_quantile <= 1.0:
             raise ValueError(f"top_entropy_quantile must be in (0, 1], got {self.top_entropy_quantile}")
-        if self.loss_type == "dr_grpo":
-            if self.max_completion_length is None:
-                raise ValueError("loss_type='dr_grpo' needs max_completion_length (its fixed normaliser)")
+        if loss.aggregation.reads_max_completion_length and self.max_completion_length is None:
+            raise ValueError(f"loss_type={self.loss_type!r} needs max_completion_length (its fixed normaliser)")
         if self.max_completion_length is not None and (
             isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
             or self.max_completion_length <= 0
         ):
             raise ValueError(f"max_completion_length must be a positive int, got {self.max_completion_length!r}")
 
-        self._warn_like_trl()
+        self._warn_like_trl(loss)
 
-    def _warn_like_trl(self) -> None:
+    def _warn_like_trl(self, loss) -> None:
         """TRL accepts these combinations but warns that they do not follow the papers; so do we."""
-        if self.loss_type == "luspo" and self.importance_sampling_level != "sequence":
-            _warn_at_caller("loss_type='luspo' follows its paper with importance_sampling_level='sequence'")
-        if self.importance_sampling_level == "sequence" and self.loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        paper_level = loss.paper_importance_sampling_level
+        if paper_level is not None and self.importance_sampling_level != paper_level:
+            _warn_at_caller(f"loss_type={self.loss_type!r} follows its paper with "
+                            f"importance_sampling_level={paper_level!r}")
+        if self.importance_sampling_level == "sequence" and loss.warns_sequence_level:
             _warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
-                            "sequence by its length; GSPO uses loss_type='grpo'")
+                            f"sequence by its length; GSPO uses loss_type={GSPO_LOSS_TYPE!r}")
 
     @property
     def epsilon_low(self) -> float:

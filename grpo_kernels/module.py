@@ -16,6 +16,7 @@ import torch
 
 from .api import Backend, fused_linear_grpo_loss, linear_logprobs
 from .config import GRPOLossConfig
+from .losses import DEFAULT_LOSS_TYPE, get_loss_type
 
 
 class FusedLinearGRPOLoss(torch.nn.Module):
@@ -27,7 +28,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         chunk_size: int = 1,
         epsilon_low: float = 0.2,
         epsilon_high: float = 0.2,
-        loss_type: str = "dapo",
+        loss_type: str = DEFAULT_LOSS_TYPE,
         max_completion_length: Optional[int] = None,
         importance_sampling_level: str = "token",
         sapo_temperature_pos: float = 1.0,
@@ -105,8 +106,8 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         metrics = []
         if self.config.beta != 0.0:
             metrics.append(out.metrics["kl"] if ref_logps is not None else torch.zeros((), device=out.loss.device))
-        if self.config.loss_type in ("sapo", "vespo"):
-            # Liger reports no clipping for the soft-gated (sapo) and gamma-weighted (vespo) objectives: a 0
+        if get_loss_type(self.config.loss_type).clip is None:
+            # Liger reports no clipping for objectives that do not clip (soft-gated, gamma-weighted): a 0
             metrics.append(torch.zeros((), device=out.loss.device))
         else:
             metrics.append(out.metrics["clip_ratio/region_mean"])

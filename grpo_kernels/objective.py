@@ -11,13 +11,13 @@ those of that page.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
-from .config import PPO_CLIP_LOSS_TYPES, GRPOLossConfig
+from .config import GRPOLossConfig
+from .losses import RATIO_CAP, TRUST_REGION, TermInputs, get_loss_type
 
 METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
@@ -42,25 +42,6 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: f
     return (entropy.detach() >= threshold) & valid
 
 
-def vespo_weights(log_ratio: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
-                  importance_ratio: Optional[torch.Tensor], config: GRPOLossConfig) -> torch.Tensor:
-    """VESPO's per-sequence gamma weight phi (no gradient), shape [B, 1] or [B, T] if advantages are."""
-    with torch.no_grad():
-        log_min = math.log(1e-8)
-        log_w = (mask * log_ratio.clamp(-20.0, 20.0)).sum(-1, keepdim=True)
-        if importance_ratio is not None:  # per token (validation refuses a [B, 1] ratio for vespo, as TRL does)
-            # TRL clamps each token's log-ratio before the sum: a token that vLLM's token_mask mode zeroed adds
-            # log(1e-8), not -inf. Where the mask is 0, TRL's ratio is 1 by construction; here it is left out.
-            log_rho = importance_ratio.to(mask.dtype).log().clamp(log_min, 20.0)
-            log_w = log_w + torch.where(mask > 0, log_rho, 0.0).sum(-1, keepdim=True)
-        log_w = log_w.clamp(min=log_min, max=20.0)
-        positive = advantages >= 0
-        k = torch.where(positive, config.vespo_k_pos, config.vespo_k_neg)
-        lam = torch.where(positive, config.vespo_lambda_pos, config.vespo_lambda_neg)
-        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
-        return torch.where(torch.isfinite(phi), phi, torch.zeros_like(phi))
-
-
 def masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # TRL: a per-sequence quantity ([B, 1], sequence-level ratios) is averaged over sequences. (TRL also takes
     # the plain mean of [B, 1] per-token values when T = 1; padded positions are never computed here, so a
@@ -68,6 +49,46 @@ def masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if x.shape[-1] == 1 and mask.shape[-1] != 1:
         return x.float().mean()
     return (x.float() * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def importance_weights(lp: torch.Tensor, m: torch.Tensor, old_logps: Optional[torch.Tensor], level: str
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d, r): the per-token log-ratio d = lp - lp_old (0 at padding; lp_old = sg(lp) on-policy) and the
+    importance ratio r, exp(d) per token or GSPO's exp(length-normalised sum of d) per sequence [B, 1]."""
+    # Padding positions carry whatever log-probs the caller had there; zeroing their log-ratios keeps exp()
+    # finite (no inf * 0 = NaN) without changing any masked sum.
+    lp_old = lp.detach() if old_logps is None else old_logps.to(lp.dtype)
+    log_ratio = torch.where(m > 0, lp - lp_old, 0.0)
+    if level == "token":
+        return log_ratio, torch.exp(log_ratio)
+    log_weight = (log_ratio * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    return log_ratio, torch.exp(log_weight)
+
+
+def clip_flags(ratio: torch.Tensor, A: torch.Tensor, config: GRPOLossConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) bool: the tokens (or sequences) the loss type's clipping acts on. TRL 1.16's definition: the
+    trust region after the delta cap (so with delta < 1 + epsilon_high nothing reads as high-clipped), CISPO's
+    cap on r > epsilon_high; a type that does not clip reports the uncapped trust region."""
+    clip = get_loss_type(config.loss_type).clip
+    if clip == RATIO_CAP:
+        high = (ratio > config.epsilon_high_value) & (A > 0)
+        return torch.zeros_like(high), high
+    if clip == TRUST_REGION and config.delta is not None:
+        ratio = ratio.clamp(max=config.delta)
+    return (ratio < 1 - config.epsilon_low) & (A < 0), (ratio > 1 + config.epsilon_high_value) & (A > 0)
+
+
+def ratio_clip_flags(logps: torch.Tensor, completion_mask: torch.Tensor, advantages: torch.Tensor,
+                     config: GRPOLossConfig, old_logps: Optional[torch.Tensor] = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`clip_flags` of detached log-probs [B, T] (a loss's `logps` output): (low, high) as float, [B, T] or [B, 1]
+    (sequence-level ratios), for callers that log more than the loss's metrics (per-sequence extremes)."""
+    with torch.no_grad():
+        m = completion_mask.to(logps.dtype)
+        A = (advantages[:, None] if advantages.dim() == 1 else advantages).to(logps.dtype)
+        _, ratio = importance_weights(logps, m, old_logps, config.importance_sampling_level)
+        low, high = clip_flags(ratio, A, config)
+        return low.float(), high.float()
 
 
 def per_token_loss(
@@ -80,51 +101,21 @@ def per_token_loss(
     importance_ratio: Optional[torch.Tensor] = None,
     entropy_mask: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-    """L[b, t] before aggregation (policy term, entropy mask, rho, + beta * kl), the importance ratio r and the
-    k3 KL (None when beta = 0). lp, m, A: [B, T] (A may be [B, 1]); rows are sequences (GSPO and vespo reduce
+    """L[b, t] before aggregation (the loss type's term, entropy mask, rho, + beta * kl), the importance ratio r and
+    the k3 KL (None when beta = 0). lp, m, A: [B, T] (A may be [B, 1]); rows are sequences (GSPO and vespo reduce
     along them)."""
-    eps_lo, eps_hi = config.epsilon_low, config.epsilon_high_value
-    # Padding positions carry whatever log-probs the caller had there; zeroing their log-ratios keeps
-    # exp() finite (no inf * 0 = NaN) without changing any masked sum.
-    valid = m > 0
-
-    def on_valid(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(valid, x, torch.zeros_like(x))
-
-    lp_old = lp.detach() if old_logps is None else old_logps.to(lp.dtype)
-    log_ratio = lp - lp_old  # d
-    if config.importance_sampling_level == "token":
-        log_weight = on_valid(log_ratio)
-    else:  # GSPO: one length-normalised weight per sequence
-        valid_log_ratio = torch.where(valid, log_ratio, 0.0) * m
-        log_weight = valid_log_ratio.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
-    ratio = torch.exp(log_weight)  # r
-
-    if config.loss_type in PPO_CLIP_LOSS_TYPES:
-        clipped = torch.clamp(ratio, 1 - eps_lo, 1 + eps_hi)
-        capped = torch.clamp(ratio, max=config.delta) if config.delta is not None else ratio
-        loss = -torch.min(capped * A, clipped * A)
-    elif config.loss_type == "cispo":
-        loss = -torch.clamp(ratio, max=eps_hi).detach() * A * lp
-    elif config.loss_type == "sapo":
-        k = torch.where(A > 0, config.sapo_temperature_pos, config.sapo_temperature_neg).to(lp.dtype)
-        loss = -(4.0 / k) * torch.sigmoid(k * (ratio - 1)) * A
-    elif config.loss_type == "vespo":
-        phi = vespo_weights(torch.where(valid, log_ratio, 0.0).detach(), m, A, importance_ratio, config)
-        loss = -phi * A * lp
-    else:  # pragma: no cover - GRPOLossConfig rejects unknown types
-        raise ValueError(f"unknown loss_type {config.loss_type!r}")
-    loss = loss.expand_as(lp)
-
+    loss_type = get_loss_type(config.loss_type)
+    log_ratio, ratio = importance_weights(lp, m, old_logps, config.importance_sampling_level)
+    loss = loss_type.term(TermInputs(lp, log_ratio, ratio, A, m, importance_ratio, config)).expand_as(lp)
     if entropy_mask is not None:
         loss = loss * entropy_mask
-    if importance_ratio is not None and config.loss_type != "vespo":
+    if importance_ratio is not None and not loss_type.folds_importance_ratio:
         # A padded position's ratio is whatever the caller had there (an inf included): 1 keeps inf * 0 out.
-        loss = loss * torch.where(valid, importance_ratio.to(lp.dtype), 1.0)
+        loss = loss * torch.where(m > 0, importance_ratio.to(lp.dtype), 1.0)
 
     kl = None
     if config.beta != 0.0:
-        ref_minus_lp = on_valid(ref_logps.to(lp.dtype) - lp)
+        ref_minus_lp = torch.where(m > 0, ref_logps.to(lp.dtype) - lp, 0.0)
         kl = torch.exp(ref_minus_lp) - ref_minus_lp - 1  # k3 estimator
         if config.use_bias_correction_kl:
             kl = kl * ratio
@@ -153,7 +144,6 @@ def grpo_objective(
     lp = logps
     m = completion_mask.to(lp.dtype)
     A = (advantages[:, None] if advantages.dim() == 1 else advantages).to(lp.dtype)
-    eps_lo, eps_hi = config.epsilon_low, config.epsilon_high_value
 
     entropy_mask = m  # the tokens the policy gradient (and the entropy bonus) act on
     if config.top_entropy_quantile < 1.0:
@@ -167,26 +157,25 @@ def grpo_objective(
         loss = loss - config.entropy_coef * (entropy * entropy_mask).sum() / entropy_mask.sum().clamp(min=1.0)
 
     with torch.no_grad():
-        metrics = {"entropy": masked_batch_mean(entropy, m)}
-        if kl is not None:
-            metrics["kl"] = masked_batch_mean(kl, m)
-        if config.loss_type == "cispo":
-            high = (ratio > eps_hi) & (A > 0)
-            low = torch.zeros_like(high)
-        else:
-            low = (ratio < 1 - eps_lo) & (A < 0)
-            high = (ratio > 1 + eps_hi) & (A > 0)
-        metrics["clip_ratio/low_mean"] = masked_batch_mean(low, m)
-        metrics["clip_ratio/high_mean"] = masked_batch_mean(high, m)
-        metrics["clip_ratio/region_mean"] = masked_batch_mean(low | high, m)
+        low, high = clip_flags(ratio, A, config)
+        metrics = _metrics(masked_batch_mean(entropy, m), None if kl is None else masked_batch_mean(kl, m),
+                           masked_batch_mean(low, m), masked_batch_mean(high, m), masked_batch_mean(low | high, m))
     return loss, metrics
+
+
+def _metrics(entropy, kl, low, high, region) -> dict[str, torch.Tensor]:
+    metrics = {"entropy": entropy}
+    if kl is not None:
+        metrics["kl"] = kl
+    metrics.update({"clip_ratio/low_mean": low, "clip_ratio/high_mean": high, "clip_ratio/region_mean": region})
+    return metrics
 
 
 def is_token_level(config: GRPOLossConfig) -> bool:
     """Whether the loss is a sum of per-token terms, each a function of its own token's lp and entropy only.
-    Sequence-level weights (GSPO), vespo's sequence weight and the entropy-quantile mask need a reduction over
-    tokens first."""
-    return (config.importance_sampling_level == "token" and config.loss_type != "vespo"
+    Sequence-level weights (GSPO), a loss type that reduces over a sequence (vespo's weight) and the
+    entropy-quantile mask need a reduction over tokens first."""
+    return (config.importance_sampling_level == "token" and get_loss_type(config.loss_type).token_level
             and config.top_entropy_quantile == 1.0)
 
 
@@ -194,7 +183,7 @@ def is_token_level(config: GRPOLossConfig) -> bool:
 class TokenInputs:
     """The per-token inputs of a token-level objective, one value per token, all [N]: token_weights from
     `aggregation_weights` and entropy_weights (the entropy bonus's per-token coefficient) fold the aggregation
-    in, so the loss is the sum of `token_level_terms`."""
+    in, so the loss is the sum of the per-token terms of `token_level_step`."""
 
     mask: torch.Tensor
     advantages: torch.Tensor
@@ -207,34 +196,61 @@ class TokenInputs:
     def slice(self, n0: int, n1: int) -> "TokenInputs":
         return TokenInputs(**{k: None if v is None else v[n0:n1] for k, v in vars(self).items()})
 
+    def ready(self) -> "TokenInputs":
+        """float32 and contiguous, as the kernels and custom ops take them."""
+        return TokenInputs(**{k: None if v is None else v.reshape(-1).float().contiguous()
+                              for k, v in vars(self).items()})
 
-def token_level_terms(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs,
-                      config: GRPOLossConfig) -> torch.Tensor:
-    """Per-token contributions to the loss of a token-level objective (`is_token_level`); they sum to
-    `grpo_objective`'s loss. lp, ent and every input: [N]."""
+
+class TokenStep(NamedTuple):
+    """Everything the objective gives per token [N], from one evaluation: the Triton epilogue's outputs."""
+
+    terms: torch.Tensor  # the loss's per-token contributions: their sum is grpo_objective's loss
+    grad_logps: torch.Tensor  # g = dLoss/dlp
+    grad_entropy: Optional[torch.Tensor]  # e = dLoss/dent (None without an entropy bonus)
+    kl: torch.Tensor  # the k3 KL (0 when beta = 0)
+    clip: torch.Tensor  # int8: bit 0 low-clipped, bit 1 high-clipped (clip_flags)
+
+
+def _token_terms(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs, config: GRPOLossConfig):
     def row(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         return None if x is None else x[None, :].to(lp.dtype)
 
-    loss, _, _ = per_token_loss(lp[None, :], row(inputs.mask), row(inputs.advantages), config, row(inputs.old_logps),
-                                row(inputs.ref_logps), row(inputs.importance_ratio))
+    A = row(inputs.advantages)
+    loss, ratio, kl = per_token_loss(lp[None, :], row(inputs.mask), A, config, row(inputs.old_logps),
+                                     row(inputs.ref_logps), row(inputs.importance_ratio))
     terms = inputs.token_weights.to(lp.dtype) * loss[0]
     if inputs.entropy_weights is not None:
         terms = terms - inputs.entropy_weights.to(lp.dtype) * ent
-    return terms
+    low, high = clip_flags(ratio, A, config)
+    clip = (low.to(torch.int8) + 2 * high.to(torch.int8))[0]
+    return terms, (torch.zeros_like(lp) if kl is None else kl[0]), clip
 
 
-def token_level_grads(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs,
-                      config: GRPOLossConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """g = dLoss/dlp and e = dLoss/dent per token (e is None without an entropy bonus), by differentiating
-    `token_level_terms`: the spec itself, not a transcription of its derivative. torch.func, not
-    torch.autograd, so that it also runs inside a custom op (where autograd does not record)."""
-    def loss(lp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
-        return token_level_terms(lp, ent, inputs, config).sum()
+def token_level_step(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs, config: GRPOLossConfig) -> TokenStep:
+    """The token-level objective (`is_token_level`) of lp, ent [N] and its derivatives g and e, by differentiating
+    the spec itself (not a transcription of its derivative). torch.func, not torch.autograd, so that it also runs
+    inside a custom op (where autograd does not record)."""
+    def total(lp: torch.Tensor, ent: torch.Tensor):
+        terms, kl, clip = _token_terms(lp, ent, inputs, config)
+        return terms.sum(), (terms.detach(), kl.detach(), clip)
 
     lp, ent = lp.detach(), ent.detach()
     if inputs.entropy_weights is None:
-        return torch.func.grad(loss, argnums=0)(lp, ent), None
-    return torch.func.grad(loss, argnums=(0, 1))(lp, ent)
+        g, (terms, kl, clip) = torch.func.grad(total, argnums=0, has_aux=True)(lp, ent)
+        return TokenStep(terms, g, None, kl, clip)
+    (g, e), (terms, kl, clip) = torch.func.grad(total, argnums=(0, 1), has_aux=True)(lp, ent)
+    return TokenStep(terms, g, e, kl, clip)
+
+
+def token_metrics(entropy: torch.Tensor, kl: torch.Tensor, clip: torch.Tensor, mask: torch.Tensor,
+                  config: GRPOLossConfig) -> dict[str, torch.Tensor]:
+    """grpo_objective's metrics from per-token outputs [N] (a TokenStep's, or the Triton epilogue's)."""
+    with torch.no_grad():
+        m = mask.float()
+        low, high = (clip & 1) != 0, (clip & 2) != 0
+        return _metrics(masked_batch_mean(entropy, m), masked_batch_mean(kl, m) if config.beta != 0.0 else None,
+                        masked_batch_mean(low, m), masked_batch_mean(high, m), masked_batch_mean(low | high, m))
 
 
 def token_inputs(mask: torch.Tensor, advantages: torch.Tensor, config: GRPOLossConfig,
@@ -262,32 +278,8 @@ def token_inputs(mask: torch.Tensor, advantages: torch.Tensor, config: GRPOLossC
 
 def aggregation_weights(mask: torch.Tensor, config: GRPOLossConfig,
                         num_items_in_batch: Optional[torch.Tensor | float | int] = None) -> torch.Tensor:
-    """Per-token weights w with loss = sum_{b,t} w * L: every aggregation is linear in L.
-
-    grpo, sapo:         mean over sequences of sum_t m L / max(1, sum_t m)  ->  w = m / (B max(1, n_b))
-    bnpo:               sum m L / max(1, sum m)
-    dr_grpo:            sum m L / (B * max_completion_length)
-    dapo, cispo, vespo: sum m L / max(1, num_items_in_batch)  (the local sum m when not given)
-    luspo:              mean over sequences of sum_t m L  (TRL 1.16; GRPO_MATH.md's mean over all B*T of
-                        L * n_b is the same when L is one value per sequence, and counted padding otherwise)
-    """
-    m = mask
-    B = m.shape[0]
-    local_tokens = m.sum().clamp(min=1.0)
-    loss_type = config.loss_type
-    if loss_type in ("grpo", "sapo"):
-        return m / (B * m.sum(-1, keepdim=True).clamp(min=1.0))
-    if loss_type == "bnpo":
-        return m / local_tokens
-    if loss_type == "dr_grpo":
-        return m / (B * config.max_completion_length)
-    if loss_type in ("dapo", "cispo", "vespo"):
-        if num_items_in_batch is None:
-            return m / local_tokens
-        return m / torch.as_tensor(num_items_in_batch, dtype=m.dtype, device=m.device).clamp(min=1.0)
-    if loss_type == "luspo":
-        return m / B
-    raise ValueError(f"unknown loss_type {loss_type!r}")  # pragma: no cover
+    """Per-token weights w with loss = sum_{b,t} w * L: every aggregation is linear in L (losses.Aggregation)."""
+    return get_loss_type(config.loss_type).aggregation.weights(mask, config, num_items_in_batch)
 
 
 @dataclass

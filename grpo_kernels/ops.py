@@ -9,93 +9,90 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import warnings
 from dataclasses import asdict
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
-from . import torch_chunked
+from .backends import get_backend, implementation, stats_dtype
+from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 from .config import GRPOLossConfig
-from .gemm_path import DEFAULT_WORKSPACE_BYTES, GemmBackend
 from .head import LMHead, LogitTransform
-from .kept_tokens import KeptTokenHead
-from .objective import TokenInputs, token_level_grads
+from .objective import TokenInputs, token_level_step
 from .second_order import graph_is_kept, refuse_second_order
 
 
-def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
-                    kept_token_ids: Optional[torch.Tensor] = None) -> Any:
-    """The backend behind the small interface: `linear_forward(hidden, head, targets) -> (logps, entropy, lse)`
-    and `linear_backward(g, e, hidden, head, targets, lse, entropy, needs_hidden_grad, needs_weight_grad) ->
-    (dhidden | None, dweight | None, dbias | None)`, with `head` an LMHead (head.py). With `kept_token_ids`
-    [rows, K], the rows that carry a set are scored over it (kept_tokens.py, wrapping the backend)."""
-    if kept_token_ids is not None:
-        return KeptTokenHead(_implementation(backend, workspace_bytes), kept_token_ids,
-                             chunk_elements=workspace_bytes // 4)
-    if backend == "gemm":
-        return GemmBackend(workspace_bytes)
-    if backend == "torch":
-        return torch_chunked
-    if backend == "triton":
-        from .kernels import launch  # builds no kernel until called: CPU tensors get the interpreter first
+# ---- the codec of the custom-op boundary --------------------------------------------------------------
+# Custom ops take tensors and scalars only. An LMHead crosses as (weight, bias, constants) with constants the
+# list [temperature, scale, softcap or NaN]; a GRPOLossConfig as its JSON; TokenInputs as its fields in order.
+# Encoded and decoded here and nowhere else.
 
-        return launch
-    raise ValueError(f"backend must be 'gemm', 'torch' or 'triton' here, got {backend!r}")
-
-
-def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-# ---- the head at the custom-op boundary -------------------------------------------------------------
-# Custom ops take tensors and scalars only: an LMHead crosses as (weight, bias, temperature, scale, softcap),
-# unpacked by `_head_args` and rebuilt by `_head`, here and nowhere else.
-
-def _head_args(head: LMHead, detach: bool = False) -> tuple:
-    """(weight, bias, temperature, scale, softcap), the tensors contiguous (and detached when asked)."""
+def encode_head(head: LMHead, detach: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor], list[float]]:
+    """(weight, bias, constants), the tensors contiguous (and detached when asked)."""
     if head.shard is not None:
         raise ValueError("a vocabulary-sharded head goes through vocab_parallel, not a custom op")
 
     def ready(x):
         return None if x is None else (x.detach() if detach else x).contiguous()
 
-    return (ready(head.weight), ready(head.bias), float(head.temperature), head.transform.scale,
-            head.transform.softcap)
+    softcap = head.transform.softcap
+    return (ready(head.weight), ready(head.bias),
+            [float(head.temperature), float(head.transform.scale), math.nan if softcap is None else float(softcap)])
 
 
-def _head(weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float, scale: float,
-          softcap: Optional[float]) -> LMHead:
-    return LMHead(weight, bias, temperature, LogitTransform(scale, softcap))
+def decode_head(weight: torch.Tensor, bias: Optional[torch.Tensor], constants: list[float]) -> LMHead:
+    temperature, scale, softcap = constants
+    return LMHead(weight, bias, temperature, LogitTransform(scale, None if math.isnan(softcap) else softcap))
+
+
+def encode_config(config: GRPOLossConfig) -> str:
+    return json.dumps(asdict(config), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def decode_config(key: str) -> GRPOLossConfig:
+    with warnings.catch_warnings():  # the caller's construction already warned
+        warnings.simplefilter("ignore")
+        return GRPOLossConfig(**json.loads(key))
+
+
+def encode_inputs(inputs: TokenInputs) -> tuple[Optional[torch.Tensor], ...]:
+    return tuple(vars(inputs.ready()).values())
+
+
+def _implementation(backend: str, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+                    kept_token_ids: Optional[torch.Tensor] = None):
+    return implementation(backend, workspace_bytes, kept_token_ids)
 
 
 # ---- hidden states x LM head -> per-token log-probs ------------------------------------------------
 
 @torch.library.custom_op("grpo_kernels::linear_logprobs", mutates_args=())
 def _linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     targets: torch.Tensor, temperature: float, scale: float, softcap: Optional[float], backend: str,
-                     workspace_bytes: int, kept_token_ids: Optional[torch.Tensor] = None
+                     head_constants: list[float], targets: torch.Tensor, backend: str, workspace_bytes: int,
+                     kept_token_ids: Optional[torch.Tensor] = None
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _implementation(backend, workspace_bytes, kept_token_ids).linear_forward(
-        hidden, _head(weight, bias, temperature, scale, softcap), targets)
+        hidden, decode_head(weight, bias, head_constants), targets)
 
 
 @_linear_logprobs.register_fake
-def _(hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes, kept_token_ids=None):
-    stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
+def _(hidden, weight, bias, head_constants, targets, backend, workspace_bytes, kept_token_ids=None):
+    stats = hidden.new_empty(hidden.shape[0], dtype=stats_dtype(hidden.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
 
 @torch.library.custom_op("grpo_kernels::linear_logprobs_backward", mutates_args=())
 def _linear_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor],
                               hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                              targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
-                              temperature: float, scale: float, softcap: Optional[float], backend: str,
-                              workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool,
-                              kept_token_ids: Optional[torch.Tensor] = None
+                              head_constants: list[float], targets: torch.Tensor, lse: torch.Tensor,
+                              entropy: torch.Tensor, backend: str, workspace_bytes: int, needs_hidden_grad: bool,
+                              needs_weight_grad: bool, kept_token_ids: Optional[torch.Tensor] = None
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_hidden, grad_weight, grad_bias = _implementation(backend, workspace_bytes, kept_token_ids).linear_backward(
-        grad_logps, grad_entropy, hidden, _head(weight, bias, temperature, scale, softcap), targets, lse, entropy,
+        grad_logps, grad_entropy, hidden, decode_head(weight, bias, head_constants), targets, lse, entropy,
         needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
     # A custom op cannot return None: an empty tensor stands for "not computed" (no bias, frozen head...).
     return _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
@@ -122,16 +119,16 @@ def _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad):
 
 
 @_linear_logprobs_backward.register_fake
-def _(grad_logps, grad_entropy, hidden, weight, bias, targets, lse, entropy, temperature, scale, softcap, backend,
-      workspace_bytes, needs_hidden_grad, needs_weight_grad, kept_token_ids=None):
+def _(grad_logps, grad_entropy, hidden, weight, bias, head_constants, targets, lse, entropy, backend, workspace_bytes,
+      needs_hidden_grad, needs_weight_grad, kept_token_ids=None):
     return _fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad)
 
 
 def _linear_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, targets, temperature, scale, softcap, backend, workspace_bytes, kept_token_ids = inputs
+    hidden, weight, bias, head_constants, targets, backend, workspace_bytes, kept_token_ids = inputs
     _, entropy, lse = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, kept_token_ids)
-    ctx.head_scalars, ctx.backend, ctx.workspace_bytes = (temperature, scale, softcap), backend, workspace_bytes
+    ctx.head_constants, ctx.backend, ctx.workspace_bytes = head_constants, backend, workspace_bytes
     ctx.weight_shape = tuple(weight.shape)
 
 
@@ -152,11 +149,11 @@ def _linear_backward(ctx, grad_logps, grad_entropy, _grad_lse):
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
-        grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias, targets,
-        lse, entropy, *ctx.head_scalars, ctx.backend, ctx.workspace_bytes, needs_hidden, needs_weight or needs_bias,
-        kept_token_ids)
+        grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
+        ctx.head_constants, targets, lse, entropy, ctx.backend, ctx.workspace_bytes, needs_hidden,
+        needs_weight or needs_bias, kept_token_ids)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias)) + (None,) * 7
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 5
 
 
 _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup_context)
@@ -167,12 +164,12 @@ _linear_logprobs.register_autograd(_linear_backward, setup_context=_linear_setup
 @torch.library.custom_op("grpo_kernels::logits_logprobs", mutates_args=())
 def _logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, backend: str
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _implementation(backend).logits_forward(logits, targets, temperature)
+    return get_backend(backend).logits_backend().logits_forward(logits, targets, temperature)
 
 
 @_logits_logprobs.register_fake
 def _(logits, targets, temperature, backend):
-    stats = logits.new_empty(logits.shape[:2], dtype=_stats_dtype(logits.dtype))
+    stats = logits.new_empty(logits.shape[:2], dtype=stats_dtype(logits.dtype))
     return stats, torch.empty_like(stats), torch.empty_like(stats)
 
 
@@ -180,8 +177,8 @@ def _(logits, targets, temperature, backend):
 def _logits_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor],
                               logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor,
                               entropy: torch.Tensor, temperature: float, backend: str) -> torch.Tensor:
-    return _implementation(backend).logits_backward(grad_logps, grad_entropy, logits, targets, lse, entropy,
-                                                    temperature)
+    return get_backend(backend).logits_backend().logits_backward(grad_logps, grad_entropy, logits, targets, lse,
+                                                                  entropy, temperature)
 
 
 @_logits_logprobs_backward.register_fake
@@ -213,35 +210,31 @@ _logits_logprobs.register_autograd(_logits_backward, setup_context=_logits_setup
 
 @torch.library.custom_op("grpo_kernels::linear_grpo_token_terms", mutates_args=())
 def _linear_grpo_token_terms(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                             targets: torch.Tensor, advantages: torch.Tensor, token_weights: torch.Tensor,
+                             head_constants: list[float], targets: torch.Tensor, mask: torch.Tensor,
+                             advantages: torch.Tensor, token_weights: torch.Tensor,
                              entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
-                             ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor],
-                             mask: torch.Tensor, temperature: float, scale: float, softcap: Optional[float],
-                             loss_kind: int, eps_low: float, eps_high: float, delta: Optional[float], beta: float,
-                             sapo_pos: float, sapo_neg: float, bias_correction: bool
+                             ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], config: str
                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                         torch.Tensor, torch.Tensor]:
     from .kernels import launch
+    from .kernels.token_objective import epilogue_args
 
-    objective = dict(loss_kind=loss_kind, eps_low=eps_low, eps_high=eps_high, delta=delta, beta=beta,
-                     sapo_pos=sapo_pos, sapo_neg=sapo_neg, bias_correction=bias_correction)
-    return launch.linear_grpo_forward(hidden, _head(weight, bias, temperature, scale, softcap), targets, advantages,
+    return launch.linear_grpo_forward(hidden, decode_head(weight, bias, head_constants), targets, advantages,
                                       token_weights, entropy_weights, old_logps, ref_logps, importance_ratio, mask,
-                                      objective)
+                                      epilogue_args(decode_config(config)))
 
 
 @_linear_grpo_token_terms.register_fake
-def _(hidden, weight, bias, targets, advantages, token_weights, entropy_weights, old_logps, ref_logps,
-      importance_ratio, mask, temperature, scale, softcap, *scalars):
+def _(hidden, weight, bias, head_constants, *_):
     per_token = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
     return (*(torch.empty_like(per_token) for _ in range(6)), hidden.new_empty(hidden.shape[0], dtype=torch.int8))
 
 
 def _token_terms_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, targets, _, _, entropy_weights, *_ = inputs
+    hidden, weight, bias, head_constants, targets, _, _, _, entropy_weights, *_ = inputs
     _, _, entropy, lse, grad, _, _ = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad, entropy_weights)
-    ctx.head_scalars, ctx.weight_shape = tuple(inputs[11:14]), tuple(weight.shape)  # temperature, scale, softcap
+    ctx.head_constants, ctx.weight_shape = head_constants, tuple(weight.shape)
 
 
 def _token_terms_backward(ctx, grad_terms, *_unused):
@@ -254,10 +247,10 @@ def _token_terms_backward(ctx, grad_terms, *_unused):
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps.contiguous(), None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
-        targets, lse, entropy, *ctx.head_scalars, "triton", DEFAULT_WORKSPACE_BYTES, needs_hidden,
+        ctx.head_constants, targets, lse, entropy, "triton", DEFAULT_WORKSPACE_BYTES, needs_hidden,
         needs_weight or needs_bias)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias)) + (None,) * 19
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 10
 
 
 _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=_token_terms_setup_context)
@@ -265,43 +258,47 @@ _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=
 
 # ---- hidden states x LM head -> token-level objective with its gradients, in one pass (the GEMM path) -------
 
-def config_key(config: GRPOLossConfig) -> str:
-    """A GRPOLossConfig as a custom-op argument (custom ops take tensors and scalars only)."""
-    return json.dumps(asdict(config), sort_keys=True)
+def token_step_per_wave(inputs: TokenInputs, config: GRPOLossConfig, n_rows: int, device: torch.device):
+    """(token_grads, outputs): the GEMM stream's per-wave callback evaluating the objective once per token
+    (token_level_step), and the [N] tensors (terms, kl, clip) it fills as the waves pass."""
+    terms = torch.zeros(n_rows, dtype=torch.float32, device=device)
+    kl, clip = torch.zeros_like(terms), torch.zeros(n_rows, dtype=torch.int8, device=device)
 
+    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
+        step = token_level_step(logps, entropy, inputs.slice(n0, n1), config)
+        terms[n0:n1], kl[n0:n1], clip[n0:n1] = step.terms, step.kl, step.clip
+        return step.grad_logps, step.grad_entropy
 
-@functools.lru_cache(maxsize=64)
-def _config_from_key(key: str) -> GRPOLossConfig:
-    with warnings.catch_warnings():  # the caller's construction already warned
-        warnings.simplefilter("ignore")
-        return GRPOLossConfig(**json.loads(key))
+    return token_grads, (terms, kl, clip)
 
 
 @torch.library.custom_op("grpo_kernels::gemm_token_level", mutates_args=())
-def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor,
-                      mask: torch.Tensor, advantages: torch.Tensor, token_weights: torch.Tensor,
-                      entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
-                      ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], temperature: float,
-                      scale: float, softcap: Optional[float], config: str, workspace_bytes: int,
+def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                      head_constants: list[float], targets: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
+                      token_weights: torch.Tensor, entropy_weights: Optional[torch.Tensor],
+                      old_logps: Optional[torch.Tensor], ref_logps: Optional[torch.Tensor],
+                      importance_ratio: Optional[torch.Tensor], config: str, workspace_bytes: int,
                       needs_hidden_grad: bool, needs_weight_grad: bool
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                 torch.Tensor, torch.Tensor]:
     inputs = TokenInputs(mask, advantages, token_weights, entropy_weights, old_logps, ref_logps, importance_ratio)
-    objective = _config_from_key(config)
-
-    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
-        return token_level_grads(logps, entropy, inputs.slice(n0, n1), objective)
-
-    logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(workspace_bytes).linear_forward_with_grads(
-        hidden, _head(weight, bias, temperature, scale, softcap), targets, token_grads, needs_hidden_grad,
-        needs_weight_grad)
-    return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
+    token_grads, (terms, kl, clip) = token_step_per_wave(inputs, decode_config(config), hidden.shape[0],
+                                                         hidden.device)
+    gemm = get_backend("gemm").backend(workspace_bytes)
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = gemm.linear_forward_with_grads(
+        hidden, decode_head(weight, bias, head_constants), targets, token_grads, needs_hidden_grad, needs_weight_grad)
+    return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
+            _or_empty(grad_bias, hidden))
 
 
 @_gemm_token_level.register_fake
-def _(hidden, weight, bias, targets, mask, advantages, token_weights, entropy_weights, old_logps, ref_logps,
-      importance_ratio, temperature, scale, softcap, config, workspace_bytes, needs_hidden_grad, needs_weight_grad):
-    stats = hidden.new_empty(hidden.shape[0], dtype=_stats_dtype(hidden.dtype))
-    return (stats, torch.empty_like(stats), *_fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad))
+def _(hidden, weight, bias, head_constants, targets, mask, advantages, token_weights, entropy_weights, old_logps,
+      ref_logps, importance_ratio, config, workspace_bytes, needs_hidden_grad, needs_weight_grad):
+    stats = hidden.new_empty(hidden.shape[0], dtype=stats_dtype(hidden.dtype))
+    per_token = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+    return (stats, torch.empty_like(stats), per_token, torch.empty_like(per_token),
+            hidden.new_empty(hidden.shape[0], dtype=torch.int8),
+            *_fake_grads(hidden, weight, bias, needs_hidden_grad, needs_weight_grad))
 
 
 @torch.library.custom_op("grpo_kernels::attach_grads", mutates_args=())
@@ -343,17 +340,11 @@ _attach_grads.register_autograd(_attach_backward, setup_context=_attach_setup_co
 
 def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs,
                      config: GRPOLossConfig, workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
-    """Rows [N]: (logps, entropy, dhidden, dweight, dbias) of a token-level objective whose loss is the sum of
-    `token_level_terms`; gradients for an upstream gradient of 1, empty where not needed."""
-    def flat(x):
-        return None if x is None else x.float().contiguous()
-
-    weight, bias, *head_scalars = _head_args(head, detach=True)
-    return _gemm_token_level(
-        hidden.detach().contiguous(), weight, bias, targets.contiguous(), flat(inputs.mask), flat(inputs.advantages),
-        flat(inputs.token_weights), flat(inputs.entropy_weights), flat(inputs.old_logps), flat(inputs.ref_logps),
-        flat(inputs.importance_ratio), *head_scalars, config_key(config), int(workspace_bytes),
-        bool(needs_hidden_grad), bool(needs_weight_grad))
+    """Rows [N]: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a token-level objective whose loss is
+    terms.sum(); gradients for an upstream gradient of 1, empty where not needed."""
+    return _gemm_token_level(hidden.detach().contiguous(), *encode_head(head, detach=True), targets.contiguous(),
+                             *encode_inputs(inputs), encode_config(config), int(workspace_bytes),
+                             bool(needs_hidden_grad), bool(needs_weight_grad))
 
 
 def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, head: LMHead, grad_hidden: torch.Tensor,
@@ -370,9 +361,8 @@ def linear_logprobs(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, b
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [N, H], head.weight [V, H], targets [N] -> (logps [N], entropy [N]), differentiable; with
     kept_token_ids [N, K] the rows that carry a set are scored over it."""
-    weight, bias, *head_scalars = _head_args(head)
-    logps, entropy, _ = _linear_logprobs(hidden.contiguous(), weight, bias, targets.contiguous(), *head_scalars,
-                                         backend, int(workspace_bytes),
+    logps, entropy, _ = _linear_logprobs(hidden.contiguous(), *encode_head(head), targets.contiguous(), backend,
+                                         int(workspace_bytes),
                                          None if kept_token_ids is None else kept_token_ids.contiguous())
     return logps, entropy
 
@@ -386,17 +376,10 @@ def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     return logps, entropy
 
 
-def linear_grpo_token_terms(hidden, head: LMHead, targets, advantages, token_weights, entropy_weights, old_logps,
-                            ref_logps, importance_ratio, mask, loss_kind, config):
-    """Flattened [N] inputs -> (terms, logps, entropy, kl, clip code); terms.sum() is the loss."""
-    def flat(x):
-        return None if x is None else x.reshape(-1).float().contiguous()
-
-    weight, bias, *head_scalars = _head_args(head)
+def linear_grpo_token_terms(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs,
+                            config: GRPOLossConfig):
+    """Rows [N] -> (terms, logps, entropy, kl, clip code), the objective in the Triton epilogue; terms.sum() is
+    the loss."""
     terms, logps, entropy, _, _, kl, clip = _linear_grpo_token_terms(
-        hidden.contiguous(), weight, bias, targets.contiguous(), flat(advantages), flat(token_weights),
-        flat(entropy_weights), flat(old_logps), flat(ref_logps), flat(importance_ratio), flat(mask), *head_scalars,
-        loss_kind, config.epsilon_low, config.epsilon_high_value, None if config.delta is None else float(config.delta),
-        float(config.beta), float(config.sapo_temperature_pos), float(config.sapo_temperature_neg),
-        bool(config.use_bias_correction_kl))
+        hidden.contiguous(), *encode_head(head), targets.contiguous(), *encode_inputs(inputs), encode_config(config))
     return terms, logps, entropy, kl, clip

@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from .backends.protocol import stats_dtype
 from .config import GRPOLossConfig
 from .head import IDENTITY, LMHead, LogitTransform
 from .objective import GRPOLossOutput, grpo_loss_output
@@ -23,8 +24,7 @@ def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperatur
     """Per-token log-prob of `targets` and entropy under softmax(transform(logits) / temperature), in float32
     (float64 stays float64). With kept_token_ids [..., K] (-1 padding), a position that carries a set is
     renormalised over it: the other logits are -inf."""
-    compute_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-    scaled = transform.apply(logits.to(compute_dtype)) / temperature
+    scaled = transform.apply(logits.to(stats_dtype(logits.dtype))) / temperature
     if kept_token_ids is None:
         log_probs = torch.log_softmax(scaled, dim=-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)

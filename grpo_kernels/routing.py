@@ -19,7 +19,7 @@ from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
 from .cost_model.device import MIB
 from .cost_model.paths import LIBRARY_PATHS
 # the GEMM path's workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
-from .gemm_path import DEFAULT_WORKSPACE_BYTES
+from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 
 # What `auto` may allocate beyond the inputs, the outputs, the gradients and the float32 dW accumulator, unless
 # the call gives workspace_bytes: the GEMM path's former fixed workspace, so that no call takes more than before.

@@ -1,12 +1,19 @@
-"""Input checks shared by every path: bad input fails here, naming the argument, before any kernel runs."""
+"""Input checks shared by every path: bad input fails here, naming the argument, before any kernel runs.
+
+Two kinds: shape, dtype and device checks read only metadata and always run, under torch.compile too; value checks
+(NaN scans, id ranges, 0/1 masks) read the data, synchronise with the device and would break a compiled graph, so
+they take `check_values` (the API passes False while compiling)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional
 
 import torch
 
 from .config import GRPOLossConfig
+from .losses import get_loss_type
 from .head import IDENTITY, LogitTransform
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -42,14 +49,15 @@ def check_config(config: object) -> GRPOLossConfig:
     return config
 
 
-def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device) -> None:
+def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device,
+                  check_values: bool = True) -> None:
     targets = _require_tensor(name, targets)
     if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor (int64 token ids), got {targets.dtype}")
     if tuple(targets.shape) != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {list(targets.shape)}")
     _require_device(name, targets, device)
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
+    if check_values and targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
         raise ValueError(
             f"{name} must hold token ids in [0, {vocab_size}), "
             f"got values in [{int(targets.min())}, {int(targets.max())}]"
@@ -117,7 +125,8 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
         _require_finite("logits", logits)
 
 
-def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.device) -> None:
+def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.device,
+               check_values: bool = True) -> None:
     mask = _require_tensor(name, mask)
     if tuple(mask.shape) != shape:
         dims = "[B, T]" if len(shape) == 2 else "[N]"
@@ -126,11 +135,11 @@ def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.de
     if mask.dtype != torch.bool:
         if mask.dtype.is_complex:
             raise TypeError(f"{name} must be bool, integer or float in {{0, 1}}")
-        if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+        if check_values and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError(f"{name} values must be 0 or 1")
 
 
-def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device) -> int:
+def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device, check_values: bool = True) -> int:
     """Sequence boundaries of a packed batch: int [S + 1], 0 first, non-decreasing, n_tokens last. Returns S."""
     cu = _require_tensor("cu_seqlens", cu_seqlens)
     if cu.dtype.is_floating_point or cu.dtype.is_complex or cu.dtype == torch.bool:
@@ -138,7 +147,7 @@ def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device) ->
     if cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"cu_seqlens must be [S + 1] with S >= 1 sequences, got shape {list(cu.shape)}")
     _require_device("cu_seqlens", cu, device)
-    if int(cu[0]) != 0 or int(cu[-1]) != n_tokens or bool((cu[1:] < cu[:-1]).any()):
+    if check_values and (int(cu[0]) != 0 or int(cu[-1]) != n_tokens or bool((cu[1:] < cu[:-1]).any())):
         raise ValueError(f"cu_seqlens must start at 0, never decrease and end at N={n_tokens} (hidden's rows), "
                          f"got {cu.tolist() if cu.numel() <= 16 else [int(cu[0]), '...', int(cu[-1])]}")
     return cu.numel() - 1
@@ -146,7 +155,7 @@ def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device) ->
 
 def check_workspace(workspace_bytes: object) -> int:
     """The GEMM path's logits workspace in bytes; None means the default (1 GiB)."""
-    from .gemm_path import DEFAULT_WORKSPACE_BYTES
+    from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 
     if workspace_bytes is None:
         return DEFAULT_WORKSPACE_BYTES
@@ -165,16 +174,18 @@ def check_loss_inputs(
     importance_ratio: Optional[object],
     num_items_in_batch: Optional[object],
     config: GRPOLossConfig,
+    check_values: bool = True,
 ) -> None:
     B, T = batch_shape
-    check_mask("completion_mask", completion_mask, (B, T), device)
+    check_mask("completion_mask", completion_mask, (B, T), device, check_values)
 
     adv = _require_tensor("advantages", advantages)
     if tuple(adv.shape) not in ((B,), (B, T)):
         raise ValueError(f"advantages must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
     _require_float("advantages", adv)
     _require_device("advantages", adv, device)
-    _require_finite("advantages", adv)
+    if check_values:
+        _require_finite("advantages", adv)
 
     for name, value, shapes in (
         ("old_logps", old_logps, ((B, T),)),
@@ -189,22 +200,33 @@ def check_loss_inputs(
             raise ValueError(f"{name} must have shape {expected}, got {list(value.shape)}")
         _require_float(name, value)
         _require_device(name, value, device)
-        if bool(torch.isnan(value).any()):
+        if check_values and bool(torch.isnan(value).any()):
             raise ValueError(f"{name} contains NaN values")
-        _require_finite_where_scored(name, value, completion_mask)
-    if importance_ratio is not None and bool((importance_ratio < 0).any()):
+        if check_values:
+            _require_finite_where_scored(name, value, completion_mask)
+    if check_values and importance_ratio is not None and bool((importance_ratio < 0).any()):
         raise ValueError("importance_ratio must be >= 0 (it is a probability ratio)")
-    if config.loss_type == "vespo" and importance_ratio is not None and importance_ratio.shape[-1] == 1 and T > 1:
+    if (get_loss_type(config.loss_type).folds_importance_ratio and importance_ratio is not None
+            and importance_ratio.shape[-1] == 1 and T > 1):
         # TRL: VESPO folds the engine's per-token log-ratios into its sequence weight; a sequence-level IS mode
         # has none to fold (it requires vllm_importance_sampling_mode 'token_truncate' or 'token_mask').
-        raise ValueError("loss_type='vespo' needs a per-token importance_ratio [B, T], got [B, 1] "
+        raise ValueError(f"loss_type={config.loss_type!r} needs a per-token importance_ratio [B, T], got [B, 1] "
                          "(TRL requires vllm_importance_sampling_mode='token_truncate' or 'token_mask')")
     if config.beta != 0.0 and ref_logps is None:
         raise ValueError("config.beta != 0 needs ref_logps (the reference model's per-token log-probs)")
     if num_items_in_batch is not None:
-        value = torch.as_tensor(num_items_in_batch)
-        if value.numel() != 1 or not bool(torch.isfinite(value.float()).all()) or float(value) < 0:
-            raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {num_items_in_batch!r}")
+        _check_num_items(num_items_in_batch, check_values)
+
+
+def _check_num_items(value: object, check_values: bool) -> None:
+    if isinstance(value, torch.Tensor):
+        bad = value.numel() != 1 or (check_values and not (bool(torch.isfinite(value.float()).all())
+                                                           and float(value) >= 0))
+    else:
+        bad = (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+               or value < 0)
+    if bad:
+        raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {value!r}")
 
 
 def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor) -> None:

@@ -74,7 +74,7 @@ class Check:
         return f"check::{self.name}"
 
 
-SMOKE_TESTS = "tests/test_gpu_smoke.py"  # every backend at one mid-size shape against float64, on the GPU
+SMOKE_TESTS = "tests/benchmarks/test_gpu_smoke.py"  # every backend at one mid-size shape against float64, on the GPU
 
 
 def gpu_checks() -> tuple[Check, ...]:

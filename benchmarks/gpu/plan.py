@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from grpo_kernels.backends import BASELINE_BACKEND, DEFAULT_BACKEND
+
 from ..model.roofline import case_problem, estimate
 from ..model.roofline_model import DEVICES, DeviceRates, Problem
 from ..model.roofline_paths import MODELS
@@ -58,7 +60,7 @@ TARGET_SCENARIOS = (
     ("no-grad log-probs", "logprobs", "dapo_kl"),
 )
 # Within a scenario: the default backend, the baseline, the peers, then any other path in PATHS order.
-PATH_PRIORITY = ("auto", "gemm", "reference", "liger", "cce", "trl")
+PATH_PRIORITY = ("auto", DEFAULT_BACKEND, BASELINE_BACKEND, "liger", "cce", "trl")
 # The headline: what a short GPU loan must measure first (S1; the floor is every ratio's denominator).
 HEADLINE_PATHS = ("floor", "auto", "gemm", "trl", "liger", "cce")
 HEADLINE_SCENARIOS = (("loss", "dapo_kl"), ("logprobs", "dapo_kl"))
@@ -123,13 +125,14 @@ def needed_bytes(case: GpuCase) -> int:
     c = p.itemsize
     inputs = (s.tokens * s.head.hidden + s.head.vocab * s.head.hidden) * c + s.tokens * 8 * 6
     grads = (s.tokens * s.head.hidden * c * p.hidden_needs_grad + s.head.vocab * s.head.hidden * c * p.weight_grad)
-    est = estimate(case.path if case.path in MODELS else "reference", p)
+    est = estimate(case.path if case.path in MODELS else BASELINE_BACKEND, p)
     return math.ceil(MEMORY_SAFETY * (inputs + grads + est.peak_extra_bytes + est.fp32_weight_grad_bytes))
 
 
 def step_seconds(case: GpuCase, rates: DeviceRates = DEVICES["H100"]) -> float:
     """Modelled time of one step on the slower of the two GPUs, times the safety factor."""
-    return TIME_SAFETY * estimate(case.path if case.path in MODELS else "reference", _problem(case)).seconds(rates)
+    return TIME_SAFETY * estimate(case.path if case.path in MODELS else BASELINE_BACKEND,
+                                  _problem(case)).seconds(rates)
 
 
 def rounds_for(case: GpuCase) -> int:

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
-from grpo_kernels.kept_tokens import chunk_rows
+from grpo_kernels.backends.kept_tokens import chunk_rows
 
 from .roofline_model import DEVICES, Estimate, Phase, Problem
 from .roofline_paths import gemm as gemm_estimate

@@ -12,17 +12,16 @@ from typing import Callable
 import torch
 
 import grpo_kernels
-import grpo_kernels.api
 from grpo_kernels import GRPOLossConfig, grpo_objective
+from grpo_kernels.backends import backend_names, get_backend
 
 from .cases import LOSS_CASES, LossCase
 from .inputs import BenchInputs
 from .shapes import TRITON_INTERPRETER_MAX_MACS, BenchShape, macs
 
-# This package's backends as its API lists them (so a backend added there, e.g. "gemm", is benchmarked
-# without an edit here); reference is first: it is the baseline every ratio is taken against.
-_LISTED = ("reference", "torch", "triton")  # the report's row order
-OWN_BACKENDS = (*_LISTED, *(name for name in grpo_kernels.api.BACKENDS if name not in ("auto", *_LISTED)))
+# This package's backends as its registry lists them (so a backend added there is benchmarked without an edit
+# here), the baseline first: every ratio is taken against it.
+OWN_BACKENDS = backend_names(with_auto=False)
 # trl: TRL 1.16's GRPOTrainer loss step (its fused LM head and its own loss arithmetic, benchmarks/suite/trl_path.py).
 PATHS = (*OWN_BACKENDS, "liger", "cce", "trl")
 # backend="auto": the route the cost model picks per call (grpo_kernels/routing.py); the GPU command runs it, the
@@ -59,11 +58,11 @@ def check_available(path: str, operation: str, shape: BenchShape, device: torch.
     """Raise PathUnavailable when `path` cannot run `operation` at `shape` on `device`."""
     if path not in (*PATHS, *ROUTED):
         raise ValueError(f"path must be one of {(*PATHS, *ROUTED)}, got {path!r}")
-    if path == "triton":
+    if path in OWN_BACKENDS and get_backend(path).triton_kernels:
         _require_package("triton", "triton")
         if device.type == "cpu" and macs(shape) > TRITON_INTERPRETER_MAX_MACS:
             raise PathUnavailable(
-                f"triton on CPU runs in the Triton interpreter; N*H*V = {macs(shape)} is above the "
+                f"{path} on CPU runs in the Triton interpreter; N*H*V = {macs(shape)} is above the "
                 f"{TRITON_INTERPRETER_MAX_MACS} it finishes in seconds")
     elif path == "liger":
         _require_package("liger_kernel", "liger-kernel")

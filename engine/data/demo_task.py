@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from grpo_kernels.losses import DEFAULT_LOSS_TYPE
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
@@ -101,7 +103,7 @@ DEMO_PRESET: dict = {
     "rewards": {"functions": ["math_accuracy"], "math_no_answer": -1.0},
     "optim": {"learning_rate": 1e-3, "per_device_train_batch_size": 128, "gradient_accumulation_steps": 1,
               "lr_scheduler_type": "cosine", "warmup_ratio": 0.05, "num_iterations": 2},
-    "loss": {"loss_type": "dapo", "beta": 0.0},
+    "loss": {"loss_type": DEFAULT_LOSS_TYPE, "beta": 0.0},
     "run": {"output_dir": "runs/demo", "max_steps": 300, "warm_start_steps": 400, "warm_start_target": 0.5,
             "save_steps": 100, "log_completions_steps": 50, "eval_num_samples": 4, "num_threads": 1},
 }

@@ -23,14 +23,14 @@ from accelerate import Accelerator
 from torch import nn
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
-from grpo_kernels.config import PPO_CLIP_LOSS_TYPES
+from grpo_kernels.losses import GENERATION_TOKENS, TOKENS, TRUST_REGION, Aggregation, get_loss_type
+from grpo_kernels.objective import ratio_clip_flags
 
 from ..model.loading import with_lm_head
 from ..rollout.base import RolloutBatch
 from .logprobs import completion_hidden_states
 from .packing import Pack, Packing, make_packs, pack_hidden_states
 
-GLOBAL_TOKEN_NORMALISED = ("dapo", "cispo", "vespo")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -84,14 +84,16 @@ def micro_batches(batch: RolloutBatch, micro_batch_size: int, packing: Optional[
     return make_packs(batch, packing, micro_batch_size)
 
 
-def loss_scale(loss_type: str, sequences: int, tokens: float, all_sequences: int, all_tokens: float) -> float:
+def loss_scale(aggregation: Aggregation, sequences: int, tokens: float, all_sequences: int, all_tokens: float
+               ) -> float:
     """The factor that turns a micro-batch's loss, normalised over the micro-batch, into its part of the loss
-    normalised over the process's batch (see the module's docstring)."""
-    if loss_type in GLOBAL_TOKEN_NORMALISED:
+    normalised over the process's batch (see the module's docstring), by what the loss type's aggregation is a
+    mean over (losses.Aggregation.mean_over)."""
+    if aggregation.mean_over == GENERATION_TOKENS:  # already over the whole generation batch's tokens
         return 1.0
-    if loss_type == "bnpo":  # the kernels divide by max(1, tokens)
+    if aggregation.mean_over == TOKENS:  # the kernels divide by max(1, tokens)
         return max(tokens, 1.0) / max(all_tokens, 1.0)
-    return sequences / all_sequences  # grpo, sapo, dr_grpo, luspo: a mean over sequences
+    return sequences / all_sequences  # a mean over sequences
 
 
 def metric_weight(name: str, config: GRPOLossConfig, sequences: int, tokens: float) -> float:
@@ -108,16 +110,8 @@ def sequence_clip_extremes(accelerator: Accelerator, logps: torch.Tensor, inputs
     low (high); the smallest low and largest high fraction over the micro-batch of every process. Empty
     completions give NaN and are skipped; a micro-batch with none left gives NaN (logged as null)."""
     mask = inputs.batch.completion_mask[rows].float()
-    old = logps if inputs.old_logps is None else inputs.old_logps[rows]
-    log_ratio = torch.where(mask > 0, logps - old, torch.zeros_like(logps))
-    if config.importance_sampling_level == "sequence":
-        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
-    ratio = torch.exp(log_ratio)
-    if config.delta is not None:  # TRL measures clipping after its delta cap
-        ratio = ratio.clamp(max=config.delta)
-    advantages = inputs.advantages[rows][:, None]
-    low = ((ratio < 1 - config.epsilon) & (advantages < 0)).float().expand_as(mask)
-    high = ((ratio > 1 + config.epsilon_high_value) & (advantages > 0)).float().expand_as(mask)
+    low, high = (flags.expand_as(mask) for flags in ratio_clip_flags(
+        logps, mask, inputs.advantages[rows], config, None if inputs.old_logps is None else inputs.old_logps[rows]))
     per_sequence = torch.stack([(low * mask).sum(-1), (high * mask).sum(-1)]) / mask.sum(-1)
     low_all, high_all = accelerator.gather(per_sequence.T.contiguous()).T
     low_all, high_all = low_all[~low_all.isnan()], high_all[~high_all.isnan()]
@@ -129,13 +123,15 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
                   optimizer: torch.optim.Optimizer, scheduler, inputs: UpdateInputs, loss_config: GRPOLossConfig,
                   micro_batch_size: int, num_iterations: int, max_grad_norm: float, backend: str,
                   step: int, packing: Optional[Packing] = None) -> dict[str, float]:
-    """Runs the optimizer steps of one generation round; returns the round's loss metrics (this process).
+    """Runs the optimizer steps of one generation round; returns the round's loss metrics (the token-weighted ones
+    over every process's batch, the loss, grad norm and sampler ratios this process's).
 
     `packing` None: padded micro-batches of `micro_batch_size` completions; else packs (engine.steps.packing).
     TRL's clip extremes are taken over groups of `micro_batch_size` completions either way."""
     batch = inputs.batch
     parts = micro_batches(batch, micro_batch_size, packing)
     all_sequences, all_tokens = len(batch.prompts), float(batch.completion_mask.sum())
+    loss_type = get_loss_type(loss_config.loss_type)
     weighted: dict[str, list[float]] = {}  # name: [sum of weight * value, sum of weight]
     extremes: dict[str, list[float]] = {}
     step_losses, grad_norms = [], []
@@ -152,7 +148,7 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
             with nullcontext() if last else accelerator.no_sync(policy):
                 out = (pack_loss if packed else micro_batch_loss)(policy, unwrapped_lm, inputs, part, loss_config,
                                                                    backend)
-                loss = out.loss * loss_scale(loss_config.loss_type, sequences, tokens, all_sequences, all_tokens)
+                loss = out.loss * loss_scale(loss_type.aggregation, sequences, tokens, all_sequences, all_tokens)
                 if not torch.isfinite(loss.detach()):
                     raise NonFiniteLossError(
                         f"the loss is {loss.item()} at step {step} (micro-batch {i}); stopping before the "
@@ -171,7 +167,7 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
                 total[1] += weight
         if iteration == 0:  # before the first optimizer step the policy is the one that sampled
             mismatch.add(logps, batch)
-        if loss_config.loss_type in PPO_CLIP_LOSS_TYPES:
+        if loss_type.clip == TRUST_REGION:
             for start in range(0, all_sequences, micro_batch_size):
                 rows = slice(start, start + micro_batch_size)
                 for name, value in sequence_clip_extremes(accelerator, logps[rows], inputs, rows,
@@ -183,14 +179,23 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
         optimizer.zero_grad(set_to_none=True)
         step_losses.append(step_loss)
         grad_norms.append(float(grad_norm))
-    # The metrics of the batch's tokens (or sequences), whatever the micro-batches; the extremes averaged over
-    # groups of micro_batch_size completions, as TRL averages its logged values, NaN (nothing to measure) skipped.
-    metrics = {name: total / weight if weight > 0 else math.nan for name, (total, weight) in weighted.items()}
+    # The metrics of the global batch's tokens (or sequences), whatever the micro-batches and processes; the
+    # extremes averaged over groups of micro_batch_size completions, as TRL averages its logged values, NaN
+    # (nothing to measure) skipped.
+    metrics = global_weighted_means(accelerator, weighted)
     metrics.update({name: _nan_mean(values) for name, values in extremes.items()})
     metrics.update(mismatch.metrics())
     metrics["loss"] = sum(step_losses) / num_iterations
     metrics["grad_norm"] = sum(grad_norms) / num_iterations
     return metrics
+
+
+def global_weighted_means(accelerator: Accelerator, weighted: dict[str, list[float]]) -> dict[str, float]:
+    """{name: sum of weight * value / sum of weight} over every process's micro-batches (the same on each)."""
+    names = sorted(weighted)  # the same order on every process
+    sums = torch.tensor([weighted[n] for n in names], dtype=torch.float64, device=accelerator.device).reshape(-1, 2)
+    sums = accelerator.reduce(sums, reduction="sum")
+    return {name: total / weight if weight > 0 else math.nan for name, (total, weight) in zip(names, sums.tolist())}
 
 
 class SamplerMismatch:

@@ -31,14 +31,15 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from grpo_kernels import GRPOLossConfig
 from grpo_kernels.api import BACKENDS
+from grpo_kernels.backends import BASELINE_BACKEND, backend_names, get_backend
 
 from .bench_options import ARCHITECTURES, build_parser
 
 TINY_LAYERS = 2
 TINY_HEAD_DIM = 8
-# The fused backends to compare with "reference" (which forms the [tokens, vocab] logits); "auto" only
-# picks one of them. The Triton kernels run under their interpreter on CPU: far too slow at a real vocab.
-FUSED_BACKENDS = tuple(b for b in ("torch", "triton", "gemm") if b in BACKENDS)
+# The fused backends to compare with the baseline (which forms the [tokens, vocab] logits); "auto" only
+# picks one of them. Triton kernels run under their interpreter on CPU: far too slow at a real vocab.
+FUSED_BACKENDS = tuple(b for b in backend_names(with_auto=False) if not get_backend(b).materializes_logits)
 
 
 def architecture_config(name: str, scale: str) -> PretrainedConfig:
@@ -116,7 +117,7 @@ def build_step(spec: StepSpec) -> Callable[[], None]:
     batch = RolloutBatch([""] * B, [""] * B, ids(P), ones(B, P), ids(T), ones(B, T), ones(B, T),
                          torch.zeros(B, dtype=torch.bool, device=device))
     advantages = torch.randn(B, device=device)
-    loss_config = GRPOLossConfig(loss_type="dapo", beta=0.04)
+    loss_config = GRPOLossConfig(beta=0.04)  # TRL's default loss type
 
     def step() -> None:
         old = sequence_logprobs(policy, batch, 1.0, B, spec.backend)
@@ -202,8 +203,8 @@ def longest_fitting_length(spec: StepSpec, budget_bytes: int, start: int, limit:
 
 
 def default_backends(device: str) -> list[str]:
-    fused = [b for b in FUSED_BACKENDS if not (device == "cpu" and b == "triton")]
-    return ["reference", *fused]
+    fused = [b for b in FUSED_BACKENDS if not (device == "cpu" and get_backend(b).triton_kernels)]
+    return [BASELINE_BACKEND, *fused]
 
 
 def format_report(rows: Sequence[dict[str, Any]], header: str) -> str:

@@ -97,7 +97,7 @@ def _measure(mode: str, max_tokens: Optional[int], steps: int, seed: int) -> dic
     inputs = UpdateInputs(batch, advantages, None, ref, float(batch.completion_mask.sum()))
     packing = None if mode == "padded" else Packing(max_tokens)
     packs = [] if packing is None else make_packs(batch, packing, MICRO)
-    loss_config = GRPOLossConfig(loss_type="dapo", beta=0.04)
+    loss_config = GRPOLossConfig(beta=0.04)  # TRL's default loss type
     accelerator = Accelerator(cpu=True)
     base = _rss("VmRSS:")
     times, cpu_times, losses = [], [], []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ..backends import backend_names
 from ..kernels.configs import GPU_CONFIGS, SIXTEEN_BIT
 from .device import MIB
 from .estimate import Estimate, Phase, Problem
@@ -130,24 +131,12 @@ def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50
                         hbm_bytes=N * H * c + token_waves * V * H * c + N * PER_TOKEN_BYTES,
                         l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c, launches=2))
     grads = p.operation == "loss"
-    if grads and p.hidden_needs_grad:
-        token_blocks, vocab_blocks = math.ceil(N / dh.block_n), math.ceil(V / dh.block_v)
-        token_waves = math.ceil(token_blocks / in_flight)
-        round_trip = token_blocks * vocab_blocks * dh.block_n * H * 8
-        spills_l2 = min(in_flight, token_blocks) * dh.block_n * H * 4 > l2_bytes
-        phases.append(Phase("backward dH kernel: recompute + dZ W", flops=4 * N * V * H,
-                            hbm_bytes=N * H * (4 + c + c) + token_waves * V * H * c + round_trip * spills_l2,
-                            l2_bytes=2 * token_blocks * V * H * c + vocab_blocks * N * H * c
-                            + round_trip * (not spills_l2), launches=2))
-    if grads and p.weight_grad:
-        token_blocks, vocab_blocks = math.ceil(N / dw.block_n), math.ceil(V / dw.block_v)
-        vocab_waves = math.ceil(vocab_blocks / in_flight)
-        round_trip = vocab_blocks * token_blocks * dw.block_v * H * 8
-        spills_l2 = min(in_flight, vocab_blocks) * dw.block_v * H * 4 > l2_bytes
-        phases.append(Phase("backward dW kernel: recompute + dZ^T h", flops=4 * N * V * H,
-                            hbm_bytes=V * H * (4 + c + c) + 2 * vocab_waves * N * H * c + round_trip * spills_l2,
-                            l2_bytes=2 * vocab_blocks * N * H * c + token_blocks * V * H * c
-                            + round_trip * (not spills_l2), launches=2))
+    if grads and p.hidden_needs_grad:  # programs over token blocks, streaming the vocabulary
+        phases.append(_streaming_backward("backward dH kernel: recompute + dZ W", N, dh.block_n, V, dh.block_v, H, c,
+                                          in_flight, l2_bytes, streamed_reads=1))
+    if grads and p.weight_grad:  # programs over vocabulary blocks, streaming the tokens
+        phases.append(_streaming_backward("backward dW kernel: recompute + dZ^T h", V, dw.block_v, N, dw.block_n, H, c,
+                                          in_flight, l2_bytes, streamed_reads=2))
     gemms = 1 + 2 * (p.hidden_needs_grad + p.weight_grad) * grads
     return Estimate("triton", p, phases, gemms=gemms,
                     peak_extra_bytes=(N * H * 4 if grads and p.hidden_needs_grad else 0) + N * PER_TOKEN_BYTES,
@@ -155,6 +144,23 @@ def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50
                     assumptions=[f"forward blocks {fwd.block_n} tokens x {fwd.block_v} vocabulary; tensor cores at "
                                  "cuBLAS's large-GEMM rate (optimistic for Triton)",
                                  "padding rows dropped; no dW kernel for a frozen head"])
+
+
+def _streaming_backward(name: str, rows: int, row_block: int, cols: int, col_block: int, H: int, c: int,
+                        in_flight: int, l2_bytes: int, streamed_reads: int) -> Phase:
+    """A backward kernel with one program per block of `rows` (tokens for dH, vocabulary rows for dW) that
+    streams all `cols` in col_block tiles, recomputing the logits: its float32 accumulator [row_block, H]
+    round-trips once per tile, to HBM when the accumulators in flight exceed L2; the streamed operand comes from
+    HBM once per wave of programs (`streamed_reads` times) and from L2 for the others."""
+    row_blocks, col_blocks = math.ceil(rows / row_block), math.ceil(cols / col_block)
+    waves_of_programs = math.ceil(row_blocks / in_flight)
+    round_trip = row_blocks * col_blocks * row_block * H * 8
+    spills_l2 = min(in_flight, row_blocks) * row_block * H * 4 > l2_bytes
+    return Phase(name, flops=4 * rows * cols * H,
+                 hbm_bytes=rows * H * (4 + c + c) + streamed_reads * waves_of_programs * cols * H * c
+                 + round_trip * spills_l2,
+                 l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c + round_trip * (not spills_l2),
+                 launches=2)
 
 
 def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -> Estimate:
@@ -215,4 +221,10 @@ def reference(p: Problem) -> Estimate:
                     assumptions=["every position, padding included"])
 
 
-LIBRARY_PATHS = {"reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
+# The registered backends' models (grpo_kernels/backends), in the registry's order: a registered backend without a
+# model here fails on import, not later in a route or a plan.
+_MODELS = {"reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
+_UNMODELLED = set(backend_names(with_auto=False)) - set(_MODELS)
+if _UNMODELLED:
+    raise ImportError(f"the cost model has no model of the registered backends {sorted(_UNMODELLED)}")
+LIBRARY_PATHS = {name: _MODELS[name] for name in backend_names(with_auto=False)}

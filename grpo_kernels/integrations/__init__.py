@@ -4,8 +4,27 @@
   returns per-token log-probs / entropies (`return_logprobs=True`) instead of logits.
 * `grpo_kernels.integrations.trl.GRPOKernelsTrainer` / `patch_grpo_trainer(trainer)`: TRL's GRPOTrainer with
   its log-probs, loss and metrics from the fused kernels (needs TRL, imported only from that module).
+
+The transformers names below are imported on first use: the torch-only modules beside them (lm_head, sharding)
+import without transformers installed.
 """
 
-from .transformers import CausalLMLogprobsOutput, is_patched, patch_causal_lm, unpatch_causal_lm
+from __future__ import annotations
 
-__all__ = ["CausalLMLogprobsOutput", "is_patched", "patch_causal_lm", "unpatch_causal_lm"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_TRANSFORMERS_EXPORTS = ("CausalLMLogprobsOutput", "is_patched", "patch_causal_lm", "unpatch_causal_lm")
+
+__all__ = list(_TRANSFORMERS_EXPORTS)
+
+if TYPE_CHECKING:
+    from .transformers import CausalLMLogprobsOutput, is_patched, patch_causal_lm, unpatch_causal_lm
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _TRANSFORMERS_EXPORTS:
+        raise AttributeError(f"module 'grpo_kernels.integrations' has no attribute {name!r}")
+    value = getattr(importlib.import_module(".transformers", __name__), name)
+    globals()[name] = value
+    return value

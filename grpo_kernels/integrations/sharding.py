@@ -116,7 +116,7 @@ def is_vocab_parallel_head(head: nn.Module, tensor_parallel_model: bool = False)
     is known to be one when it is named "tp" (`ColwiseParallel` on a ("tp",) mesh, transformers 5.23's plans)
     or when the caller knows the model is tensor-parallel (`tensor_parallel_model`: transformers 5.17's
     `tp_plan="auto"` names no mesh dimension). The fused kernels take such a head as it is
-    (vocabulary-parallel, grpo_kernels.vocab_parallel); an FSDP2 shard (a data-parallel mesh, unnamed by
+    (vocabulary-parallel, grpo_kernels.backends.vocab_parallel); an FSDP2 shard (a data-parallel mesh, unnamed by
     default) is gathered instead (`call_with_full_head`)."""
     try:
         from torch.distributed.tensor import DTensor, Shard

@@ -15,21 +15,18 @@ from typing import Any, Optional
 import torch
 
 from .. import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss
-from ..config import PPO_CLIP_LOSS_TYPES
-from ..objective import vespo_weights
-
-TOKEN_NORMALISED_LOSS_TYPES = ("dapo", "cispo", "vespo")
+from ..losses import LOG_RATIO_RANGE, RATIO_CAP, TermInputs, get_loss_type
+from ..objective import importance_weights, ratio_clip_flags
 # Inputs of vision-language batches; the patched path handles text-only batches.
 MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
                    "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
-# TRL clamps each token's log importance ratio to this range before VESPO sums it.
-_VESPO_LOG_RATIO_RANGE = (math.log(1e-8), 20.0)
 
 
 def fused_path_blocker(trainer: Any, inputs: dict) -> Optional[str]:
     """Why this step keeps TRL's own loss arithmetic, or None when the fused loss reproduces it exactly."""
     args = trainer.args
     loss_type, quantile = trainer.loss_type, trainer.top_entropy_quantile
+    spec = get_loss_type(loss_type)
     if any(inputs.get(key) is not None for key in MULTIMODAL_KEYS):
         return "multimodal inputs"
     if trainer.aux_loss_enabled:
@@ -38,14 +35,14 @@ def fused_path_blocker(trainer: Any, inputs: dict) -> Optional[str]:
         return "off_policy_mask_threshold (the mask needs the log-probs before the loss)"
     if trainer.use_adaptive_entropy:
         return "use_adaptive_entropy"
-    if trainer.entropy_coef != 0.0 and loss_type in TOKEN_NORMALISED_LOSS_TYPES:
+    if trainer.entropy_coef != 0.0 and spec.aggregation.token_normalised:
         return f"entropy_coef with loss_type={loss_type!r} (TRL averages the bonus over local tokens)"
     if trainer.entropy_coef != 0.0 and quantile < 1.0:
         return "entropy_coef with top_entropy_quantile < 1 (TRL's bonus uses the entropy-masked tokens)"
     if quantile < 1.0 and trainer.accelerator.num_processes > 1:
         return "top_entropy_quantile < 1 on several processes (TRL's quantile is over all processes)"
-    if loss_type == "vespo" and min(args.vespo_lambda_pos, args.vespo_lambda_neg) < 1e-4:
-        return "vespo lambda < 1e-4 (TRL clamps it)"
+    if spec.sequence_weight is not None and min(args.vespo_lambda_pos, args.vespo_lambda_neg) < 1e-4:
+        return f"{loss_type} lambda < 1e-4 (TRL clamps it)"
     return None
 
 
@@ -70,8 +67,8 @@ def _importance_ratio(trainer: Any, inputs: dict) -> Optional[torch.Tensor]:
     ratio = inputs.get("importance_sampling_ratio")
     if ratio is None:
         return None
-    if trainer.loss_type == "vespo":
-        low, high = _VESPO_LOG_RATIO_RANGE
+    if get_loss_type(trainer.loss_type).folds_importance_ratio:
+        low, high = LOG_RATIO_RANGE
         return ratio.clamp(min=math.exp(low), max=math.exp(high))
     if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
         return ratio
@@ -79,7 +76,8 @@ def _importance_ratio(trainer: Any, inputs: dict) -> Optional[torch.Tensor]:
 
 
 def _token_normaliser(trainer: Any, inputs: dict, training: bool) -> torch.Tensor:
-    """TRL's dapo/cispo/vespo denominator: the generation batch's tokens per process, per accumulation window."""
+    """TRL's denominator of the token-normalised loss types (losses.GLOBAL_TOKEN_MEAN): the generation batch's
+    tokens per process, per accumulation window."""
     normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
     if training:
         normaliser = normaliser * trainer.current_gradient_accumulation_steps / trainer.args.steps_per_generation
@@ -102,7 +100,8 @@ def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backe
     ref_logps = inputs["ref_per_token_logps"] if config.beta != 0.0 else None
 
     num_items, extra_divisor = None, 1.0
-    if config.loss_type in TOKEN_NORMALISED_LOSS_TYPES:
+    token_normalised = get_loss_type(config.loss_type).aggregation.token_normalised
+    if token_normalised:
         normaliser = _token_normaliser(trainer, inputs, training)
         # The objective clamps its normaliser at 1; TRL does not after rescaling. Below 1, divide here instead.
         if float(normaliser) >= 1.0:
@@ -123,7 +122,7 @@ def fused_compute_loss(trainer: Any, model: torch.nn.Module, inputs: dict, backe
                     attention_mask=torch.cat([prompt_mask, completion_mask], dim=1),
                     lm_head_fn=grpo_head).head_output
 
-    if config.loss_type in TOKEN_NORMALISED_LOSS_TYPES:
+    if token_normalised:
         loss = out.loss / extra_divisor
         policy_loss = loss.detach()
     else:
@@ -145,8 +144,8 @@ def log_trl_metrics(trainer: Any, mode: str, out: Any, mask: torch.Tensor, advan
                     old_logps: Optional[torch.Tensor], ratio: Optional[torch.Tensor], config: GRPOLossConfig) -> None:
     """The metrics TRL's `_compute_loss` logs, under its names, reduced over processes as TRL does.
 
-    `kl` and `entropy` are the fused loss's own metrics; the ratio-based ones are recomputed from the fused
-    log-probs (O(B*T)) because TRL also logs per-sequence extremes and measures clipping after its delta cap.
+    `kl` and `entropy` are the fused loss's own metrics; the clip flags are the spec's (objective.ratio_clip_flags,
+    TRL's definition), taken again from the fused log-probs (O(B*T)) because TRL also logs per-sequence extremes.
     """
     log = trainer._metrics[mode]
     mask = mask.float()
@@ -166,26 +165,18 @@ def log_trl_metrics(trainer: Any, mode: str, out: Any, mask: torch.Tensor, advan
         log["kl"].append(global_mean_of_local(out.metrics["kl"], token_count))
     log["entropy"].append(global_mean_of_local(out.metrics["entropy"], token_count))
 
-    advantages = advantages[:, None] if advantages.dim() == 1 else advantages
-    log_ratio = out.logps - (out.logps if old_logps is None else old_logps)
-    log_ratio = torch.where(mask > 0, log_ratio, torch.zeros_like(log_ratio))
-    if config.loss_type == "vespo":
-        log["vespo/phi_seq_mean"].append(global_masked_mean(vespo_weights(log_ratio, mask, advantages, ratio, config)))
+    spec = get_loss_type(config.loss_type)
+    if spec.sequence_weight is not None:
+        A = advantages[:, None] if advantages.dim() == 1 else advantages
+        log_ratio, ratio_or_weight = importance_weights(out.logps, mask, old_logps, config.importance_sampling_level)
+        weight = spec.sequence_weight(TermInputs(out.logps, log_ratio, ratio_or_weight, A, mask, ratio, config))
+        log[f"{config.loss_type}/phi_seq_mean"].append(global_masked_mean(weight))
+    if spec.clip is None:  # TRL logs no clipping for a loss that does not clip
         return
-    if config.importance_sampling_level == "sequence":
-        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
-    weight = torch.exp(log_ratio)
-    if config.loss_type == "cispo":
-        log["cispo_clip_ratio"].append(global_masked_mean((weight > config.epsilon_high_value) & (advantages > 0)))
+    low, high = ratio_clip_flags(out.logps, mask, advantages, config, old_logps)
+    if spec.clip == RATIO_CAP:
+        log[f"{config.loss_type}_clip_ratio"].append(global_masked_mean(high))
         return
-    if config.loss_type not in PPO_CLIP_LOSS_TYPES:  # sapo logs no clipping
-        return
-    if config.delta is not None:
-        # TRL measures clipping on the ratio after its delta cap (so with delta < 1 + epsilon_high the high clip
-        # ratio reads 0); the metrics follow TRL, the loss is unaffected.
-        weight = weight.clamp(max=config.delta)
-    low = ((weight < 1 - config.epsilon_low) & (advantages < 0)).float()
-    high = ((weight > 1 + config.epsilon_high_value) & (advantages > 0)).float()
     log["clip_ratio/low_mean"].append(global_masked_mean(low))
     log["clip_ratio/high_mean"].append(global_masked_mean(high))
     log["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))

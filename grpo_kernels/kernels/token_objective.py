@@ -1,14 +1,32 @@
 """The token-level GRPO objective as a @triton.jit epilogue: per token, the weighted loss term w * L and
 its derivative g = w * dL/dlp, plus the KL and clip flags for the metrics.
 
-It transcribes `grpo_kernels.objective.grpo_objective` (the spec) for token-level importance weights,
-including torch's gradient conventions at ties (min of equal terms splits the gradient in half; clamp
-passes it at the bounds), and is tested against that spec through the whole loss."""
+It transcribes the loss types of `grpo_kernels.losses` that name an `Epilogue` id, inside
+`grpo_kernels.objective.grpo_objective` (the spec), for token-level importance weights, including torch's
+gradient conventions at ties (min of equal terms splits the gradient in half; clamp passes it at the bounds),
+and is tested against that spec through the whole loss. The clip flags are `objective.clip_flags`'s (TRL 1.16:
+after the delta cap)."""
 
 import triton
 import triton.language as tl
 
-PPO_CLIP, CISPO, SAPO = 0, 1, 2
+from ..losses import Epilogue, get_loss_type
+
+# the spec's ids as compile-time constants of the kernel
+PPO_CLIP: tl.constexpr = tl.constexpr(Epilogue.PPO_CLIP)
+CISPO: tl.constexpr = tl.constexpr(Epilogue.CISPO)
+SAPO: tl.constexpr = tl.constexpr(Epilogue.SAPO)
+
+
+def epilogue_args(config) -> dict:
+    """The kernel's loss id and scalars for a GRPOLossConfig whose loss type has an epilogue."""
+    loss_kind = get_loss_type(config.loss_type).epilogue
+    if loss_kind is None:
+        raise ValueError(f"loss_type={config.loss_type!r} has no Triton epilogue; it takes the two-step route")
+    return dict(loss_kind=loss_kind, eps_low=config.epsilon_low, eps_high=config.epsilon_high_value,
+                delta=None if config.delta is None else float(config.delta), beta=float(config.beta),
+                sapo_pos=float(config.sapo_temperature_pos), sapo_neg=float(config.sapo_temperature_neg),
+                bias_correction=bool(config.use_bias_correction_kl))
 
 
 @triton.jit
@@ -23,7 +41,7 @@ def token_objective(lp, old, ref, adv, rho, mask, weight, eps_low, eps_high, del
     ratio = tl.exp(log_ratio)
     dratio = ratio * d_dlp  # on-policy (no old): ratio 1, gradient that of lp
 
-    if LOSS_KIND == 0:  # PPO clip: -min(min(r, delta) A, clamp(r, 1-eps_lo, 1+eps_hi) A)
+    if LOSS_KIND == PPO_CLIP:  # PPO clip: -min(min(r, delta) A, clamp(r, 1-eps_lo, 1+eps_hi) A)
         clipped = tl.minimum(tl.maximum(ratio, 1.0 - eps_low), 1.0 + eps_high)
         dclipped = tl.where((ratio >= 1.0 - eps_low) & (ratio <= 1.0 + eps_high), dratio, 0.0)
         capped = ratio
@@ -37,15 +55,15 @@ def token_objective(lp, old, ref, adv, rho, mask, weight, eps_low, eps_high, del
         dterm = tl.where(unclipped_term < clipped_term, dcapped,
                          tl.where(unclipped_term > clipped_term, dclipped, 0.5 * (dcapped + dclipped)))
         dloss = -adv * dterm
-        low = (ratio < 1.0 - eps_low) & (adv < 0)
-        high = (ratio > 1.0 + eps_high) & (adv > 0)
-    elif LOSS_KIND == 1:  # CISPO: -sg(min(r, eps_hi)) A lp
+        low = (capped < 1.0 - eps_low) & (adv < 0)  # TRL 1.16: clipping flagged after the delta cap
+        high = (capped > 1.0 + eps_high) & (adv > 0)
+    elif LOSS_KIND == CISPO:  # CISPO: -sg(min(r, eps_hi)) A lp
         cap = tl.minimum(ratio, eps_high)
         loss = -cap * adv * lp
         dloss = -cap * adv
         low = ratio != ratio  # all False: CISPO has no lower clip
         high = (ratio > eps_high) & (adv > 0)
-    else:  # SAPO: -(4/k) sigmoid(k (r - 1)) A
+    else:  # SAPO (no clipping; the uncapped trust region reported): -(4/k) sigmoid(k (r - 1)) A
         k = tl.where(adv > 0, sapo_pos, sapo_neg)
         gate = tl.sigmoid(k * (ratio - 1.0))
         loss = -(4.0 / k) * gate * adv

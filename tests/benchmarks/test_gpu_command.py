@@ -390,3 +390,11 @@ def test_the_same_command_line_runs_the_parts_until_everything_is_done(tmp_path,
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Other GPU")
     assert gpu.main(argv) == gpu.EXIT_CANNOT_RUN
     assert "holds a run on Test GPU; this is Other GPU" in capsys.readouterr().err
+
+
+def test_the_gpu_checks_name_test_files_that_exist():
+    smoke, tests = gpu.gpu_checks()
+    assert (smoke.after_headline, tests.after_headline) == (False, True)
+    assert smoke.timeout_s == gpu_plan.SMOKE_TIMEOUT_S <= 120
+    assert os.path.isfile(os.path.join(gpu.REPO_ROOT, gpu.SMOKE_TESTS)) and gpu.SMOKE_TESTS in smoke.command
+    assert f"--ignore={gpu.SMOKE_TESTS}" in tests.command and "tests/" in tests.command

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from repo_paths import ROOT
+
 HEAVY = ("torch", "transformers", "accelerate", "triton", "numpy")
 
 # Runs the CLI in a fresh interpreter, then reports its exit code and which heavy modules it imported.
@@ -43,3 +44,23 @@ def test_help_and_argument_errors_import_no_torch(args, code):
     assert report == {"code": code, "imported": []}, result.stderr[-2000:]
     # Importing torch and transformers alone takes several seconds; the bound is loose for a loaded CI machine.
     assert elapsed < 2.0, f"{args}: {elapsed:.2f} s"
+
+
+# As on a machine with the loss library alone (`pip install grpo-kernels`): None in sys.modules makes the engine
+# extra's modules uninstalled for this process.
+WITHOUT_EXTRA_PROBE = """
+import sys
+for name in ("yaml", "transformers", "accelerate", "matplotlib"):
+    sys.modules[name] = None
+from engine.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("args", [["train"], ["--help"], ["eval", "--model", "m"]])
+def test_without_the_engine_extra_one_line_says_how_to_install_it(args):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_EXTRA_PROBE, *args], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 1 and result.stdout == "", result.stderr[-2000:]
+    assert result.stderr == ("grpo-engine needs the engine extra; missing: pyyaml, transformers, accelerate. Install "
+                             'it: pip install "grpo-kernels[engine]" (in a checkout: pip install -e ".[engine]")\n')

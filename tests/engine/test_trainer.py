@@ -2,11 +2,15 @@
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.config import load_config
+from engine.data.demo_task import addition_problems
 from engine.state import checkpoint as ckpt
 from engine.steps.rewards import RewardFunctionError
 from engine.trainer import train
@@ -37,8 +41,39 @@ def test_a_few_steps_end_to_end(small_overrides, tmp_path):
     assert (run_dir / "curves.png").stat().st_size > 0
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 4 and {"prompt", "completion", "reward"} <= samples[0].keys()
-    assert summary.eval_before is not None and 0.0 <= summary.eval_after["accuracy"] <= 1.0
+    assert summary.eval_before is not None and summary.eval_after is not None  # values: the test below
     assert ckpt.list_checkpoints(run_dir)[-1].name == "checkpoint-000003"
+
+
+def _greedy_accuracy(model_dir: Path, rows: list[dict], max_new_tokens: int) -> float:
+    """The eval accuracy recomputed without the engine: transformers' greedy `generate` on the saved model, one
+    left-padded batch, and a completion is right when its last \\boxed{} holds the row's answer."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    lm = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    encoded = tokenizer([row["prompt"] for row in rows], return_tensors="pt", padding=True, padding_side="left",
+                        add_special_tokens=False)
+    with torch.no_grad():
+        output = lm.generate(**encoded, do_sample=False, max_new_tokens=max_new_tokens,
+                             pad_token_id=tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1]:], skip_special_tokens=True)
+    answers = [re.findall(r"\\boxed\{([^{}]*)\}", text) for text in texts]
+    return sum(bool(found) and found[-1] == row["answer"] for found, row in zip(answers, rows)) / len(rows)
+
+
+def test_eval_accuracy_is_what_the_trained_model_answers(small_overrides):
+    # A warm start long enough that the greedy answers are partly right, room for "\\boxed{N}" and its EOS, and
+    # a learning rate that keeps them through 3 steps: some answers are right, so a scoring error shows.
+    config = load_config(overrides={**small_overrides, "run.warm_start_steps": 120, "rollout.max_new_tokens": 12,
+                                    "rewards.length_cache": 12, "optim.learning_rate": 1e-4})
+    summary = train(config)
+    rows, eval_rows = addition_problems(config.data.builtin_max_operand, config.data.builtin_eval_size,
+                                        config.run.seed)
+    assert eval_rows == rows and len(rows) == 9  # the built-in task evaluates on its 9 training problems
+    final = ckpt.list_checkpoints(Path(summary.run_dir))[-1]
+    expected = _greedy_accuracy(final / "model", eval_rows, config.rollout.max_new_tokens)
+    assert expected > 0, "no greedy answer is right: the comparison below would not test the scoring"
+    assert summary.eval_after["accuracy"] == pytest.approx(expected)
+    assert summary.eval_after["pass@1"] == pytest.approx(expected)  # greedy: one sample per prompt
 
 
 def test_kl_old_logprobs_and_grad_accumulation(small_overrides):

@@ -58,3 +58,45 @@ def test_compiled_logprobs_under_no_grad(backend, transform):
     with torch.no_grad():
         torch.testing.assert_close(fn(hidden), linear_logprobs(hidden, weight, targets, backend="reference",
                                                                logit_transform=transform))
+
+
+def _compiled_loss(fullgraph: bool):
+    weight, mask = torch.randn(30, 8), torch.ones(2, 5)
+
+    def loss(hidden, completion_ids, advantages):
+        return fused_linear_grpo_loss(hidden, weight, completion_ids, mask, advantages, backend="torch").loss
+
+    return loss, torch.compile(loss, backend="aot_eager", fullgraph=fullgraph)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(completion_ids=torch.randint(0, 30, (2, 4))), r"completion_ids must have shape \[2, 5\], got \[2, 4\]"),
+    (dict(completion_ids=torch.zeros(2, 5)), r"completion_ids must be an integer tensor"),
+    (dict(advantages=torch.randn(3)), r"advantages must have shape \[B\]=\[2\] or \[B, T\]"),
+    (dict(advantages=torch.ones(2, dtype=torch.long)), r"advantages must be a floating tensor"),
+])
+def test_shape_and_dtype_checks_run_under_compile(bad, message):
+    """Metadata checks hold inside a compiled graph: the same message as in eager (fullgraph=True surfaces it
+    through Dynamo's error, which quotes it)."""
+    inputs = dict(hidden=torch.randn(2, 5, 8), completion_ids=torch.randint(0, 30, (2, 5)), advantages=torch.randn(2))
+    inputs.update(bad)
+    eager, compiled = _compiled_loss(fullgraph=False)
+    for fn in (eager, compiled):
+        with pytest.raises(ValueError if "shape" in message else TypeError, match=message):
+            fn(**inputs)
+    _, whole_graph = _compiled_loss(fullgraph=True)
+    with pytest.raises(Exception, match=message):
+        whole_graph(**inputs)
+
+
+def test_value_checks_run_in_eager_only():
+    """NaN advantages and out-of-range ids are refused in eager; a compiled graph does not synchronise to look
+    (the NaN propagates, as in any compiled model)."""
+    hidden, ids, advantages = torch.randn(2, 5, 8), torch.randint(0, 30, (2, 5)), torch.randn(2)
+    advantages[0] = float("nan")
+    eager, compiled = _compiled_loss(fullgraph=True)
+    with pytest.raises(ValueError, match="advantages contains NaN or Inf values"):
+        eager(hidden, ids, advantages)
+    assert torch.isnan(compiled(hidden, ids, advantages))
+    with pytest.raises(ValueError, match=r"completion_ids must hold token ids in \[0, 30\)"):
+        eager(hidden, ids + 30, torch.randn(2))

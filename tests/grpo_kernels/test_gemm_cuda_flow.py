@@ -2,7 +2,7 @@
 16 bits in place by the Triton row kernel at its GPU block size, the dW waves added into float32 by the Triton
 GEMM of kernels/accumulate_mm.py, the strided 16-bit dZ into torch.mm(out=...) for dH, all under the Triton
 interpreter. Only cuBLAS is left out: its float32-output GEMMs of 16-bit operands are float32 GEMMs of the
-same 16-bit values here (gemm_path.py's module doc)."""
+same 16-bit values here (backends/gemm.py's module doc)."""
 
 import functools
 
@@ -10,8 +10,9 @@ import pytest
 import torch
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, ops, reference
-from grpo_kernels.gemm_path import GemmBackend, RowOps, triton_rows, wave_rows
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
+from grpo_kernels.backends import gemm
+from grpo_kernels.backends.gemm import GemmBackend, RowOps, triton_rows, wave_rows
 from grpo_kernels.kernels import accumulate_mm, rows
 from grpo_kernels.kernels.rows import GPU_BLOCK_V
 
@@ -61,7 +62,7 @@ class _Flow:
             return accumulate(c, a, b)
 
         monkeypatch.setattr(accumulate_mm, "accumulate_at_b", accumulate_at_b)
-        monkeypatch.setattr(ops, "GemmBackend", functools.partial(
+        monkeypatch.setattr(gemm, "GemmBackend", functools.partial(
             GemmBackend, rows=RowOps(gpu_rows.stats, grad_), gemm_in_input_dtype=True))
 
 

@@ -4,9 +4,10 @@ import pytest
 import torch
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
-from grpo_kernels import (GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, gemm_path, reference,
-                          torch_chunked)
-from grpo_kernels.gemm_path import GemmBackend, TORCH_ROWS, triton_rows, wave_rows
+from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, reference
+from grpo_kernels.backends import gemm as gemm_path
+from grpo_kernels.backends import torch_streaming as torch_chunked
+from grpo_kernels.backends.gemm import GemmBackend, TORCH_ROWS, triton_rows, wave_rows
 from grpo_kernels.head import IDENTITY
 
 TOKEN_LEVEL = GRPOLossConfig(loss_type="dapo", beta=0.04, entropy_coef=0.05)

@@ -8,8 +8,8 @@ from grpo_testing import (FUSED_BACKENDS, as_float64, assert_grad_close, assert_
 
 from grpo_kernels import (FusedLinearGRPOLoss, GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss,
                           linear_logprobs, reference)
-import grpo_kernels.torch_chunked as torch_chunked
-from grpo_kernels.kept_tokens import KeptTokenHead, chunk_rows
+import grpo_kernels.backends.torch_streaming as torch_chunked
+from grpo_kernels.backends.kept_tokens import KeptTokenHead, chunk_rows
 
 CONFIGS = {
     "dapo_kl": dict(beta=0.04),

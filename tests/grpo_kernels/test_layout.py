@@ -5,8 +5,9 @@ import pytest
 import torch
 from grpo_testing import FUSED_BACKENDS, device_of, make_problem
 
-from grpo_kernels import (GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, gemm_path, linear_logprobs,
-                          torch_chunked)
+from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
+from grpo_kernels.backends import gemm as gemm_path
+from grpo_kernels.backends import torch_streaming as torch_chunked
 
 CONFIGS = {
     "dapo_kl_entropy": GRPOLossConfig(beta=0.04, entropy_coef=0.02),

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, reference
-from grpo_kernels.config import LOSS_TYPES
+from grpo_kernels.losses import BUILTIN_LOSS_TYPES as LOSS_TYPES
 
 # Local runs explore new examples every time; CI replays a fixed sequence so a submission cannot fail on a
 # draw nobody has seen (hypothesis prints any failing example for `@example` regression pinning).

@@ -1,8 +1,9 @@
 """Vocabulary-parallel LM heads: each rank of a process group holds the rows W[v0:v1] of the head.
 
-A wrapper around any backend of the small interface (`ops._implementation`): the backend streams the local
-shard (the LMHead with this rank's rows, its transform and temperature included) with local targets (global id - v0, and -1 where the target lives on another rank, which every backend
-reads as "no target logit here"), then the per-token statistics of the shards are combined:
+A wrapper around any backend of the Protocol (protocol.py): the backend streams the local shard (the LMHead with
+this rank's rows, its transform and temperature included) with local targets (global id - v0, and -1 where the
+target lives on another rank, which every backend reads as "no target logit here"), then the per-token statistics
+of the shards are combined:
 
 - all-reduce MAX of the local log-sum-exps lse_r            -> m                (1 float per token)
 - all-reduce SUM of [exp(lse_r - m), exp(lse_r - m) * (lse_r - ent_r), z_y]   (3 floats per token)
@@ -16,7 +17,7 @@ that torch.distributed (NCCL, gloo) does not offer; the MAX is 1 float per token
 Backward: the backend's `linear_backward` on the local shard with the GLOBAL lse and entropy and the local
 targets is exactly the shard's slice of dZ, so dW and dbias are local (no communication) and dH is a partial
 sum: one all-reduce SUM of dH. The GEMM path's one-pass route (gradients in the forward) combines per wave,
-between the row statistics and g/e, through `gemm_path._stream`'s `combine_stats` hook.
+between the row statistics and g/e, through `gemm._stream`'s `combine_stats` hook.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .gemm_path import GemmBackend, wave_rows
-from .second_order import refuse_second_order
-from .head import LMHead
+from ..head import LMHead
+from ..objective import TokenInputs
+from ..second_order import refuse_second_order
+from . import get_backend
+from .gemm import wave_rows
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
-from .objective import TokenInputs, token_level_grads
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
     from torch.distributed.tensor import DTensor, Shard
@@ -96,70 +98,87 @@ def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torc
     [R, H], differentiable w.r.t. hidden and the local weight/bias shard of `head` (whose `shard` says where this
     rank's rows lie)."""
     return _ShardedLogprobs.apply(hidden.contiguous(), head.weight.contiguous(),
-                                  None if head.bias is None else head.bias.contiguous(),
-                                  head.shard.local_targets(targets), backend, int(workspace_bytes), head,
-                                  kept_token_ids)
+                                  None if head.bias is None else head.bias.contiguous(), targets,
+                                  shard_backend(backend, head.shard, int(workspace_bytes), kept_token_ids), head)
 
 
 def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs, config,
                      workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
-    """`ops.gemm_token_level` on a shard: (logps, entropy, dhidden, dweight, dbias) of a token-level objective in
-    one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
-    from .ops import _or_empty  # ops imports the backends; imported late to keep this module light
+    """`ops.gemm_token_level` on a shard: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a token-level
+    objective in one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
+    from ..ops import _or_empty, token_step_per_wave  # ops imports the backends; imported late to keep this light
 
     shard = head.shard
-    inputs = TokenInputs(**{k: None if v is None else v.float().contiguous() for k, v in vars(inputs).items()})
-
-    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
-        return token_level_grads(logps, entropy, inputs.slice(n0, n1), config)
-
+    token_grads, (terms, kl, clip) = token_step_per_wave(inputs.ready(), config, hidden.shape[0], hidden.device)
     local = head.local().with_tensors(head.weight.detach().contiguous(),
                                       None if head.bias is None else head.bias.detach().contiguous())
-    logps, entropy, _, grad_hidden, grad_weight, grad_bias = GemmBackend(
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = get_backend("gemm").backend(
         shard.wave_workspace(workspace_bytes)).linear_forward_with_grads(
         hidden.detach().contiguous(), local, shard.local_targets(targets), token_grads, needs_hidden_grad,
         needs_weight_grad, combine_stats=shard.combine_stats)
     shard.all_reduce_sum_(grad_hidden)
-    return logps, entropy, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), \
-        _or_empty(grad_bias, hidden)
+    return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
+            _or_empty(grad_bias, hidden))
+
+
+class ShardBackend:
+    """The Protocol on a vocabulary shard: `inner` (any backend) streams this rank's rows of the head, the
+    statistics are combined over the group, and the backward runs `inner`'s with the whole vocabulary's statistics,
+    then sums dH over the group. Targets are global ids; `head` is this rank's local head (no shard)."""
+
+    def __init__(self, inner, shard: VocabShard, name: str = "shard"):
+        self.inner, self.shard, self.name = inner, shard, name  # name: the wrapped backend's, for messages
+
+    def linear_forward(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor):
+        local_targets = self.shard.local_targets(targets)
+        logps, entropy, lse = self.inner.linear_forward(hidden, head, local_targets)
+        # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
+        target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
+        lse, entropy, target_z = self.shard.combine_stats(lse, entropy, target_z)
+        return target_z - lse, entropy, lse
+
+    def linear_backward(self, grad_logps, grad_entropy, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                        lse, entropy, needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
+        grads = self.inner.linear_backward(grad_logps, grad_entropy, hidden, head, self.shard.local_targets(targets),
+                                           lse, entropy, needs_hidden_grad=needs_hidden_grad,
+                                           needs_weight_grad=needs_weight_grad)
+        self.shard.all_reduce_sum_(grads[0] if needs_hidden_grad else None)
+        return grads
+
+
+def shard_backend(backend: str, shard: VocabShard, workspace_bytes: int,
+                  kept_token_ids: Optional[torch.Tensor] = None) -> ShardBackend:
+    """The registered backend `backend` on this rank's shard (its rows with a kept set scored over the set)."""
+    inner = get_backend(backend).backend(shard.wave_workspace(workspace_bytes))
+    if kept_token_ids is not None:
+        # each kept id lives on one shard; a row is scored over its set even where no id of it is local
+        inner = KeptTokenHead(inner, local_kept_ids(kept_token_ids, shard.offset, shard.sizes[shard.rank]),
+                              has_set=rows_with_set(kept_token_ids),
+                              chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
+    return ShardBackend(inner, shard, backend)
 
 
 class _ShardedLogprobs(torch.autograd.Function):
-    """The backend's forward on the shard + the combine; backward: the backend's backward with the global
-    statistics, then the all-reduce of dH."""
+    """Autograd over a ShardBackend (a plain autograd Function: the collectives run eagerly)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, local_targets, backend, workspace_bytes, head, kept_token_ids=None):
-        from .ops import _implementation
-
-        shard = head.shard
+    def forward(ctx, hidden, weight, bias, targets, backend: ShardBackend, head: LMHead):
         local = head.local().with_tensors(weight, bias)
-        implementation = _implementation(backend, shard.wave_workspace(workspace_bytes))
-        if kept_token_ids is not None:
-            # each kept id lives on one shard; a row is scored over its set even where no id of it is local
-            implementation = KeptTokenHead(implementation, local_kept_ids(kept_token_ids, shard.offset,
-                                                                          shard.sizes[shard.rank]),
-                                           has_set=rows_with_set(kept_token_ids),
-                                           chunk_elements=shard.wave_workspace(workspace_bytes) // 4)
-        logps, entropy, lse = implementation.linear_forward(hidden, local, local_targets)
-        # a backend returns lp = z_y - lse_local with z_y = 0 where the target is foreign: recover z_y
-        target_z = torch.where(local_targets >= 0, logps + lse, torch.zeros_like(lse))
-        lse, entropy, target_z = shard.combine_stats(lse, entropy, target_z)
-        ctx.save_for_backward(hidden, weight, bias, local_targets, lse, entropy)
-        ctx.implementation, ctx.head, ctx.backend = implementation, head, backend
+        logps, entropy, lse = backend.linear_forward(hidden, local, targets)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.backend, ctx.head = backend, head
         ctx.set_materialize_grads(False)
-        return target_z - lse, entropy
+        return logps, entropy
 
     @staticmethod
     def backward(ctx, grad_logps, grad_entropy):
-        refuse_second_order(ctx.backend)
-        hidden, weight, bias, local_targets, lse, entropy = ctx.saved_tensors
+        refuse_second_order(ctx.backend.name)
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
         needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
         grad_logps = torch.zeros_like(lse) if grad_logps is None else grad_logps.contiguous()
-        grad_hidden, grad_weight, grad_bias = ctx.implementation.linear_backward(
+        grad_hidden, grad_weight, grad_bias = ctx.backend.linear_backward(
             grad_logps, None if grad_entropy is None else grad_entropy.contiguous(), hidden,
-            ctx.head.local().with_tensors(weight, bias), local_targets, lse, entropy,
+            ctx.head.local().with_tensors(weight, bias), targets, lse, entropy,
             needs_hidden_grad=needs_hidden, needs_weight_grad=needs_weight or needs_bias)
-        ctx.head.shard.all_reduce_sum_(grad_hidden if needs_hidden else None)
         return (grad_hidden if needs_hidden else None, grad_weight if needs_weight else None,
-                grad_bias if needs_bias else None, None, None, None, None, None)
+                grad_bias if needs_bias else None, None, None, None)

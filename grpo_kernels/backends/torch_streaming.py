@@ -10,21 +10,19 @@ float32 (float64 for float64 inputs) in a fixed order, so results are bitwise re
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
 
-from .head import LMHead
+from ..head import LMHead
+from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (4 MiB) bounds the extra memory of every pass; the
 # passes below keep at most two such tiles alive at once (the logits and their exp), updating in place.
 TOKEN_CHUNK = 256
 VOCAB_CHUNK = 4096
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], inv_tau: float,
@@ -45,7 +43,7 @@ def linear_forward(hidden: torch.Tensor, head: LMHead,
     """hidden [N, H], head.weight [V, H], targets [N] -> (logps, entropy, lse), each [N] in float32/64."""
     weight, bias = head.weight, head.bias
     N, V = hidden.shape[0], weight.shape[0]
-    dtype = _compute_dtype(hidden.dtype)
+    dtype = stats_dtype(hidden.dtype)
     inv_tau, cap_scale = head.logit_constants
     logps = torch.empty(N, dtype=dtype, device=hidden.device)
     entropy = torch.empty_like(logps)
@@ -75,7 +73,7 @@ def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
     dweight."""
     weight, bias = head.weight, head.bias
     N, V = hidden.shape[0], weight.shape[0]
-    dtype = _compute_dtype(hidden.dtype)
+    dtype = stats_dtype(hidden.dtype)
     inv_tau, cap_scale = head.logit_constants
     g_all = grad_logps.to(dtype)
     e_all = None if grad_entropy is None else grad_entropy.to(dtype)
@@ -121,7 +119,7 @@ def logits_forward(logits: torch.Tensor, targets: torch.Tensor,
     """logits [B, T, V] (any float dtype and row strides, never copied whole), targets [B, T] ->
     (logps, entropy, lse), each [B, T]."""
     B, T, V = logits.shape
-    dtype = _compute_dtype(logits.dtype)
+    dtype = stats_dtype(logits.dtype)
     inv_tau = 1.0 / temperature
     logps = torch.empty(B, T, dtype=dtype, device=logits.device)
     entropy = torch.empty_like(logps)
@@ -146,7 +144,7 @@ def logits_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
                     temperature: float) -> torch.Tensor:
     """dLoss/dlogits [B, T, V] in the logits' dtype, written tile by tile."""
     B, T, V = logits.shape
-    dtype = _compute_dtype(logits.dtype)
+    dtype = stats_dtype(logits.dtype)
     inv_tau = 1.0 / temperature
     g_all = grad_logps.to(dtype)
     e_all = None if grad_entropy is None else grad_entropy.to(dtype)
@@ -161,3 +159,8 @@ def logits_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
             grad_logits[b, t0:t1, v0:v1] = softmax_grad_(z, lse[b, t0:t1], entropy[b, t0:t1], g, e, inside, column,
                                                        inv_tau)
     return grad_logits
+
+
+def backend(workspace_bytes: int = 0):
+    """This module's functions implement the Protocol (and the logits-input one, protocol.LogitsBackend)."""
+    return sys.modules[__name__]

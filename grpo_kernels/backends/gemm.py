@@ -23,7 +23,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .head import LMHead
+from ..head import LMHead
+from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
@@ -92,7 +93,7 @@ def triton_rows(gpu_launch: Optional[bool] = None) -> RowOps:
     interpreter on CPU), None picks by the tensors' device."""
     from functools import partial
 
-    from .kernels import launch, rows
+    from ..kernels import launch, rows
 
     launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
     return RowOps(partial(rows.row_stats, gpu_launch=gpu_launch), partial(rows.row_grad_, gpu_launch=gpu_launch))
@@ -141,7 +142,7 @@ class _WeightGrad:
         elif dz.dtype == self.acc.dtype:
             self.acc.addmm_(dz.T, h)
         else:
-            from .kernels.accumulate_mm import accumulate_at_b
+            from ..kernels.accumulate_mm import accumulate_at_b
 
             accumulate_at_b(self.acc, dz, h)
 
@@ -166,7 +167,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     V = weight.shape[0]
     device = hidden.device
     gemm = _gemm_dtype(hidden, gemm_in_input_dtype)
-    wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+    wide = stats_dtype(hidden.dtype)
     inv_tau, cap_scale = head.logit_constants
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
@@ -195,9 +196,11 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
                 lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
             lp_w = target_z - lse_w
             logps[n0:n1], entropy[n0:n1], lse[n0:n1] = lp_w, ent_w, lse_w
-            if not grads:
+            if token_grads is None:
                 continue
-            g, e = token_grads(n0, n1, lp_w, ent_w)
+            g, e = token_grads(n0, n1, lp_w, ent_w)  # also the objective's value of these tokens: called even
+            if not grads:  # when nothing needs a gradient
+                continue
         else:
             lse_w, ent_w = given[0][n0:n1], given[1][n0:n1]
             g, e = given[2][n0:n1], None if given[3] is None else given[3][n0:n1]
@@ -257,3 +260,7 @@ class GemmBackend:
                        token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
                        needs_weight_grad=needs_weight_grad, combine_stats=combine_stats,
                        gemm_in_input_dtype=self.gemm_in_input_dtype)
+
+
+def backend(workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> GemmBackend:
+    return GemmBackend(workspace_bytes)

@@ -26,8 +26,9 @@ from typing import Any, Optional
 
 import torch
 
-from .gemm_path import DEFAULT_WORKSPACE_BYTES, _gemm_dtype, _mm_wide
-from .head import LMHead
+from .gemm import DEFAULT_WORKSPACE_BYTES, _gemm_dtype, _mm_wide
+from ..head import LMHead
+from .protocol import stats_dtype
 from .row_math import transform_logits_
 
 NO_TOKEN = -1  # padding inside a set, and an id held by another vocabulary shard
@@ -44,10 +45,6 @@ CHUNK_ELEMENTS = DEFAULT_WORKSPACE_BYTES // 4  # the chunk's [rows, |U|] float32
 def rows_with_set(kept_token_ids: torch.Tensor) -> torch.Tensor:
     """[R] bool: the positions that carry a kept set (any id >= 0)."""
     return (kept_token_ids >= 0).any(-1)
-
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def chunk_rows(num_rows: int, set_size: int, vocab_size: int, elements: int = CHUNK_ELEMENTS,
@@ -70,7 +67,7 @@ class _Chunk:
 
     def __init__(self, hidden: torch.Tensor, w_gemm: torch.Tensor, bias: Optional[torch.Tensor], ids: torch.Tensor,
                  inv_tau: float, cap_scale: Optional[float]):
-        wide = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        wide = stats_dtype(hidden.dtype)
         V = w_gemm.shape[0]
         self.valid = ids >= 0
         union, inverse = torch.unique(ids[self.valid], sorted=True, return_inverse=True)
@@ -166,7 +163,7 @@ class KeptTokenHead:
         """hidden [R, H], head.weight [V, H], targets [R] -> (logps, entropy, lse) [R]."""
         weight, bias = head.weight, head.bias
         inv_tau, cap_scale = head.logit_constants
-        dtype = _compute_dtype(hidden)
+        dtype = stats_dtype(hidden.dtype)
         R = hidden.shape[0]
         logps, entropy, lse = (torch.empty(R, dtype=dtype, device=hidden.device) for _ in range(3))
         with_set, without = self._split()
@@ -190,7 +187,7 @@ class KeptTokenHead:
             return None, None, None
         weight, bias = head.weight, head.bias
         inv_tau, cap_scale = head.logit_constants
-        dtype = _compute_dtype(hidden)
+        dtype = stats_dtype(hidden.dtype)
         with_set, without = self._split()
         grad_hidden = torch.zeros_like(hidden) if needs_hidden_grad else None
         grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if needs_weight_grad else None

@@ -1,0 +1,52 @@
+"""The interface every backend implements, and the dtype its statistics come in.
+
+A backend streams the logits of an LM head (head.py's LMHead: weight, bias, temperature, transform) over hidden
+rows, in two calls: the forward gives each row's log-prob of its target, the entropy and the log-sum-exp; the
+backward turns per-row g = dLoss/dlp and e = dLoss/dent into the gradients of hidden, weight and bias. Everything
+a loss needs from the logits passes through these two calls (objective.py), so a backend knows nothing of the
+loss, and the wrappers (kept_tokens.KeptTokenHead, vocab_parallel's shard) compose with any backend.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, runtime_checkable
+
+import torch
+
+from ..head import LMHead
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of every backend's statistics and softmax math: float32, float64 for float64 inputs (the oracle)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@runtime_checkable
+class LogprobBackend(Protocol):
+    def linear_forward(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """hidden [N, H], head.weight [V, H], targets [N] (ids outside [0, V): no target logit, as on a shard) ->
+        (logps, entropy, lse), each [N] in stats_dtype(hidden.dtype)."""
+        ...
+
+    def linear_backward(self, grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], hidden: torch.Tensor,
+                        head: LMHead, targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor,
+                        needs_hidden_grad: bool = True, needs_weight_grad: bool = True
+                        ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """(dhidden, dweight, dbias) from g [N] and e [N] (None: no entropy term), with the forward's lse and entropy
+        (a vocabulary shard passes the whole vocabulary's); None where not needed (dbias follows dweight)."""
+        ...
+
+
+@runtime_checkable
+class LogitsBackend(Protocol):
+    """The same statistics and gradient when the caller already holds the logits [B, T, V]."""
+
+    def logits_forward(self, logits: torch.Tensor, targets: torch.Tensor, temperature: float
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ...
+
+    def logits_backward(self, grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], logits: torch.Tensor,
+                        targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor, temperature: float
+                        ) -> torch.Tensor:
+        ...

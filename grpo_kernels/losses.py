@@ -1,0 +1,274 @@
+"""The loss types, each defined once: its per-token policy term, its aggregation and its clipping.
+
+    loss = sum_{b,t} w[b, t] * L[b, t],    L = term(r, A, lp, ...) [* entropy mask] [* rho] [+ beta * kl]
+
+`objective.py` builds everything around the term the same way for every loss type: the importance ratio r (per
+token, or GSPO's per sequence), the entropy mask, the engine's importance ratio rho, the k3 KL, the aggregation
+weights w, the metrics. A loss type only says what differs: `term` (the policy term L before those factors),
+`aggregation` (how w is derived from the mask) and `clip` (which tokens its clipping acts on, for the metrics).
+The built-in types are TRL 1.16's (`GRPOTrainer._compute_loss`, shared/GRPO_MATH.md); `register_loss_type` adds
+one without touching this package, and every backend and vocabulary shard runs it.
+
+This module imports no torch at import time: GRPOLossConfig validates its loss_type here, and the CLI builds its
+flags from the config without torch. The term and weight functions import torch when first called.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+
+if TYPE_CHECKING:
+    import torch
+
+    from .config import GRPOLossConfig
+
+
+class TermInputs(NamedTuple):
+    """What a per-token term may read; all [B, T] unless said (A may be [B, 1]; rows are sequences)."""
+
+    logps: "torch.Tensor"  # lp, differentiable
+    log_ratio: "torch.Tensor"  # d = lp - lp_old, 0 at padding (lp_old = sg(lp) on-policy)
+    ratio: "torch.Tensor"  # r = exp(d) per token, or GSPO's per-sequence exp(mean d) [B, 1]
+    advantages: "torch.Tensor"  # A
+    mask: "torch.Tensor"  # m in {0, 1}
+    importance_ratio: Optional["torch.Tensor"]  # rho (the engine's / vLLM's), [B, T] or [B, 1]; None: none
+    config: "GRPOLossConfig"
+
+
+PerTokenTerm = Callable[[TermInputs], "torch.Tensor"]
+# (mask [B, T], config, num_items_in_batch) -> w [B, T] with loss = sum w * L
+AggregationWeights = Callable[["torch.Tensor", "GRPOLossConfig", object], "torch.Tensor"]
+
+
+# What an aggregation is a mean over, for a trainer that splits a batch into micro-batches and adds their losses:
+SEQUENCES = "sequences"  # the batch's sequences (a per-sequence mean, or a fixed per-sequence normaliser)
+TOKENS = "tokens"  # the batch's completion tokens
+GENERATION_TOKENS = "generation_tokens"  # num_items_in_batch: the whole generation batch's tokens, not divided again
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How a loss type reduces its [B, T] terms: loss = sum w * L with w = weights(mask, config, num_items)."""
+
+    name: str
+    weights: AggregationWeights
+    mean_over: str = SEQUENCES
+    # Divided by config.max_completion_length (which the config then requires).
+    reads_max_completion_length: bool = False
+
+    @property
+    def token_normalised(self) -> bool:
+        """Divided by the generation batch's token count (num_items_in_batch) rather than a per-micro-batch count:
+        a trainer does not divide it again by its gradient-accumulation steps."""
+        return self.mean_over == GENERATION_TOKENS
+
+
+def _sequence_mean(m, config, num_items):  # mean over sequences of sum_t m L / max(1, sum_t m)
+    return m / (m.shape[0] * m.sum(-1, keepdim=True).clamp(min=1.0))
+
+
+def _local_token_mean(m, config, num_items):  # sum m L / max(1, sum m)
+    return m / m.sum().clamp(min=1.0)
+
+
+def _fixed_length(m, config, num_items):  # sum m L / (B * max_completion_length)
+    return m / (m.shape[0] * config.max_completion_length)
+
+
+def _global_token_mean(m, config, num_items):  # sum m L / max(1, num_items_in_batch); the local sum m when None
+    import torch
+
+    if num_items is None:
+        return _local_token_mean(m, config, num_items)
+    return m / torch.as_tensor(num_items, dtype=m.dtype, device=m.device).clamp(min=1.0)
+
+
+def _sequence_sum(m, config, num_items):  # mean over sequences of sum_t m L (TRL 1.16's luspo)
+    return m / m.shape[0]
+
+
+SEQUENCE_MEAN = Aggregation("sequence_mean", _sequence_mean)
+LOCAL_TOKEN_MEAN = Aggregation("local_token_mean", _local_token_mean, mean_over=TOKENS)
+FIXED_LENGTH = Aggregation("fixed_length", _fixed_length, reads_max_completion_length=True)
+GLOBAL_TOKEN_MEAN = Aggregation("global_token_mean", _global_token_mean, mean_over=GENERATION_TOKENS)
+SEQUENCE_SUM = Aggregation("sequence_sum", _sequence_sum)
+AGGREGATIONS = {a.name: a for a in (SEQUENCE_MEAN, LOCAL_TOKEN_MEAN, FIXED_LENGTH, GLOBAL_TOKEN_MEAN, SEQUENCE_SUM)}
+
+# What a loss type's clipping acts on (objective.clip_flags gives the flags, the metrics are their means):
+TRUST_REGION = "trust_region"  # r (after the delta cap) outside [1 - eps_low, 1 + eps_high] against A's sign
+RATIO_CAP = "ratio_cap"  # r above eps_high with A > 0 (CISPO's cap on its detached weight)
+CLIPS = (TRUST_REGION, RATIO_CAP)
+
+
+class Epilogue:
+    """Loss ids of the fused Triton epilogue (kernels/token_objective.py), for the loss types it implements."""
+
+    PPO_CLIP = 0
+    CISPO = 1
+    SAPO = 2
+
+
+@dataclass(frozen=True)
+class LossType:
+    name: str
+    term: PerTokenTerm
+    aggregation: Aggregation
+    # The loss's own clipping (TRUST_REGION or RATIO_CAP), or None: it does not clip, and its clip metrics report
+    # the uncapped trust region for information (TRL and Liger log none for such types).
+    clip: Optional[str] = None
+    # Each token's term reads only its own token (no sequence reduction): the one-pass GEMM route and the Triton
+    # epilogue may compute g and e per token inside the streaming pass.
+    token_level: bool = False
+    # The term reads rho itself (vespo folds it into its sequence weight) instead of being multiplied by it; such a
+    # type needs rho per token ([B, T]).
+    folds_importance_ratio: bool = False
+    epilogue: Optional[int] = None  # the Triton epilogue's id (Epilogue), None: the epilogue lacks this type
+    # A per-sequence weight the term multiplies by (vespo's phi), which TRL logs as f"{name}/phi_seq_mean".
+    sequence_weight: Optional[PerTokenTerm] = None
+    # TRL's warnings: the paper's importance-sampling level, and whether a sequence-level ratio weights each
+    # sequence by its length under this type's aggregation.
+    paper_importance_sampling_level: Optional[str] = None
+    warns_sequence_level: bool = False
+
+
+# ---- the built-in terms --------------------------------------------------------------------------------------
+
+def ppo_clip_term(x: TermInputs):
+    """-min(min(r, delta) A, clamp(r, 1 - eps_low, 1 + eps_high) A): PPO's clipped surrogate, TRL's delta cap."""
+    c = x.config
+    clipped = x.ratio.clamp(1 - c.epsilon_low, 1 + c.epsilon_high_value)
+    capped = x.ratio.clamp(max=c.delta) if c.delta is not None else x.ratio
+    return -(capped * x.advantages).minimum(clipped * x.advantages)
+
+
+def cispo_term(x: TermInputs):
+    """-sg(min(r, eps_high)) A lp."""
+    return -x.ratio.clamp(max=x.config.epsilon_high_value).detach() * x.advantages * x.logps
+
+
+def sapo_term(x: TermInputs):
+    """-(4 / k) sigmoid(k (r - 1)) A, k the temperature of A's sign."""
+    import torch
+
+    c = x.config
+    k = torch.where(x.advantages > 0, c.sapo_temperature_pos, c.sapo_temperature_neg).to(x.logps.dtype)
+    return -(4.0 / k) * torch.sigmoid(k * (x.ratio - 1)) * x.advantages
+
+
+# TRL clamps VESPO's log importance weights (and each vLLM log-ratio it folds in) to this range.
+LOG_RATIO_RANGE = (math.log(1e-8), 20.0)
+
+
+def vespo_weights(x: TermInputs):
+    """VESPO's per-sequence gamma weight phi (no gradient), [B, 1] (or [B, T] if A is)."""
+    import torch
+
+    c = x.config
+    with torch.no_grad():
+        log_min, log_max = LOG_RATIO_RANGE
+        log_w = (x.mask * x.log_ratio.detach().clamp(-20.0, 20.0)).sum(-1, keepdim=True)
+        if x.importance_ratio is not None:
+            # TRL clamps each token's log-ratio before the sum: a token that vLLM's token_mask mode zeroed adds
+            # log(1e-8), not -inf. Where the mask is 0, TRL's ratio is 1 by construction; here it is left out.
+            log_rho = x.importance_ratio.to(x.mask.dtype).log().clamp(log_min, log_max)
+            log_w = log_w + torch.where(x.mask > 0, log_rho, 0.0).sum(-1, keepdim=True)
+        log_w = log_w.clamp(min=log_min, max=log_max)
+        positive = x.advantages >= 0
+        k = torch.where(positive, c.vespo_k_pos, c.vespo_k_neg)
+        lam = torch.where(positive, c.vespo_lambda_pos, c.vespo_lambda_neg)
+        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
+        return torch.where(torch.isfinite(phi), phi, torch.zeros_like(phi))
+
+
+def vespo_term(x: TermInputs):
+    """-phi A lp, phi the sequence's gamma weight."""
+    return -vespo_weights(x) * x.advantages * x.logps
+
+
+# ---- the registry ----------------------------------------------------------------------------------------------
+
+_REGISTRY: dict[str, LossType] = {}
+
+
+def _add(loss: LossType) -> LossType:
+    _REGISTRY[loss.name] = loss
+    return loss
+
+
+def _ppo(name: str, aggregation: Aggregation, **traits) -> LossType:
+    return _add(LossType(name, ppo_clip_term, aggregation, clip=TRUST_REGION, token_level=True,
+                         epilogue=Epilogue.PPO_CLIP, **traits))
+
+
+GSPO_LOSS_TYPE = _ppo("grpo", SEQUENCE_MEAN).name  # GSPO: this type with importance_sampling_level="sequence"
+_ppo("bnpo", LOCAL_TOKEN_MEAN, warns_sequence_level=True)
+_ppo("dr_grpo", FIXED_LENGTH, warns_sequence_level=True)
+DEFAULT_LOSS_TYPE = _ppo("dapo", GLOBAL_TOKEN_MEAN, warns_sequence_level=True).name
+_add(LossType("cispo", cispo_term, GLOBAL_TOKEN_MEAN, clip=RATIO_CAP, token_level=True, epilogue=Epilogue.CISPO,
+              warns_sequence_level=True))
+_add(LossType("sapo", sapo_term, SEQUENCE_MEAN, token_level=True, epilogue=Epilogue.SAPO))
+_ppo("luspo", SEQUENCE_SUM, paper_importance_sampling_level="sequence")
+_add(LossType("vespo", vespo_term, GLOBAL_TOKEN_MEAN, folds_importance_ratio=True, sequence_weight=vespo_weights))
+BUILTIN_LOSS_TYPES = tuple(_REGISTRY)
+
+
+def loss_type_names() -> tuple[str, ...]:
+    """Every registered loss type, the built-in ones first."""
+    return tuple(_REGISTRY)
+
+
+def get_loss_type(name: object) -> LossType:
+    """The registered loss type `name`; one clear error listing the registered ones otherwise."""
+    loss = _REGISTRY.get(name) if isinstance(name, str) else None
+    if loss is None:
+        raise ValueError(f"loss_type must be one of the registered loss types {loss_type_names()}, got {name!r} "
+                         "(grpo_kernels.register_loss_type adds one)")
+    return loss
+
+
+def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggregation | AggregationWeights, *,
+                       clip: Optional[str] = None, token_level: bool = False,
+                       folds_importance_ratio: bool = False) -> LossType:
+    """Add a loss type: GRPOLossConfig(loss_type=name) then runs it on every backend and vocabulary shard.
+
+    term: `term(x: TermInputs) -> L` [B, T] (or [B, 1]), the policy term before the entropy mask, rho and the KL,
+        written in torch ops of x.logps / x.ratio / x.log_ratio / x.advantages / x.mask (differentiable through
+        lp; what must not carry a gradient, detach). It is differentiated by autograd: no derivative to write.
+    aggregation: a name of AGGREGATIONS ("sequence_mean", "local_token_mean", "fixed_length", "global_token_mean",
+        "sequence_sum"), an Aggregation, or a function (mask, config, num_items_in_batch) -> w.
+    clip: TRUST_REGION or RATIO_CAP when the term clips the ratio that way (the clip metrics follow it), None
+        otherwise.
+    token_level: True only if each token's L reads that token alone (no sum over a sequence): the GEMM backend
+        then computes g and e inside its streaming pass. False (the safe default) takes the two-step route:
+        statistics, this objective by autograd, gradients from g = dLoss/dlp and e = dLoss/dent.
+    folds_importance_ratio: the term reads x.importance_ratio itself instead of L being multiplied by it.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name must be an identifier-like string (a loss_type value), got {name!r}")
+    if name in BUILTIN_LOSS_TYPES:
+        raise ValueError(f"{name!r} is a built-in loss type; pick another name")
+    if not callable(term):
+        raise TypeError(f"term must be a callable term(x: TermInputs) -> tensor, got {type(term).__name__}")
+    if isinstance(aggregation, str):
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}, an Aggregation or a weights "
+                             f"function, got {aggregation!r}")
+        aggregation = AGGREGATIONS[aggregation]
+    elif not isinstance(aggregation, Aggregation):
+        if not callable(aggregation):
+            raise TypeError(f"aggregation must be a name, an Aggregation or a callable, got "
+                            f"{type(aggregation).__name__}")
+        aggregation = Aggregation(f"{name}_aggregation", aggregation)  # a mean over sequences, for trainers
+    if clip is not None and clip not in CLIPS:
+        raise ValueError(f"clip must be None or one of {CLIPS}, got {clip!r}")
+    return _add(LossType(name, term, aggregation, clip=clip, token_level=bool(token_level),
+                         folds_importance_ratio=bool(folds_importance_ratio)))
+
+
+def unregister_loss_type(name: str) -> None:
+    """Remove a loss type added by register_loss_type (the built-in ones stay)."""
+    if name in BUILTIN_LOSS_TYPES:
+        raise ValueError(f"{name!r} is a built-in loss type and cannot be removed")
+    _REGISTRY.pop(name, None)
