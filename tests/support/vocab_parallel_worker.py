@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -373,3 +374,9 @@ def run(rank: int, world: int, init_file: str, suite: str, out_dir: str) -> None
     finally:
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
         dist.destroy_process_group()
+    # Every result is on disk and the group is gone: leave without the interpreter's teardown, in which gloo's
+    # threads have aborted a rank ("terminate called without an active exception") on a loaded 2-core machine,
+    # failing a run whose comparisons all held.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
