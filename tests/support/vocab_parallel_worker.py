@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 from grpo_testing import as_float64, kept_sets, make_problem
-from test_api import CONFIGS, head_kwargs  # every loss type, option and head transform of the parity tests
+from loss_configs import CONFIGS, head_kwargs, importance_ratio_kind
 
 from grpo_kernels import (FusedLinearGRPOLoss, GRPOLossConfig, LogitTransform, fused_linear_grpo_loss,
                           linear_logprobs, reference)
@@ -217,8 +217,7 @@ def parity_cases(world: int, backends: tuple[str, ...]) -> dict[str, Callable[[]
 
     def config_case(i: int, name: str, form: str, backend: str) -> Callable[[], dict]:
         def case() -> dict:
-            problem = make_problem(seed=100 + i, V=V,
-                                   importance_ratio="token" if "rho" in name or name == "vespo" else None)
+            problem = make_problem(seed=100 + i, V=V, importance_ratio=importance_ratio_kind(name))
             targets_on_every_shard(problem, ShardedHead(form, problem.weight, None).sizes)
             return loss_case(problem, GRPOLossConfig(**CONFIGS[name]), form, backend, **head_kwargs(name))
         return case
