@@ -22,7 +22,7 @@ from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
 
 
 def floor(p: Problem) -> Estimate:
-    """Bare GEMMs over all B*T positions, as benchmarks.paths.make_floor_step measures: logits, dH, dW."""
+    """Bare GEMMs over all B*T positions, as benchmarks.suite.paths.make_floor_step measures: logits, dH, dW."""
     N, H, V, c = p.tokens, p.hidden, p.vocab, p.itemsize
     phases = [_gemm("logits = h W^T", N, V, H, c, c)]
     if p.hidden_needs_grad:

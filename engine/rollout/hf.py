@@ -89,20 +89,6 @@ class SamplerRecorder(LogitsProcessor):
         return logps, kept
 
 
-class PaddedVocabMask(LogitsProcessor):
-    """Removes the ids past the tokenizer's last token from sampling: the rows a model's vocabulary was padded
-    with (Qwen2.5: 151,936 rows for about 151,665 tokens) decode to nothing, so the rewards would score text
-    without them. A no-op when the vocabulary has no such rows."""
-
-    def __init__(self, tokenizer_size: int) -> None:
-        self.tokenizer_size = tokenizer_size
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if scores.shape[-1] > self.tokenizer_size:
-            scores[:, self.tokenizer_size:] = float("-inf")
-        return scores
-
-
 def sampling_processors(temperature: float, top_k: int, top_p: float, recorder: SamplerRecorder
                         ) -> LogitsProcessorList:
     """Temperature, top-k, top-p (transformers' own warpers, in generate's order), then the recorder. Passed to

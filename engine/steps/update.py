@@ -23,7 +23,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
-from grpo_kernels.losses import GENERATION_TOKENS, TOKENS, TRUST_REGION, Aggregation, get_loss_type
+from grpo_kernels.losses import GENERATION_TOKENS, TOKENS, TRUST_REGION, get_loss_type
 from grpo_kernels.objective import ratio_clip_flags
 
 from ..model.loading import with_lm_head
@@ -84,11 +84,11 @@ def micro_batches(batch: RolloutBatch, micro_batch_size: int, packing: Optional[
     return make_packs(batch, packing, micro_batch_size)
 
 
-def loss_scale(aggregation: Aggregation, sequences: int, tokens: float, all_sequences: int, all_tokens: float
-               ) -> float:
+def loss_scale(loss_type: str, sequences: int, tokens: float, all_sequences: int, all_tokens: float) -> float:
     """The factor that turns a micro-batch's loss, normalised over the micro-batch, into its part of the loss
     normalised over the process's batch (see the module's docstring), by what the loss type's aggregation is a
     mean over (losses.Aggregation.mean_over)."""
+    aggregation = get_loss_type(loss_type).aggregation
     if aggregation.mean_over == GENERATION_TOKENS:  # already over the whole generation batch's tokens
         return 1.0
     if aggregation.mean_over == TOKENS:  # the kernels divide by max(1, tokens)
@@ -148,7 +148,7 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
             with nullcontext() if last else accelerator.no_sync(policy):
                 out = (pack_loss if packed else micro_batch_loss)(policy, unwrapped_lm, inputs, part, loss_config,
                                                                    backend)
-                loss = out.loss * loss_scale(loss_type.aggregation, sequences, tokens, all_sequences, all_tokens)
+                loss = out.loss * loss_scale(loss_config.loss_type, sequences, tokens, all_sequences, all_tokens)
                 if not torch.isfinite(loss.detach()):
                     raise NonFiniteLossError(
                         f"the loss is {loss.item()} at step {step} (micro-batch {i}); stopping before the "

@@ -9,10 +9,11 @@ cap, so the padded micro-batches, every one as wide as the longest prompt + long
 
 Every measurement is a fresh process (forked): it builds the model and batch, runs one untimed warm-up step, then
 `--steps` timed ones. Step time: their median, as CPU time of the process (one thread: on an idle core that is
-the wall time, and it does not count the time other jobs on a shared machine take the core) and as wall time. Peak memory: the process's peak RSS (VmHWM) minus its RSS before
-the first step (weights and batch built), i.e. what the step adds (AdamW state, gradients, activations). The
-modes run interleaved, `--rounds` times, so a change in the machine's load falls on all of them; the report
-gives each mode's median over rounds and every round's value.
+the wall time, and it does not count the time other jobs on a shared machine take the core) and as wall time.
+Peak memory: the process's peak RSS (VmHWM) minus its RSS before the first step (weights and batch built), i.e.
+what the step adds (AdamW state, gradients, activations). The modes run interleaved, `--rounds` times, so a
+change in the machine's load falls on all of them; the report gives each mode's median over rounds and every
+round's value.
 """
 
 from __future__ import annotations
@@ -144,8 +145,9 @@ def report(results: dict[str, list[dict[str, Any]]], command: str, seed: int) ->
         f"Model: Qwen2, hidden {HIDDEN}, {LAYERS} layers, MLP {INTERMEDIATE}, {HEADS} heads ({KV_HEADS} KV), "
         f"vocabulary {VOCAB}, float32, sdpa, 1 thread. Batch: {N} completions, padded micro-batches of {MICRO}; "
         f"prompts {PROMPT[0]}-{PROMPT[1]} tokens; completion lengths: the {N} quantiles of a log-normal (median "
-        f"{MEDIAN}, sigma {SIGMA}) capped at {CAP}: min {int(lengths.min())}, median {float(lengths.float().median()):.0f}, "
-        f"mean {float(lengths.float().mean()):.0f}, max {int(lengths.max())}; longest sequence {longest} tokens. "
+        f"{MEDIAN}, sigma {SIGMA}) capped at {CAP}: min {int(lengths.min())}, "
+        f"median {float(lengths.float().median()):.0f}, mean {float(lengths.float().mean()):.0f}, "
+        f"max {int(lengths.max())}; longest sequence {longest} tokens. "
         f"Padded micro-batches: {batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]} tokens wide, "
         f"{fill(batch):.1%} real tokens.", "",
         "| mode | budget (tokens) | micro-batches | largest pack | CPU s per step | speed-up (CPU) | wall s | "

@@ -43,8 +43,8 @@ def test_packed_update_equals_padded_under_ddp(tmp_path):
     padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
     loss_types = "dapo,grpo,bnpo,dr_grpo"
     for out, extra in ((padded, []), (packed, ["20"])):
-        subprocess.run(_torchrun(str(HERE / "ddp_worker.py"), str(out), loss_types, "4", *extra), check=True,
-                       env=_env(), timeout=180, capture_output=True)
+        subprocess.run(torchrun(str(SUPPORT / "ddp_worker.py"), str(out), loss_types, "4", *extra), check=True,
+                       env=subprocess_env(), timeout=180, capture_output=True)
     a, b = torch.load(padded, weights_only=False), torch.load(packed, weights_only=False)
     assert a["processes"] == b["processes"] == 2
     for loss_type in loss_types.split(","):

@@ -43,3 +43,11 @@ def test_a_phase_is_its_bound_plus_its_launches_and_syncs_per_repetition():
     # the defaults time neither L2 nor launches nor tiles: 2mnk / rate
     plain = DeviceRates("plain", 1.0, 1.0, 1.0, 1.0, 0, 1, "test")
     assert Phase("g", flops=48, gemm_shape=(4, 3, 2), launches=1).seconds(plain) == 48
+
+
+def test_every_registered_backend_has_a_cost_model():
+    # auto routes by the model and the roofline prints it: a backend added to the registry needs its counts too
+    from grpo_kernels.backends import BACKENDS
+    from grpo_kernels.cost_model import LIBRARY_PATHS
+
+    assert set(LIBRARY_PATHS) == set(BACKENDS)

@@ -67,8 +67,8 @@ def test_sharded_packed_update_equals_sharded_padded(tmp_path):
     """FSDP2 on 2 processes: packs of whole sequences (log-probs and update) against padded micro-batches."""
     padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
     for out, extra in ((padded, []), (packed, ["24"])):
-        subprocess.run(_torchrun(str(HERE / "fsdp_worker.py"), str(out), *extra), check=True, env=_env(),
-                       timeout=180, capture_output=True)
+        subprocess.run(torchrun(str(SUPPORT / "fsdp_worker.py"), str(out), *extra), check=True,
+                       env=subprocess_env(), timeout=180, capture_output=True)
     a, b = _load(padded), _load(packed)
     assert a["processes"] == b["processes"] == 2
     torch.testing.assert_close(b["old"], a["old"], atol=1e-6, rtol=1e-5)
