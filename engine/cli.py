@@ -91,8 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
                            allow_abbrev=False)
-    train.add_argument("--model", help="local Hugging Face causal-LM directory (= --model.name_or_path)")
-    train.add_argument("--data", help="JSONL / Parquet / datasets directory with a prompt column (= --data.path)")
+    train.add_argument("--model", help="local Hugging Face causal-LM directory or Hub id ORG/NAME "
+                                        "(= --model.name_or_path)")
+    train.add_argument("--data", help="JSONL / Parquet / datasets directory or Hub dataset id ORG/NAME with a prompt "
+                                       "column (= --data.path)")
     train.add_argument("--output-dir", help="run directory (= --run.output_dir)")
     train.add_argument("--max-steps", type=int, help="= --run.max_steps")
     train.add_argument("--resume", nargs="?", const="latest",
@@ -100,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(train)
 
     evaluate = sub.add_parser("eval", help="accuracy and pass@k with the reward functions", allow_abbrev=False)
-    evaluate.add_argument("--model", required=True, help="model directory (a checkpoint's model/ works, LoRA too); "
+    evaluate.add_argument("--model", required=True, help="model directory or Hub id (a checkpoint's model/ works, "
+                                                         "LoRA too); "
                                                          "overrides model.name_or_path of --config")
-    evaluate.add_argument("--data", help="prompt file; default: the built-in task's held-out split")
+    evaluate.add_argument("--data", help="prompt file or Hub dataset id (its data.eval_split); default: the built-in "
+                                          "task's held-out split")
     evaluate.add_argument("--num-samples", type=int, default=1, help="samples per prompt for pass@k (default 1)")
     evaluate.add_argument("--sample", action="store_true", help="sample at rollout.temperature even with one sample")
     evaluate.add_argument("--batch-size", type=int, default=64, help="completions generated at once")

@@ -189,7 +189,7 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
-    check_backend(config, device)  # what the chosen rollout backend cannot do is said before anything loads
+    check_backend(config, device, world.num_processes)  # what the rollout backend cannot do, before any loading
     if accelerator.is_main_process:
         for message in sampling_warnings(config):
             print(f"warning: {message}", file=sys.stderr)

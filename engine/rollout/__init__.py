@@ -20,12 +20,13 @@ from .hf import HFRollout, generate_completions
 BACKENDS = ("hf", "vllm")
 
 
-def check_backend(config: EngineConfig, device: torch.device) -> None:
-    """What the configured backend cannot do on `device` with this install, said before anything loads."""
+def check_backend(config: EngineConfig, device: torch.device, num_processes: int = 1) -> None:
+    """What the configured backend cannot do on `device` over `num_processes` with this install, said before
+    anything loads."""
     if config.rollout.backend == "vllm":
         from .vllm import check_vllm
 
-        check_vllm(config, device)
+        check_vllm(config, device, num_processes)
 
 
 def create_backend(config: EngineConfig, generation_model: nn.Module, lm: nn.Module,
@@ -40,5 +41,6 @@ def create_backend(config: EngineConfig, generation_model: nn.Module, lm: nn.Mod
     return HFRollout(generation_model, tokenizer, config.rollout, config.data.max_prompt_length, device)
 
 
-__all__ = ["BACKENDS", "HFRollout", "check_backend", "RolloutBackend", "RolloutBatch", "create_backend", "encode_prompts", "eos_ids",
+__all__ = ["BACKENDS", "HFRollout", "check_backend", "RolloutBackend", "RolloutBatch", "create_backend",
+           "encode_prompts", "eos_ids",
            "finish_batch", "generate_completions", "mask_after_eos"]

@@ -60,10 +60,15 @@ def replay_refusal(reason: str) -> ConfigError:
                        f"rollout.backend hf")
 
 
-def check_vllm(config: EngineConfig, device: torch.device) -> None:
-    """What this vLLM install cannot do on `device`, said before any model loads."""
+def check_vllm(config: EngineConfig, device: torch.device, num_processes: int = 1) -> None:
+    """What this vLLM install cannot do on `device` over `num_processes`, said before any model loads."""
     v = config.rollout.vllm
     import_vllm()
+    if device.type != "cuda" and num_processes > 1:
+        # Each process would start its own single-process vLLM inside a process group that vLLM does not
+        # join; only CUDA's external launcher makes the training processes vLLM's ranks.
+        raise ConfigError(f"rollout.backend vllm runs in one process on a CPU (this run has {num_processes}): "
+                          f"launch one process, or use rollout.backend hf")
     if device.type != "cuda":
         for key, wanted in (("sleep", v.sleep), ("tensor_parallel_size", v.tensor_parallel_size > 1)):
             if wanted:

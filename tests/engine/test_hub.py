@@ -181,3 +181,15 @@ def test_train_on_a_hub_dataset_offline(tmp_path, tiny_model_dir):
                          "tiny-org/gsm8k", "--output-dir", str(tmp_path / "run"), *SMALL)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "accuracy on the 1 evaluation prompts" in result.stdout  # the test split of the same id
+
+
+def test_a_hub_id_in_a_yaml_file_stays_an_id_unless_a_file_of_that_name_is_beside_it(tmp_path):
+    from engine.config import load_config
+
+    (tmp_path / "c.yaml").write_text("data:\n  path: tiny-org/gsm8k\n  eval_path: local/test.jsonl\n")
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "test.jsonl").write_text(jsonl([{"prompt": "1+1=", "answer": "2"}]))
+    config = load_config(tmp_path / "c.yaml")
+    assert config.data.path == "tiny-org/gsm8k"
+    assert config.data.eval_path == str(tmp_path / "local" / "test.jsonl")
+

@@ -167,18 +167,19 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(sma
     assert max(abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) for row in stale[1:]) > 1e-3
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"rollout.top_k": 5}, "rollout.replay_kept_tokens needs the kept sets of vLLM's sampler"),
-    ({"rollout.top_p": 0.9}, "rollout.replay_kept_tokens needs the kept sets of vLLM's sampler"),
-    ({"rollout.vllm.sleep": True}, "rollout.vllm.sleep needs CUDA"),
+@pytest.mark.parametrize("overrides, processes, message", [
+    ({"rollout.top_k": 5}, 1, "rollout.replay_kept_tokens needs the kept sets of vLLM's sampler"),
+    ({"rollout.top_p": 0.9}, 1, "rollout.replay_kept_tokens needs the kept sets of vLLM's sampler"),
+    ({"rollout.vllm.sleep": True}, 1, "rollout.vllm.sleep needs CUDA"),
+    ({}, 2, r"rollout.backend vllm runs in one process on a CPU \(this run has 2\)"),
 ])
-def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides, message):
+def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides, processes, message):
     from engine.config import ConfigError
     from engine.rollout import check_backend
 
     config = load_config(None, {**VLLM_KEYS, **overrides})
     with pytest.raises(ConfigError, match=message):
-        check_backend(config, CPU)
+        check_backend(config, CPU, processes)
     # Without replay the trainer scores the whole vocabulary: the same sampling settings are accepted.
-    if "rollout.vllm.sleep" not in overrides:
+    if "rollout.top_k" in overrides or "rollout.top_p" in overrides:
         check_backend(load_config(None, {**VLLM_KEYS, **overrides, "rollout.replay_kept_tokens": False}), CPU)
