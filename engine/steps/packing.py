@@ -22,9 +22,14 @@ from torch import nn
 from ..rollout import RolloutBatch
 
 
-# Without a budget, a pack holds this many times the batch's longest sequence where attention runs over a dense
-# [L, L] mask (sdpa, eager): its cost grows with the square of the pack (engine/tools/packing_bench.py).
+# Without a budget, where attention runs over a dense [L, L] mask (sdpa, eager), a pack holds this many times the
+# batch's longest sequence, its cost growing with the square of the pack (engine/tools/packing_bench.py), but at
+# least DENSE_MASK_MIN_TOKENS: below about a thousand tokens the mask's L^2 is small next to the linear layers
+# (packing_bench at hidden 384: packs of 576-1144 tokens were the fastest), while packs of two short sequences
+# would make dozens of tiny micro-batches (the built-in demo: 128 sequences of ~25 tokens, 64 forwards and
+# backwards instead of 1 padded one, 5x its CPU time).
 DENSE_MASK_SEQUENCES = 2
+DENSE_MASK_MIN_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ class Packing:
     """How a padding-free step groups a process's sequences: at most `max_tokens` per pack. None: the batch's
     longest sequence times micro_batch_size under varlen attention (flash_attention_2: a pack costs what its
     sequences cost, and holds no more tokens than a padded micro-batch), else times min(micro_batch_size,
-    DENSE_MASK_SEQUENCES)."""
+    DENSE_MASK_SEQUENCES), raised to DENSE_MASK_MIN_TOKENS where a padded micro-batch holds that many."""
 
     max_tokens: Optional[int] = None
     varlen_attention: bool = False
@@ -79,8 +84,10 @@ def token_budget(lengths: list[int], packing: Packing, micro_batch_size: int) ->
     """The pack size for sequences of these lengths (prompt + completion tokens)."""
     longest = max(lengths)
     if packing.max_tokens is None:
-        per_pack = micro_batch_size if packing.varlen_attention else min(micro_batch_size, DENSE_MASK_SEQUENCES)
-        return per_pack * longest
+        padded_micro_batch = micro_batch_size * longest
+        if packing.varlen_attention:
+            return padded_micro_batch
+        return min(padded_micro_batch, max(DENSE_MASK_SEQUENCES * longest, DENSE_MASK_MIN_TOKENS))
     if longest > packing.max_tokens:
         raise ValueError(f"optim.max_tokens_per_micro_batch ({packing.max_tokens}) is smaller than one sequence of "
                          f"this batch ({longest} prompt + completion tokens): raise it, or set optim.padding_free "

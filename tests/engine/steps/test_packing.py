@@ -182,13 +182,21 @@ def test_a_sequence_longer_than_the_budget_is_refused_naming_the_key():
     assert load_config().optim.padding_free  # the default
 
 
-def test_the_default_budget_is_twice_the_longest_sequence_under_a_dense_mask_a_padded_micro_batch_under_varlen():
+def test_the_default_budget_under_a_dense_mask_is_twice_the_longest_sequence_or_1024_tokens_under_varlen_a_padded_micro_batch():
+    from engine.steps.packing import DENSE_MASK_MIN_TOKENS, token_budget
+
     batch = rollouts(50)
     longest = int((batch.prompt_mask.sum(1) + batch.completion_attention.sum(1)).max())
     dense, varlen = make_packs(batch, Packing(), MICRO), make_packs(batch, Packing(varlen_attention=True), MICRO)
-    assert max(pack.num_tokens for pack in dense) <= 2 * longest < max(pack.num_tokens for pack in varlen)
+    assert max(pack.num_tokens for pack in dense) <= min(MICRO * longest, max(2 * longest, DENSE_MASK_MIN_TOKENS))
     assert max(pack.num_tokens for pack in varlen) <= MICRO * longest
     assert len(varlen) < N // MICRO  # the long tail leaves room: fewer micro-batches than the padded step
+    # Long sequences: twice the longest under a dense mask; short ones: at least 1024 tokens, never more than a
+    # padded micro-batch; varlen: always a padded micro-batch.
+    assert token_budget([40, 900, 300], Packing(), 8) == 1800
+    assert token_budget([20, 25, 12], Packing(), 128) == DENSE_MASK_MIN_TOKENS
+    assert token_budget([20, 25, 12], Packing(), 4) == 100
+    assert token_budget([20, 25, 12], Packing(varlen_attention=True), 128) == 128 * 25
     lm = _model()
     assert not has_varlen_attention(lm)  # sdpa
     lm.config._attn_implementation = "flash_attention_2"
