@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from grpo_testing import as_float64, make_problem, with_triton_interpreted
+from processes import leave_spawned_process
 
 import grpo_kernels
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_objective
@@ -129,6 +130,7 @@ def shard_worker(rank: int, world: int, init_file: str) -> None:
                     raise AssertionError(f"rank {rank} {backend} {loss_type}: {error}") from error
     finally:
         dist.destroy_process_group()
+    leave_spawned_process()
 
 
 @pytest.mark.usefixtures("cpu_only_subprocesses")

@@ -11,6 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 from grpo_testing import as_float64, assert_grad_close, assert_loss_close, make_problem, run_loss
+from processes import leave_spawned_process
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -61,3 +62,4 @@ def run(rank: int, world: int, init_file: str) -> None:
             assert_grad_close(grad.full_tensor(), average, torch.float32, f"d{name} (average over the ranks)")
     finally:
         dist.destroy_process_group()
+    leave_spawned_process()

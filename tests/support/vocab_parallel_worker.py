@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,6 +15,7 @@ import torch
 import torch.distributed as dist
 from grpo_testing import as_float64, kept_sets, make_problem
 from loss_configs import CONFIGS, head_kwargs, importance_ratio_kind
+from processes import leave_spawned_process
 
 from grpo_kernels import (FusedLinearGRPOLoss, GRPOLossConfig, LogitTransform, fused_linear_grpo_loss,
                           linear_logprobs, reference)
@@ -373,9 +373,4 @@ def run(rank: int, world: int, init_file: str, suite: str, out_dir: str) -> None
     finally:
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
         dist.destroy_process_group()
-    # Every result is on disk and the group is gone: leave without the interpreter's teardown, in which gloo's
-    # threads have aborted a rank ("terminate called without an active exception") on a loaded 2-core machine,
-    # failing a run whose comparisons all held.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_spawned_process()  # every result is on disk and the group is gone
