@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from processes import subprocess_env, torchrun
+from processes import run_workers, subprocess_env, torchrun
 from repo_paths import ROOT, SUPPORT
 
 LOSS_TYPES = "dapo,grpo,bnpo"
@@ -17,11 +17,8 @@ LOSS_TYPES = "dapo,grpo,bnpo"
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     # One process: 16 completions as 2 micro-batches of 8; two processes: 8 each in one micro-batch.
-    subprocess.run([sys.executable, str(SUPPORT / "ddp_worker.py"), str(one), LOSS_TYPES, "8"], check=True,
-                   env=subprocess_env(), timeout=120, capture_output=True)
-    subprocess.run(torchrun(str(SUPPORT / "ddp_worker.py"), str(two), LOSS_TYPES, "8"), check=True,
-                   env=subprocess_env(),
-                   timeout=120, capture_output=True)
+    run_workers([sys.executable, str(SUPPORT / "ddp_worker.py"), str(one), LOSS_TYPES, "8"], timeout=120)
+    run_workers(torchrun(str(SUPPORT / "ddp_worker.py"), str(two), LOSS_TYPES, "8"), timeout=120)
     single, double = torch.load(one, weights_only=False), torch.load(two, weights_only=False)
     assert (single["processes"], double["processes"]) == (1, 2)
     for loss_type in LOSS_TYPES.split(","):
@@ -43,8 +40,7 @@ def test_packed_update_equals_padded_under_ddp(tmp_path):
     padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
     loss_types = "dapo,grpo,bnpo,dr_grpo"
     for out, extra in ((padded, []), (packed, ["20"])):
-        subprocess.run(torchrun(str(SUPPORT / "ddp_worker.py"), str(out), loss_types, "4", *extra), check=True,
-                       env=subprocess_env(), timeout=180, capture_output=True)
+        run_workers(torchrun(str(SUPPORT / "ddp_worker.py"), str(out), loss_types, "4", *extra), timeout=180)
     a, b = torch.load(padded, weights_only=False), torch.load(packed, weights_only=False)
     assert a["processes"] == b["processes"] == 2
     for loss_type in loss_types.split(","):

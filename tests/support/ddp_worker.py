@@ -11,6 +11,7 @@ from typing import Optional
 
 import torch
 from accelerate import Accelerator
+from processes import leave_spawned_process
 from rollout_batches import synthetic_batch
 
 from engine.data.demo_task import build_char_tokenizer, build_tiny_model
@@ -52,6 +53,9 @@ def main() -> None:
     if accelerator.is_main_process:
         torch.save({"processes": accelerator.num_processes, "results": results}, out_path)
     accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    leave_spawned_process()  # the results are saved: no interpreter teardown, where gloo's threads have aborted
 
 
 if __name__ == "__main__":

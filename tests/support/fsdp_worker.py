@@ -13,6 +13,7 @@ import sys
 
 import torch
 from accelerate import Accelerator
+from processes import leave_spawned_process
 from rollout_batches import synthetic_batch
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
@@ -65,6 +66,9 @@ def main() -> None:
         torch.save({"processes": processes, "metrics": dict(zip(names, averaged.tolist())), "old": old_all,
                     "ref": ref_all, "gradients": gradients, "weights": weights, "optimizer": optimizer_state["state"]}, out_path)
     accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    leave_spawned_process()  # the results are saved: no interpreter teardown, where gloo's threads have aborted
 
 
 if __name__ == "__main__":

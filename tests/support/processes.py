@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 
 from repo_paths import ROOT, SUPPORT
@@ -29,8 +30,16 @@ def torchrun(*args: str) -> list[str]:
             "--master_port", str(free_port()), *args]
 
 
+def run_workers(command: list[str], timeout: float) -> None:
+    """Runs a worker command (one process, or torchrun's group); a failure shows the workers' own stderr."""
+    result = subprocess.run(command, env=subprocess_env(), timeout=timeout, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(command[-4:])} exited with {result.returncode}; its stderr ends:\n"
+                             f"{result.stderr[-4000:]}")
+
+
 def leave_spawned_process() -> None:
-    """The end of a torch.multiprocessing.spawn worker whose results are checked and whose gloo group is
+    """The end of a spawned or torchrun worker whose results are checked or saved and whose gloo group is
     destroyed: exit at once, skipping the interpreter's teardown, in which gloo's threads have aborted a rank
     ("terminate called without an active exception", SIGABRT) after every comparison held, idle machine or not.
     Only the success path calls it: an exception still reaches spawn with its traceback."""

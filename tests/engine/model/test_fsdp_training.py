@@ -21,7 +21,7 @@ from engine.model.loading import load_causal_lm
 from engine.run_setup import setup_run
 from engine.state import checkpoint as ckpt
 from engine.tools.evaluate import run_eval
-from processes import subprocess_env, torchrun
+from processes import run_workers, subprocess_env, torchrun
 from repo_paths import ROOT, SUPPORT
 
 # Every process's micro-batch composition differs from one process's, and these are extremes over micro-batches
@@ -34,11 +34,8 @@ def _load(path: Path) -> dict:
 
 def test_sharded_update_matches_one_process(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    subprocess.run([sys.executable, str(SUPPORT / "fsdp_worker.py"), str(one)], check=True, env=subprocess_env(),
-                   timeout=180,
-                   capture_output=True)
-    subprocess.run(torchrun(str(SUPPORT / "fsdp_worker.py"), str(two)), check=True, env=subprocess_env(), timeout=180,
-                   capture_output=True)
+    run_workers([sys.executable, str(SUPPORT / "fsdp_worker.py"), str(one)], timeout=180)
+    run_workers(torchrun(str(SUPPORT / "fsdp_worker.py"), str(two)), timeout=180)
     single, sharded = _load(one), _load(two)
     assert (single["processes"], sharded["processes"]) == (1, 2)
     torch.testing.assert_close(sharded["old"], single["old"], atol=1e-6, rtol=1e-5)
@@ -67,8 +64,7 @@ def test_sharded_packed_update_equals_sharded_padded(tmp_path):
     """FSDP2 on 2 processes: packs of whole sequences (log-probs and update) against padded micro-batches."""
     padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
     for out, extra in ((padded, []), (packed, ["24"])):
-        subprocess.run(torchrun(str(SUPPORT / "fsdp_worker.py"), str(out), *extra), check=True,
-                       env=subprocess_env(), timeout=180, capture_output=True)
+        run_workers(torchrun(str(SUPPORT / "fsdp_worker.py"), str(out), *extra), timeout=180)
     a, b = _load(padded), _load(packed)
     assert a["processes"] == b["processes"] == 2
     torch.testing.assert_close(b["old"], a["old"], atol=1e-6, rtol=1e-5)
