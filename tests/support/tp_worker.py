@@ -16,6 +16,7 @@ from engine.model.loading import HiddenStatePolicy, with_lm_head
 from engine.model.tensor_parallel import is_tensor_parallel
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 from grpo_kernels.integrations.sharding import is_vocab_parallel_head
+from processes import leave_spawned_process
 
 
 def loss_and_head_grad(model, batch: dict):
@@ -58,6 +59,7 @@ def main(model_dir: str, init_file: str, rank: int, world: int) -> None:
         torch.testing.assert_close(local, ref_grad[start:start + local.shape[0]], atol=1e-5, rtol=1e-4)
     finally:
         dist.destroy_process_group()
+    leave_spawned_process()  # checks done, group destroyed: no interpreter teardown, where gloo's threads have aborted
 
 
 if __name__ == "__main__":
