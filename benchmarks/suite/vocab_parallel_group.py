@@ -83,6 +83,9 @@ def _follow(index: int, world: int, init_file: str, device_type: str, threads: i
                 step()
     finally:
         dist.destroy_process_group()
+    # Stopped cleanly and the group is gone: exit without the interpreter's teardown, in which gloo's threads have
+    # aborted a process ("terminate called without an active exception"), failing a spawn whose work all succeeded.
+    os._exit(0)
 
 
 class ShardGroup:
