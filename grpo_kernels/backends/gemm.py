@@ -26,6 +26,7 @@ import torch
 from ..head import LMHead
 from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
+from .wide_gemm import gemm_dtype, mm_wide
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
@@ -105,26 +106,6 @@ def default_rows(device: torch.device) -> RowOps:
 
 # ---- GEMMs -----------------------------------------------------------------------------------------------
 
-def _gemm_dtype(x: torch.Tensor, in_input_dtype: Optional[bool] = None) -> torch.dtype:
-    """Tensor cores in the input dtype on CUDA; float32 (float64 for the oracle) on CPU, where it is both
-    faster and more exact than a 16-bit GEMM. in_input_dtype=True takes CUDA's choice on any device."""
-    if in_input_dtype is None:
-        in_input_dtype = x.device.type == "cuda"
-    if in_input_dtype or x.dtype == torch.float64:
-        return x.dtype
-    return torch.float32
-
-
-def _mm_wide(a: torch.Tensor, b: torch.Tensor, wide: torch.dtype, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """a @ b with `wide` (float32/64) output; 16-bit operands accumulate and write float32 without a 16-bit round
-    trip (cuBLAS through torch.mm's out_dtype, torch >= 2.8 on CUDA)."""
-    if a.dtype == wide:
-        return torch.mm(a, b, out=out)
-    if a.device.type != "cuda":  # no mixed-dtype GEMM on CPU: the same 16-bit values, summed in `wide`
-        return torch.mm(a.to(wide), b.to(wide), out=out)
-    return torch.mm(a, b, out_dtype=wide, out=out) if out is not None else torch.mm(a, b, out_dtype=wide)
-
-
 class _WeightGrad:
     """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it (a GEMM with float32
     output); later waves add into it inside the GEMM: addmm for float32 operands, and for 16-bit ones (which
@@ -137,7 +118,7 @@ class _WeightGrad:
 
     def add(self, dz: torch.Tensor, h: torch.Tensor) -> None:
         if not self.started:
-            _mm_wide(dz.T, h, self.acc.dtype, out=self.acc)
+            mm_wide(dz.T, h, self.acc.dtype, out=self.acc)
             self.started = True
         elif dz.dtype == self.acc.dtype:
             self.acc.addmm_(dz.T, h)
@@ -166,7 +147,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     N, H = hidden.shape
     V = weight.shape[0]
     device = hidden.device
-    gemm = _gemm_dtype(hidden, gemm_in_input_dtype)
+    gemm = gemm_dtype(hidden, gemm_in_input_dtype)
     wide = stats_dtype(hidden.dtype)
     inv_tau, cap_scale = head.logit_constants
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
@@ -189,7 +170,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     for n0 in range(0, N, step):
         n1 = min(n0 + step, N)
         h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
-        z = _mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
+        z = mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
         if given is None:
             lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale)
             if combine_stats is not None:

@@ -26,7 +26,8 @@ from typing import Any, Optional
 
 import torch
 
-from .gemm import DEFAULT_WORKSPACE_BYTES, _gemm_dtype, _mm_wide
+from .gemm import DEFAULT_WORKSPACE_BYTES
+from .wide_gemm import gemm_dtype, mm_wide
 from ..head import LMHead
 from .protocol import stats_dtype
 from .row_math import transform_logits_
@@ -77,7 +78,7 @@ class _Chunk:
         self.column[self.valid] = ids[self.valid] if self.whole else inverse
         self.w = w_gemm if self.whole else w_gemm.index_select(0, union)
         self.h = hidden.to(w_gemm.dtype)
-        z_union = _mm_wide(self.h, self.w.T, wide)
+        z_union = mm_wide(self.h, self.w.T, wide)
         if bias is not None:
             z_union += (bias if self.whole else bias.index_select(0, union)).to(wide)
         # [rows, K] logits of each row's own set as the softmax sees them (the head's transform); -inf on the padding
@@ -119,7 +120,7 @@ class _Chunk:
 
     def add_weight_grad(self, grad_weight: torch.Tensor, dz: torch.Tensor) -> None:
         """grad_weight[U] += dz^T h: `index_add_` over distinct ids, one writer per row of W."""
-        rows_grad = _mm_wide(dz.T, self.h, grad_weight.dtype)
+        rows_grad = mm_wide(dz.T, self.h, grad_weight.dtype)
         if self.whole:
             grad_weight += rows_grad
         else:
@@ -171,7 +172,7 @@ class KeptTokenHead:
             lp_w, ent_w, lse_w = self.inner.linear_forward(hidden[without], head, targets[without])
             logps[without], entropy[without], lse[without] = lp_w.to(dtype), ent_w.to(dtype), lse_w.to(dtype)
         if with_set.numel():
-            w_gemm = weight.to(_gemm_dtype(hidden))  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
+            w_gemm = weight.to(gemm_dtype(hidden))  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
         for rows in self._chunks(with_set, weight.shape[0]):
             ids, y = self.kept[rows], targets[rows]
             chunk = _Chunk(hidden[rows], w_gemm, bias, ids, inv_tau, cap_scale)
@@ -206,7 +207,7 @@ class KeptTokenHead:
             if grad_bias is not None:
                 grad_bias += db.to(dtype)
         if with_set.numel():
-            w_gemm = weight.to(_gemm_dtype(hidden))
+            w_gemm = weight.to(gemm_dtype(hidden))
         for rows in self._chunks(with_set, weight.shape[0]):
             ids, y = self.kept[rows], targets[rows]
             chunk = _Chunk(hidden[rows], w_gemm, bias, ids, inv_tau, cap_scale)
@@ -215,7 +216,7 @@ class KeptTokenHead:
                                        grad_logps[rows].to(dtype), e, inv_tau, cap_scale)
             dz = dz_wide.to(w_gemm.dtype)  # the GEMMs' operand dtype, as the GEMM path narrows dZ
             if grad_hidden is not None:
-                grad_hidden[rows] = _mm_wide(dz, chunk.w, dtype).to(hidden.dtype)
+                grad_hidden[rows] = mm_wide(dz, chunk.w, dtype).to(hidden.dtype)
             if grad_weight is not None:
                 chunk.add_weight_grad(grad_weight, dz)
             if grad_bias is not None:

@@ -18,6 +18,7 @@ import torch
 from ..head import LMHead
 from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
+from .wide_gemm import gemm_dtype, mm_wide
 
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK float32 values (4 MiB) bounds the extra memory of every pass; the
 # passes below keep at most two such tiles alive at once (the logits and their exp), updating in place.
@@ -27,14 +28,13 @@ VOCAB_CHUNK = 4096
 
 def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], inv_tau: float,
                   cap_scale: Optional[float], compute_dtype: torch.dtype) -> torch.Tensor:
-    """Logits of one tile, transformed (soft-capped, scaled by 1/tau), in compute_dtype."""
-    if h.device.type == "cuda":
-        # Tensor-core GEMM in the input dtype (as the model's LM head), softmax math in float32.
-        z = torch.nn.functional.linear(h, w, b).to(compute_dtype)
-    else:
-        # On CPU a float32 GEMM is both faster and more exact than a bf16 one.
-        z = torch.nn.functional.linear(h.to(compute_dtype), w.to(compute_dtype),
-                                       None if b is None else b.to(compute_dtype))
+    """Logits of one tile, transformed (soft-capped, scaled by 1/tau), in compute_dtype. The GEMM reads the
+    input dtype on tensor cores (CUDA) and writes compute_dtype directly: 16-bit logits would be off by up to
+    |z| * 2^-9 before the softmax."""
+    operand = gemm_dtype(h)
+    z = mm_wide(h.to(operand), w.to(operand).T, compute_dtype)
+    if b is not None:
+        z += b.to(compute_dtype)
     return transform_logits_(z, inv_tau, cap_scale)  # z is a fresh tile: in place
 
 
