@@ -125,6 +125,9 @@ def _liger_module(config: GRPOLossConfig, device: torch.device) -> torch.nn.Modu
     from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
     # torch.compile of Liger's loss math needs a GPU toolchain to pay off; on CPU it only adds compile time.
+    # Each case compiles afresh for its own shape: Dynamo's automatic dynamic-shape recompile after a shape
+    # change (S1 then S2) raised InternalTorchDynamoError in torch 2.11 on the H200 (benchmarks/results/h200.md).
+    torch._dynamo.reset()
     return LigerFusedLinearGRPOLoss(
         beta=config.beta, compiled=device.type == "cuda", use_ref_model=config.beta != 0.0,
         epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high_value, loss_type=config.loss_type,

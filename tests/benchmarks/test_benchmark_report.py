@@ -149,3 +149,20 @@ def test_gpu_results_carry_the_roofline_prediction(tmp_path):
 
 def test_cpu_results_have_no_prediction_columns(tmp_path):
     assert "predicted" not in report.full_report(_two_size_run(tmp_path))
+
+
+def test_model_error_table_gives_each_operation_and_path_its_measured_over_predicted_range():
+    from benchmarks.suite import report
+
+    run = report.load_run("benchmarks/results/h200.json")
+    table = report.model_error_table(run)
+    header = next(line for line in table if line.startswith("| operation |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    row = next(line for line in table if line.startswith("| no-grad log-probs |"))
+    cells = dict(zip(columns, (cell.strip() for cell in row.strip("|").split("|"))))
+    gemm = [r.median_ms / report.predicted_ms(run, r) for r in run.results
+            if r.path == "gemm" and r.operation == "logprobs"]
+    assert len(gemm) >= 2
+    assert cells["gemm"] == f"{min(gemm):.2f}-{max(gemm):.2f}x"
+    cpu = report.load_run(next(p for p in __import__("glob").glob("benchmarks/results/cpu-*.json")))
+    assert report.model_error_table(cpu) == []  # CPU runs have no predictions
