@@ -43,17 +43,33 @@ class DeviceRates:
     gemm_k_fill: int = 0  # per-tile pipeline fill and drain, in elements of K
     kernel_launch_s: float = 0.0
     host_sync_s: float = 0.0
+    triton_tensor_flops: float = math.nan  # a Triton kernel's tl.dot tiles; nan: tensor_flops (set in __post_init__)
+    row_pass_bytes_per_s: float = math.nan  # a pass over long logits rows; nan: hbm_bytes_per_s
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.triton_tensor_flops):
+            object.__setattr__(self, "triton_tensor_flops", self.tensor_flops)
+        if math.isnan(self.row_pass_bytes_per_s):
+            object.__setattr__(self, "row_pass_bytes_per_s", self.hbm_bytes_per_s)
 
 
-_GEMM_SOURCE = ("bf16 790 TFLOP/s: measured bare GEMM rate on this project's H200 sheet (same GH100 die; datasheet "
-                "989 dense; 780 TFLOP/s measured on H100 for a 4224 x 2048 x 8192 bf16 GEMM (max-autotune, vboost), "
-                "gist.github.com/Chillee/2ec89696db8b7ed1c24461159e325405); a GEMM at other shapes: 128 x 256 tiles "
+# Fitted to the project's first GPU run (benchmarks/results/h200.json, NVIDIA H200, torch 2.11, triton 3.6) by
+# `python -m benchmarks.model.calibrate`: cuBLAS's large-GEMM rate from the bare-GEMM floor cases, a Triton
+# kernel's tl.dot rate from Cut Cross-Entropy's log-probs, a row pass's bandwidth from the gemm and TRL cases,
+# the L2 bandwidth a streaming kernel achieves from the triton path's log-probs (its forward is L2-bound).
+MEASURED_TENSOR_FLOPS = 711e12
+MEASURED_TRITON_TENSOR_FLOPS = 514e12
+MEASURED_ROW_PASS_BYTES_PER_S = 1.6e12
+MEASURED_L2_BYTES_PER_S = 4.5e12
+_GEMM_SOURCE = ("bf16 711 TFLOP/s for cuBLAS, 514 for Triton tl.dot tiles, 1.6 TB/s for a pass over logits rows, "
+                "4.5 TB/s of L2: fitted to this project's H200 run (benchmarks/results/h200.json; datasheet 989 "
+                "dense; the same rates are charged on H100, the same die); a GEMM at other shapes: 128 x 256 tiles "
                 "in waves of one per SM, 128 elements of K per tile's fill and drain, split-K when the tiles do not "
-                "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed); L2 14.5 TB/s: the "
-                "least rate at which the model's Cut Cross-Entropy counts match its public 92.6 ms at S2 (derived, "
-                "not an L2 measurement)")
+                "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed)")
 # What the two share (the GH100 die, the GEMM rule, the launch costs); they differ in HBM.
-_GH100 = dict(tensor_flops=790e12, fp32_flops=67e12, l2_bytes=50 * MIB, sms=132, l2_bytes_per_s=14.5e12,
+_GH100 = dict(tensor_flops=MEASURED_TENSOR_FLOPS, triton_tensor_flops=MEASURED_TRITON_TENSOR_FLOPS,
+              row_pass_bytes_per_s=MEASURED_ROW_PASS_BYTES_PER_S, l2_bytes_per_s=MEASURED_L2_BYTES_PER_S,
+              fp32_flops=67e12, l2_bytes=50 * MIB, sms=132,
               gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,
               host_sync_s=HOST_SYNC_S)
 DEVICES: dict[str, DeviceRates] = {

@@ -73,6 +73,8 @@ class Phase:
     hbm_bytes: float = 0.0
     l2_bytes: float = 0.0
     fp32_matmul: bool = False  # FLOPs run at the float32 CUDA-core rate, not on tensor cores
+    triton_matmul: bool = False  # FLOPs run by a Triton kernel's tl.dot tiles (rates.triton_tensor_flops)
+    row_pass: bool = False  # a pass over [rows, V] logits rows: its bytes move at rates.row_pass_bytes_per_s
     count: int = 1  # identical repetitions (waves, chunks)
     gemm_shape: Optional[tuple[int, int, int]] = None  # (m, n, k) of a cuBLAS GEMM: its arithmetic at that shape
     launches: int = 0  # kernel launches per repetition
@@ -80,13 +82,15 @@ class Phase:
 
     def compute_seconds(self, rates: DeviceRates) -> float:
         """One repetition's arithmetic."""
-        rate = rates.fp32_flops if self.fp32_matmul else rates.tensor_flops
+        rate = rates.fp32_flops if self.fp32_matmul else rates.triton_tensor_flops if self.triton_matmul \
+            else rates.tensor_flops
         if self.gemm_shape is not None:
             return gemm_compute_seconds(*self.gemm_shape, rate, rates)
         return self.flops / rate
 
     def seconds(self, rates: DeviceRates) -> float:
-        bound = max(self.compute_seconds(rates), self.hbm_bytes / rates.hbm_bytes_per_s,
+        bandwidth = rates.row_pass_bytes_per_s if self.row_pass else rates.hbm_bytes_per_s
+        bound = max(self.compute_seconds(rates), self.hbm_bytes / bandwidth,
                     self.l2_bytes / rates.l2_bytes_per_s)
         return self.count * (bound + self.launches * rates.kernel_launch_s + self.host_syncs * rates.host_sync_s)
 

@@ -69,7 +69,7 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
         for rows, count in wave_list:
             out.append(gemm_phase(f"{tag}GEMM1 Z = h W^T (fp32 out)", rows, V, H, c, 4, count))
             out.append(Phase(f"{tag}row statistics", hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, count=count,
-                             launches=1))
+                             launches=1, row_pass=True))
         return out
 
     phases += logits_and_stats("pass 1: " if two_pass else "")
@@ -82,7 +82,7 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
         first = True
         for rows, count in wave_list:
             phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c), count=count,
-                                launches=1))
+                                launches=1, row_pass=True))
             if p.hidden_needs_grad:
                 phases.append(gemm_phase("GEMM2 dH = dZ W", rows, H, V, c, c, count))
             if p.weight_grad:
@@ -91,7 +91,7 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
                     phases.append(gemm_phase("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
                 if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
                     gemm3 = gemm_phase("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
-                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
+                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4, triton_matmul=True))
                 elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
                     phases.append(gemm_phase("GEMM3 dW += dZ^T h (fp32 temporary)", V, H, rows, c, 4, later))
                     phases.append(Phase("add temporary into dW accumulator", hbm_bytes=V * H * (4 + 8), count=later,
@@ -129,7 +129,7 @@ def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50
     phases = padding_phases(p)
     phases.append(Phase("forward: stream W, online softmax (+ epilogue)", flops=2 * N * V * H,
                         hbm_bytes=N * H * c + token_waves * V * H * c + N * PER_TOKEN_BYTES,
-                        l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c, launches=2))
+                        l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c, launches=2, triton_matmul=True))
     grads = p.operation == "loss"
     if grads and p.hidden_needs_grad:  # programs over token blocks, streaming the vocabulary
         phases.append(_streaming_backward("backward dH kernel: recompute + dZ W", N, dh.block_n, V, dh.block_v, H, c,
@@ -160,7 +160,7 @@ def _streaming_backward(name: str, rows: int, row_block: int, cols: int, col_blo
                  hbm_bytes=rows * H * (4 + c + c) + streamed_reads * waves_of_programs * cols * H * c
                  + round_trip * spills_l2,
                  l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c + round_trip * (not spills_l2),
-                 launches=2)
+                 launches=2, triton_matmul=True)
 
 
 def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -> Estimate:
