@@ -5,6 +5,17 @@
     summary = train(load_config("examples/gsm8k_qwen_lora.yaml", {"run.max_steps": 10}))
 """
 
-from .config import ConfigError, EngineConfig, load_config
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["ConfigError", "EngineConfig", "load_config"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: `grpo-engine` first checks that the engine extra (pydantic, pyyaml, ...) is installed.
+    if name in __all__:
+        from . import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """`grpo-engine train | eval | plot | bench`.
 
-Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`); values are read as
-YAML scalars, so numbers, booleans, null and [lists] work. Flags override the YAML file, which overrides
+Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`), its value read as the
+type of the key it sets: a string key takes the text as written, `null` unsets a key that may be null, and
+numbers, true/false and [lists] read as in the YAML file. Flags override the YAML file, which overrides
 the defaults (and, when no model is given, the built-in demo preset).
 
 Help, argument errors and config errors never wait for torch or transformers (seconds to import): those
@@ -17,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .config import ConfigError, leaf_keys, load_config, read_yaml
-from .config_help import key_help
 from .data.demo_task import DEMO_PRESET
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
@@ -28,40 +27,38 @@ from .tools.bench_options import build_parser as build_bench_parser
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    from .config import key_help
+
     parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
                                          "run); relative data paths in it are read next to it")
     group = parser.add_argument_group(
-        "config keys (any key of the YAML tree; values are YAML scalars)",
+        "config keys (any key of the YAML tree; a string key takes VALUE as written, null unsets, numbers, "
+        "true/false and [lists] read as in YAML)",
         "Defaults are the engine's; `train` without a model starts from the demo preset (examples/demo.yaml).")
     for key, meaning in key_help().items():
         group.add_argument(f"--{key}", dest=f"cfg:{key}", metavar="VALUE", default=argparse.SUPPRESS, help=meaning)
 
 
-def _join_negative_values(argv: Sequence[str]) -> list[str]:
-    """`--optim.learning_rate -1e-5` -> `--optim.learning_rate=-1e-5`: argparse takes "-1e-5" for an option
-    (its negative-number rule knows no exponents), so a config flag's negative number is attached to it."""
+def _join_flag_values(argv: Sequence[str]) -> list[str]:
+    """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag always takes the next
+    argument as its value, which argparse would take for an option when it starts with '-' (a negative number,
+    a string)."""
+    from .config import leaf_keys
+
     flags = {f"--{key}" for key in leaf_keys()}
     joined: list[str] = []
     for arg in argv:
-        if joined and joined[-1] in flags and arg.startswith("-") and _is_number(arg):
+        if joined and joined[-1] in flags and arg.startswith("-"):
             joined[-1] = f"{joined[-1]}={arg}"
         else:
             joined.append(arg)
     return joined
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 # What `grpo-engine` cannot start without, beyond the loss library: module -> the package (the engine extra) that
 # installs it. matplotlib (the plot), peft (LoRA) and pyarrow (Parquet) are checked where they are used.
-ENGINE_MODULES = {"yaml": "pyyaml", "transformers": "transformers", "accelerate": "accelerate", "tqdm": "tqdm",
-                  "safetensors": "safetensors"}
+ENGINE_MODULES = {"pydantic": "pydantic", "yaml": "pyyaml", "transformers": "transformers",
+                  "accelerate": "accelerate", "tqdm": "tqdm", "safetensors": "safetensors"}
 INSTALL_ENGINE = 'pip install "grpo-kernels[engine]" (in a checkout: pip install -e ".[engine]")'
 
 
@@ -71,16 +68,16 @@ def missing_engine_packages() -> list[str]:
 
 
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
-    import yaml  # here: main() checks that the engine's dependencies are installed first
+    from .config import flag_value
 
     values: dict[str, Any] = {}
     for name, value in vars(args).items():
         if name.startswith("cfg:"):
-            values[name[4:]] = yaml.safe_load(value)
+            values[name[4:]] = flag_value(name[4:], value)
     for attr, key in shortcuts.items():
         value = getattr(args, attr, None)
         if value is not None:
-            values[key] = value
+            values[key] = flag_value(key, value)
     return values
 
 
@@ -96,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data", help="JSONL / Parquet / datasets directory or Hub dataset id ORG/NAME with a prompt "
                                        "column (= --data.path)")
     train.add_argument("--output-dir", help="run directory (= --run.output_dir)")
-    train.add_argument("--max-steps", type=int, help="= --run.max_steps")
+    train.add_argument("--max-steps", help="= --run.max_steps")
     train.add_argument("--resume", nargs="?", const="latest",
                        help="continue from the latest checkpoint of the run directory, or from the given one")
     _add_config_flags(train)
@@ -123,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from .config import load_config
+
     overrides = _overrides(args, {"model": "model.name_or_path", "data": "data.path", "output_dir": "run.output_dir",
                                   "max_steps": "run.max_steps", "resume": "run.resume"})
     model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
@@ -147,10 +146,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
+    from .config import read_yaml
+
     return path is not None and (read_yaml(path).get(section) or {}).get(key) is not None
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from .config import load_config
+
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
@@ -191,7 +194,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
               file=sys.stderr)
         return 1
-    args = build_parser().parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
+    from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
+
+    args = build_parser().parse_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench}
     try:
         return handlers[args.command](args)

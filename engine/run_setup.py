@@ -6,7 +6,6 @@ random-number consumers (model init, warm start) run before the sampling RNG is 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from .config import EngineConfig, validate
+from .config import EngineConfig, config_yaml, validate
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .data.prompts import PromptSampler, load_prompt_rows, render_prompt
 from .data.warm_start import supervised_warm_start
@@ -42,7 +41,7 @@ from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
 from .state.health import RunHealth
 from .state.metrics import MetricsLogger
-from .state.resume import config_yaml, start_point
+from .state.resume import start_point
 from .steps.packing import check_packed_attention
 from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
 
@@ -283,7 +282,7 @@ def setup_run(config: EngineConfig) -> Run:
     backend = create_backend(config, policy if fsdp else lm, lm, tokenizer, accelerator.device,
                              policy_path if not lora else base_path, world)
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
-                           config=dataclasses.asdict(config), resume_step=start_step if resume_from else None)
+                           config=config.model_dump(), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
                prompts, eval_rows, eval_prompts, sampler, logger, start_step,
                config_yaml(config), backend, num_tokens)

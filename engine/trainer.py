@@ -105,7 +105,7 @@ def score(run: Run, rows: list[dict[str, Any]], batch: RolloutBatch
 def logprobs(run: Run, batch: RolloutBatch) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """Old log-probs only when the batch is reused; reference log-probs only when beta != 0."""
     cfg = run.config
-    args = (batch, cfg.loss.temperature, cfg.optim.per_device_train_batch_size, cfg.run.loss_backend)
+    args = (batch, cfg.rollout.temperature, cfg.optim.per_device_train_batch_size, cfg.run.loss_backend)
     packing = packing_of(run)
     old = sequence_logprobs(run.unwrapped_policy, *args, packing=packing) if cfg.optim.num_iterations > 1 else None
     ref = reference_logprobs(run.unwrapped_policy, run.reference, *args, packing=packing) \
@@ -130,7 +130,7 @@ def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: O
     lr = run.scheduler.get_last_lr()[0]
     inputs = UpdateInputs(batch, advantages, old_logps, ref_logps,
                           num_items_per_process(run.accelerator, batch.completion_mask))
-    metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss,
+    metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss_config(),
                             cfg.optim.per_device_train_batch_size, cfg.optim.num_iterations,
                             cfg.optim.max_grad_norm, cfg.run.loss_backend, step, packing=packing_of(run))
     run.rollout_backend.sync_weights()  # the next rollout samples from the updated policy

@@ -3,13 +3,10 @@ checkpoint with the options it was saved with (except the few that may change be
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
-from ..config import EngineConfig
+from ..config import SHARED_SETTINGS, EngineConfig, config_yaml, parse_yaml
 from . import checkpoint as ckpt
 from .metrics import METRICS_FILE
 
@@ -20,10 +17,6 @@ MAY_CHANGE_ON_RESUME = (
     "run.report_to", "run.progress_bar", "run.plot", "run.num_threads",
     "data.max_prompt_chars",  # only refuses data; checkpoints from before it existed resume too
 )
-
-
-def config_yaml(config: EngineConfig) -> str:
-    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -38,8 +31,10 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def changed_options(saved_yaml: str, config: EngineConfig) -> dict[str, tuple[Any, Any]]:
     """{key: (saved, now)} for the options that differ and may not change on resume."""
-    saved = _flatten(yaml.safe_load(saved_yaml) or {})
-    now = _flatten(yaml.safe_load(config_yaml(config)))  # through YAML too, so both sides have the same types
+    # A config saved before the loss took its shared settings from the rollout names them twice.
+    saved = {key: value for key, value in _flatten(parse_yaml(saved_yaml, "the saved config.yaml") or {}).items()
+             if key not in SHARED_SETTINGS}
+    now = _flatten(parse_yaml(config_yaml(config), "config.yaml"))  # through YAML too: both sides have its types
     return {key: (saved.get(key), now.get(key)) for key in sorted(saved.keys() | now.keys())
             if saved.get(key) != now.get(key) and key not in MAY_CHANGE_ON_RESUME}
 

@@ -67,15 +67,15 @@ def test_eval_on_the_gsm8k_example(trained_run):
 def test_a_config_error_exits_2_with_the_key():
     result = grpo_engine("train", "--loss.loss_type", "ppo")
     assert result.returncode == 2
-    assert "config error: loss.loss_type: must be one of" in result.stderr and "Traceback" not in result.stderr
+    assert "config error: loss.loss_type: expected one of" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("args, code, message", [
     (["train", "--optim.per_device_train_batch_size", "6", "--rollout.num_generations", "4",
       "--run.warm_start_steps", "0"], 2, "must be divisible by rollout.num_generations"),
-    (["eval", "--model", "/no/such/model"], 2, "model.name_or_path '/no/such/model' is not a local model directory"),
-    (["train", "--rollout.temperature", "0"], 2, "rollout.temperature must be > 0"),
-    (["train", "--optim.learning_rate", "-1e-5"], 2, "optim.learning_rate must be >= 0, got -1e-05"),  # it parsed
+    (["eval", "--model", "/no/such/model"], 2, "model.name_or_path: expected a local model directory or a Hub id ORG/NAME, got '/no/such/model'"),
+    (["train", "--rollout.temperature", "0"], 2, "rollout.temperature: expected a value > 0.0, got 0"),
+    (["train", "--optim.learning_rate", "-1e-5"], 2, "optim.learning_rate: expected a value >= 0.0, got -1e-05"),  # it parsed
     (["plot", "/no/such/run"], 1, "metrics.jsonl does not exist"),
 ])
 def test_errors_name_their_cause(args, code, message, capsys, tmp_path):
@@ -105,7 +105,7 @@ def test_abbreviated_flags_are_rejected(capsys):
 
 def test_help_gives_each_key_a_meaning_and_its_default(capsys):
     from engine.cli import main
-    from engine.config_help import key_help
+    from engine.config import key_help
 
     assert not [key for key, text in key_help().items() if text.startswith("(default")]  # every key explained
     with pytest.raises(SystemExit) as exc:

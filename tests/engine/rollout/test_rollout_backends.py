@@ -12,14 +12,16 @@ from engine.config import ConfigError, load_config
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"rollout.backend": "sglang"}, "rollout.backend: must be one of ['hf', 'vllm']"),
-    ({"rollout.vllm.gpu_memory_utilization": 1.5}, "rollout.vllm.gpu_memory_utilization must be in (0, 1]"),
+    ({"rollout.backend": "sglang"}, "rollout.backend: expected one of hf, vllm, got 'sglang'"),
+    ({"rollout.vllm.gpu_memory_utilization": 1.5},
+     "rollout.vllm.gpu_memory_utilization: expected a value <= 1.0, got 1.5"),
     ({"rollout.vllm.tensor_parallel_size": 2}, "rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel"),
-    ({"rollout.vllm.kv_cache_mb": 0}, "rollout.vllm.kv_cache_mb must be > 0"),
+    ({"rollout.vllm.kv_cache_mb": 0}, "rollout.vllm.kv_cache_mb: expected a value >= 1, got 0"),
 ])
 def test_backend_keys_are_checked(overrides, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(ConfigError) as refused:
         load_config(None, {"rollout.backend": "vllm", **overrides})
+    assert message in str(refused.value)
 
 
 def test_the_vllm_backend_without_vllm_says_how_to_install_it(monkeypatch, tmp_path, capsys):

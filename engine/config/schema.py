@@ -1,0 +1,408 @@
+"""The engine's configuration schema: every key with its type, range, default and meaning, and the rules
+across keys, declared once (pydantic v2). The YAML loader, the `--section.key` flags, `--help`, the saved
+config.yaml and every error message are derived from it.
+
+Defaults follow TRL's GRPOConfig where TRL has one (lr 1e-6, 8 generations, 256 new tokens, temperature 1,
+beta 0, epsilon 0.2, dapo loss, group-scaled rewards, max_grad_norm 1.0); the loss section's defaults are
+read from the kernels' own `GRPOLossConfig`.
+
+Settings the rollout and the loss share live in one place: the loss scores at `rollout.temperature` and the
+loss types with a fixed normaliser divide by `rollout.max_new_tokens` (SHARED_SETTINGS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from grpo_kernels.config import GRPOLossConfig
+from grpo_kernels.losses import get_loss_type, loss_type_names
+
+from .loss_params import check_loss_params
+
+# ----------------------------------------------------------------------------------------------- value types
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]  # (0, 1]
+
+# A Hub repository id: ORG/NAME of letters, digits, '-', '_', '.' (no '--' or '..', as the Hub's rule); anything
+# else that is not a local path is a typo, said at once rather than as a failed download.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+
+
+def is_hub_id(name: str) -> bool:
+    return bool(_HUB_ID.match(name)) and "--" not in name and ".." not in name and not name.endswith((".", "-"))
+
+
+def _model_location(name: str) -> str:
+    if not Path(name).expanduser().is_dir() and not is_hub_id(name):
+        raise ValueError("expected a local model directory or a Hub id ORG/NAME")
+    return name
+
+
+def _data_location(name: str) -> str:
+    if not Path(name).expanduser().exists() and not is_hub_id(name):
+        raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
+    return name
+
+
+ModelLocation = Annotated[str, AfterValidator(_model_location)]
+DataLocation = Annotated[str, AfterValidator(_data_location)]
+
+# The kernels' backends (grpo_kernels.backends.BACKENDS, which imports torch: the CLI checks a config without
+# it); tests/engine/config/test_schema.py keeps the two equal. "auto" routes each call by the cost model.
+LOSS_BACKENDS = ("auto", "reference", "torch", "triton", "gemm")
+ROLLOUT_BACKENDS = ("hf", "vllm")
+BUILTIN_REWARDS = ("math_accuracy", "format", "length")
+
+# A key that is not in the schema because another key holds the setting: the message for the user who sets it.
+SHARED_SETTINGS = {
+    "loss.temperature": "the loss scores the completions at the temperature they were sampled at: set "
+                        "rollout.temperature",
+    "loss.max_completion_length": "the loss types with a fixed normaliser divide by the longest possible "
+                                  "completion: set rollout.max_new_tokens",
+}
+
+
+class Section(BaseModel):
+    """Strict: no key outside the schema, no value of another type (an int is taken for a float), no NaN or
+    infinity; assignments are validated too."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+
+def _choice(allowed: tuple[str, ...]) -> AfterValidator:
+    """A string out of a set read when the schema is built (a registry's names): one place to read them from."""
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return value
+
+    return AfterValidator(check)
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+class LoraConfig(Section):
+    enabled: bool = Field(False, description="train LoRA adapters (peft) instead of every weight")
+    r: PositiveInt = Field(16, description="adapter rank")
+    alpha: PositiveInt = Field(32, description="adapter scale numerator (the update is scaled by alpha / r)")
+    dropout: Annotated[float, Field(ge=0, lt=1)] = Field(0.05, description="dropout on the adapters' input")
+    target_modules: Union[str, Annotated[list[str], Field(min_length=1)]] = Field(
+        "all-linear", description="module names to adapt, or all-linear")
+
+
+class ModelConfig(Section):
+    name_or_path: Optional[ModelLocation] = Field(
+        None, description="a local Hugging Face causal-LM directory or a Hub id ORG/NAME (downloaded once into the "
+                          "Hugging Face cache; HF_HUB_OFFLINE=1 reads the cache only); null builds the tiny built-in "
+                          "demo model in code")
+    revision: Optional[str] = Field(None, description="a Hub id's branch, tag or commit (null: main)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bf16 on CUDA, fp32 on CPU")
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = Field(
+        "auto", description="auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward: less memory, more time")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    tensor_parallel: PositiveInt = Field(
+        1, description=">1: shard the model over that many processes with transformers' tensor-parallel plan (pure "
+                       "TP: it must equal the number of processes; every process then generates and trains on the "
+                       "whole batch)")
+    fsdp: bool = Field(
+        False, description="fully sharded data parallelism (FSDP2): each of the processes holds 1/N of the weights, "
+                           "gradients and AdamW state (full fine-tuning; launch 2 or more processes with torchrun)")
+
+
+class DataConfig(Section):
+    path: Optional[DataLocation] = Field(
+        None, description="JSONL / Parquet file, a datasets.save_to_disk directory or a Hub dataset id ORG/NAME (read "
+                          "with datasets.load_dataset); null uses the built-in addition task. A relative path in a "
+                          "YAML file is read next to that file")
+    eval_path: Optional[DataLocation] = Field(
+        None, description="prompts for evaluation before / after / every run.eval_steps (same forms)")
+    config: Optional[str] = Field(
+        None, description="a Hub dataset's configuration (GSM8K: main); null: its only or default one")
+    split: str = Field("train", description="the split of a Hub dataset path to train on")
+    eval_split: str = Field("test", description="the split of a Hub dataset eval_path to evaluate on")
+    prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
+    system_prompt: Optional[str] = Field(
+        None, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "
+                          "is applied")
+    max_prompt_length: Optional[PositiveInt] = Field(
+        512, description="longer prompts keep their last tokens (TRL default 512)")
+    max_prompt_chars: Optional[PositiveInt] = Field(
+        100_000, description="prompts longer than this many characters are refused when the data loads (null: no "
+                             "bound): a tokenizer reads every character before it truncates, so one runaway line of "
+                             "megabytes would stall the run")
+    shuffle: bool = Field(True, description="a fresh seeded permutation of the prompts each epoch")
+    builtin_max_operand: PositiveInt = Field(
+        9, description="the built-in addition task (used when path is null): operands 0..builtin_max_operand")
+    builtin_eval_size: NonNegativeInt = Field(
+        0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones)")
+
+
+class VLLMConfig(Section):
+    gpu_memory_utilization: Fraction = Field(
+        0.3, description="CUDA: the fraction of the GPU's memory vLLM takes for its weights and KV cache (TRL's "
+                         "colocate default)")
+    sleep: bool = Field(
+        False, description="CUDA: vLLM's sleep mode: its weights and KV cache leave the GPU while the trainer computes")
+    tensor_parallel_size: PositiveInt = Field(
+        1, description="CUDA: vLLM shards the model over this many processes: 1 (a whole copy per process), or "
+                       "model.tensor_parallel")
+    kv_cache_mb: Optional[PositiveInt] = Field(
+        None, description="the KV cache's size in MiB (null: on CUDA from gpu_memory_utilization, on a CPU 512)")
+    max_model_len: Optional[PositiveInt] = Field(
+        None, description="the longest prompt + completion vLLM plans for (null: data.max_prompt_length + "
+                          "rollout.max_new_tokens); at least that sum")
+
+
+class RolloutConfig(Section):
+    backend: Annotated[str, _choice(ROLLOUT_BACKENDS)] = Field(
+        "hf", description="hf: Hugging Face generate on the policy itself; vllm: a vLLM engine in the training "
+                          "process, given the policy's weights after every optimizer step (pip install vllm)")
+    num_generations: Annotated[int, Field(ge=2)] = Field(
+        8, description="completions per prompt (G): advantages compare each with its group, so at least 2")
+    max_new_tokens: PositiveInt = Field(
+        256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "
+                         "(dr_grpo)")
+    temperature: PositiveFloat = Field(
+        1.0, description="sampling temperature; the loss's log-probs are computed at the same one")
+    top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
+    top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
+    repetition_penalty: PositiveFloat = Field(
+        1.0, description="transformers' repetition penalty in generate (1: off)")
+    replay_kept_tokens: bool = Field(
+        True, description="with top_p < 1 or top_k > 0: score the policy and old/reference log-probs over the ids "
+                          "the sampler kept at each position, as it drew them (false: over the whole vocabulary; "
+                          "without truncation nothing to replay)")
+    mask_truncated_completions: bool = Field(
+        False, description="TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask")
+    sample_padded_vocab: bool = Field(
+        False, description="sample (and score) the vocabulary rows past the tokenizer's last token, which a model "
+                           "padded its vocabulary with (Qwen2.5) and which decode to nothing (false: never sampled, "
+                           "left out of the log-probs)")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+
+    def replays_kept_tokens(self) -> bool:
+        """Whether rollouts record, and the log-probs replay, the sampler's kept-token sets."""
+        truncating = self.top_p < 1.0 or self.top_k > 0
+        return truncating and self.replay_kept_tokens
+
+
+def _reward_spec(spec: str) -> str:
+    if spec not in BUILTIN_REWARDS and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):
+        raise ValueError(f"expected a built-in reward ({', '.join(BUILTIN_REWARDS)}) or 'package.module:function'")
+    return spec
+
+
+class RewardsConfig(Section):
+    functions: Annotated[list[Annotated[str, AfterValidator(_reward_spec)]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["math_accuracy"],
+        description="built-in names (math_accuracy, format, length) or package.module:function")
+    weights: Optional[list[float]] = Field(None, description="one per function; all 1.0 when null")
+    answer_column: str = Field("answer", description="the dataset column math_accuracy compares against")
+    math_correct: float = Field(1.0, description="math_accuracy: reward of a correct answer")
+    math_wrong: float = Field(-1.0, description="math_accuracy: reward of a wrong answer")
+    math_no_answer: float = Field(-0.5, description="math_accuracy: reward when no \\boxed{} answer is found")
+    length_cache: NonNegativeInt = Field(
+        32, description="length: DAPO's soft overlong punishment, 0 up to rollout.max_new_tokens - length_cache, "
+                        "linear down to -1 (at most rollout.max_new_tokens)")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="divide advantages by the group / batch std")
+    timeout_seconds: Optional[PositiveFloat] = Field(
+        600.0, description="seconds one call of a reward function (one batch) may take before the run stops naming "
+                           "it (null: no limit)")
+
+    @model_validator(mode="after")
+    def _one_weight_per_function(self) -> "RewardsConfig":
+        if self.weights is not None and len(self.weights) != len(self.functions):
+            raise ValueError(f"rewards.weights has {len(self.weights)} entries for {len(self.functions)} "
+                             f"rewards.functions")
+        return self
+
+
+def _kernel_default(name: str) -> Any:
+    return {f.name: f.default for f in dataclasses.fields(GRPOLossConfig)}[name]
+
+
+def _loss_type(name: str) -> str:
+    if name not in loss_type_names():
+        raise ValueError(f"expected one of {', '.join(loss_type_names())} (grpo_kernels.register_loss_type adds one)")
+    return name
+
+
+class LossConfig(Section):
+    """The kernels' GRPOLossConfig, less the settings the rollout owns (SHARED_SETTINGS), plus the declared
+    hyper-parameters of a registered loss type."""
+
+    loss_type: Annotated[str, AfterValidator(_loss_type)] = Field(
+        _kernel_default("loss_type"), description="the objective, by TRL's names; grpo_kernels.register_loss_type "
+                                                  "adds one")
+    beta: float = Field(_kernel_default("beta"),
+                        description="KL coefficient against the starting model (0: no reference model)")
+    epsilon: NonNegativeFloat = Field(_kernel_default("epsilon"),
+                                      description="lower clipping range of the importance ratio (1 - epsilon)")
+    epsilon_high: Optional[NonNegativeFloat] = Field(_kernel_default("epsilon_high"),
+                                                     description="upper clipping range (1 + epsilon_high; null: epsilon)")
+    delta: Optional[Annotated[float, Field(gt=1)]] = Field(
+        _kernel_default("delta"), description="two-sided clipping: cap on the importance ratio (> 1; null: off)")
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        _kernel_default("importance_sampling_level"),
+        description="importance ratio per token or per sequence (GSPO)")
+    use_bias_correction_kl: bool = Field(_kernel_default("use_bias_correction_kl"),
+                                         description="weight the KL by the importance ratio (off-policy correction)")
+    sapo_temperature_pos: PositiveFloat = Field(_kernel_default("sapo_temperature_pos"),
+                                                description="sapo: gate temperature for positive advantages")
+    sapo_temperature_neg: PositiveFloat = Field(_kernel_default("sapo_temperature_neg"),
+                                                description="sapo: gate temperature for negative advantages")
+    vespo_k_pos: float = Field(_kernel_default("vespo_k_pos"), description="vespo: shape k for positive advantages")
+    vespo_lambda_pos: float = Field(_kernel_default("vespo_lambda_pos"),
+                                    description="vespo: rate lambda for positive advantages")
+    vespo_k_neg: float = Field(_kernel_default("vespo_k_neg"), description="vespo: shape k for negative advantages")
+    vespo_lambda_neg: float = Field(_kernel_default("vespo_lambda_neg"),
+                                    description="vespo: rate lambda for negative advantages")
+    entropy_coef: float = Field(_kernel_default("entropy_coef"), description="entropy bonus coefficient (0: off)")
+    top_entropy_quantile: Fraction = Field(
+        _kernel_default("top_entropy_quantile"),
+        description="train only on the highest-entropy fraction of tokens (1: all)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the hyper-parameters a registered loss type declares, by name (the "
+                                          "built-in types declare none); unset ones take the declared defaults")
+
+    @model_validator(mode="after")
+    def _declared_params(self) -> "LossConfig":
+        filled = check_loss_params(self.loss_type, self.params)
+        if filled != self.params:
+            object.__setattr__(self, "params", filled)  # no re-validation loop through validate_assignment
+        return self
+
+
+class OptimConfig(Section):
+    learning_rate: NonNegativeFloat = Field(1e-6, description="AdamW's peak learning rate")
+    weight_decay: NonNegativeFloat = Field(0.0, description="AdamW's decoupled weight decay")
+    adam_beta1: Annotated[float, Field(ge=0, lt=1)] = Field(0.9, description="AdamW's first-moment decay")
+    adam_beta2: Annotated[float, Field(ge=0, lt=1)] = Field(0.999, description="AdamW's second-moment decay")
+    adam_epsilon: PositiveFloat = Field(1e-8, description="AdamW's denominator epsilon")
+    max_grad_norm: NonNegativeFloat = Field(1.0, description="gradient-norm clipping (0: off)")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "linear", description="the LR's shape after warmup")
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="fraction of the optimizer steps spent warming the LR up linearly")
+    per_device_train_batch_size: PositiveInt = Field(8, description="completions per micro-batch of the padded step")
+    gradient_accumulation_steps: PositiveInt = Field(1, description="micro-batches per optimizer step")
+    num_iterations: PositiveInt = Field(
+        1, description="optimizer passes over each generated batch (mu in the GRPO paper)")
+    padding_free: bool = Field(
+        True, description="train on packs of whole sequences (prompt + completion, no padding) instead of padded "
+                          "micro-batches of per_device_train_batch_size completions; the old and reference "
+                          "log-probs are packed the same way")
+    max_tokens_per_micro_batch: Optional[PositiveInt] = Field(
+        None, description="the tokens of one pack (padding_free); at least data.max_prompt_length + "
+                          "rollout.max_new_tokens. null: the batch's longest sequence times "
+                          "per_device_train_batch_size with flash_attention_2 (no more tokens than a padded "
+                          "micro-batch), times 2 with sdpa / eager (their packed mask is dense: attention costs grow "
+                          "with the square of the pack)")
+
+
+class RunConfig(Section):
+    output_dir: str = Field(
+        "runs/grpo", description="run directory: metrics.jsonl, samples.jsonl, config.yaml, checkpoints/")
+    max_steps: PositiveInt = Field(
+        100, description="generation rounds; each makes num_iterations optimizer steps. A finished run trains on to "
+                         "a larger max_steps with --resume")
+    seed: int = Field(42, description="seeds model init, prompt order and sampling")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
+    num_threads: Optional[PositiveInt] = Field(
+        None, description="CPU threads for torch (null: torch's default). Tiny models gain nothing from threads, "
+                          "and on a busy machine idle OpenMP threads spin and slow every small op down")
+    loss_backend: Annotated[str, _choice(LOSS_BACKENDS)] = Field(
+        "auto", description="the kernels' backend for log-probs and loss (auto: routed per call by the cost model; "
+                            "see grpo_kernels' README)")
+    save_steps: NonNegativeInt = Field(0, description="checkpoint every this many steps (0: only the final one)")
+    save_total_limit: PositiveInt = Field(2, description="keep the last k checkpoints")
+    resume: Optional[str] = Field(None, description="latest, or a checkpoint directory")
+    save_on_interrupt: bool = Field(
+        True, description="Ctrl-C / SIGTERM: finish the step in progress, save a checkpoint and stop with a hint to "
+                          "--resume")
+    log_completions_steps: NonNegativeInt = Field(10, description="log sample completions every this many steps "
+                                                                  "(0: never)")
+    eval_steps: NonNegativeInt = Field(
+        0, description="evaluate every this many steps (0: only before and after training, when an eval split "
+                       "exists)")
+    eval_num_samples: PositiveInt = Field(
+        1, description="completions per evaluation prompt: 1 is greedy decoding; more are sampled with the rollout "
+                       "settings (accuracy is then the mean over samples, and pass@k is reported)")
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list, description="tensorboard, wandb (metrics.jsonl is always written)")
+    progress_bar: bool = Field(True, description="show a tqdm bar with the reward and loss")
+    plot: bool = Field(True, description="write curves.png at the end")
+    warm_start_steps: NonNegativeInt = Field(
+        0, description="supervised steps on the built-in task's reference answers before RL (built-in model only)")
+    warm_start_learning_rate: NonNegativeFloat = Field(3e-3, description="AdamW LR of the supervised warm start")
+    warm_start_target: Fraction = Field(
+        1.0, description="the warm start stops early once the mean probability of the reference answers reaches this")
+
+
+class EngineConfig(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    def generation_batch_size(self, num_processes: int = 1) -> int:
+        """Completions generated per step over all processes."""
+        return self.optim.per_device_train_batch_size * self.optim.gradient_accumulation_steps * num_processes
+
+    def prompts_per_step(self, num_processes: int = 1) -> int:
+        return self.generation_batch_size(num_processes) // self.rollout.num_generations
+
+    def loss_config(self) -> GRPOLossConfig:
+        """The kernels' loss config: the loss section, with the settings the rollout owns taken from it."""
+        own = {f.name: getattr(self.loss, f.name) for f in dataclasses.fields(GRPOLossConfig)
+               if f.name in LossConfig.model_fields}
+        return GRPOLossConfig(**own, temperature=self.rollout.temperature,
+                              max_completion_length=self.rollout.max_new_tokens)
+
+    @model_validator(mode="after")
+    def _rules_across_sections(self) -> "EngineConfig":
+        r, o, v = self.rollout, self.optim, self.rollout.vllm
+        longest = None if self.data.max_prompt_length is None else self.data.max_prompt_length + r.max_new_tokens
+        if o.padding_free and o.max_tokens_per_micro_batch is not None and longest is not None \
+                and longest > o.max_tokens_per_micro_batch:
+            raise ValueError(f"optim.max_tokens_per_micro_batch ({o.max_tokens_per_micro_batch}) must hold the "
+                             f"longest sequence, data.max_prompt_length + rollout.max_new_tokens = {longest}")
+        if v.max_model_len is not None and v.max_model_len < (longest or r.max_new_tokens + 1):
+            raise ValueError(f"rollout.vllm.max_model_len ({v.max_model_len}) must hold the longest sequence, "
+                             f"data.max_prompt_length + rollout.max_new_tokens = {longest or r.max_new_tokens + 1}")
+        if v.tensor_parallel_size not in (1, self.model.tensor_parallel):
+            raise ValueError(f"rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel "
+                             f"({self.model.tensor_parallel}), got {v.tensor_parallel_size}")
+        if "length" in self.rewards.functions and self.rewards.length_cache > r.max_new_tokens:
+            raise ValueError(f"rewards.length_cache ({self.rewards.length_cache}) must be at most "
+                             f"rollout.max_new_tokens ({r.max_new_tokens}): the length reward starts falling at "
+                             f"max_new_tokens - length_cache")
+        if self.run.warm_start_steps and self.model.name_or_path is not None:
+            raise ValueError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set); "
+                             "set it to 0 to train another model")
+        try:
+            self.loss_config()  # the kernels' own checks of the combination (and TRL's warnings)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"loss: {exc}") from None
+        return self
+
+
+def reads_max_completion_length(loss_type: str) -> bool:
+    """Whether the loss type divides by max_completion_length (rollout.max_new_tokens here)."""
+    return get_loss_type(loss_type).aggregation.reads_max_completion_length

@@ -1,0 +1,65 @@
+"""The schema against what it mirrors: the kernels' loss config and backends; the settings the rollout and the
+loss share, held once; a registered loss type's declared hyper-parameters."""
+
+import dataclasses
+
+import pytest
+
+from engine.config import LOSS_BACKENDS, SHARED_SETTINGS, ConfigError, LossConfig, load_config
+from engine.config import loss_params
+from grpo_kernels import GRPOLossConfig
+
+
+def test_the_loss_section_is_the_kernels_config_less_the_shared_settings():
+    kernel = {f.name: f.default for f in dataclasses.fields(GRPOLossConfig)}
+    shared = {key.removeprefix("loss.") for key in SHARED_SETTINGS}
+    section = set(LossConfig.model_fields) - {"params"}
+    assert section | shared == set(kernel) and not section & shared
+    defaults = LossConfig()
+    assert {name: getattr(defaults, name) for name in section} == {name: kernel[name] for name in section}
+
+
+def test_the_loss_backends_are_the_kernels():
+    from grpo_kernels.backends import backend_names
+
+    assert set(LOSS_BACKENDS) == set(backend_names())
+
+
+def test_the_loss_reads_the_rollouts_shared_settings():
+    config = load_config(overrides={"rollout.temperature": 0.5, "rollout.max_new_tokens": 40,
+                                    "loss.loss_type": "dr_grpo"})
+    kernel = config.loss_config()
+    assert (kernel.temperature, kernel.max_completion_length) == (0.5, 40)
+    config.rollout.temperature = 0.25  # an assignment is validated, and the loss follows it
+    assert config.loss_config().temperature == 0.25
+    with pytest.raises(ValueError, match="greater than 0"):
+        config.rollout.temperature = 0.0
+
+
+@pytest.fixture()
+def declared(monkeypatch):
+    """A loss type that declares hyper-parameters (the registry's declaration, as register_loss_type stores it)."""
+    params = {"alpha": 0.5, "window": 4, "symmetric": True, "mode": "mean"}
+    monkeypatch.setattr(loss_params, "declared_loss_params", lambda loss_type: params)
+    return params
+
+
+def test_declared_loss_params_are_filled_checked_and_saved(declared):
+    from engine.config import config_from_yaml, config_yaml
+
+    config = load_config(overrides={"loss.params": {"alpha": 2}})
+    assert config.loss.params == {"alpha": 2.0, "window": 4, "symmetric": True, "mode": "mean"}
+    assert config_from_yaml(config_yaml(config), "saved") == config
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"alpah": 1.0}, "loss.params.alpah: not a hyper-parameter of loss type 'dapo' (did you mean loss.params.alpha?)"),
+    ({"alpha": "big"}, "loss.params.alpha: expected a finite number (its default is 0.5), got 'big'"),
+    ({"alpha": float("nan")}, "loss.params.alpha: expected a finite number"),
+    ({"window": 2.5}, "loss.params.window: expected int (its default is 4), got 2.5"),
+    ({"symmetric": 1}, "loss.params.symmetric: expected bool (its default is True), got 1"),
+])
+def test_a_wrong_loss_param_is_refused_naming_it(declared, params, message):
+    with pytest.raises(ConfigError) as refused:
+        load_config(overrides={"loss.params": params})
+    assert str(refused.value).startswith(message)
