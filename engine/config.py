@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from grpo_kernels import GRPOLossConfig
+from grpo_kernels.backends import backend_names
 from grpo_kernels.losses import get_loss_type, loss_type_names
 
 
@@ -166,7 +167,7 @@ class RunConfig:
     # machine idle OpenMP threads spin and slow every small op down.
     num_threads: Optional[int] = None
     # The kernels' backend for log-probs and loss (auto: routed per call by the cost model; see grpo_kernels' README).
-    loss_backend: Literal["auto", "gemm", "torch", "triton", "reference"] = "auto"
+    loss_backend: Literal[backend_names()] = "auto"
     save_steps: int = 0  # 0: only the final checkpoint
     save_total_limit: int = 2  # keep the last k checkpoints
     resume: Optional[str] = None  # "latest" or a checkpoint directory
