@@ -5,7 +5,6 @@ API, routing, the custom ops and the vocabulary-parallel wrapper without any oth
 import ast
 import dataclasses
 import sys
-from pathlib import Path
 
 import pytest
 import torch
