@@ -133,16 +133,16 @@ def backend(workspace_bytes: int) -> RecordingBackend:
 
 
 @pytest.fixture()
-def register(monkeypatch):
+def register():
     """Registers a spec of this module's backend for one test."""
     RecordingBackend.calls = []
 
     def add(**declared) -> BackendSpec:
-        spec = BackendSpec("recording", __name__, "records its calls", **declared)
-        monkeypatch.delitem(BACKENDS, spec.name, raising=False)  # undone after the test
-        return register_backend(spec)
+        return register_backend(BackendSpec("recording", __name__, "records its calls", **declared))
 
-    return add
+    yield add
+    BACKENDS.pop("recording", None)
+    routing._cached_route.cache_clear()
 
 
 def _loss(p, backend, config=GRPOLossConfig(beta=0.04), **kwargs):
@@ -223,21 +223,13 @@ def test_an_undeclared_feature_is_refused_naming_the_backend_before_any_work(reg
         assert RecordingBackend.calls == ["forward"]
 
 
-def test_a_backend_without_vocabulary_shards_is_refused_for_a_sharded_head(register, monkeypatch):
-    """Refused in sharded_head before its all-gather of the shard layout (no group needed to see it)."""
-    import torch.distributed as dist
-
+def test_a_backend_without_vocabulary_shards_is_refused_for_a_sharded_head(register):
+    """Refused in sharded_head as soon as the head is known to be sharded: before the group is looked at and before
+    its all-gather of the shard layout (so no group is needed to see it)."""
     register(vocab_shards=False)
-    monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist, "is_available", lambda: True)
-
-    class Group(dist.ProcessGroup):
-        def __init__(self):  # no real group: the refusal comes before any collective
-            pass
-
     p = make_problem(seed=24, B=2, T=5, H=12, V=30)
     with pytest.raises(ValueError, match=r"backend='recording' does not support a vocabulary-sharded head"):
-        linear_logprobs(p.hidden, p.weight, p.completion_ids, backend="recording", process_group=Group())
+        linear_logprobs(p.hidden, p.weight, p.completion_ids, backend="recording", process_group=object())
     assert RecordingBackend.calls == []
 
 
