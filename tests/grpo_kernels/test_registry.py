@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from grpo_testing import make_problem
+from grpo_testing import INTERPRETER, make_problem
 from repo_paths import ROOT
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs, reference, routing
@@ -309,3 +309,26 @@ def test_the_token_level_decision_is_one_function_of_the_entry_and_the_call():
         assert token_level_route(name, config, kept_sets=kept, sharded=sharded, compiling=compiling) is route, \
             (name, config, kept, sharded, compiling)
     assert sys.modules[__name__].backend is backend
+
+
+def _declaring_batch_invariance() -> list:
+    declared = [pytest.param(name, marks=[INTERPRETER] if spec.triton_kernels else [])
+                for name, spec in BACKENDS.items() if spec.batch_invariant]
+    return declared or [pytest.param(None, marks=pytest.mark.skip(reason="no backend declares batch invariance"))]
+
+
+@pytest.mark.parametrize("name", _declaring_batch_invariance())
+def test_a_backend_declaring_batch_invariance_gives_a_row_the_same_bits_in_any_batch(name):
+    """A row's log-prob and entropy alone, and at several positions of batches of several sizes: bitwise equal."""
+    gen = torch.Generator().manual_seed(28)
+    H, V = 16, 300
+    weight = torch.randn(V, H, generator=gen).bfloat16()
+    row, target = torch.randn(1, H, generator=gen).bfloat16(), torch.randint(0, V, (1,), generator=gen)
+    alone = linear_logprobs(row, weight, target, backend=name, return_entropy=True)
+    for size, position in ((2, 1), (7, 0), (7, 6), (37, 20)):
+        hidden = torch.randn(size, H, generator=gen).bfloat16()
+        targets = torch.randint(0, V, (size,), generator=gen)
+        hidden[position], targets[position] = row[0], target[0]
+        batch = linear_logprobs(hidden, weight, targets, backend=name, return_entropy=True)
+        for got, want in zip(batch, alone):
+            assert torch.equal(got[position:position + 1], want), (name, size, position)
