@@ -7,20 +7,19 @@ from typing import Literal, Optional, Union
 import torch
 
 from . import ops, reference, routing
-from .backends import AUTO, DEFAULT_BACKEND, ONE_PASS, backend_names, get_backend, vocab_parallel
+from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, backend_names, get_backend,
+                       refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
-from .losses import get_loss_type
-from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
-                        token_inputs, token_metrics)
+from .objective import GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, token_inputs, token_metrics
 from .validation import (as_token_ids, check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace)
 
 # "auto" or a registered backend's name (grpo_kernels/backends/__init__.py)
-Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
+Backend = Literal[backend_names()]
 BACKENDS = backend_names()
 
 
@@ -43,11 +42,17 @@ def _device_of(x: object) -> torch.device:
 
 
 def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float,
-          logit_transform: Optional[LogitTransform], process_group: Optional[object], backend: str) -> LMHead:
-    """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved."""
+          logit_transform: Optional[LogitTransform], process_group: Optional[object], backend: str,
+          kept_token_ids: Optional[torch.Tensor]) -> LMHead:
+    """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved; an explicit
+    backend that does not declare what the call needs (its registry entry) is refused here, before any work."""
+    transform = check_logit_transform(logit_transform)
+    if backend != AUTO:
+        refuse_unsupported(backend, kept_sets=kept_token_ids is not None, transformed=not transform.is_identity,
+                           compiling=not _checking_values())
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
-    return LMHead(weight, bias, temperature, check_logit_transform(logit_transform), shard)
+    return LMHead(weight, bias, temperature, transform, shard)
 
 
 def _needs_grads(hidden: torch.Tensor, head: LMHead) -> tuple[bool, bool]:
@@ -99,14 +104,14 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     targets = as_token_ids(targets)
     if not 0 < temperature < float("inf"):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
-    head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend)
+    head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend, kept_token_ids)
     batch_shape = tuple(hidden.shape[:-1])
     check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device, check_values=_checking_values())
     check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
     kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
     backend, workspace_bytes = routing.resolve(
         backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
-        token_level=False, sharded=head.shard is not None)
+        kept_sets=kept_token_ids is not None)
     flat_hidden, flat_targets, flat_kept = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1), \
         _flat_kept(kept_token_ids)
     if mask is None:
@@ -156,11 +161,10 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
     completion_ids = as_token_ids(completion_ids)
-    head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend)
+    head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids)
     backend, workspace_bytes = routing.resolve(
-        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
-        token_level=is_token_level(config) and kept_token_ids is None and _checking_values(),
-        sharded=head.shard is not None)
+        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head, config,
+        kept_sets=kept_token_ids is not None)
     values = _checking_values()
     H = hidden.shape[-1]
     if cu_seqlens is None:
@@ -202,7 +206,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     hidden_rows = layout.head_rows(hidden.reshape(-1, H))
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
-    route = _token_level_route(backend, config, head, kept_rows is not None)
+    route = token_level_route(backend, config, kept_sets=kept_rows is not None, sharded=head.shard is not None,
+                              compiling=not values)
     if route is None:  # the two-step route: statistics, the objective by autograd, gradients from g and e
         logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes, kept_rows)
         loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
@@ -210,27 +215,12 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                                        importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
     else:  # the objective per token inside the streaming pass, evaluated once
         rows = _token_rows(layout, config, num_items_in_batch, advantages, old_logps, ref_logps, importance_ratio)
-        fused = _gemm_one_pass if route == ONE_PASS else _triton_epilogue
-        loss, logps, entropy, kl, clip = fused(hidden_rows, head, target_rows, rows, config, workspace_bytes)
+        loss, logps, entropy, kl, clip = _fused_token_level(route, backend, hidden_rows, head, target_rows, rows,
+                                                            config, workspace_bytes)
         metrics = token_metrics(entropy, kl, clip, rows.mask, config)
     logps = logps.detach().float()
     out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])
     return GRPOLossOutput(loss=loss, metrics=metrics, logps=out_logps)
-
-
-def _token_level_route(backend: str, config: GRPOLossConfig, head: LMHead, kept_sets: bool) -> Optional[str]:
-    """Where a token-level objective is fused into the backend's streaming pass, or None (the two-step route).
-    Under torch.compile the GEMM path takes the two-step route (4 GEMMs): its one-pass op differentiates the spec
-    with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM one-pass
-    route (combining per wave) or the two-step route, never the Triton epilogue, which also needs a loss type it
-    implements. Kept-token sets take the two-step route: their rows never touch the whole vocabulary, so there is
-    no logits pass to fuse into."""
-    route = get_backend(backend).token_level_route
-    if kept_sets or route is None or not is_token_level(config):
-        return None
-    if route == ONE_PASS:
-        return route if _checking_values() else None
-    return route if head.shard is None and get_loss_type(config.loss_type).epilogue is not None else None
 
 
 def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch, advantages, old_logps, ref_logps,
@@ -241,23 +231,22 @@ def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch,
     return TokenInputs(**{name: None if x is None else layout.per_row(x.view(B, T)) for name, x in vars(grid).items()})
 
 
-def _gemm_one_pass(hidden, head: LMHead, targets, rows: TokenInputs, config, workspace_bytes):
-    """Statistics, the objective and its gradients in the forward (3 GEMMs); the backward only scales the
-    precomputed gradients."""
+def _fused_token_level(route: TokenLevelRoute, backend: str, hidden, head: LMHead, targets, rows: TokenInputs,
+                       config, workspace_bytes):
+    """The objective per token inside `backend`'s streaming pass, by its route. ONE_PASS: statistics, the objective
+    and its gradients in the forward; the backward only scales the precomputed gradients. EPILOGUE: the objective
+    in the forward kernel's epilogue, the backend's backward from its g and e."""
+    if route is not ONE_PASS:
+        terms, logps, entropy, kl, clip = ops.linear_grpo_token_terms(backend, hidden, head, targets, rows, config)
+        return terms.sum(), logps, entropy, kl, clip
     needs_hidden_grad, needs_weight_grad = _needs_grads(hidden, head)
-    route = ops if head.shard is None else vocab_parallel  # the same signature: one head, or its shard
-    logps, entropy, terms, kl, clip, grad_hidden, grad_weight, grad_bias = route.gemm_token_level(
-        hidden, head, targets, rows, config, workspace_bytes, needs_hidden_grad, needs_weight_grad)
+    one_pass = ops if head.shard is None else vocab_parallel  # the same signature: one head, or its shard
+    logps, entropy, terms, kl, clip, grad_hidden, grad_weight, grad_bias = one_pass.one_pass_token_level(
+        backend, hidden, head, targets, rows, config, workspace_bytes, needs_hidden_grad, needs_weight_grad)
     loss = terms.sum()
     if needs_hidden_grad or needs_weight_grad:
-        loss = ops.attach_grads(loss, hidden, head, grad_hidden, grad_weight, grad_bias)
+        loss = ops.attach_grads(backend, loss, hidden, head, grad_hidden, grad_weight, grad_bias)
     return loss, logps, entropy, kl, clip
-
-
-def _triton_epilogue(hidden, head: LMHead, targets, rows: TokenInputs, config, workspace_bytes):
-    """The fused streaming kernels with the token-level objective in the forward kernel's epilogue."""
-    terms, logps, entropy, kl, clip = ops.linear_grpo_token_terms(hidden, head, targets, rows, config)
-    return terms.sum(), logps, entropy, kl, clip
 
 
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .backends import get_backend, implementation, stats_dtype
+from .backends import EPILOGUE, ONE_PASS, get_backend, implementation, stats_dtype
 from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
@@ -206,22 +206,21 @@ def _logits_backward(ctx, grad_logps, grad_entropy, _grad_lse):
 _logits_logprobs.register_autograd(_logits_backward, setup_context=_logits_setup_context)
 
 
-# ---- hidden states x LM head -> token-level GRPO loss terms (objective fused in the Triton epilogue) ---
+# ---- hidden states x LM head -> token-level GRPO loss terms (the EPILOGUE route: objective in the kernel) ---
 
 @torch.library.custom_op("grpo_kernels::linear_grpo_token_terms", mutates_args=())
 def _linear_grpo_token_terms(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                              head_constants: list[float], targets: torch.Tensor, mask: torch.Tensor,
                              advantages: torch.Tensor, token_weights: torch.Tensor,
                              entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
-                             ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], config: str
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                        torch.Tensor, torch.Tensor]:
-    from .kernels import launch
+                             ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], config: str,
+                             backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                    torch.Tensor, torch.Tensor, torch.Tensor]:
     from .kernels.token_objective import epilogue_args
 
-    return launch.linear_grpo_forward(hidden, decode_head(weight, bias, head_constants), targets, advantages,
-                                      token_weights, entropy_weights, old_logps, ref_logps, importance_ratio, mask,
-                                      epilogue_args(decode_config(config)))
+    fused = getattr(_implementation(backend), EPILOGUE.method)
+    return fused(hidden, decode_head(weight, bias, head_constants), targets, advantages, token_weights,
+                 entropy_weights, old_logps, ref_logps, importance_ratio, mask, epilogue_args(decode_config(config)))
 
 
 @_linear_grpo_token_terms.register_fake
@@ -231,14 +230,14 @@ def _(hidden, weight, bias, head_constants, *_):
 
 
 def _token_terms_setup_context(ctx, inputs, output) -> None:
-    hidden, weight, bias, head_constants, targets, _, _, _, entropy_weights, *_ = inputs
+    hidden, weight, bias, head_constants, targets, _, _, _, entropy_weights, *_, backend = inputs
     _, _, entropy, lse, grad, _, _ = output
     ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, grad, entropy_weights)
-    ctx.head_constants, ctx.weight_shape = head_constants, tuple(weight.shape)
+    ctx.head_constants, ctx.weight_shape, ctx.backend = head_constants, tuple(weight.shape), backend
 
 
 def _token_terms_backward(ctx, grad_terms, *_unused):
-    refuse_second_order("triton")
+    refuse_second_order(ctx.backend)
     hidden, weight, bias, targets, lse, entropy, grad, entropy_weights = ctx.saved_tensors
     _check_weight_unchanged(ctx, weight)
     # each term depends on its own token only: dLoss/dlp = upstream * g, dLoss/dent = -upstream * entropy weight
@@ -247,19 +246,19 @@ def _token_terms_backward(ctx, grad_terms, *_unused):
     needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
     grad_hidden, grad_weight, grad_bias = _linear_logprobs_backward(
         grad_logps.contiguous(), None if grad_entropy is None else grad_entropy.contiguous(), hidden, weight, bias,
-        ctx.head_constants, targets, lse, entropy, "triton", DEFAULT_WORKSPACE_BYTES, needs_hidden,
+        ctx.head_constants, targets, lse, entropy, ctx.backend, DEFAULT_WORKSPACE_BYTES, needs_hidden,
         needs_weight or needs_bias)
     return (_grad_or_none(grad_hidden, needs_hidden), _grad_or_none(grad_weight, needs_weight),
-            _grad_or_none(grad_bias, needs_bias)) + (None,) * 10
+            _grad_or_none(grad_bias, needs_bias)) + (None,) * 11
 
 
 _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=_token_terms_setup_context)
 
 
-# ---- hidden states x LM head -> token-level objective with its gradients, in one pass (the GEMM path) -------
+# ---- hidden states x LM head -> token-level objective with its gradients, in one pass (the ONE_PASS route) -----
 
 def token_step_per_wave(inputs: TokenInputs, config: GRPOLossConfig, n_rows: int, device: torch.device):
-    """(token_grads, outputs): the GEMM stream's per-wave callback evaluating the objective once per token
+    """(token_grads, outputs): the one-pass stream's per-wave callback evaluating the objective once per token
     (token_level_step), and the [N] tensors (terms, kl, clip) it fills as the waves pass."""
     terms = torch.zeros(n_rows, dtype=torch.float32, device=device)
     kl, clip = torch.zeros_like(terms), torch.zeros(n_rows, dtype=torch.int8, device=device)
@@ -272,28 +271,28 @@ def token_step_per_wave(inputs: TokenInputs, config: GRPOLossConfig, n_rows: int
     return token_grads, (terms, kl, clip)
 
 
-@torch.library.custom_op("grpo_kernels::gemm_token_level", mutates_args=())
-def _gemm_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                      head_constants: list[float], targets: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
-                      token_weights: torch.Tensor, entropy_weights: Optional[torch.Tensor],
-                      old_logps: Optional[torch.Tensor], ref_logps: Optional[torch.Tensor],
-                      importance_ratio: Optional[torch.Tensor], config: str, workspace_bytes: int,
-                      needs_hidden_grad: bool, needs_weight_grad: bool
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                 torch.Tensor, torch.Tensor]:
+@torch.library.custom_op("grpo_kernels::one_pass_token_level", mutates_args=())
+def _one_pass_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                          head_constants: list[float], targets: torch.Tensor, mask: torch.Tensor,
+                          advantages: torch.Tensor, token_weights: torch.Tensor,
+                          entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
+                          ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor], config: str,
+                          backend: str, workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                     torch.Tensor, torch.Tensor, torch.Tensor]:
     inputs = TokenInputs(mask, advantages, token_weights, entropy_weights, old_logps, ref_logps, importance_ratio)
     token_grads, (terms, kl, clip) = token_step_per_wave(inputs, decode_config(config), hidden.shape[0],
                                                          hidden.device)
-    gemm = get_backend("gemm").backend(workspace_bytes)
-    logps, entropy, _, grad_hidden, grad_weight, grad_bias = gemm.linear_forward_with_grads(
+    one_pass = getattr(_implementation(backend, workspace_bytes), ONE_PASS.method)
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = one_pass(
         hidden, decode_head(weight, bias, head_constants), targets, token_grads, needs_hidden_grad, needs_weight_grad)
     return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
             _or_empty(grad_bias, hidden))
 
 
-@_gemm_token_level.register_fake
+@_one_pass_token_level.register_fake
 def _(hidden, weight, bias, head_constants, targets, mask, advantages, token_weights, entropy_weights, old_logps,
-      ref_logps, importance_ratio, config, workspace_bytes, needs_hidden_grad, needs_weight_grad):
+      ref_logps, importance_ratio, config, backend, workspace_bytes, needs_hidden_grad, needs_weight_grad):
     stats = hidden.new_empty(hidden.shape[0], dtype=stats_dtype(hidden.dtype))
     per_token = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
     return (stats, torch.empty_like(stats), per_token, torch.empty_like(per_token),
@@ -303,17 +302,19 @@ def _(hidden, weight, bias, head_constants, targets, mask, advantages, token_wei
 
 @torch.library.custom_op("grpo_kernels::attach_grads", mutates_args=())
 def _attach_grads(loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                  grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_bias: torch.Tensor) -> torch.Tensor:
+                  grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_bias: torch.Tensor,
+                  backend: str) -> torch.Tensor:
     return loss.clone()
 
 
 @_attach_grads.register_fake
-def _(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias):
+def _(loss, hidden, weight, bias, grad_hidden, grad_weight, grad_bias, backend):
     return torch.empty_like(loss)
 
 
 def _attach_setup_context(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[4:])
+    ctx.save_for_backward(*inputs[4:7])
+    ctx.backend = inputs[7]
 
 
 def _attach_backward(ctx, grad_loss):
@@ -321,7 +322,7 @@ def _attach_backward(ctx, grad_loss):
     # saved tensors become the gradients, so no second [V, H] copy exists (autograd takes them over as .grad).
     # A graph kept for another backward (retain_graph=True) keeps them as they are and scales a copy: autograd
     # would copy them into .grad then anyway, since the graph still holds them.
-    refuse_second_order("gemm")
+    refuse_second_order(ctx.backend)
     in_place = not graph_is_kept()
 
     def scaled(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
@@ -332,26 +333,28 @@ def _attach_backward(ctx, grad_loss):
     grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
     _, needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:4]
     return (None, scaled(grad_hidden, needs_hidden), scaled(grad_weight, needs_weight),
-            scaled(grad_bias, needs_bias), None, None, None)
+            scaled(grad_bias, needs_bias), None, None, None, None)
 
 
 _attach_grads.register_autograd(_attach_backward, setup_context=_attach_setup_context)
 
 
-def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs,
-                     config: GRPOLossConfig, workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
-    """Rows [N]: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a token-level objective whose loss is
-    terms.sum(); gradients for an upstream gradient of 1, empty where not needed."""
-    return _gemm_token_level(hidden.detach().contiguous(), *encode_head(head, detach=True), targets.contiguous(),
-                             *encode_inputs(inputs), encode_config(config), int(workspace_bytes),
-                             bool(needs_hidden_grad), bool(needs_weight_grad))
+def one_pass_token_level(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                         inputs: TokenInputs, config: GRPOLossConfig, workspace_bytes: int, needs_hidden_grad: bool,
+                         needs_weight_grad: bool):
+    """Rows [N] through backend `backend`'s ONE_PASS route: (logps, entropy, terms, kl, clip, dhidden, dweight,
+    dbias) of a token-level objective whose loss is terms.sum(); gradients for an upstream gradient of 1, empty
+    where not needed."""
+    return _one_pass_token_level(hidden.detach().contiguous(), *encode_head(head, detach=True), targets.contiguous(),
+                                 *encode_inputs(inputs), encode_config(config), backend, int(workspace_bytes),
+                                 bool(needs_hidden_grad), bool(needs_weight_grad))
 
 
-def attach_grads(loss: torch.Tensor, hidden: torch.Tensor, head: LMHead, grad_hidden: torch.Tensor,
+def attach_grads(backend: str, loss: torch.Tensor, hidden: torch.Tensor, head: LMHead, grad_hidden: torch.Tensor,
                  grad_weight: torch.Tensor, grad_bias: torch.Tensor) -> torch.Tensor:
-    """`loss` (a value computed without autograd) made differentiable w.r.t. hidden and the head's weight and bias,
-    with the given precomputed gradients scaled by the upstream gradient."""
-    return _attach_grads(loss, hidden, head.weight, head.bias, grad_hidden, grad_weight, grad_bias)
+    """`loss` (a value computed without autograd by `backend`) made differentiable w.r.t. hidden and the head's
+    weight and bias, with the given precomputed gradients scaled by the upstream gradient."""
+    return _attach_grads(loss, hidden, head.weight, head.bias, grad_hidden, grad_weight, grad_bias, backend)
 
 
 # ---- entry points for api.py --------------------------------------------------------------------------
@@ -376,10 +379,11 @@ def logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     return logps, entropy
 
 
-def linear_grpo_token_terms(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs,
-                            config: GRPOLossConfig):
-    """Rows [N] -> (terms, logps, entropy, kl, clip code), the objective in the Triton epilogue; terms.sum() is
-    the loss."""
+def linear_grpo_token_terms(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                            inputs: TokenInputs, config: GRPOLossConfig):
+    """Rows [N] through backend `backend`'s EPILOGUE route -> (terms, logps, entropy, kl, clip code), the
+    objective in the forward kernel's epilogue; terms.sum() is the loss."""
     terms, logps, entropy, _, _, kl, clip = _linear_grpo_token_terms(
-        hidden.contiguous(), *encode_head(head), targets.contiguous(), *encode_inputs(inputs), encode_config(config))
+        hidden.contiguous(), *encode_head(head), targets.contiguous(), *encode_inputs(inputs), encode_config(config),
+        backend)
     return terms, logps, entropy, kl, clip

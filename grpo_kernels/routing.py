@@ -1,11 +1,15 @@
-"""`backend="auto"`: per operation and device, the path the cost model (cost_model/) predicts fastest within a
-memory budget, and the GEMM path's workspace that the model predicts fastest within that budget.
+"""`backend="auto"`: per operation and device, the backend the cost model (cost_model/) predicts fastest within a
+memory budget, among the registry's entries that declare `auto=True` and support the call (backends/__init__.py),
+and for a backend streaming through a workspace, the workspace the model predicts fastest within that budget.
 
 The four operations the model tells apart: the token-level loss (the objective closed-form per token: one pass),
 the sequence-level loss (the statistics first, the gradients in a second pass), the frozen head (no dW) and
-no-grad log-probs. The decision needs no GPU: a DeviceSpec names the device (`device_spec` reads it from a
-torch.device; tests pass one). On a CPU, or a CUDA GPU the model has no rates for, or for inputs it does not
-model (float32 / float64), `auto` is today's default: the GEMM path with its default workspace.
+no-grad log-probs; a backend that would run a token-level call in two steps (its route does not apply) is
+charged as the sequence-level loss. A workspace backend is a candidate only with a budget that holds its minimum
+useful workspace (one GEMM tile of rows per wave): below that, the others are. The decision needs no GPU: a
+DeviceSpec names the device (`device_spec` reads it from a torch.device; tests pass one). On a CPU, or a CUDA GPU
+the model has no rates for, or for inputs it does not model (float32 / float64), `auto` is the registry's default
+backend with the default workspace.
 """
 
 from __future__ import annotations
@@ -15,17 +19,16 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from .backends import AUTO, DEFAULT_BACKEND, auto_candidates, get_backend, token_level_route
 from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
 from .cost_model.device import MIB
-from .cost_model.paths import LIBRARY_PATHS
-# the GEMM path's workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
+from .cost_model.paths import PER_TOKEN_BYTES
+# the workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
 from .backends.gemm import DEFAULT_WORKSPACE_BYTES
 
 # What `auto` may allocate beyond the inputs, the outputs, the gradients and the float32 dW accumulator, unless
 # the call gives workspace_bytes: the GEMM path's former fixed workspace, so that no call takes more than before.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
-# The backends auto chooses among: the others (torch, reference) are slower at every modelled shape.
-ROUTED_BACKENDS = ("gemm", "triton")
 MODELLED_DTYPES = ("bfloat16", "float16")
 # Memory is a cost too: among the routes within this fraction of the fastest modelled time, the least memory
 # (no finer than the model's own resolution; e.g. no-grad log-probs at S1: 297 MiB instead of 890 for 0.5%).
@@ -44,7 +47,7 @@ class DeviceSpec:
 @dataclass(frozen=True)
 class Route:
     backend: str
-    workspace_bytes: int  # the GEMM path's workspace (what it would be, for another backend)
+    workspace_bytes: int  # the workspace of a workspace backend (what it would be, for another backend)
     reason: str
     predicted_s: Optional[float] = None
 
@@ -77,13 +80,24 @@ def problem_for(operation: str, tokens: int, hidden: int, vocab: int, dtype: str
                    **shapes[operation])
 
 
+def _budget_rows(p: Problem, budget_bytes: int) -> int:
+    """Float32 logits rows of a wave that the budget holds beside the per-token vectors (may be < 1)."""
+    return min(p.valid_tokens, (budget_bytes - p.valid_tokens * PER_TOKEN_BYTES) // (4 * p.vocab))
+
+
+def holds_useful_workspace(p: Problem, rates: DeviceRates, budget_bytes: int) -> bool:
+    """Whether the budget holds a workspace backend's minimum useful workspace: waves of one whole GEMM tile of
+    rows (all the rows, when fewer). Thinner waves leave the GEMM's tiles part empty and pay a launch per few rows."""
+    return _budget_rows(p, budget_bytes) >= min(p.valid_tokens, rates.gemm_tile[0])
+
+
 def workspace_candidates(p: Problem, rates: DeviceRates, budget_bytes: int) -> list[int]:
-    """GEMM-path workspaces worth modelling: every whole number of GEMM tile rows that the budget holds, and
-    balanced waves (the rows split evenly, rounded up to whole tile rows) for the fewest wave counts."""
+    """Workspaces worth modelling: every whole number of GEMM tile rows that the budget holds, and balanced waves
+    (the rows split evenly, rounded up to whole tile rows) for the fewest wave counts."""
     row_bytes = 4 * p.vocab
     tile_rows = rates.gemm_tile[0]
     N = p.valid_tokens
-    most_rows = max(1, min(N, (budget_bytes - N * 64) // row_bytes))
+    most_rows = max(1, _budget_rows(p, budget_bytes))
     rows = {most_rows, *range(tile_rows, most_rows + 1, tile_rows)}
     fewest = math.ceil(N / most_rows)
     for count in range(fewest, fewest + _EXTRA_WAVE_COUNTS):
@@ -93,18 +107,26 @@ def workspace_candidates(p: Problem, rates: DeviceRates, budget_bytes: int) -> l
 
 
 def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-                   backends: tuple[str, ...] = ROUTED_BACKENDS) -> tuple[Route, Estimate]:
+                   backends: Optional[tuple[str, ...]] = None, two_pass: tuple[str, ...] = ()
+                   ) -> tuple[Route, Estimate]:
     """The fastest modelled (backend, workspace) whose peak extra memory fits the budget (of those within
-    TIME_TOLERANCE of the fastest, the least memory); when none fits, the one with the least peak extra memory."""
+    TIME_TOLERANCE of the fastest, the least memory); when none fits, the one with the least peak extra memory.
+    `backends`: those with a cost model (default: every one `auto` may pick); `two_pass`: those that would run a
+    token-level `p` in two steps (charged as the sequence-level loss). A workspace backend is left out when the
+    budget is below its minimum useful workspace and another backend can run the call."""
+    backends = auto_candidates() if backends is None else backends
+    streaming = [name for name in backends if not get_backend(name).uses_workspace]
     options: list[tuple[Route, Estimate]] = []
     for backend in backends:
-        if backend == "gemm":
-            for workspace in workspace_candidates(p, rates, budget_bytes) or [4 * p.vocab]:
-                est = LIBRARY_PATHS["gemm"](replace(p, workspace_bytes=workspace))
-                options.append((Route("gemm", workspace, "", est.seconds(rates)), est))
-        else:
-            est = LIBRARY_PATHS[backend](p)
+        spec = get_backend(backend)
+        problem = replace(p, level="sequence") if backend in two_pass and p.operation == "loss" else p
+        if not spec.uses_workspace:
+            est = spec.cost_model()(problem)
             options.append((Route(backend, p.workspace_bytes, "", est.seconds(rates)), est))
+        elif holds_useful_workspace(p, rates, budget_bytes) or not streaming:
+            for workspace in workspace_candidates(p, rates, budget_bytes) or [4 * p.vocab]:
+                est = spec.cost_model()(replace(problem, workspace_bytes=workspace))
+                options.append((Route(backend, workspace, "", est.seconds(rates)), est))
     fitting = [option for option in options if option[1].peak_extra_bytes <= budget_bytes]
     if fitting:
         fastest = min(option[0].predicted_s for option in fitting)
@@ -118,24 +140,30 @@ def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: int = DEFAULT_M
 
 
 def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, device: DeviceSpec,
-          budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES, backends: tuple[str, ...] = ROUTED_BACKENDS) -> Route:
+          budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES, backends: Optional[tuple[str, ...]] = None,
+          two_pass: tuple[str, ...] = ()) -> Route:
     """The path `auto` takes for one call: `operation` one of 'token', 'sequence', 'frozen', 'logprobs';
-    `tokens` rows through the head; `dtype` the inputs' ('bfloat16', ...); `backends` those the call allows."""
+    `tokens` rows through the head; `dtype` the inputs' ('bfloat16', ...); `backends` those the call allows
+    (default: every one `auto` may pick); `two_pass` those of them that would run a token-level call in two steps."""
     if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
         raise ValueError(f"memory budget must be a positive int (bytes), got {budget_bytes!r}")
+    backends = auto_candidates() if backends is None else tuple(backends)
+    modelled = tuple(name for name in backends if get_backend(name).cost is not None)
     key = device_key(device.name) if device.type == "cuda" else None
-    if key is None or dtype not in MODELLED_DTYPES or "gemm" not in backends:
+    if key is None or dtype not in MODELLED_DTYPES or not modelled:
         where = (f"{device.type} device" if device.type != "cuda" else
-                 f"{device.name or 'CUDA device'} (no rates in the cost model)" if key is None else f"{dtype} inputs")
-        return Route("gemm", DEFAULT_WORKSPACE_BYTES, f"not modelled ({where}): the GEMM path, default workspace")
-    return _cached_route(operation, tokens, hidden, vocab, dtype, key, budget_bytes, backends)
+                 f"{device.name or 'CUDA device'} (no rates in the cost model)" if key is None else
+                 f"{dtype} inputs" if dtype not in MODELLED_DTYPES else f"no cost model for {list(backends)}")
+        fallback = DEFAULT_BACKEND if DEFAULT_BACKEND in backends or not backends else backends[0]
+        return Route(fallback, DEFAULT_WORKSPACE_BYTES, f"not modelled ({where}): {fallback}, default workspace")
+    return _cached_route(operation, tokens, hidden, vocab, dtype, key, budget_bytes, modelled, tuple(two_pass))
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, key: str, budget_bytes: int,
-                  backends: tuple[str, ...]) -> Route:
+                  backends: tuple[str, ...], two_pass: tuple[str, ...]) -> Route:
     chosen, _ = modelled_route(problem_for(operation, tokens, hidden, vocab, dtype), DEVICES[key], budget_bytes,
-                               backends)
+                               backends, two_pass)
     return chosen
 
 
@@ -149,25 +177,32 @@ def operation_of(grads: bool, token_level: bool, weight_grad: bool) -> str:
     return "token" if weight_grad else "frozen"
 
 
-def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, token_level: bool,
-            sharded: bool = False) -> tuple[str, int]:
-    """(backend, GEMM workspace) of one call. `auto` routes by the model; an explicit backend is kept, and the
-    GEMM path's workspace, when not given, is the model's choice within the default budget. A given
-    `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit 'gemm'). Under
-    torch.compile, `auto` is the GEMM path with the given or default workspace."""
+def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, config=None, kept_sets: bool = False
+            ) -> tuple[str, int]:
+    """(backend, workspace) of one call; `config` the loss's GRPOLossConfig (None: log-probs), `kept_sets` whether
+    it scores kept-token sets. `auto` routes by the model among the backends that support the call; an explicit
+    backend is kept, and a workspace backend's workspace, when not given, is the model's choice within the default
+    budget. A given `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit workspace
+    backend). Under torch.compile, and for a sharded head (the model has no collectives), `auto` is the default
+    backend."""
     import torch
 
-    explicit = backend != "auto" and (backend != "gemm" or workspace_bytes is not None)
-    if explicit or torch.compiler.is_compiling():
-        # Inside a compiled graph the route is not modelled (Dynamo would have to trace the model's Python): the
-        # GEMM path, as the compiled token-level loss takes its two-pass route anyway.
-        return ("gemm" if backend == "auto" else backend), \
+    compiling = torch.compiler.is_compiling()
+    sharded = head.shard is not None
+    explicit = backend != AUTO and (not get_backend(backend).uses_workspace or workspace_bytes is not None)
+    if explicit or compiling:
+        # Inside a compiled graph the route is not modelled (Dynamo would have to trace the model's Python).
+        return (DEFAULT_BACKEND if backend == AUTO else backend), \
             DEFAULT_WORKSPACE_BYTES if workspace_bytes is None else workspace_bytes
     weight_grad = torch.is_grad_enabled() and head.weight_needs_grad()
     grads = weight_grad or (torch.is_grad_enabled() and hidden.requires_grad)
-    operation = operation_of(grads, token_level, weight_grad)
-    allowed = ("gemm",) if backend == "gemm" or sharded else ROUTED_BACKENDS
+    allowed = (backend,) if backend != AUTO else (DEFAULT_BACKEND,) if sharded else auto_candidates(
+        kept_sets=kept_sets, transformed=not head.transform.is_identity)
+    fused = {name: token_level_route(name, config, kept_sets=kept_sets, sharded=sharded) is not None
+             for name in allowed}
+    operation = operation_of(grads, any(fused.values()), weight_grad)
     chosen = route(operation, hidden.numel() // max(1, hidden.shape[-1]), hidden.shape[-1], head.weight.shape[0],
                    str(hidden.dtype).removeprefix("torch."), device_spec(hidden.device),
-                   DEFAULT_MEMORY_BUDGET_BYTES if workspace_bytes is None else workspace_bytes, allowed)
+                   DEFAULT_MEMORY_BUDGET_BYTES if workspace_bytes is None else workspace_bytes, allowed,
+                   tuple(name for name, is_fused in fused.items() if not is_fused))
     return chosen.backend, chosen.workspace_bytes

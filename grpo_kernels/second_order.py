@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from .backends import BACKENDS
+
 SECOND_ORDER_MESSAGE = (
     "grpo_kernels: a second-order gradient (backward or autograd.grad with create_graph=True) through the "
     "fused LM-head loss is not supported on backend={backend!r}: its backward is a fused pass with no derivative "
-    "of its own, so the second-order term would silently be 0. backend='reference' (plain torch autograd over "
+    "of its own, so the second-order term would silently be 0. backend={exact} (plain torch autograd over "
     "the materialised [tokens, vocab] logits) differentiates twice exactly; or detach the loss's inputs from the "
     "graph you differentiate twice")
 
@@ -23,7 +25,8 @@ def refuse_second_order(backend: str) -> None:
     """Raise when the backward running now was asked for a graph of its own (create_graph=True): autograd runs
     a backward with grad mode on exactly then. Compiled graphs are traced, not differentiated twice."""
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        raise RuntimeError(SECOND_ORDER_MESSAGE.format(backend=backend))
+        exact = " or ".join(repr(name) for name, spec in BACKENDS.items() if spec.second_order)
+        raise RuntimeError(SECOND_ORDER_MESSAGE.format(backend=backend, exact=exact))
 
 
 def graph_is_kept() -> bool:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable
 
+from grpo_kernels.backends import get_backend
 from grpo_kernels.cost_model import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
 from grpo_kernels.cost_model.paths import gemm
 from grpo_kernels.routing import modelled_route
@@ -140,7 +141,8 @@ def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
     """What `backend="auto"` runs on a device: the route the library's cost model picks (routing.py), within its
     default memory budget."""
     route, est = modelled_route(p, rates)
-    label = route.backend + (f" {route.workspace_bytes / MIB:.0f} MiB" if route.backend == "gemm" else "")
+    workspace = get_backend(route.backend).uses_workspace
+    label = route.backend + (f" {route.workspace_bytes / MIB:.0f} MiB" if workspace else "")
     return replace(est, path=f"auto: {label}", assumptions=[f"{label}: {route.reason}", *est.assumptions])
 
 

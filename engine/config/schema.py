@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from grpo_kernels.backends import backend_names
 from grpo_kernels.config import GRPOLossConfig
 from grpo_kernels.losses import get_loss_type, loss_type_names
 
@@ -58,7 +59,7 @@ DataLocation = Annotated[str, AfterValidator(_data_location)]
 
 # The kernels' backends (grpo_kernels.backends.BACKENDS, which imports torch: the CLI checks a config without
 # it); tests/engine/config/test_schema.py keeps the two equal. "auto" routes each call by the cost model.
-LOSS_BACKENDS = ("auto", "reference", "torch", "triton", "gemm")
+LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
 ROLLOUT_BACKENDS = ("hf", "vllm")
 BUILTIN_REWARDS = ("math_accuracy", "format", "length")
 

@@ -1,4 +1,6 @@
-"""The backends, one module each, behind one Protocol (protocol.py), and the registry everything else reads.
+"""The backends, one module each, behind one Protocol (protocol.py), and the registry: the one place a backend's
+name is spelled and its behaviour declared. The API, routing, the custom ops, the vocabulary-parallel wrapper,
+the engine's config and the roofline read the entries; nothing else names a backend.
 
     reference.py        materializes the logits, autograd of the eager formula: the baseline
     torch_streaming.py  token chunks x vocabulary chunks in torch ops, online log-sum-exp (any device)
@@ -7,71 +9,165 @@
 
 Wrappers implementing the same Protocol around any of them: kept_tokens.KeptTokenHead (log-probs over the
 sampler's kept sets) and vocab_parallel (a vocabulary shard: local statistics combined over the group).
-A new backend is a module with `linear_forward` / `linear_backward` (protocol.py) and one `BackendSpec` below.
+A new backend is a module with `backend(workspace_bytes)` returning an object with `linear_forward` /
+`linear_backward` (protocol.py), and one `BackendSpec` given to `register_backend`.
+
+This module imports no torch (the engine's config reads the names from it while answering --help).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
-from .protocol import LogitsBackend, LogprobBackend, stats_dtype
+__all__ = ["AUTO", "BACKENDS", "BASELINE_BACKEND", "DEFAULT_BACKEND", "EPILOGUE", "ONE_PASS", "BackendSpec",
+           "LogitsBackend", "LogprobBackend", "TokenLevelRoute", "auto_candidates", "backend_names", "get_backend",
+           "implementation", "refuse_unsupported", "register_backend", "stats_dtype", "token_level_route"]
 
-__all__ = ["BACKENDS", "BackendSpec", "LogitsBackend", "LogprobBackend", "backend_names", "get_backend",
-           "implementation", "stats_dtype"]
+_PROTOCOL_NAMES = ("LogitsBackend", "LogprobBackend", "stats_dtype")
 
-ONE_PASS = "one_pass"  # g and e per wave inside the streaming pass (gradients in the forward: 3 GEMMs)
-EPILOGUE = "epilogue"  # the objective fused into the forward kernel's epilogue (loss types with an Epilogue id)
+
+def __getattr__(name: str) -> Any:
+    # protocol.py imports torch: loaded on first use, so that reading the registry costs no torch import
+    if name in _PROTOCOL_NAMES:
+        from . import protocol
+
+        return getattr(protocol, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class TokenLevelRoute:
+    """A way a backend evaluates a token-level objective inside its streaming pass (instead of the two-step route:
+    statistics, the objective by autograd, gradients from g and e). `method` is the backend object's method that
+    runs it (protocol.py: OnePassBackend, EpilogueBackend); the flags say where the route applies."""
+
+    name: str
+    method: str
+    vocab_shards: bool  # also on a vocabulary shard (the statistics combined over the group per wave)
+    torch_compile: bool  # also inside a torch.compile'd graph
+    epilogue_only: bool  # only for loss types the kernels' epilogue implements (losses.LossType.epilogue)
+
+
+# g and e per wave inside the streaming pass, the gradients in the forward: 3 GEMMs. It differentiates the
+# objective with torch.func inside a custom op, which a compiled graph cannot run.
+ONE_PASS = TokenLevelRoute("one_pass", "linear_forward_with_grads", vocab_shards=True, torch_compile=False,
+                           epilogue_only=False)
+# the objective fused into the forward kernel's epilogue (kernels/token_objective.py), for its loss types
+EPILOGUE = TokenLevelRoute("epilogue", "linear_grpo_forward", vocab_shards=False, torch_compile=True,
+                           epilogue_only=True)
 
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """What the API, the benchmarks and the roofline need to know of a backend, beyond the Protocol."""
+    """One backend: where its forward and backward live, its cost model, whether `auto` may pick it, and what it
+    supports. Every caller asks the entry, never the name."""
 
     name: str
-    # The module whose `backend(workspace_bytes)` returns the LogprobBackend: ".name" for a module of this package,
-    # or any importable module's absolute name.
+    # The module whose `backend(workspace_bytes)` returns the LogprobBackend (its linear_forward and
+    # linear_backward, and the route's method): ".name" for a module of this package, or an absolute name.
     module: str
     summary: str
-    # How a token-level objective is fused into the streaming pass (ONE_PASS, EPILOGUE), None: never fused.
-    token_level_route: Optional[str] = None
-    # It builds the [tokens, V] logits (refused for a sharded head: that would gather the whole head).
+    # "module:function" of its cost model (cost_model.Problem -> cost_model.Estimate); None: not modelled.
+    cost: Optional[str] = None
+    # `backend="auto"` may pick it (where the cost model says it is fastest within the budget); needs `cost`.
+    auto: bool = False
+    # It streams through a float32 logits workspace of `workspace_bytes` (auto sizes it within the budget).
+    uses_workspace: bool = False
+    # How a token-level objective is fused into its streaming pass (ONE_PASS, EPILOGUE); None: never fused.
+    token_level_route: Optional[TokenLevelRoute] = None
+    kept_token_sets: bool = True  # kept_token_ids: log-probs over a sampler's kept sets
+    vocab_shards: bool = True  # a vocabulary-parallel head (each rank holds rows of W)
+    logit_transforms: bool = True  # a LogitTransform (scale, soft-cap) other than the identity
+    # A row's log-prob and entropy are bitwise the same whatever else is in the batch (its size, its position).
+    batch_invariant: bool = False
+    torch_compile: bool = True  # it runs inside a torch.compile'd graph (fullgraph)
+    second_order: bool = False  # its gradients are plain autograd: differentiable again (create_graph=True)
+    # It builds the [tokens, V] logits (plain autograd through the eager formula).
     materializes_logits: bool = False
     # It runs Triton kernels: on CPU tensors, in the Triton interpreter (tiny shapes only).
     triton_kernels: bool = False
     # The backend computing grpo_loss_from_logits's statistics from given logits (a LogitsBackend module).
     logits_module: str = ".torch_streaming"
 
-    def backend(self, workspace_bytes: int) -> LogprobBackend:
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or self.name == AUTO:
+            raise ValueError(f"BackendSpec.name must be a non-empty string other than {AUTO!r}, got {self.name!r}")
+        if self.auto and self.cost is None:
+            raise ValueError(f"backend {self.name!r}: auto=True needs a cost model (cost='module:function')")
+        if self.second_order and not self.materializes_logits:
+            raise ValueError(f"backend {self.name!r}: second_order=True needs materializes_logits=True (the only "
+                             "route whose gradients are plain autograd)")
+        if self.materializes_logits and self.vocab_shards:
+            raise ValueError(f"backend {self.name!r}: a backend that materializes the logits would gather the whole "
+                             "head on a vocabulary shard: declare vocab_shards=False")
+        if self.token_level_route is not None and not isinstance(self.token_level_route, TokenLevelRoute):
+            raise ValueError(f"backend {self.name!r}: token_level_route must be ONE_PASS, EPILOGUE or None, got "
+                             f"{self.token_level_route!r}")
+
+    def backend(self, workspace_bytes: int):
+        """The LogprobBackend object (protocol.py)."""
         return _module(self.module).backend(workspace_bytes)
 
-    def logits_backend(self) -> LogitsBackend:
+    def logits_backend(self):
+        """The LogitsBackend object (protocol.py)."""
         return _module(self.logits_module).backend(0)
+
+    def cost_model(self) -> Optional[Callable]:
+        """Its cost model: Problem -> Estimate (grpo_kernels/cost_model), or None."""
+        if self.cost is None:
+            return None
+        module, _, function = self.cost.partition(":")
+        return getattr(_module(module), function)
 
 
 def _module(name: str):
     return importlib.import_module(name, package=__name__)
 
 
-# In the reports' row order: the baseline first.
-BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
-    BackendSpec("reference", ".reference", "materialized logits, autograd of the eager formula",
-                materializes_logits=True),
-    BackendSpec("torch", ".torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp"),
-    BackendSpec("triton", ".triton", "fused Triton streaming kernels (logits never leave the chip)",
-                token_level_route=EPILOGUE, triton_kernels=True, logits_module=".triton"),
-    BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
-                token_level_route=ONE_PASS),
-)}
 AUTO = "auto"
-DEFAULT_BACKEND = "gemm"  # what 'auto' runs where the cost model does not route (routing.py), and on given logits
+# In the reports' row order: the baseline first.
+BACKENDS: dict[str, BackendSpec] = {}
+
+
+def register_backend(spec: BackendSpec) -> BackendSpec:
+    """Add a backend: every `backend=` argument, `auto` (when spec.auto), the engine's config and the roofline
+    take it from then on. Its module must provide `backend(workspace_bytes)`."""
+    if not isinstance(spec, BackendSpec):
+        raise TypeError(f"register_backend takes a BackendSpec, got {type(spec).__name__}")
+    if spec.name in BACKENDS:
+        raise ValueError(f"backend {spec.name!r} is already registered")
+    if not callable(getattr(_module(spec.module), "backend", None)):
+        raise ValueError(f"backend {spec.name!r}: module {spec.module!r} has no backend(workspace_bytes) function")
+    if spec.cost is not None and not callable(spec.cost_model()):
+        raise ValueError(f"backend {spec.name!r}: cost {spec.cost!r} is not a function")
+    BACKENDS[spec.name] = spec
+    return spec
+
+
+for _spec in (
+    BackendSpec("reference", ".reference", "materialized logits, autograd of the eager formula",
+                cost="..cost_model.paths:reference", materializes_logits=True, vocab_shards=False, second_order=True),
+    BackendSpec("torch", ".torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp",
+                cost="..cost_model.paths:torch_chunked"),
+    BackendSpec("triton", ".triton", "fused Triton streaming kernels (logits never leave the chip)",
+                cost="..cost_model.paths:triton", auto=True, token_level_route=EPILOGUE, triton_kernels=True,
+                logits_module=".triton"),
+    BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
+                cost="..cost_model.paths:gemm", auto=True, uses_workspace=True, token_level_route=ONE_PASS),
+):
+    BACKENDS[_spec.name] = _spec  # the package's own: their modules are imported on first use, not here
+
+# What 'auto' runs where the cost model does not route (a CPU, an unmodelled GPU or dtype, a sharded head, a
+# compiled graph), and on given logits. It supports every feature.
+DEFAULT_BACKEND = "gemm"
 # The baseline every benchmark ratio is taken against: the backend that materializes the logits.
 BASELINE_BACKEND = next(name for name, spec in BACKENDS.items() if spec.materializes_logits)
 
 
 def backend_names(with_auto: bool = True) -> tuple[str, ...]:
-    """The names `backend=` takes: 'auto' and every registered backend."""
+    """The names `backend=` takes: 'auto' and every registered backend (the engine's `run.loss_backend` too)."""
     return ((AUTO,) if with_auto else ()) + tuple(BACKENDS)
 
 
@@ -82,7 +178,61 @@ def get_backend(name: object) -> BackendSpec:
     return spec
 
 
-def implementation(name: str, workspace_bytes: int, kept_token_ids=None) -> LogprobBackend:
+# ---- what a call needs, against what an entry declares -------------------------------------------------------
+
+_FEATURES = {  # the call's need -> (the entry's flag, how the refusal names it)
+    "kept_sets": ("kept_token_sets", "kept-token sets (kept_token_ids)"),
+    "sharded": ("vocab_shards", "a vocabulary-sharded head"),
+    "transformed": ("logit_transforms", "a logit_transform other than the identity"),
+    "compiling": ("torch_compile", "running inside a torch.compile'd graph"),
+}
+
+
+def _supports(spec: BackendSpec, **needs: bool) -> bool:
+    return all(getattr(spec, _FEATURES[need][0]) for need, wanted in needs.items() if wanted)
+
+
+def refuse_unsupported(name: str, *, kept_sets: bool = False, sharded: bool = False, transformed: bool = False,
+                       compiling: bool = False) -> None:
+    """One clear error, before any work, when backend `name` does not declare what the call needs."""
+    spec = get_backend(name)
+    needs = dict(kept_sets=kept_sets, sharded=sharded, transformed=transformed, compiling=compiling)
+    for need, wanted in needs.items():
+        flag, what = _FEATURES[need]
+        if wanted and not getattr(spec, flag):
+            fitting = [other for other in backend_names() if other == AUTO or _supports(get_backend(other), **needs)]
+            raise ValueError(f"backend={name!r} does not support {what} ({flag}=False in its registry entry); "
+                             f"use one of {fitting}")
+
+
+def auto_candidates(*, kept_sets: bool = False, sharded: bool = False, transformed: bool = False,
+                    compiling: bool = False) -> tuple[str, ...]:
+    """The backends `auto` may choose among for a call with these needs."""
+    return tuple(name for name, spec in BACKENDS.items()
+                 if spec.auto and _supports(spec, kept_sets=kept_sets, sharded=sharded, transformed=transformed,
+                                            compiling=compiling))
+
+
+def token_level_route(name: str, config, *, kept_sets: bool = False, sharded: bool = False,
+                      compiling: bool = False) -> Optional[TokenLevelRoute]:
+    """The one decision whether a loss call runs its objective per token inside backend `name`'s streaming pass,
+    and how; None: the two-step route. `config` a GRPOLossConfig (None: log-probs, no objective). The objective
+    must be a sum of per-token terms (objective.is_token_level); kept-token sets never are fused (their rows never
+    touch the whole vocabulary, so there is no logits pass to fuse into); the route must apply to the call."""
+    route = get_backend(name).token_level_route
+    if route is None or config is None or kept_sets:
+        return None
+    from ..losses import get_loss_type
+    from ..objective import is_token_level
+
+    if not is_token_level(config) or (compiling and not route.torch_compile) or (sharded and not route.vocab_shards):
+        return None
+    if route.epilogue_only and get_loss_type(config.loss_type).epilogue is None:
+        return None
+    return route
+
+
+def implementation(name: str, workspace_bytes: int, kept_token_ids=None):
     """The backend `name` behind the Protocol; with kept_token_ids [rows, K], wrapped so that the rows carrying a
     set are scored over it (kept_tokens.py)."""
     backend = get_backend(name).backend(workspace_bytes)

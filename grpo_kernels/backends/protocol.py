@@ -5,11 +5,14 @@ rows, in two calls: the forward gives each row's log-prob of its target, the ent
 backward turns per-row g = dLoss/dlp and e = dLoss/dent into the gradients of hidden, weight and bias. Everything
 a loss needs from the logits passes through these two calls (objective.py), so a backend knows nothing of the
 loss, and the wrappers (kept_tokens.KeptTokenHead, vocab_parallel's shard) compose with any backend.
+
+A backend whose registry entry declares a token-level route (backends/__init__.py: ONE_PASS, EPILOGUE) also
+implements that route's method: OnePassBackend or EpilogueBackend below.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, runtime_checkable
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 import torch
 
@@ -49,4 +52,33 @@ class LogitsBackend(Protocol):
     def logits_backward(self, grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], logits: torch.Tensor,
                         targets: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor, temperature: float
                         ) -> torch.Tensor:
+        ...
+
+
+@runtime_checkable
+class OnePassBackend(Protocol):
+    """The ONE_PASS route: the statistics and the gradients of a token-level objective in one streaming pass."""
+
+    def linear_forward_with_grads(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                                  token_grads: Callable, needs_hidden_grad: bool = True,
+                                  needs_weight_grad: bool = True, combine_stats: Optional[Callable] = None
+                                  ) -> tuple[torch.Tensor, ...]:
+        """`token_grads(n0, n1, logps, entropy) -> (g, e)` for rows [n0, n1) as soon as their statistics exist
+        (combined over a vocabulary shard by `combine_stats(lse, entropy, target_logit)` when given) ->
+        (logps, entropy, lse, dhidden, dweight, dbias), gradients None where not needed."""
+        ...
+
+
+@runtime_checkable
+class EpilogueBackend(Protocol):
+    """The EPILOGUE route: the token-level objective in the forward kernel's epilogue; the backward is the
+    backend's linear_backward with g and e from the epilogue."""
+
+    def linear_grpo_forward(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                            advantages: torch.Tensor, token_weights: torch.Tensor,
+                            entropy_weights: Optional[torch.Tensor], old_logps: Optional[torch.Tensor],
+                            ref_logps: Optional[torch.Tensor], importance_ratio: Optional[torch.Tensor],
+                            mask: torch.Tensor, objective) -> tuple[torch.Tensor, ...]:
+        """Rows [N] and the objective's constants (kernels/token_objective.epilogue_args) -> (terms, logps,
+        entropy, lse, g, kl, clip code)."""
         ...

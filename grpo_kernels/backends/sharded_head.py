@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from . import backend_names, get_backend
+from . import AUTO, refuse_unsupported
 from .vocab_parallel import VocabShard, is_dtensor
 
 
@@ -75,6 +75,8 @@ def resolve_sharded_head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optio
                         "local shards with process_group=")
     if not sharded and process_group is None:
         return weight, bias, None
+    if backend != AUTO:
+        refuse_unsupported(backend, sharded=True)
     if sharded:
         if process_group is not None:
             raise ValueError("process_group must be None with a DTensor weight: its device mesh is the group")
@@ -92,10 +94,6 @@ def resolve_sharded_head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optio
             raise TypeError(f"process_group must be a torch.distributed ProcessGroup, got "
                             f"{type(process_group).__name__}")
         global_rows, group = None, process_group
-    if backend != "auto" and get_backend(backend).materializes_logits:
-        fitting = [name for name in backend_names() if name == "auto" or not get_backend(name).materializes_logits]
-        raise ValueError(f"backend={backend!r} materializes the logits of the whole head; with a sharded head use "
-                         f"one of {fitting}")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not isinstance(hidden, torch.Tensor):
         raise ValueError(f"weight must be this rank's [V_local, H] shard, got "
                          f"{list(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")

@@ -16,8 +16,8 @@ that torch.distributed (NCCL, gloo) does not offer; the MAX is 1 float per token
 
 Backward: the backend's `linear_backward` on the local shard with the GLOBAL lse and entropy and the local
 targets is exactly the shard's slice of dZ, so dW and dbias are local (no communication) and dH is a partial
-sum: one all-reduce SUM of dH. The GEMM path's one-pass route (gradients in the forward) combines per wave,
-between the row statistics and g/e, through `gemm._stream`'s `combine_stats` hook.
+sum: one all-reduce SUM of dH. A backend's ONE_PASS route (gradients in the forward; backends/__init__.py)
+combines per wave, between the row statistics and g/e, through its `combine_stats` hook (protocol.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch.distributed as dist
 from ..head import LMHead
 from ..objective import TokenInputs
 from ..second_order import refuse_second_order
-from . import get_backend
+from . import ONE_PASS, get_backend
 from .gemm import wave_rows
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
 
@@ -90,7 +90,7 @@ class VocabShard:
         return x
 
 
-# ---- the two routes api.py takes for a head with a shard (mirroring ops.linear_logprobs / ops.gemm_token_level) -----
+# ---- the two routes api.py takes for a head with a shard (mirroring ops.linear_logprobs / ops.one_pass_token_level)
 
 def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, workspace_bytes: int,
                  kept_token_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,18 +102,20 @@ def row_logprobs(backend: str, hidden: torch.Tensor, head: LMHead, targets: torc
                                   shard_backend(backend, head.shard, int(workspace_bytes), kept_token_ids), head)
 
 
-def gemm_token_level(hidden: torch.Tensor, head: LMHead, targets: torch.Tensor, inputs: TokenInputs, config,
-                     workspace_bytes: int, needs_hidden_grad: bool, needs_weight_grad: bool):
-    """`ops.gemm_token_level` on a shard: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a token-level
-    objective in one pass, statistics combined per wave, dH all-reduced; empty tensors where not needed."""
+def one_pass_token_level(backend: str, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                         inputs: TokenInputs, config, workspace_bytes: int, needs_hidden_grad: bool,
+                         needs_weight_grad: bool):
+    """`ops.one_pass_token_level` on a shard: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a
+    token-level objective in one pass of `backend`, statistics combined per wave, dH all-reduced; empty tensors
+    where not needed."""
     from ..ops import _or_empty, token_step_per_wave  # ops imports the backends; imported late to keep this light
 
     shard = head.shard
     token_grads, (terms, kl, clip) = token_step_per_wave(inputs.ready(), config, hidden.shape[0], hidden.device)
     local = head.local().with_tensors(head.weight.detach().contiguous(),
                                       None if head.bias is None else head.bias.detach().contiguous())
-    logps, entropy, _, grad_hidden, grad_weight, grad_bias = get_backend("gemm").backend(
-        shard.wave_workspace(workspace_bytes)).linear_forward_with_grads(
+    one_pass = getattr(get_backend(backend).backend(shard.wave_workspace(workspace_bytes)), ONE_PASS.method)
+    logps, entropy, _, grad_hidden, grad_weight, grad_bias = one_pass(
         hidden.detach().contiguous(), local, shard.local_targets(targets), token_grads, needs_hidden_grad,
         needs_weight_grad, combine_stats=shard.combine_stats)
     shard.all_reduce_sum_(grad_hidden)

@@ -1,6 +1,7 @@
 """FLOPs, bytes, launches and peak memory of this library's own paths, counted from their algorithms.
 
-One small function per path, so a change to a kernel's loop is a change to one function. c is the input dtype's
+One small function per path, so a change to a kernel's loop is a change to one function; each backend's registry
+entry (grpo_kernels/backends) names its function here. c is the input dtype's
 byte size. Counts are per call (loss: forward + backward; logprobs: forward under no_grad). Every count of an
 elementwise op is one read per input and one write per output. benchmarks/model/roofline_paths.py models the peers
 (TRL, Liger, CCE) and the bare GEMMs with the same helpers.
@@ -11,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..backends import backend_names
 from ..kernels.configs import GPU_CONFIGS, SIXTEEN_BIT
 from .device import MIB
 from .estimate import Estimate, Phase, Problem
@@ -105,7 +105,7 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
     gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
     temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
     gathered = N * H * c if N < p.tokens else 0
-    return Estimate("gemm+dw-temporary" if dw_through_temporary else "gemm", p, phases, gemms=gemms,
+    return Estimate("GEMM-rate waves" + ", dW through a temporary" * dw_through_temporary, p, phases, gemms=gemms,
                     peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
@@ -138,7 +138,7 @@ def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50
         phases.append(_streaming_backward("backward dW kernel: recompute + dZ^T h", V, dw.block_v, N, dw.block_n, H, c,
                                           in_flight, l2_bytes, streamed_reads=2))
     gemms = 1 + 2 * (p.hidden_needs_grad + p.weight_grad) * grads
-    return Estimate("triton", p, phases, gemms=gemms,
+    return Estimate("fused Triton streaming kernels", p, phases, gemms=gemms,
                     peak_extra_bytes=(N * H * 4 if grads and p.hidden_needs_grad else 0) + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"forward blocks {fwd.block_n} tokens x {fwd.block_v} vocabulary; tensor cores at "
@@ -190,7 +190,7 @@ def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -
                             launches=2 * contractions * tiles))
     gemms = 1 + grads * (1 + p.hidden_needs_grad + p.weight_grad)
     tile_bytes = 2 * token_chunk * vocab_chunk * 4
-    return Estimate("torch", p, phases, gemms=gemms,
+    return Estimate("torch chunks", p, phases, gemms=gemms,
                     peak_extra_bytes=tile_bytes + vocab_chunk * H * 8 + N * H * 4 * grads + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=["padding rows dropped; dW skipped for a frozen head",
@@ -216,12 +216,7 @@ def reference(p: Problem) -> Estimate:
             phases.append(gemm_phase("dW = dZ^T h", V, H, N, c, c))
     # alive at the peak: saved log_probs and probs, and the two gradients of their product (4 fp32 [N, V])
     peak = N * V * (16 if grads else 8 + c)
-    return Estimate("reference", p, phases, gemms=1 + grads * (p.hidden_needs_grad + p.weight_grad),
+    return Estimate("materialized logits", p, phases, gemms=1 + grads * (p.hidden_needs_grad + p.weight_grad),
                     peak_extra_bytes=peak, fp32_weight_grad_bytes=0,
                     assumptions=["every position, padding included"])
 
-
-# The registered backends' models (grpo_kernels/backends), in the registry's order. A backend registered without
-# one here runs, but `auto` never routes to it and the roofline and the GPU plan model it as the baseline.
-_MODELS = {"reference": reference, "torch": torch_chunked, "triton": triton, "gemm": gemm}
-LIBRARY_PATHS = {name: _MODELS[name] for name in backend_names(with_auto=False) if name in _MODELS}

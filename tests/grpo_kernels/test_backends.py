@@ -1,17 +1,13 @@
-"""The backends behind one Protocol and one registry: every backend and wrapper implements it, and a backend
-added to the registry (here one defined in this file) is what the API runs, with no other edit."""
-
-import sys
+"""The backends behind one Protocol and one registry: every backend and wrapper implements it (a backend added to
+the registry is what the API runs, with no other edit: test_registry.py)."""
 
 import pytest
 import torch
-from grpo_testing import make_problem, with_triton_interpreted
+from grpo_testing import with_triton_interpreted
 
 import grpo_kernels.api as api
-from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, reference
-from grpo_kernels.backends import (BACKENDS, BackendSpec, LogitsBackend, LogprobBackend, backend_names, get_backend,
-                                   implementation)
-from grpo_kernels.backends import torch_streaming
+from grpo_kernels import LMHead, LogitTransform
+from grpo_kernels.backends import BACKENDS, LogitsBackend, LogprobBackend, backend_names, get_backend, implementation
 from grpo_kernels.backends.kept_tokens import KeptTokenHead
 from grpo_kernels.backends.vocab_parallel import ShardBackend, VocabShard
 
@@ -31,42 +27,6 @@ def test_the_api_lists_the_registry_and_refuses_unknown_names_with_them():
     with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'reference', 'torch', 'triton', 'gemm'\), "
                                          r"got 'cuda'"):
         api.resolve_backend("cuda", torch.device("cpu"))
-
-
-class CountingBackend:
-    """The torch backend, counting its calls: a backend defined outside the package."""
-
-    calls: list = []
-
-    def linear_forward(self, hidden, head, targets):
-        self.calls.append("forward")
-        return torch_streaming.linear_forward(hidden, head, targets)
-
-    def linear_backward(self, *args, **kwargs):
-        self.calls.append("backward")
-        return torch_streaming.linear_backward(*args, **kwargs)
-
-
-def backend(workspace_bytes: int) -> CountingBackend:
-    return CountingBackend()
-
-
-def test_a_registered_backend_is_what_the_api_runs(monkeypatch):
-    monkeypatch.setitem(BACKENDS, "counting", BackendSpec("counting", __name__, "counts its calls"))
-    assert sys.modules[__name__].backend is backend
-    p = make_problem(seed=4, B=2, T=4, H=16, V=40)
-    hidden = p.hidden.clone().requires_grad_()
-    config = GRPOLossConfig(beta=0.04)
-    out = fused_linear_grpo_loss(hidden, p.weight, p.completion_ids, p.completion_mask, p.advantages,
-                                 ref_logps=p.ref_logps, config=config, backend="counting")
-    out.loss.backward()
-    assert CountingBackend.calls == ["forward", "backward"]
-    h64 = p.hidden.double().requires_grad_()
-    expected = reference.fused_linear_grpo_loss(h64, p.weight.double(), p.completion_ids, p.completion_mask,
-                                                p.advantages, ref_logps=p.ref_logps, config=config)
-    expected.loss.backward()
-    torch.testing.assert_close(out.loss.double(), expected.loss, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(hidden.grad.double(), h64.grad, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", with_triton_interpreted(list(BACKENDS)))

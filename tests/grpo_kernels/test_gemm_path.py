@@ -136,10 +136,10 @@ def test_gradient_in_forward_matches_two_pass_route():
     from g and e: 4 GEMMs) give the same loss and gradients."""
     problem = make_problem(seed=8, B=3, T=6, H=20, V=77, importance_ratio="token")
     out, grads = run_loss(fused_linear_grpo_loss, problem, TOKEN_LEVEL, backend="gemm")
-    from grpo_kernels import api
+    from grpo_kernels import objective
 
     with pytest.MonkeyPatch.context() as monkey:  # force the generic route on the same backend
-        monkey.setattr(api, "is_token_level", lambda config: False)
+        monkey.setattr(objective, "is_token_level", lambda config: False)
         out2, grads2 = run_loss(fused_linear_grpo_loss, problem, TOKEN_LEVEL, backend="gemm")
     torch.testing.assert_close(out.loss, out2.loss, rtol=1e-6, atol=1e-7)
     for name in grads:
@@ -186,14 +186,14 @@ def test_gradients_are_not_copied_in_the_backward(monkeypatch):
     from grpo_kernels import ops
 
     computed = []
-    real = ops.gemm_token_level
+    real = ops.one_pass_token_level
 
     def recording(*args, **kwargs):
         out = real(*args, **kwargs)
         computed.append(out[6].data_ptr())  # dweight
         return out
 
-    monkeypatch.setattr(ops, "gemm_token_level", recording)
+    monkeypatch.setattr(ops, "one_pass_token_level", recording)
     problem = make_problem(seed=11, B=2, T=4, H=8, V=20)
     for retain, shared in ((False, True), (True, False)):
         weight = problem.weight.clone().requires_grad_()

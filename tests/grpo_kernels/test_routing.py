@@ -3,10 +3,10 @@ equal to the chosen backend's (on CPU tensors, with the device description of an
 
 import pytest
 import torch
-from grpo_testing import make_problem, run_loss
+from grpo_testing import INTERPRETER, make_problem, run_loss
 
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, routing
-from grpo_kernels.cost_model import DEVICES
+from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, linear_logprobs, routing
+from grpo_kernels.cost_model import DEVICES, PER_TOKEN_BYTES
 from grpo_kernels.backends.gemm import DEFAULT_WORKSPACE_BYTES
 
 H100 = routing.DeviceSpec("cuda", "NVIDIA H100 80GB HBM3")
@@ -44,6 +44,53 @@ def test_a_budget_the_gemm_path_cannot_fit_routes_to_the_triton_kernels():
     assert (gemm_only.backend, _rows(gemm_only, S1[2])) == ("gemm", 1)
 
 
+@pytest.mark.parametrize("operation", ["token", "sequence", "frozen", "logprobs"])
+def test_a_budget_below_the_gemm_paths_minimum_useful_workspace_routes_to_the_triton_kernels(operation):
+    """Waves thinner than one GEMM tile of rows are not worth running: below that workspace, auto takes the
+    streaming kernels even where their own peak (the float32 dH accumulator) exceeds the budget."""
+    tile_rows = DEVICES["H100"].gemm_tile[0]
+    for tokens, hidden, vocab in (S1, S2, S3):
+        minimum = tile_rows * 4 * vocab + tokens * PER_TOKEN_BYTES
+        below = routing.route(operation, tokens, hidden, vocab, "bfloat16", H100, budget_bytes=minimum - 1)
+        assert below.backend == "triton", (operation, tokens, below)
+        if operation != "logprobs":  # at the minimum the GEMM path is back (the kernels' dH accumulator does not fit)
+            at = routing.route(operation, tokens, hidden, vocab, "bfloat16", H100, budget_bytes=minimum)
+            assert (at.backend, _rows(at, vocab)) == ("gemm", tile_rows), (operation, tokens, at)
+    # with fewer tokens than a tile, the minimum is one wave of all of them
+    tokens, hidden, vocab = 100, 4096, 151936
+    whole = tokens * 4 * vocab + tokens * PER_TOKEN_BYTES
+    p = routing.problem_for(operation, tokens, hidden, vocab, "bfloat16")
+    assert routing.holds_useful_workspace(p, DEVICES["H100"], whole)
+    assert not routing.holds_useful_workspace(p, DEVICES["H100"], whole - 1)
+    assert routing.route(operation, tokens, hidden, vocab, "bfloat16", H100, budget_bytes=whole - 1).backend == "triton"
+
+
+def test_where_the_model_says_the_triton_kernels_are_fastest_auto_takes_them(monkeypatch):
+    """auto picks by the model alone: a Triton model that beats the GEMM path's wins."""
+    from grpo_kernels.backends import BACKENDS
+    from grpo_kernels.cost_model import paths
+
+    def faster(p):
+        return paths.Estimate("fused Triton streaming kernels", p, [paths.Phase("all", flops=1.0)], gemms=1,
+                              peak_extra_bytes=0, fp32_weight_grad_bytes=0)
+
+    monkeypatch.setattr(paths, "triton", faster)
+    routing._cached_route.cache_clear()
+    try:
+        for operation in ("token", "sequence", "frozen", "logprobs"):
+            assert routing.route(operation, *S1, "bfloat16", H100).backend == "triton", operation
+    finally:
+        routing._cached_route.cache_clear()
+    assert BACKENDS["triton"].cost_model() is faster
+
+
+def test_a_backend_that_would_take_two_steps_is_charged_as_the_sequence_level_loss():
+    token = routing.route("token", *S1, "bfloat16", H100)
+    two_step = routing.route("token", *S1, "bfloat16", H100, two_pass=("gemm",))
+    sequence = routing.route("sequence", *S1, "bfloat16", H100)
+    assert two_step.predicted_s == sequence.predicted_s > token.predicted_s
+
+
 def test_cpu_unmodelled_gpus_and_float32_keep_the_gemm_path_with_its_default_workspace():
     v100 = routing.DeviceSpec("cuda", "Tesla V100")
     for device, dtype in [(routing.DeviceSpec("cpu"), "bfloat16"), (v100, "bfloat16"), (H100, "float32")]:
@@ -72,13 +119,23 @@ def _as_h100(monkeypatch):
     routing._cached_route.cache_clear()
 
 
-@pytest.mark.parametrize("budget", [None, 3 * 4 * 64 + 16 * 64], ids=["default", "three-rows"])
-def test_loss_through_auto_equals_the_chosen_backend(monkeypatch, budget):
+@pytest.mark.parametrize("budget, triton_routable, backend", [
+    pytest.param(None, True, "triton", marks=INTERPRETER),  # 16 tokens: the kernels are the fastest by the model
+    pytest.param(3 * 4 * 64 + 16 * 64, True, "triton", marks=INTERPRETER),  # below one wave of all 16 rows
+    (None, False, "gemm"), (3 * 4 * 64 + 16 * 64, False, "gemm")],  # the entry says auto may not pick Triton
+    ids=["default", "three-rows", "gemm-default", "gemm-three-rows"])
+def test_loss_through_auto_equals_the_chosen_backend(monkeypatch, budget, triton_routable, backend):
+    import dataclasses
+
+    from grpo_kernels.backends import BACKENDS
+
     _as_h100(monkeypatch)
+    monkeypatch.setitem(BACKENDS, "triton", dataclasses.replace(BACKENDS["triton"], auto=triton_routable))
     problem = make_problem(seed=3, B=2, T=8, H=16, V=64, dtype=torch.bfloat16)
     config = GRPOLossConfig(beta=0.04)
     chosen = routing.route("token", 16, 16, 64, "bfloat16", H100,
                            routing.DEFAULT_MEMORY_BUDGET_BYTES if budget is None else budget)
+    assert chosen.backend == backend
     out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="auto", workspace_bytes=budget)
     same, same_grads = run_loss(fused_linear_grpo_loss, problem, config, backend=chosen.backend,
                                 workspace_bytes=chosen.workspace_bytes)
@@ -87,6 +144,7 @@ def test_loss_through_auto_equals_the_chosen_backend(monkeypatch, budget):
         assert torch.equal(grads[name], same_grads[name]), name
 
 
+@INTERPRETER  # 16 tokens of no-grad log-probs: the Triton kernels by the model
 def test_no_grad_logprobs_through_auto_equal_the_chosen_backend(monkeypatch):
     _as_h100(monkeypatch)
     problem = make_problem(seed=4, B=2, T=8, H=16, V=64, dtype=torch.bfloat16)
@@ -101,10 +159,28 @@ def test_no_grad_logprobs_through_auto_equal_the_chosen_backend(monkeypatch):
 def test_inside_a_compiled_graph_auto_is_the_gemm_path_with_the_default_workspace(monkeypatch):
     _as_h100(monkeypatch)
     hidden = torch.zeros(8192, 4096, dtype=torch.bfloat16, requires_grad=True)
-    head = type("Head", (), {"weight": torch.zeros(151936, 1, dtype=torch.bfloat16),
-                             "weight_needs_grad": lambda self: True})()
-    eager = routing.resolve("auto", None, hidden, head, token_level=True)
+    head = LMHead(torch.zeros(151936, 1, dtype=torch.bfloat16, requires_grad=True))
+    config = GRPOLossConfig()
+    eager = routing.resolve("auto", None, hidden, head, config)
     assert eager[1] != DEFAULT_WORKSPACE_BYTES  # modelled
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert routing.resolve("auto", None, hidden, head, token_level=True) == ("gemm", DEFAULT_WORKSPACE_BYTES)
-    assert routing.resolve("triton", None, hidden, head, token_level=True) == ("triton", DEFAULT_WORKSPACE_BYTES)
+    assert routing.resolve("auto", None, hidden, head, config) == ("gemm", DEFAULT_WORKSPACE_BYTES)
+    assert routing.resolve("triton", None, hidden, head, config) == ("triton", DEFAULT_WORKSPACE_BYTES)
+
+
+def test_auto_chooses_among_the_backends_that_support_the_call(monkeypatch):
+    """A backend `auto` may pick drops out of the candidates for a call needing what its entry does not declare."""
+    import dataclasses
+
+    from grpo_kernels.backends import BACKENDS
+
+    _as_h100(monkeypatch)
+    hidden = torch.zeros(8192, 4096, dtype=torch.bfloat16, requires_grad=True)
+    softcapped = LMHead(torch.zeros(151936, 1, dtype=torch.bfloat16), transform=LogitTransform(softcap=30.0))
+    tiny = 2**19 + 8192 * PER_TOKEN_BYTES  # below the GEMM path's minimum: triton when it may
+    assert routing.resolve("auto", tiny, hidden, softcapped)[0] == "triton"
+    monkeypatch.setitem(BACKENDS, "triton", dataclasses.replace(BACKENDS["triton"], logit_transforms=False))
+    routing._cached_route.cache_clear()
+    assert routing.resolve("auto", tiny, hidden, softcapped)[0] == "gemm"
+    assert routing.resolve("auto", tiny, hidden, LMHead(softcapped.weight))[0] == "triton"
+    routing._cached_route.cache_clear()
