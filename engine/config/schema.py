@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -79,11 +79,13 @@ class Section(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_assignment=True)
 
 
-def _choice(allowed: tuple[str, ...]) -> AfterValidator:
-    """A string out of a set read when the schema is built (a registry's names): one place to read them from."""
+def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> AfterValidator:
+    """A string out of a set: a fixed tuple, or a registry's names read when a value is checked (so that a backend
+    registered after import is a valid choice): one place to read them from."""
     def check(value: str) -> str:
-        if value not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}")
+        names = allowed() if callable(allowed) else allowed
+        if value not in names:
+            raise ValueError(f"expected one of {', '.join(names)}")
         return value
 
     return AfterValidator(check)
@@ -325,7 +327,7 @@ class RunConfig(Section):
     num_threads: Optional[PositiveInt] = Field(
         None, description="CPU threads for torch (null: torch's default). Tiny models gain nothing from threads, "
                           "and on a busy machine idle OpenMP threads spin and slow every small op down")
-    loss_backend: Annotated[str, _choice(LOSS_BACKENDS)] = Field(
+    loss_backend: Annotated[str, _choice(backend_names)] = Field(
         "auto", description="the kernels' backend for log-probs and loss (auto: routed per call by the cost model; "
                             "see grpo_kernels' README)")
     save_steps: NonNegativeInt = Field(0, description="checkpoint every this many steps (0: only the final one)")
