@@ -207,7 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         output_dir = exc.checkpoint.parent.parent
         print(f"grpo-engine train: {exc}. Continue with: grpo-engine train --resume --output-dir {output_dir} "
               f"(and the same options)", file=sys.stderr)
-        return 130
+        return exc.exit_status
     except KeyboardInterrupt:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
               f"--resume", file=sys.stderr)

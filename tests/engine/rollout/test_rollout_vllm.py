@@ -156,10 +156,10 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(sma
 
     synced = VLLMRollout.sync_weights
 
-    def only_the_first(self):  # the sync at start-up, then none
+    def only_the_first(self, version=0):  # the sync at start-up, then none
         if not getattr(self, "synced_once", False):
             self.synced_once = True
-            synced(self)
+            synced(self, version)
 
     monkeypatch.setattr(VLLMRollout, "sync_weights", only_the_first)
     stale = train_with_vllm(model_dir, {**overrides, "run.output_dir": str(tmp_path / "stale")})
