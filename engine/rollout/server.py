@@ -19,6 +19,7 @@ rollout.replay_kept_tokens).
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -31,9 +32,10 @@ from ..model.limits import scored_vocab_size
 from ..model.loading import base_causal_lm
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 from .http_client import ServerClient
-from .weight_push import WeightPush, create_weight_push
+from .weight_push import WeightPush, WeightPushFailed, create_weight_push
 
 UNKNOWN = None  # the version of a server that may have lost its weights
+PUSH_ATTEMPTS, PUSH_BACKOFF_S = 4, 0.5  # a push the server refused (a server that does not answer is retried longer)
 
 
 def server_urls_for(config: EngineConfig, process_index: int) -> str:
@@ -79,7 +81,14 @@ class VLLMServerRollout:
         number of optimizer steps they hold."""
         with self._lock:
             self.version = UNKNOWN  # while the servers take the new weights, neither version is certain
-        self.push.push(self.lm)
+        for attempt in range(PUSH_ATTEMPTS):  # a fixed count: every process retries alike
+            try:
+                self.push.push(self.lm)
+                break
+            except WeightPushFailed:
+                if attempt == PUSH_ATTEMPTS - 1:
+                    raise
+                time.sleep(PUSH_BACKOFF_S * 2**attempt)
         with self._lock:
             self.version = version
 

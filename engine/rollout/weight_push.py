@@ -65,18 +65,23 @@ class _Collective:
         self.is_main = getattr(world, "process_index", 0) == 0
 
     def agree(self, failure: Optional[BaseException]) -> None:
-        """Raises on every process when process 0's step failed (its message travels to the others)."""
-        message = None if failure is None else str(failure)
+        """Raises WeightPushFailed on every process when process 0's step failed (its message travels to the
+        others): every process then retries, or stops, alike."""
+        message = None if failure is None else f"{type(failure).__name__}: {failure}"
         if self.num_processes > 1:
             import torch.distributed as dist
 
             box = [message]
             dist.broadcast_object_list(box, src=0)
             message = box[0]
-        if failure is not None:
-            raise failure
         if message is not None:
-            raise ServerUnavailable("(process 0's server)", 0.0, message)
+            raise WeightPushFailed(message)
+
+
+class WeightPushFailed(ServerUnavailable):
+    def __init__(self, message: str) -> None:
+        ConnectionError.__init__(self, f"the weight push failed ({message})")
+        self.url, self.waited_s = "", 0.0
 
 
 class ReloadPush(_Collective):
