@@ -6,11 +6,13 @@ machine) and asks each server to reload from it (`POST /collective_rpc`, method 
 VLLM_SERVER_DEV_MODE=1), then to reset its prefix cache (`POST /reset_prefix_cache`): no cached key or value of
 the old weights survives.
 
-`nccl` (CUDA): vLLM's weight-transfer API. Once, the servers and training process 0 form an NCCL group
-(`POST /init_weight_transfer_engine` on each server, vLLM's `NCCLWeightTransferEngine.trainer_init` here, both at
-once: the rendezvous waits for every member). At every push: `POST /pause` (no request runs on half-updated
-weights), `POST /update_weights` with the tensors' names, dtypes and shapes, while this process broadcasts them
-(`trainer_send_weights`), then `POST /reset_prefix_cache` and `POST /resume`.
+`nccl` (CUDA): vLLM's weight-transfer API, driven by vLLM's own trainer-side engine
+(`NCCLTrainerWeightTransferEngine` with its HTTP client): once, training process 0 and the server's workers form
+an NCCL group (`POST /init_weight_transfer_engine`); at every push `POST /start_weight_update`, `POST
+/update_weights` with the tensors' names, dtypes and shapes while process 0 broadcasts them, `POST
+/finish_weight_update`, then `POST /reset_prefix_cache`. No request is in flight meanwhile: the trainer pushes
+only once its generations have finished. One server (of any number of GPUs): vLLM's engine places the workers
+at ranks 1..N of one group.
 
 Every process takes part in a push (sharded weights are gathered one tensor at a time); process 0 alone talks to
 the servers and tells the others whether the push succeeded, so all raise together when it did not.
@@ -20,14 +22,13 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 from torch import nn
 
-from ..config import EngineConfig
+from ..config import ConfigError, EngineConfig
 from .http_client import ServerClient, ServerUnavailable
 from .vllm import checkpoint_weights
 
@@ -52,6 +53,10 @@ def create_weight_push(config: EngineConfig, device: torch.device, run_dir: str,
     s = config.rollout.server
     clients = [ServerClient(url, s.timeout_s, s.request_timeout_s, on_failure) for url in s.urls]
     if weight_transfer(config, device) == "nccl":
+        if len(clients) > 1:
+            raise ConfigError("rollout.server.weight_transfer nccl reaches one server (vLLM's trainer-side engine "
+                              "puts its workers at ranks 1..N of one group): give one URL (that server may use "
+                              "several GPUs), or weight_transfer reload")
         return NCCLPush(config, clients, world)
     return ReloadPush(Path(s.weights_dir or Path(run_dir) / "server_weights"), clients, world)
 
@@ -116,76 +121,69 @@ class ReloadPush(_Collective):
 
 
 class NCCLPush(_Collective):
-    """vLLM's NCCL weight transfer: one group of training process 0 and every server's workers."""
+    """vLLM's trainer-side NCCL weight-transfer engine (`NCCLTrainerWeightTransferEngine`) driving one server's
+    `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update` through
+    vLLM's own HTTP client; every training process runs it (process 0 sends, the others join the gathers)."""
 
     def __init__(self, config: EngineConfig, clients: list[ServerClient], world: Optional[Any]) -> None:
         super().__init__(world)
-        self.clients, self.group = clients, None
+        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
+
         s = config.rollout.server
-        self.host, self.port = s.nccl_host or socket.gethostname(), s.nccl_port
-        failure = None
-        if self.is_main:
-            try:
-                self._init_group()
-            except Exception as exc:  # noqa: BLE001
-                failure = exc
-        self.agree(failure)
-
-    def _init_group(self) -> None:
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
-
-        sizes = [int(client.get("/get_world_size")["world_size"]) for client in self.clients]
-        world_size = 1 + sum(sizes)
-        offsets = [1 + sum(sizes[:i]) for i in range(len(sizes))]
-        threads = [threading.Thread(target=client.post, args=("/init_weight_transfer_engine", {"init_info": dict(
-            master_address=self.host, master_port=self.port, rank_offset=offset, world_size=world_size)}))
-            for client, offset in zip(self.clients, offsets)]
-        for thread in threads:
-            thread.start()
-        self.group = NCCLWeightTransferEngine.trainer_init(dict(
-            master_address=self.host, master_port=self.port, world_size=world_size))
-        for thread in threads:
-            thread.join()
+        self.clients = clients
+        failure, engine = None, None
+        try:
+            workers = int(clients[0].get("/get_world_size")["world_size"]) if self.is_main else 0
+            info = NCCLTrainerInitInfo(master_address=s.nccl_host or socket.gethostname(), master_port=s.nccl_port,
+                                       world_size=1 + workers, rank=0 if self.is_main else 1)
+            engine = NCCLTrainerWeightTransferEngine.trainer_init(
+                info, client=HTTPVLLMWeightSyncClient(s.urls[0], timeout=s.request_timeout_s),
+                source=checkpoint_source())
+        except Exception as exc:  # noqa: BLE001 - every process must learn of it
+            failure = exc
+        self.agree(failure if self.is_main else None)
+        self.engine = engine
 
     def push(self, lm: nn.Module) -> None:
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
-
-        names, dtypes, shapes = [], [], []
-        tensors: list[tuple[str, torch.Tensor]] = []
-        for name, tensor in checkpoint_weights(lm):
-            if self.is_main:
-                tensors.append((name, tensor))
-                names.append(name)
-                dtypes.append(str(tensor.dtype).removeprefix("torch."))
-                shapes.append(list(tensor.shape))
+        self.engine.source.lm = lm
         failure = None
-        if self.is_main:
-            try:
-                for client in self.clients:
-                    client.post("/pause")
-                update = {"update_info": dict(names=names, dtype_names=dtypes, shapes=shapes, packed=True)}
-                threads = [threading.Thread(target=client.post, args=("/update_weights", update))
-                           for client in self.clients]
-                for thread in threads:
-                    thread.start()
-                NCCLWeightTransferEngine.trainer_send_weights(_iterate(tensors), {"group": self.group, "packed": True})
-                for thread in threads:
-                    thread.join()
-                for client in self.clients:
-                    client.post("/reset_prefix_cache")
-                    client.post("/resume")
-            except Exception as exc:  # noqa: BLE001
-                failure = exc
-        self.agree(failure)
+        try:
+            self.engine.send_weights()
+            if self.is_main:
+                self.clients[0].post("/reset_prefix_cache")
+        except Exception as exc:  # noqa: BLE001
+            failure = exc
+        self.agree(failure if self.is_main else None)
 
     def close(self) -> None:
-        if self.is_main and self.group is not None:
-            for client in self.clients:
-                try:
-                    client.post("/shutdown_weight_transfer_engine")
-                except (ServerUnavailable, RuntimeError):
-                    pass  # the server is gone: nothing left to shut down
+        if self.engine is not None:
+            self.engine.shutdown()
 
 
-def _iterate(tensors: list[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-    yield from tensors
+def checkpoint_source_class() -> type:
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class _CheckpointSource(WeightSource):
+        """The policy's weights in checkpoint format (LoRA merged, shards gathered: `checkpoint_weights`); their
+        names, dtypes and shapes are read by one pass at the first push (a gather on every process, as the
+        iteration itself)."""
+
+        def __init__(self) -> None:
+            self.lm: Optional[nn.Module] = None
+            self._meta: Optional[list] = None
+
+        def metadata(self) -> list:
+            if self._meta is None:
+                self._meta = [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in checkpoint_weights(self.lm)]
+            return self._meta
+
+        def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+            return checkpoint_weights(self.lm)
+
+    return _CheckpointSource
+
+
+def checkpoint_source() -> Any:
+    """A vLLM WeightSource of the policy's checkpoint weights (vLLM imported only here: the nccl path needs it)."""
+    return checkpoint_source_class()()

@@ -57,6 +57,7 @@ class FakeVLLMServer:
                 server._answer(self, "POST", body)
 
         ThreadingHTTPServer.allow_reuse_address = True
+        ThreadingHTTPServer.request_queue_size = 256  # every completion request of a batch at once, as vLLM takes them
         self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
