@@ -176,7 +176,8 @@ class ServerConfig(Section):
     urls: Annotated[list[Annotated[str, AfterValidator(_server_url)]], Field(min_length=1)] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000"],
         description="vllm_server: the base URLs of the vLLM servers (vLLM's OpenAI-compatible server, e.g. from "
-                    "grpo-engine serve); training process i generates on urls[i % len(urls)], the weights go to all")
+                    "grpo-engine serve); training process i generates on the (i mod len(urls))-th, the weights go "
+                    "to all")
     model: Optional[str] = Field(None, description="the served model name (null: the first one the server lists)")
     timeout_s: PositiveFloat = Field(
         300.0, description="how long a server that stops answering is retried, with backoff, before the run stops "
