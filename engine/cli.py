@@ -1,4 +1,4 @@
-"""`grpo-engine train | eval | plot | bench`.
+"""`grpo-engine train | eval | plot | bench | serve`.
 
 Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`), its value read as the
 type of the key it sets: a string key takes the text as written, `null` unsets a key that may be null, and
@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir")
     plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
 
+    from .tools.serve import add_serve_arguments
+
+    add_serve_arguments(sub.add_parser(
+        "serve", help="a vLLM server for rollout.backend vllm_server (processed log-probs, weight updates on)",
+        allow_abbrev=False))
     build_bench_parser(sub.add_parser("bench", help="one GRPO step of a real architecture: reference loss vs fused",
                                       description=BENCH_DESCRIPTION, allow_abbrev=False))
     return parser
@@ -188,6 +193,12 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_and_print(args)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from .tools.serve import serve
+
+    return serve(args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     missing = missing_engine_packages()
     if missing:
@@ -197,7 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
 
     args = build_parser().parse_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
-    handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench}
+    handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:
         return handlers[args.command](args)
     except ConfigError as exc:
@@ -207,7 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         output_dir = exc.checkpoint.parent.parent
         print(f"grpo-engine train: {exc}. Continue with: grpo-engine train --resume --output-dir {output_dir} "
               f"(and the same options)", file=sys.stderr)
-        return 130
+        return exc.exit_status
     except KeyboardInterrupt:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
               f"--resume", file=sys.stderr)

@@ -188,7 +188,7 @@ def setup_run(config: EngineConfig) -> Run:
     tp = config.model.tensor_parallel
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
-    check_backend(config, device, world.num_processes)  # what the rollout backend cannot do, before any loading
+    check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     if accelerator.is_main_process:
         for message in sampling_warnings(config):
             print(f"warning: {message}", file=sys.stderr)
@@ -280,7 +280,7 @@ def setup_run(config: EngineConfig) -> Run:
     # (LoRA merged, or resumed from a checkpoint).
     # HF samples from the LM, or under FSDP from the sharded policy, whose `generate` gathers the root first.
     backend = create_backend(config, policy if fsdp else lm, lm, tokenizer, accelerator.device,
-                             policy_path if not lora else base_path, world)
+                             policy_path if not lora else base_path, world, str(run_dir), start_step)
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=config.model_dump(), resume_step=start_step if resume_from else None)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,

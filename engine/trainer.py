@@ -17,7 +17,8 @@ from .model.loading import base_causal_lm, hf_progress_bars_off
 from .rollout.base import RolloutBatch
 from .run_setup import Run, setup_run
 from .state import checkpoint as ckpt
-from .state.interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
+from .rollout.http_client import ServerUnavailable
+from .state.interrupt import RolloutServerLost, StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .state.metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
 from .state.run_lock import hold_run_directory
@@ -25,7 +26,8 @@ from .steps.advantages import group_advantages, per_function_metrics
 from .steps.logprobs import reference_logprobs, sequence_logprobs
 from .steps.packing import Packing, has_varlen_attention
 from .steps.rewards import score_completions
-from .steps.rollout import rollout
+from .steps.off_policy import importance_weights, staleness_metrics
+from .steps.rollout import RolloutPipeline
 from .steps.update import UpdateInputs, num_items_per_process, policy_update
 from .tools.evaluate import evaluate_prompts
 
@@ -48,25 +50,42 @@ def train(config: EngineConfig) -> TrainSummary:
         eval_before = evaluate(run) if run.start_step == 0 else None
         bar = tqdm(total=cfg.run.max_steps, initial=run.start_step, desc="grpo", disable=not (
             cfg.run.progress_bar and run.accelerator.is_main_process))
+        pipeline = RolloutPipeline(run)
+        completed = run.start_step  # the optimizer rounds whose weights the policy holds
         with stop_at_step_boundary(cfg.run.save_on_interrupt) as stop:
-            for step in range(run.start_step + 1, cfg.run.max_steps + 1):
-                timer = StepTimer()
-                with timer.phase("generate"):
-                    rows, batch = rollout(run)
-                with timer.phase("score"):
-                    advantages, rewards, reward_metrics = score(run, rows, batch)
-                with timer.phase("logprobs"):
-                    old_logps, ref_logps = logprobs(run, batch)
-                with timer.phase("update"):
-                    update_metrics = update(run, batch, advantages, old_logps, ref_logps, step)
-                metrics = {**reward_metrics, **update_metrics, **step_metrics(run, batch, timer)}
-                log(run, step, metrics, batch, rewards, bar)
-                if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
-                    log_eval(run, step, evaluate(run))
-                saved = save(run, step) if step == cfg.run.max_steps or (
-                    cfg.run.save_steps and step % cfg.run.save_steps == 0) else None
-                if step < cfg.run.max_steps and stop.requested(run.world):
-                    stop_training(run, stop, step, saved, bar)
+            try:
+                for step in range(run.start_step + 1, cfg.run.max_steps + 1):
+                    timer = StepTimer()
+                    with timer.phase("generate"):
+                        rows, batch = pipeline.next(run, step - 1)
+                    with timer.phase("score"):
+                        advantages, rewards, reward_metrics = score(run, rows, batch)
+                    with timer.phase("logprobs"):
+                        old_logps, ref_logps, ratio, off_policy = logprobs(run, batch)
+                    with timer.phase("update"):
+                        update_metrics = update(run, batch, advantages, old_logps, ref_logps, step, ratio)
+                    completed = step
+                    with timer.phase("push"):
+                        pipeline.drain()  # no generation in flight straddles the new weights
+                        run.rollout_backend.sync_weights(step)  # the next rollout samples from the updated policy
+                    metrics = {**reward_metrics, **update_metrics, **off_policy,
+                               **staleness_metrics(batch.policy_version, step - 1),
+                               "staleness/dropped_samples": pipeline.dropped, **step_metrics(run, batch, timer)}
+                    log(run, step, metrics, batch, rewards, bar)
+                    if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
+                        log_eval(run, step, evaluate(run))
+                    saved = save(run, step) if step == cfg.run.max_steps or (
+                        cfg.run.save_steps and step % cfg.run.save_steps == 0) else None
+                    if step < cfg.run.max_steps and stop.requested(run.world):
+                        pipeline.close()
+                        stop_training(run, stop, step, saved, bar)
+            except ServerUnavailable as exc:
+                pipeline.close()
+                bar.close()
+                checkpoint = save(run, completed)
+                run.logger.close()
+                raise RolloutServerLost(str(exc), completed, checkpoint) from None
+        pipeline.close()
         bar.close()
         return finish(run, eval_before, evaluate(run))
 
@@ -102,17 +121,28 @@ def score(run: Run, rows: list[dict[str, Any]], batch: RolloutBatch
     return result.advantages[share].to(run.device), result.total_rewards[share], metrics
 
 
-def logprobs(run: Run, batch: RolloutBatch) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """Old log-probs only when the batch is reused; reference log-probs only when beta != 0."""
+def logprobs(run: Run, batch: RolloutBatch) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor],
+                                                    Optional[torch.Tensor], dict[str, float]]:
+    """(old log-probs, reference log-probs, importance weights, off-policy metrics). The old log-probs are computed
+    when the batch is reused (returned) or the off-policy correction needs them (its weights: the policy before this
+    round over the sampler); the reference log-probs only when beta != 0."""
     cfg = run.config
     args = (batch, cfg.rollout.temperature, cfg.optim.per_device_train_batch_size, cfg.run.loss_backend)
     packing = packing_of(run)
-    old = sequence_logprobs(run.unwrapped_policy, *args, packing=packing) if cfg.optim.num_iterations > 1 else None
+    mode = cfg.rollout.importance_sampling_mode()
+    correct = mode is not None and batch.sampler_logps is not None
+    old = sequence_logprobs(run.unwrapped_policy, *args, packing=packing) \
+        if cfg.optim.num_iterations > 1 or correct else None
     ref = reference_logprobs(run.unwrapped_policy, run.reference, *args, packing=packing) \
         if cfg.loss.beta != 0.0 else None
     if run.fsdp and run.reference is not None:
         reshard(run.reference)  # no backward will free its gathered embedding and head
-    return old, ref
+    ratio, metrics = None, {}
+    if correct:
+        ratio, metrics = importance_weights(old, batch.sampler_logps, batch.completion_mask, mode,
+                                            cfg.rollout.importance_sampling_cap)
+        metrics = gather_mean(run, metrics)
+    return (old if cfg.optim.num_iterations > 1 else None), ref, ratio, metrics
 
 
 def packing_of(run: Run) -> Optional[Packing]:
@@ -124,16 +154,16 @@ def packing_of(run: Run) -> Optional[Packing]:
 
 
 def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: Optional[torch.Tensor],
-           ref_logps: Optional[torch.Tensor], step: int) -> dict[str, float]:
+           ref_logps: Optional[torch.Tensor], step: int, importance_ratio: Optional[torch.Tensor] = None
+           ) -> dict[str, float]:
     """The optimizer steps of this round; loss metrics averaged over processes, and the LR they used."""
     cfg = run.config
     lr = run.scheduler.get_last_lr()[0]
     inputs = UpdateInputs(batch, advantages, old_logps, ref_logps,
-                          num_items_per_process(run.accelerator, batch.completion_mask))
+                          num_items_per_process(run.accelerator, batch.completion_mask), importance_ratio)
     metrics = policy_update(run.accelerator, run.policy, run.lm, run.optimizer, run.scheduler, inputs, cfg.loss_config(),
                             cfg.optim.per_device_train_batch_size, cfg.optim.num_iterations,
                             cfg.optim.max_grad_norm, cfg.run.loss_backend, step, packing=packing_of(run))
-    run.rollout_backend.sync_weights()  # the next rollout samples from the updated policy
     return {**gather_mean(run, metrics), "learning_rate": lr}
 
 

@@ -57,10 +57,11 @@ def _data_location(name: str) -> str:
 ModelLocation = Annotated[str, AfterValidator(_model_location)]
 DataLocation = Annotated[str, AfterValidator(_data_location)]
 
-# The kernels' backends (grpo_kernels.backends.BACKENDS, which imports torch: the CLI checks a config without
-# it); tests/engine/config/test_schema.py keeps the two equal. "auto" routes each call by the cost model.
+# The kernels' backends: the registry's names (grpo_kernels.backends imports no torch). "auto" routes each call
+# by the cost model.
 LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
-ROLLOUT_BACKENDS = ("hf", "vllm")
+ROLLOUT_BACKENDS = ("hf", "vllm", "vllm_server")
+IMPORTANCE_SAMPLING = ("auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 BUILTIN_REWARDS = ("math_accuracy", "format", "length")
 
 # A key that is not in the schema because another key holds the setting: the message for the user who sets it.
@@ -168,10 +169,46 @@ class VLLMConfig(Section):
                           "rollout.max_new_tokens); at least that sum")
 
 
+def _server_url(url: str) -> str:
+    if not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", url):
+        raise ValueError("expected a server's base URL, http://HOST:PORT")
+    return url.rstrip("/")
+
+
+class ServerConfig(Section):
+    urls: Annotated[list[Annotated[str, AfterValidator(_server_url)]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["http://127.0.0.1:8000"],
+        description="vllm_server: the base URLs of the vLLM servers (vLLM's OpenAI-compatible server, e.g. from "
+                    "grpo-engine serve); training process i generates on the (i mod len(urls))-th, the weights go "
+                    "to all")
+    model: Optional[str] = Field(None, description="the served model name (null: the first one the server lists)")
+    timeout_s: PositiveFloat = Field(
+        300.0, description="how long a server that stops answering is retried, with backoff, before the run stops "
+                           "with a checkpoint saved")
+    request_timeout_s: PositiveFloat = Field(600.0, description="the longest one HTTP request may take")
+    max_concurrent_requests: PositiveInt = Field(
+        64, description="completion requests in flight to one server (one request per completion, each with its "
+                        "own seed)")
+    weight_transfer: Literal["auto", "nccl", "reload"] = Field(
+        "auto", description="how the trained weights reach the servers after every optimizer step: nccl (CUDA: "
+                            "vLLM's weight-transfer API, broadcast from training process 0), reload (vLLM's "
+                            "reload_weights from safetensors written to weights_dir; the server needs "
+                            "VLLM_SERVER_DEV_MODE=1); auto: nccl on CUDA, else reload")
+    weights_dir: Optional[str] = Field(
+        None, description="reload: the directory the weights are written to, which every server must read (a shared "
+                          "filesystem past one machine; null: run.output_dir/server_weights)")
+    nccl_host: Optional[str] = Field(
+        None, description="nccl: the address of training process 0 the servers connect to (null: this host's name)")
+    nccl_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        29700, description="nccl: the port of the weight-transfer group's rendezvous")
+
+
 class RolloutConfig(Section):
     backend: Annotated[str, _choice(ROLLOUT_BACKENDS)] = Field(
         "hf", description="hf: Hugging Face generate on the policy itself; vllm: a vLLM engine in the training "
-                          "process, given the policy's weights after every optimizer step (pip install vllm)")
+                          "process, given the policy's weights after every optimizer step (pip install vllm); "
+                          "vllm_server: vLLM servers reached over HTTP (rollout.server), given the weights after "
+                          "every optimizer step")
     num_generations: Annotated[int, Field(ge=2)] = Field(
         8, description="completions per prompt (G): advantages compare each with its group, so at least 2")
     max_new_tokens: PositiveInt = Field(
@@ -194,6 +231,24 @@ class RolloutConfig(Section):
                            "padded its vocabulary with (Qwen2.5) and which decode to nothing (false: never sampled, "
                            "left out of the log-probs)")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    max_staleness: NonNegativeInt = Field(
+        0, description="vllm_server: 0 generates each batch from the policy it trains (on-policy); k >= 1 generates "
+                       "the next batches while this one trains, from a policy up to k optimizer steps older; older "
+                       "samples are dropped (and counted)")
+    importance_sampling: Annotated[str, _choice(IMPORTANCE_SAMPLING)] = Field(
+        "auto", description="the off-policy correction: each token's loss times the ratio of the trainer's "
+                            "probability (before the update) to the sampler's, capped (truncate) or zeroed past "
+                            "the cap (mask), per token or per sequence (the product); auto: token_truncate with "
+                            "max_staleness >= 1, else off")
+    importance_sampling_cap: Annotated[float, Field(gt=1)] = Field(
+        3.0, description="the cap of the importance-sampling ratio (> 1)")
+
+    def importance_sampling_mode(self) -> Optional[str]:
+        """The off-policy correction in force, or None."""
+        if self.importance_sampling == "auto":
+            return "token_truncate" if self.max_staleness > 0 else None
+        return None if self.importance_sampling == "off" else self.importance_sampling
 
     def replays_kept_tokens(self) -> bool:
         """Whether rollouts record, and the log-probs replay, the sampler's kept-token sets."""
@@ -389,6 +444,13 @@ class EngineConfig(Section):
         if v.max_model_len is not None and v.max_model_len < (longest or r.max_new_tokens + 1):
             raise ValueError(f"rollout.vllm.max_model_len ({v.max_model_len}) must hold the longest sequence, "
                              f"data.max_prompt_length + rollout.max_new_tokens = {longest or r.max_new_tokens + 1}")
+        if r.max_staleness > 0 and r.backend != "vllm_server":
+            raise ValueError(f"rollout.max_staleness ({r.max_staleness}) needs rollout.backend vllm_server: the other "
+                             f"backends generate on the training processes, in turn with the update")
+        if r.backend == "vllm_server" and r.replays_kept_tokens():
+            raise ValueError("rollout.replay_kept_tokens: a vLLM server's HTTP API does not return the kept-token sets "
+                             "of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the whole "
+                             "vocabulary), drop top_p / top_k, or use rollout.backend hf")
         if v.tensor_parallel_size not in (1, self.model.tensor_parallel):
             raise ValueError(f"rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel "
                              f"({self.model.tensor_parallel}), got {v.tensor_parallel_size}")

@@ -25,8 +25,9 @@ class RolloutBackend(Protocol):
         `record_kept` also fills `kept_token_ids` (the ids top-k / top-p kept at each position)."""
         ...
 
-    def sync_weights(self) -> None:
-        """Called after every optimizer step: the next `generate` samples from the updated policy."""
+    def sync_weights(self, version: int = 0) -> None:
+        """Called after every optimizer round: the next `generate` samples from the updated policy, which holds
+        `version` rounds."""
         ...
 
 
@@ -44,6 +45,9 @@ class RolloutBatch:
     sampler_logps: Optional[torch.Tensor] = None  # [N, T]
     # the ids a truncating sampler kept at each position (-1 padding; -1 everywhere on padding positions)
     kept_token_ids: Optional[torch.Tensor] = None  # [N, T, K]
+    # the optimizer rounds the sampler's weights held when it drew each completion; -1: unknown (never trained on);
+    # None: the backend samples from the policy itself (always the current version)
+    policy_version: Optional[torch.Tensor] = None  # [N] long
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -62,7 +66,8 @@ class RolloutBatch:
 
         return RolloutBatch(self.prompts[rows], self.completions[rows], self.prompt_ids[rows], self.prompt_mask[rows],
                             self.completion_ids[rows], self.completion_attention[rows], self.completion_mask[rows],
-                            self.truncated[rows], part(self.sampler_logps), part(self.kept_token_ids))
+                            self.truncated[rows], part(self.sampler_logps), part(self.kept_token_ids),
+                            part(self.policy_version))
 
 
 def mask_after_eos(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

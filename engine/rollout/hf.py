@@ -154,5 +154,5 @@ class HFRollout:
         return generate_completions(self.model, self.tokenizer, prompts, self.config, self.max_prompt_length,
                                     self.device, greedy=greedy, record_kept=record_kept)
 
-    def sync_weights(self) -> None:
+    def sync_weights(self, version: int = 0) -> None:
         pass

@@ -166,7 +166,7 @@ class VLLMRollout:
                 raise
         self.sync_weights()  # LoRA merged, or a resumed policy: vLLM samples from what the trainer holds
 
-    def sync_weights(self) -> None:
+    def sync_weights(self, version: int = 0) -> None:
         self._wake(["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": checkpoint_weights(self.lm),
                                                           "is_checkpoint_format": True})

@@ -20,9 +20,17 @@ if TYPE_CHECKING:
 class TrainingInterrupted(Exception):
     """Raised at a step boundary after a stop signal; the CLI turns it into one line and exit status 130."""
 
+    exit_status = 130
+
     def __init__(self, signal_name: str, step: int, checkpoint: Path) -> None:
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
         super().__init__(f"{signal_name}: stopped after step {step}, checkpoint saved to {checkpoint}")
+
+
+class RolloutServerLost(TrainingInterrupted):
+    """A rollout server stopped answering for rollout.server.timeout_s: the run stopped with a checkpoint."""
+
+    exit_status = 1
 
 
 class StopRequest:

@@ -44,6 +44,7 @@ class UpdateInputs:
     old_logps: Optional[torch.Tensor]  # [n_local, T] when num_iterations > 1
     ref_logps: Optional[torch.Tensor]  # [n_local, T] when beta != 0
     num_items_in_batch: float  # active completion tokens of the whole generation batch / processes
+    importance_ratio: Optional[torch.Tensor] = None  # [n_local, T] the off-policy correction's weights
 
 
 def num_items_per_process(accelerator: Accelerator, completion_mask: torch.Tensor) -> float:
@@ -60,6 +61,7 @@ def micro_batch_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateI
         h, weight, part.completion_ids, part.completion_mask, inputs.advantages[rows], **head,
         old_logps=None if inputs.old_logps is None else inputs.old_logps[rows],
         ref_logps=None if inputs.ref_logps is None else inputs.ref_logps[rows],
+        importance_ratio=None if inputs.importance_ratio is None else inputs.importance_ratio[rows],
         num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend,
         kept_token_ids=part.kept_token_ids))
 
@@ -71,6 +73,7 @@ def pack_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateInputs, 
     return with_lm_head(unwrapped_lm, hidden, lambda h, weight, head: fused_linear_grpo_loss(
         h, weight, pack.completion_ids, pack.completion_mask, inputs.advantages[pack.rows], **head,
         old_logps=pack.rows_of(inputs.old_logps), ref_logps=pack.rows_of(inputs.ref_logps),
+        importance_ratio=pack.rows_of(inputs.importance_ratio),
         num_items_in_batch=inputs.num_items_in_batch, config=loss_config, backend=backend,
         cu_seqlens=pack.cu_seqlens, kept_token_ids=pack.kept_token_ids))
 

@@ -17,13 +17,15 @@ import time
 import torch
 
 
-def build_model(directory: str, hidden: int, layers: int, seed: int) -> None:
+def build_model(directory: str, hidden: int, layers: int, seed: int, vocab_rows: int = 0) -> None:
+    """A random Qwen2 with the demo's character tokenizer and head size 32 (vLLM's CPU attention has no kernel for
+    16); `vocab_rows` > the tokenizer's 99 pads the vocabulary as Qwen2.5 does."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from engine.data.demo_task import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=3 * hidden,
+    config = Qwen2Config(vocab_size=max(vocab_rows, len(tokenizer)), hidden_size=hidden, intermediate_size=3 * hidden,
                          num_hidden_layers=layers, num_attention_heads=hidden // 32, num_key_value_heads=1,
                          max_position_embeddings=1024, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)

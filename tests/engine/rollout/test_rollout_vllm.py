@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from engine.config import load_config
-from engine.data.demo_task import build_char_tokenizer
 from engine.steps.logprobs import sequence_logprobs
 from engine.state.metrics import read_metrics
 from engine.model.loading import HiddenStatePolicy, add_lora, load_causal_lm, load_tokenizer
 from engine.rollout import HFRollout
 from engine.rollout.hf import SamplerRecorder, kept_ids, sampling_processors
+from tests.support.server_models import save_model
 
 pytestmark = pytest.mark.vllm
 
@@ -27,25 +27,6 @@ PROMPTS = ["1+1=", "12+30=", "7+0=", "abc"]
 TEMPERATURE = 0.7
 VLLM_KEYS = {"rollout.backend": "vllm", "rollout.vllm.kv_cache_mb": 16, "data.max_prompt_length": 32,
              "rollout.temperature": TEMPERATURE}
-
-
-def save_model(path: Path, vocab_rows: int = 0) -> Path:
-    """A 2-layer Qwen2 with the demo's character tokenizer and head size 32 (vLLM's CPU attention has no kernel for
-    the demo model's 16); `vocab_rows` > the tokenizer's 99 pads the vocabulary as Qwen2.5 does."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = build_char_tokenizer()
-    config = Qwen2Config(vocab_size=max(vocab_rows, len(tokenizer)), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +137,10 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(sma
 
     synced = VLLMRollout.sync_weights
 
-    def only_the_first(self):  # the sync at start-up, then none
+    def only_the_first(self, version=0):  # the sync at start-up, then none
         if not getattr(self, "synced_once", False):
             self.synced_once = True
-            synced(self)
+            synced(self, version)
 
     monkeypatch.setattr(VLLMRollout, "sync_weights", only_the_first)
     stale = train_with_vllm(model_dir, {**overrides, "run.output_dir": str(tmp_path / "stale")})

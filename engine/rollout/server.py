@@ -1,0 +1,154 @@
+"""The `vllm_server` rollout backend: completions from vLLM servers over their OpenAI-compatible HTTP API.
+
+The servers run apart from training (other GPUs, other nodes; `grpo-engine serve` starts one with the settings
+this backend needs). Each training process sends its completions to `rollout.server.urls[i % len(urls)]`, one
+`/v1/completions` request per completion with the prompt as token ids and its own seed (drawn from the run's
+RNG, as the colocated backend draws them, so both sample alike), and reads back the token ids and their
+log-probs (`logprobs` with `return_tokens_as_token_ids`). The log-probs are the sampler's processed ones when
+the server runs with `--logprobs-mode processed_logprobs` (`grpo-engine serve` sets it).
+
+After every optimizer step the weights go to every server through vLLM's own mechanisms (weight_push.py), and
+the backend's `version` becomes the number of optimizer steps the servers' weights hold. A server that failed to
+answer may have restarted with its starting weights: from then on the version is unknown (None) until the next
+push succeeds, and the trainer never puts a sample of unknown version into the loss.
+
+What the HTTP API cannot carry: the kept-token sets of a truncating sampler (refused by the schema with
+rollout.replay_kept_tokens).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+import torch
+from torch import nn
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from ..config import ConfigError, EngineConfig
+from ..model.limits import scored_vocab_size
+from ..model.loading import base_causal_lm
+from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
+from .http_client import ServerClient
+from .weight_push import WeightPush, WeightPushFailed, create_weight_push
+
+UNKNOWN = None  # the version of a server that may have lost its weights
+PUSH_ATTEMPTS, PUSH_BACKOFF_S = 4, 0.5  # a push the server refused (a server that does not answer is retried longer)
+
+
+def server_urls_for(config: EngineConfig, process_index: int) -> str:
+    urls = config.rollout.server.urls
+    return urls[process_index % len(urls)]
+
+
+def check_servers_up(config: EngineConfig, process_index: int = 0) -> None:
+    """The servers this process talks to answer GET /health now: said in one line before any work."""
+    s = config.rollout.server
+    urls = s.urls if process_index == 0 else [server_urls_for(config, process_index)]
+    for url in urls:
+        if not ServerClient(url, 0.0, s.request_timeout_s).is_up():
+            raise ConfigError(f"rollout.server.urls: no vLLM server answers at {url} (GET {url}/health): start one "
+                              f"(grpo-engine serve --model DIR --port PORT) or correct the URL")
+
+
+class VLLMServerRollout:
+    """Completions from a vLLM server; `sync_weights` pushes the policy `lm` to every server."""
+
+    def __init__(self, config: EngineConfig, lm: nn.Module, tokenizer: PreTrainedTokenizerBase, device: torch.device,
+                 run_dir: str, world: Optional[Any] = None) -> None:
+        s = config.rollout.server
+        self.config, self.lm, self.tokenizer, self.device = config, lm, tokenizer, device
+        self.process_index = getattr(world, "process_index", 0)
+        self.eos = eos_ids(tokenizer, getattr(base_causal_lm(lm), "generation_config", None) or GenerationConfig())
+        scored = scored_vocab_size(tokenizer, lm, config.rollout.sample_padded_vocab)
+        self.allowed_token_ids = None if scored is None else list(range(scored))
+        self._lock = threading.Lock()
+        self.version: Optional[int] = UNKNOWN
+        self.client = ServerClient(server_urls_for(config, self.process_index), s.timeout_s, s.request_timeout_s,
+                                   on_failure=self._lost)
+        self.model_name = s.model or self.client.get("/v1/models")["data"][0]["id"]
+        self.pool = ThreadPoolExecutor(s.max_concurrent_requests, thread_name_prefix="rollout-request")
+        self.push: WeightPush = create_weight_push(config, device, run_dir, world, on_failure=self._lost)
+
+    def _lost(self) -> None:
+        with self._lock:
+            self.version = UNKNOWN
+
+    def sync_weights(self, version: int = 0) -> None:
+        """Pushes the policy's weights (every process takes part: sharded weights are gathered); `version` is the
+        number of optimizer steps they hold."""
+        with self._lock:
+            self.version = UNKNOWN  # while the servers take the new weights, neither version is certain
+        for attempt in range(PUSH_ATTEMPTS):  # a fixed count: every process retries alike
+            try:
+                self.push.push(self.lm)
+                break
+            except WeightPushFailed:
+                if attempt == PUSH_ATTEMPTS - 1:
+                    raise
+                time.sleep(PUSH_BACKOFF_S * 2**attempt)
+        with self._lock:
+            self.version = version
+
+    def draw_seeds(self, count: int) -> list[int]:
+        """One seed per completion from the run's torch RNG (the training thread's): a resumed run draws the same."""
+        return torch.randint(0, 2**31 - 1, (count,)).tolist()
+
+    def generate(self, prompts: list[str], greedy: bool = False, record_kept: bool = False,
+                 seeds: Optional[list[int]] = None) -> RolloutBatch:
+        if record_kept:
+            raise ConfigError("rollout.replay_kept_tokens: a vLLM server does not return its sampler's kept sets")
+        r = self.config.rollout
+        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts, self.config.data.max_prompt_length,
+                                                 torch.device("cpu"))
+        if seeds is None and not greedy:
+            seeds = self.draw_seeds(len(prompts))
+        version = self.version
+        common: dict[str, Any] = dict(
+            model=self.model_name, max_tokens=r.max_new_tokens, stop_token_ids=self.eos, logprobs=1,
+            return_tokens_as_token_ids=True, skip_special_tokens=False, repetition_penalty=r.repetition_penalty)
+        if self.allowed_token_ids is not None:
+            common["allowed_token_ids"] = self.allowed_token_ids
+        if greedy:
+            common.update(temperature=0.0)
+        else:
+            common.update(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k if r.top_k > 0 else -1)
+        payloads = [{**common, "prompt": ids[mask.bool()].tolist(),
+                     **({} if greedy else {"seed": seeds[i]})}
+                    for i, (ids, mask) in enumerate(zip(prompt_ids, prompt_mask))]
+        choices = list(self.pool.map(lambda p: self.client.post("/v1/completions", p)["choices"][0], payloads))
+        with self._lock:  # a failure during the requests (a possible restart) makes the whole batch's version unknown
+            version = version if self.version == version else UNKNOWN
+        batch = self._batch(prompts, prompt_ids, prompt_mask, choices, sampled=not greedy)
+        batch.policy_version = torch.full((len(prompts),), -1 if version is UNKNOWN else version, dtype=torch.long)
+        return batch
+
+    def _batch(self, prompts: list[str], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               choices: list[dict], sampled: bool) -> RolloutBatch:
+        tokens = [[token_id(t) for t in c["logprobs"]["tokens"]] for c in choices]
+        length = max(1, max(len(t) for t in tokens))
+        ids = torch.full((len(choices), length), self.tokenizer.pad_token_id, dtype=torch.long)
+        logps = torch.zeros(len(choices), length) if sampled else None
+        for row, (choice, row_tokens) in enumerate(zip(choices, tokens)):
+            ids[row, :len(row_tokens)] = torch.tensor(row_tokens, dtype=torch.long)
+            if logps is not None:
+                values = [0.0 if v is None else float(v) for v in choice["logprobs"]["token_logprobs"]]
+                logps[row, :len(values)] = torch.tensor(values)
+        to = self.device
+        return finish_batch(self.tokenizer, prompts, prompt_ids.to(to), prompt_mask.to(to), ids.to(to), self.eos,
+                            self.config.rollout, None if logps is None else logps.to(to), None)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.push.close()
+
+
+def token_id(token: str) -> int:
+    """A token of `return_tokens_as_token_ids`: 'token_id:123'."""
+    prefix, _, value = token.rpartition(":")
+    if prefix != "token_id" or not value.isdigit():
+        raise ValueError(f"the server returned the token {token!r} where token_id:N was asked for "
+                         f"(return_tokens_as_token_ids): is it a vLLM server?")
+    return int(value)

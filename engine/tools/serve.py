@@ -1,0 +1,67 @@
+"""`grpo-engine serve`: a vLLM server with the settings the vllm_server rollout backend needs.
+
+It runs vLLM's own OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`, which works where the
+`vllm` console script does not, as in the CPU build's community wheel) with: the sampler's processed log-probs
+(`--logprobs-mode processed_logprobs`: what the trainer compares its own with), the dtype and longest sequence
+asked for, VLLM_SERVER_DEV_MODE=1 (the reload_weights and reset_prefix_cache endpoints the CPU weight push calls),
+on CUDA vLLM's NCCL weight-transfer engine (`--weight-transfer-config`), on a CPU eager mode. Arguments after `--`
+go to vLLM unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="the model directory (or Hub id) the run trains")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                        help="as model.dtype (auto: bf16 on CUDA, fp32 on a CPU)")
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="the longest prompt + completion (data.max_prompt_length + rollout.max_new_tokens)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python of vLLM's environment (default: this one)")
+    parser.add_argument("--print-command", action="store_true", help="print the command and exit")
+    parser.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM's own arguments")
+
+
+def serve_command(args: argparse.Namespace, cuda: bool) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra environment) of the vLLM server."""
+    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if cuda else "float32")
+    argv = [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model, "--host", args.host,
+            "--port", str(args.port), "--dtype", dtype, "--logprobs-mode", "processed_logprobs"]
+    if args.max_model_len is not None:
+        argv += ["--max-model-len", str(args.max_model_len)]
+    if cuda:
+        argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
+    else:
+        argv += ["--enforce-eager"]
+    extra = [a for a in args.vllm_args if a != "--"]
+    return argv + extra, {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.device == "auto":
+        import torch
+
+        cuda = torch.cuda.is_available()
+    else:
+        cuda = args.device == "cuda"
+    argv, env = serve_command(args, cuda)
+    if args.print_command:
+        print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(argv))
+        return 0
+    os.execve(argv[0], argv, {**os.environ, **env})  # the server replaces this process: signals reach it
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="grpo-engine serve")
+    add_serve_arguments(parser)
+    return serve(parser.parse_args(argv))

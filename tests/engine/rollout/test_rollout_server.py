@@ -1,0 +1,182 @@
+"""The vllm_server backend against a stand-in server (tests/support/fake_vllm_server.py: the same HTTP endpoints,
+sampling from a real model): training on- and off-policy, the weight push after every round, and the faults (a
+server down at start, one that stops answering mid-run, a refused push, a server that may have lost its weights)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.config import ConfigError, load_config
+from engine.state.interrupt import RolloutServerLost
+from engine.state.metrics import read_metrics
+from tests.support.fake_vllm_server import FakeVLLMServer
+from tests.support.server_models import save_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_model(tmp_path_factory.mktemp("served_model"))
+
+
+@pytest.fixture()
+def server(model_dir):
+    fake = FakeVLLMServer(str(model_dir)).start()
+    yield fake
+    fake.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_overrides(small_overrides: dict, model_dir: Path, url: str, **extra) -> dict:
+    return {**small_overrides, "model.name_or_path": str(model_dir), "rollout.backend": "vllm_server",
+            "rollout.server.urls": [url], "rollout.server.timeout_s": 2.0, "data.max_prompt_length": 32,
+            "rollout.temperature": 0.7, "optim.learning_rate": 0.05, **extra}
+
+
+def train_rows(overrides: dict) -> list[dict]:
+    from engine.trainer import train
+
+    config = load_config(None, overrides)
+    train(config)
+    return [row for row in read_metrics(Path(config.run.output_dir)) if "loss" in row]
+
+
+def test_on_policy_run_pushes_every_round_and_samples_what_the_trainer_holds(small_overrides, model_dir, server):
+    """max_staleness 0: the server gets the weights at the start and after each of the 3 rounds; a learning rate of
+    0.05 moves the policy far, so its log-probs equal the trainer's (ratio 1 within 1e-4) only if every push
+    landed."""
+    rows = train_rows(server_overrides(small_overrides, model_dir, server.url))
+    assert len(rows) == 3 and len(server.reloads) == 4
+    for row in rows:
+        assert abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4, row
+        assert row["staleness/max"] == 0 and row["staleness/dropped_samples"] == 0
+        assert "off_policy/ratio_mean" not in row  # auto: no correction on-policy
+
+
+def test_one_step_ahead_trains_on_samples_one_round_old_with_the_correction(small_overrides, model_dir, server):
+    rows = train_rows(server_overrides(small_overrides, model_dir, server.url, **{"rollout.max_staleness": 1,
+                                                                                 "run.max_steps": 4}))
+    assert [row["staleness/max"] for row in rows] == [0, 1, 1, 1]
+    assert all(row["staleness/dropped_samples"] == 0 for row in rows)
+    # Step 1 samples the weights it trains; later ones a round older: the ratio leaves 1 and is corrected.
+    assert abs(rows[0]["off_policy/ratio_mean"] - 1.0) < 1e-4
+    assert max(abs(row["off_policy/ratio_mean"] - 1.0) for row in rows[1:]) > 1e-3
+    for row in rows:
+        assert row["off_policy/corrected_ratio_mean"] <= row["off_policy/ratio_mean"] + 1e-6
+        assert row["off_policy/ratio_max"] > 3.0 or row["off_policy/capped_fraction"] == 0.0
+
+
+def test_server_not_up_is_named_before_any_work(small_overrides, model_dir, tmp_path, capsys):
+    from engine.cli import main
+
+    url = f"http://127.0.0.1:{free_port()}"
+    status = main(["train", "--model", str(model_dir), "--output-dir", str(tmp_path / "never"),
+                   "--rollout.backend", "vllm_server", "--rollout.server.urls", f"[{url}]"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert url in err[0] and "no vLLM server answers" in err[0]
+    assert not (tmp_path / "never").exists()
+
+
+def cli_flags(overrides: dict) -> list[str]:
+    def text(value) -> str:
+        if isinstance(value, list):
+            return "[" + ", ".join(map(str, value)) + "]"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return [part for key, value in overrides.items() for part in (f"--{key}", text(value))]
+
+
+def test_server_that_stops_answering_stops_the_run_with_a_checkpoint(small_overrides, model_dir, server, capsys):
+    """After 2 training steps' completions the server answers 503 to everything: retried for
+    rollout.server.timeout_s (2 s), then the run saves the last completed round and says how to resume."""
+    from engine.cli import main
+
+    overrides = server_overrides(small_overrides, model_dir, server.url, **{"run.max_steps": 5})
+    calls = {"n": 0}
+    real_complete = server._complete
+
+    def counting(body):
+        calls["n"] += "seed" in body  # sampled: a training rollout (the evaluations are greedy)
+        if calls["n"] == 8 * 2:
+            server.die_after_completions = 0  # after this one
+        return real_complete(body)
+
+    server._complete = counting
+    assert main(["train"] + cli_flags(overrides)) == 1
+    err = capsys.readouterr().err
+    assert f"the rollout server {server.url} did not answer for 2 s" in err, err
+    checkpoints = sorted((Path(overrides["run.output_dir"]) / "checkpoints").iterdir())
+    assert [c.name for c in checkpoints] == ["checkpoint-000002"], err  # step 2 trained, its push or step 3 failed
+    assert "checkpoint saved to" in err and "Continue with: grpo-engine train --resume --output-dir" in err
+    assert len([row for row in read_metrics(Path(overrides["run.output_dir"])) if "loss" in row]) in (1, 2)
+
+
+def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(small_overrides, model_dir, server,
+                                                                              monkeypatch):
+    """A reload the server refuses twice is pushed again; completion requests answered 503 (a server that may have
+    restarted with its starting weights) make their batch's version unknown: it is dropped, counted, the weights
+    pushed again and the batch generated anew. The loss only ever sees version-matched samples (ratio 1)."""
+    from engine.steps import update as update_step
+
+    seen_versions = []
+    original = update_step.policy_update
+
+    def recording(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs):
+        seen_versions.append(inputs.batch.policy_version.unique().tolist())
+        return original(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs)
+
+    monkeypatch.setattr("engine.trainer.policy_update", recording)
+    server.fail_rpc = 2
+    calls = {"n": 0}
+    real_complete = server._complete
+
+    def flaky(body):
+        calls["n"] += "seed" in body
+        if calls["n"] == 12:  # in step 2's batch
+            server.fail_requests = 2
+        return real_complete(body)
+
+    server._complete = flaky
+    rows = train_rows(server_overrides(small_overrides, model_dir, server.url))
+    assert seen_versions == [[0], [1], [2]]
+    assert rows[1]["staleness/dropped_samples"] == 8 and rows[-1]["staleness/dropped_samples"] == 8
+    for row in rows:
+        assert abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4, row
+
+
+def test_config_rules():
+    with pytest.raises(ConfigError, match="rollout.max_staleness .* needs rollout.backend vllm_server"):
+        load_config(None, {"rollout.max_staleness": 1})
+    with pytest.raises(ConfigError, match="does not return the kept-token sets"):
+        load_config(None, {"rollout.backend": "vllm_server", "rollout.top_k": 5})
+    with pytest.raises(ConfigError, match="rollout.server.urls"):
+        load_config(None, {"rollout.backend": "vllm_server", "rollout.server.urls": ["localhost:8000"]})
+    config = load_config(None, {"rollout.backend": "vllm_server", "rollout.max_staleness": 2})
+    assert config.rollout.importance_sampling_mode() == "token_truncate"
+
+
+def test_importance_weights_truncate_and_mask():
+    from engine.steps.off_policy import importance_weights
+
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.9], [0.2, 0.9, 0.1]]))
+    sampler = torch.log(torch.tensor([[0.5, 0.1, 0.3], [0.1, 0.9, 0.9]]))
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    raw = (old - sampler).exp()
+    weights, metrics = importance_weights(old, sampler, mask, "token_truncate", 3.0)
+    torch.testing.assert_close(weights, torch.where(mask.bool(), raw.clamp(max=3.0), 1.0))
+    assert metrics["off_policy/capped_fraction"] == pytest.approx(1 / 5)
+    weights, _ = importance_weights(old, sampler, mask, "token_mask", 2.5)
+    torch.testing.assert_close(weights, torch.where(mask.bool(), torch.where(raw > 2.5, 0.0, raw), 1.0))
+    weights, _ = importance_weights(old, sampler, mask, "sequence_truncate", 100.0)
+    sequence = torch.stack([raw[0].prod(), raw[1, :2].prod()])
+    torch.testing.assert_close(weights[0], sequence[0].expand(3))
+    torch.testing.assert_close(weights[1, :2], sequence[1].expand(2))

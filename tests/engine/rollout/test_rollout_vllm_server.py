@@ -1,0 +1,125 @@
+"""The vllm_server backend against a real vLLM server (the CPU build, started by the test with grpo-engine serve's
+command on 127.0.0.1 and a free port; `.ci/vllm_tests` makes the environment, elsewhere these tests skip):
+weights pushed through reload_weights after every optimizer step, greedy completions equal to the policy's own
+after each push, the sampler's log-probs equal to the trainer's; a run at max_staleness 0 trains exactly as the
+colocated vllm backend; a run one step ahead trains on samples one round old."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.config import load_config
+from engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer
+from engine.rollout import HFRollout
+from engine.rollout.http_client import ServerClient
+from engine.state.metrics import read_metrics
+from engine.steps.logprobs import sequence_logprobs
+from engine.tools.serve import serve_command
+from tests.support.processes import free_port
+from tests.support.server_models import save_model
+
+pytestmark = pytest.mark.vllm
+
+CPU = torch.device("cpu")
+PROMPTS = ["1+1=", "12+30=", "7+0=", "abc"]
+START_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    pytest.importorskip("vllm")
+    model_dir = save_model(tmp_path_factory.mktemp("served"))
+    port = free_port()
+    args = argparse.Namespace(model=str(model_dir), host="127.0.0.1", port=port, dtype="float32", max_model_len=128,
+                              python=sys.executable,
+                              vllm_args=["--", "--kv-cache-memory-bytes", str(16 << 20), "--max-num-seqs", "64"])
+    argv, env = serve_command(args, cuda=False)
+    log = open(tmp_path_factory.mktemp("log") / "server.log", "w")
+    process = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not ServerClient(url, 0, 5).is_up():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            log.close()
+            pytest.fail(f"the vLLM server did not come up: {Path(log.name).read_text()[-3000:]}")
+        time.sleep(2)
+    yield url, model_dir
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+def server_keys(url: str, model_dir: Path) -> dict:
+    return {"model.name_or_path": str(model_dir), "rollout.backend": "vllm_server", "rollout.server.urls": [url],
+            "data.max_prompt_length": 32, "rollout.temperature": 0.7, "rollout.server.timeout_s": 30.0}
+
+
+def test_greedy_equals_the_policy_after_every_push(vllm_server, tmp_path):
+    from engine.rollout.server import VLLMServerRollout
+
+    url, model_dir = vllm_server
+    config = load_config(None, {**server_keys(url, model_dir), "rollout.max_new_tokens": 8})
+    lm = load_causal_lm(str(model_dir), config.model, CPU)
+    tokenizer = load_tokenizer(str(model_dir))
+    server = VLLMServerRollout(config, lm, tokenizer, CPU, str(tmp_path), None)
+    hf = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, CPU)
+    policy = HiddenStatePolicy(lm)
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=0.05)
+    server.sync_weights(0)
+    outputs = []
+    for step in range(3):
+        greedy = server.generate(PROMPTS, greedy=True)
+        assert greedy.completion_ids.tolist() == hf.generate(PROMPTS, greedy=True).completion_ids.tolist(), step
+        assert greedy.policy_version.tolist() == [step] * len(PROMPTS)
+        outputs.append(greedy.completion_ids.tolist())
+        torch.manual_seed(step)
+        sampled = server.generate(PROMPTS * 2)
+        mask = sampled.completion_mask.bool()
+        trainer = sequence_logprobs(policy, sampled, 0.7, 8, "torch")
+        assert (trainer[mask] - sampled.sampler_logps[mask]).exp().sub(1).abs().max() < 1e-4  # the ratio
+        logits = lm(input_ids=sampled.input_ids).logits.float()
+        (-logits.log_softmax(-1)[..., 5 + step].mean()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        server.sync_weights(step + 1)
+    assert outputs[0] != outputs[-1]
+    server.close()
+
+
+def train_rows(overrides: dict) -> list[dict]:
+    from engine.trainer import train
+
+    config = load_config(None, overrides)
+    train(config)
+    return [row for row in read_metrics(Path(config.run.output_dir)) if "loss" in row]
+
+
+def test_server_trains_exactly_as_colocated_and_one_step_ahead(vllm_server, small_overrides, tmp_path):
+    url, model_dir = vllm_server
+    common = {**small_overrides, **server_keys(url, model_dir), "optim.learning_rate": 0.05}
+    server_rows = train_rows({**common, "run.output_dir": str(tmp_path / "server")})
+    colocated = {key: value for key, value in common.items() if not key.startswith("rollout.server")}
+    colocated_rows = train_rows({**colocated, "rollout.backend": "vllm", "rollout.vllm.kv_cache_mb": 16,
+                                 "run.output_dir": str(tmp_path / "colocated")})
+    for ours, theirs in zip(server_rows, colocated_rows, strict=True):
+        assert ours["completions/mean_length"] == theirs["completions/mean_length"]  # the same samples
+        for key in ("reward", "loss", "grad_norm"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+        assert abs(ours["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4
+    ahead = train_rows({**common, "rollout.max_staleness": 1, "run.max_steps": 3,
+                        "run.output_dir": str(tmp_path / "ahead")})
+    assert [row["staleness/max"] for row in ahead] == [0, 1, 1]
+    assert abs(ahead[0]["off_policy/ratio_mean"] - 1.0) < 1e-4
+    assert all(row["staleness/dropped_samples"] == 0 for row in ahead)
