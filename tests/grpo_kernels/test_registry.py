@@ -166,12 +166,8 @@ def test_a_registered_backend_is_listed_everywhere_the_names_are_read(register):
     import grpo_kernels.api as api
 
     assert "recording" in backend_names() and get_backend("recording").summary == "records its calls"
-    from engine.config import RunConfig
-    import typing
-
-    # the engine's choices are the registry's names, read when the config is checked
-    assert typing.get_args(typing.get_type_hints(RunConfig)["loss_backend"]) == backend_names()
     assert api.resolve_backend("recording", torch.device("cpu")) == "recording"
+    # (the engine's run.loss_backend reads backend_names() when its schema is built: tests/engine/config/)
 
 
 def test_a_declared_one_pass_route_runs_the_backends_own_pass(register):
