@@ -26,7 +26,7 @@ def run(url: str, model: str, staleness: int, args: argparse.Namespace, output_d
         "model.name_or_path": model, "rollout.backend": "vllm_server", "rollout.server.urls": [url],
         "rollout.max_staleness": staleness, "run.output_dir": output_dir, "run.max_steps": args.steps,
         "run.progress_bar": False, "run.plot": False, "run.log_completions_steps": 0, "run.num_threads": 1,
-        "run.loss_backend": "torch", "data.max_prompt_length": 32, "data.builtin_max_operand": 9,
+        "data.max_prompt_length": 32, "data.builtin_max_operand": 9,
         "rollout.num_generations": args.generations, "rollout.max_new_tokens": args.max_new_tokens,
         "rollout.temperature": 0.8, "optim.per_device_train_batch_size": args.batch,
         "optim.num_iterations": args.iterations, "optim.learning_rate": 1e-4,
