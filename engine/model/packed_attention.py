@@ -22,6 +22,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 PER_SEQUENCE_SDPA = "sdpa_per_sequence"
+CHECK_ROWS = 1024  # mask rows compared at once
 
 
 class _LastMask:
@@ -55,10 +56,12 @@ def per_sequence_bounds(mask: torch.Tensor, position_ids: torch.Tensor) -> Optio
         return None
     sequence = torch.cumsum(first.long(), 0)
     index = torch.arange(length, device=positions.device)
-    expected = (sequence[:, None] == sequence[None, :]) & (index[None, :] <= index[:, None])
-    attends = mask if mask.dtype == torch.bool else mask == 0
-    if not bool((attends == expected).all()):
-        return None
+    for start in range(0, length, CHECK_ROWS):  # in row blocks: no second [L, L] tensor beside the mask
+        rows = slice(start, start + CHECK_ROWS)
+        expected = (sequence[rows, None] == sequence[None, :]) & (index[None, :] <= index[rows, None])
+        block = mask[..., rows, :]
+        if not bool(((block if block.dtype == torch.bool else block == 0) == expected).all()):
+            return None
     return [*first.nonzero().flatten().tolist(), length]
 
 

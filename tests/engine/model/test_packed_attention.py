@@ -122,3 +122,23 @@ def test_only_sdpa_is_switched_and_a_saved_model_loads_without_it(tmp_path):
     eager = qwen2()
     eager.config._attn_implementation = "eager"
     assert not use_per_sequence_attention(eager) and eager.config._attn_implementation == "eager"
+
+
+def test_the_bounds_need_a_mask_causal_within_each_sequence_and_nothing_across(monkeypatch):
+    from engine.model.packed_attention import per_sequence_bounds
+
+    monkeypatch.setattr(packed_attention, "CHECK_ROWS", 4)  # several row blocks
+    _, positions = packed_inputs([3, 5, 2])
+    sequence = torch.tensor([0] * 3 + [1] * 5 + [2] * 2)
+    causal = torch.tril(torch.ones(10, 10, dtype=torch.bool)) & (sequence[:, None] == sequence[None, :])
+    assert per_sequence_bounds(causal[None, None], positions) == [0, 3, 8, 10]
+    additive = torch.zeros(1, 1, 10, 10).masked_fill(~causal, float("-inf"))  # a float mask: 0 attends
+    assert per_sequence_bounds(additive, positions) == [0, 3, 8, 10]
+    across = causal.clone()
+    across[9, 4] = True  # the last sequence sees the middle one
+    assert per_sequence_bounds(across[None, None], positions) is None
+    window = causal.clone()
+    window[7, 3] = False  # a sliding window cuts the middle sequence
+    assert per_sequence_bounds(window[None, None], positions) is None
+    assert per_sequence_bounds(causal[None, None], positions + 1) is None  # not numbered from 0
+    assert per_sequence_bounds(causal[None, None].expand(2, 1, 10, 10), positions) is None  # a batch of 2
