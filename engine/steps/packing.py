@@ -29,8 +29,8 @@ from ..model.packed_attention import PER_SEQUENCE_SDPA
 from ..rollout import RolloutBatch
 
 
-# Without a budget, where attention runs over a dense [L, L] mask (sdpa, eager), a pack holds this many times the
-# batch's longest sequence, its cost growing with the square of the pack (engine/tools/packing_bench.py), but at
+# Without a budget, where attention runs over a dense [L, L] mask (eager, plain sdpa), a pack holds this many times
+# the batch's longest sequence, its cost growing with the square of the pack (engine/tools/packing_bench.py), but at
 # least DENSE_MASK_MIN_TOKENS: below about a thousand tokens the mask's L^2 is small next to the linear layers
 # (packing_bench at hidden 384: packs of 576-1144 tokens were the fastest), while packs of two short sequences
 # would make dozens of tiny micro-batches (the built-in demo: 128 sequences of ~25 tokens, 64 forwards and

@@ -17,8 +17,9 @@ batch packed or padded by estimated cost).
 
 For each spread one process builds the model and batch, runs every mode once untimed (warm-up), then
 `--rounds` rounds of every mode in turn, one step each: a change in the machine's load falls on all modes
-alike. The learning rate is 0, so every step sees the same weights and the modes' losses compare. Step time: the median over rounds of the process's CPU time (one thread: on an idle core that is the
-wall time, and it does not count the time other jobs on a shared machine take the core), and of the wall time.
+alike. The learning rate is 0, so every step sees the same weights and the modes' losses compare. Step time:
+the median over rounds of the process's CPU time (one thread: on an idle core that is the wall time, and it does
+not count the time other jobs on a shared machine take the core), and of the wall time.
 """
 
 from __future__ import annotations
