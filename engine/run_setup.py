@@ -36,6 +36,7 @@ from .model.loading import (
     name_after_hub_id,
     resolve_device,
 )
+from .model.packed_attention import use_per_sequence_attention
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
@@ -236,6 +237,8 @@ def setup_run(config: EngineConfig) -> Run:
     for model in (lm, None if reference is None else reference.lm):
         if model is not None:
             restrict_vocabulary(model, scored)
+            if config.optim.padding_free:  # sdpa's packs then cost what their sequences cost
+                use_per_sequence_attention(base_causal_lm(model))
     if config.model.gradient_checkpointing:
         enable_gradient_checkpointing(lm)
     policy = HiddenStatePolicy(lm).train()

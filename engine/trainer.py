@@ -24,7 +24,7 @@ from .state.plot import plot_run
 from .state.run_lock import hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
 from .steps.logprobs import reference_logprobs, sequence_logprobs
-from .steps.packing import Packing, has_varlen_attention
+from .steps.packing import Packing, attention_pair_cost, has_varlen_attention
 from .steps.rewards import score_completions
 from .steps.off_policy import importance_weights, staleness_metrics
 from .steps.rollout import RolloutPipeline
@@ -150,7 +150,8 @@ def packing_of(run: Run) -> Optional[Packing]:
     optim = run.config.optim
     if not optim.padding_free:
         return None
-    return Packing(optim.max_tokens_per_micro_batch, has_varlen_attention(base_causal_lm(run.lm)))
+    lm = base_causal_lm(run.lm)
+    return Packing(optim.max_tokens_per_micro_batch, has_varlen_attention(lm), attention_pair_cost(lm.config))
 
 
 def update(run: Run, batch: RolloutBatch, advantages: torch.Tensor, old_logps: Optional[torch.Tensor],

@@ -16,7 +16,7 @@ from grpo_kernels import linear_logprobs
 
 from ..model.loading import HiddenStatePolicy, is_peft_model, with_lm_head
 from ..rollout.base import RolloutBatch
-from .packing import Packing, make_packs, pack_hidden_states
+from .packing import Pack, Packing, pack_hidden_states, plan_micro_batches
 
 
 def completion_hidden_states(policy: nn.Module, batch: RolloutBatch) -> torch.Tensor:
@@ -35,34 +35,28 @@ def sequence_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperatur
     then compares the two distributions on the support the tokens were drawn from).
 
     With `disable_adapters` a peft policy scores as its base model: the KL reference of a LoRA run, at no
-    extra memory. With `packing` the micro-batches are packs of whole sequences (engine.steps.packing), as in
-    the padding-free update.
+    extra memory. With `packing` the micro-batches are packs of whole sequences, or padded where those would
+    cost more (engine.steps.packing.plan_micro_batches), as in the padding-free update.
     """
     lm = policy.lm
     if disable_adapters and not is_peft_model(lm):
         raise ValueError("disable_adapters needs a peft (LoRA) policy")
     context = lm.disable_adapter() if disable_adapters else nullcontext()
-    with context:
-        if packing is not None:
-            return _packed_logprobs(policy, batch, temperature, micro_batch_size, backend, packing)
-        chunks = []
-        for start in range(0, len(batch.prompts), micro_batch_size):
-            part = batch.select(slice(start, start + micro_batch_size))
-            hidden = completion_hidden_states(policy, part)
-            chunks.append(with_lm_head(lm, hidden, lambda h, weight, head: linear_logprobs(
-                h, weight, part.completion_ids, **head, temperature=temperature, backend=backend,
-                mask=part.completion_mask, kept_token_ids=part.kept_token_ids)))  # padding never goes through the head
-    return torch.cat(chunks, dim=0)
-
-
-def _packed_logprobs(policy: HiddenStatePolicy, batch: RolloutBatch, temperature: float, micro_batch_size: int,
-                     backend: str, packing: Packing) -> torch.Tensor:
     logps = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
-    for pack in make_packs(batch, packing, micro_batch_size):
-        hidden = pack_hidden_states(policy, pack)
-        pack.scatter(with_lm_head(policy.lm, hidden, lambda h, weight, head: linear_logprobs(
-            h, weight, pack.completion_ids, **head, temperature=temperature, backend=backend,
-            mask=pack.completion_mask, kept_token_ids=pack.kept_token_ids)), logps)
+    with context:
+        for part in plan_micro_batches(batch, packing, micro_batch_size):
+            if isinstance(part, Pack):
+                hidden, rows = pack_hidden_states(policy, part), part
+            else:
+                rows = batch.select(part)
+                hidden = completion_hidden_states(policy, rows)
+            values = with_lm_head(lm, hidden, lambda h, weight, head: linear_logprobs(
+                h, weight, rows.completion_ids, **head, temperature=temperature, backend=backend,
+                mask=rows.completion_mask, kept_token_ids=rows.kept_token_ids))  # padding never goes through the head
+            if isinstance(part, Pack):
+                part.scatter(values, logps)
+            else:
+                logps[part] = values
     return logps
 
 

@@ -4,7 +4,13 @@ A pack is one row of `input_ids` [1, L] holding S sequences (each its real promp
 to and including the first EOS), with `position_ids` restarting at 0 for each, and no attention mask. From those
 position ids transformers confines attention to each sequence: flash_attention_2 runs varlen over the sequence
 boundaries, sdpa and eager build a block-diagonal causal mask (masking_utils.find_packed_sequence_indices, in every
-release since 5.0). The completion rows of the pack go through the fused loss as its packed form (`cu_seqlens`).
+release since 5.0), which engine.model.packed_attention turns back into one sdpa call per sequence. The completion
+rows of the pack go through the fused loss as its packed form (`cu_seqlens`).
+
+With the default budget each batch takes the cheaper route, packed or padded (`plan_micro_batches`), by an
+estimate of the work of each: tokens through the linear layers plus query-key pairs of attention, the pairs
+weighted by their share of a token's work in this model (`attention_pair_cost`). Packs win where padding is
+much of the batch; under a dense mask (eager) a pack's L^2 attention can cost more than the padding it saves.
 
 Every process runs the same number of micro-batches (DDP's buffer broadcast and FSDP2's gathers run per forward):
 a process with fewer packs splits its largest until the counts agree.
@@ -13,17 +19,18 @@ a process with fewer packs splits its largest until the counts agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..model.packed_attention import PER_SEQUENCE_SDPA
 from ..rollout import RolloutBatch
 
 
-# Without a budget, where attention runs over a dense [L, L] mask (sdpa, eager), a pack holds this many times the
-# batch's longest sequence, its cost growing with the square of the pack (engine/tools/packing_bench.py), but at
+# Without a budget, where attention runs over a dense [L, L] mask (eager, plain sdpa), a pack holds this many times
+# the batch's longest sequence, its cost growing with the square of the pack (engine/tools/packing_bench.py), but at
 # least DENSE_MASK_MIN_TOKENS: below about a thousand tokens the mask's L^2 is small next to the linear layers
 # (packing_bench at hidden 384: packs of 576-1144 tokens were the fastest), while packs of two short sequences
 # would make dozens of tiny micro-batches (the built-in demo: 128 sequences of ~25 tokens, 64 forwards and
@@ -35,12 +42,15 @@ DENSE_MASK_MIN_TOKENS = 1024
 @dataclass(frozen=True)
 class Packing:
     """How a padding-free step groups a process's sequences: at most `max_tokens` per pack. None: the batch's
-    longest sequence times micro_batch_size under varlen attention (flash_attention_2: a pack costs what its
-    sequences cost, and holds no more tokens than a padded micro-batch), else times min(micro_batch_size,
-    DENSE_MASK_SEQUENCES), raised to DENSE_MASK_MIN_TOKENS where a padded micro-batch holds that many."""
+    longest sequence times micro_batch_size under varlen attention (flash_attention_2, or sdpa per sequence: a
+    pack costs what its sequences cost, and holds no more tokens than a padded micro-batch), else times
+    min(micro_batch_size, DENSE_MASK_SEQUENCES), raised to DENSE_MASK_MIN_TOKENS where a padded micro-batch holds
+    that many; and each batch packed or padded, whichever `pair_cost` estimates cheaper. An explicit budget
+    always packs."""
 
     max_tokens: Optional[int] = None
     varlen_attention: bool = False
+    pair_cost: float = 0.0  # attention_pair_cost of the model: one query-key pair's work over one token's
 
 
 @dataclass
@@ -71,8 +81,23 @@ class Pack:
 
 
 def has_varlen_attention(model: nn.Module) -> bool:
-    """Whether the model's attention runs varlen over packed sequences (flash attention), not a dense mask."""
-    return str(getattr(model.config, "_attn_implementation", "")).startswith("flash")
+    """Whether the model's attention runs each packed sequence alone (flash attention's varlen, or sdpa per
+    sequence), not the pack under a dense mask."""
+    implementation = str(getattr(model.config, "_attn_implementation", ""))
+    return implementation.startswith("flash") or implementation == PER_SEQUENCE_SDPA
+
+
+def attention_pair_cost(model_config: Any) -> float:
+    """The work of one query-key pair of attention (its score and its share of the weighted sum: 2 x heads x
+    head_dim multiply-adds in each layer) over the work of one token through a layer's linear layers (its
+    weights' multiply-adds), from the model's config (a multimodal model's text config)."""
+    config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    mlp = getattr(config, "intermediate_size", None) or 4 * hidden
+    linear = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * mlp
+    return 2 * heads * head_dim / linear
 
 
 def sequence_lengths(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,13 +158,79 @@ def count_over_processes(count: int, device: torch.device) -> int:
     return int(value.item())
 
 
-def make_packs(batch: RolloutBatch, packing: Packing, micro_batch_size: int) -> list[Pack]:
-    """The batch's sequences as packs, as many on every process."""
+def sum_over_processes(values: list[float], device: torch.device) -> list[float]:
+    """The values summed over every process (this one's alone without a process group)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    total = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return total.tolist()
+
+
+def padded_cost(batch: RolloutBatch, micro_batch_size: int, pair_cost: float) -> float:
+    """The estimated work of the padded micro-batches: every row as wide as the batch, and attention over the
+    whole [W, W] square where a micro-batch has padding (a masked sdpa), the causal half where it has none
+    (transformers then drops the mask for sdpa's causal kernel)."""
+    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    real = batch.attention_mask.bool()
+    cost = 0.0
+    for start in range(0, real.shape[0], micro_batch_size):
+        rows = real[start:start + micro_batch_size]
+        pairs = rows.shape[0] * width ** 2 / (1 if bool((~rows).any()) else 2)
+        cost += rows.shape[0] * width + pair_cost * pairs
+    return cost
+
+
+def packed_cost(groups: list[list[int]], lengths: list[int], packing: Packing) -> float:
+    """The estimated work of the packs: their tokens, and attention over each sequence's causal half (varlen) or
+    over each pack's whole square (a dense mask)."""
+    cost = 0.0
+    for group in groups:
+        tokens = sum(lengths[i] for i in group)
+        pairs = sum(lengths[i] ** 2 / 2 for i in group) if packing.varlen_attention else tokens ** 2
+        cost += tokens + packing.pair_cost * pairs
+    return cost
+
+
+MicroBatch = Union[slice, "Pack"]  # padded rows of the batch, or a pack of whole sequences
+
+
+def padded_micro_batches(batch: RolloutBatch, micro_batch_size: int) -> list[slice]:
+    return [slice(start, start + micro_batch_size) for start in range(0, len(batch.prompts), micro_batch_size)]
+
+
+def plan_micro_batches(batch: RolloutBatch, packing: Optional[Packing], micro_batch_size: int) -> list[MicroBatch]:
+    """The batch's micro-batches: padded without `packing`; with it, packs, or padded micro-batches where the
+    default budget's packs are estimated to cost more (the same route on every process, by the costs summed
+    over them)."""
+    if packing is None:
+        return padded_micro_batches(batch, micro_batch_size)
+    lengths = packed_lengths(batch)
+    groups = plan_packs(lengths, token_budget(lengths, packing, micro_batch_size))
+    if packing.max_tokens is None:
+        padded, packed = sum_over_processes([padded_cost(batch, micro_batch_size, packing.pair_cost),
+                                             packed_cost(groups, lengths, packing)], batch.prompt_ids.device)
+        if padded <= packed:
+            return padded_micro_batches(batch, micro_batch_size)
+    return build_packs(batch, groups, lengths)
+
+
+def packed_lengths(batch: RolloutBatch) -> list[int]:
+    """Each sequence's prompt + completion tokens: what a pack holds of it."""
     prompt, completion = sequence_lengths(batch)
     if bool((prompt == 0).any()):
         raise ValueError("a prompt has no tokens: its first completion token has no position to be predicted from")
-    lengths = (prompt + completion).tolist()
-    groups = plan_packs(lengths, token_budget(lengths, packing, micro_batch_size))
+    return (prompt + completion).tolist()
+
+
+def make_packs(batch: RolloutBatch, packing: Packing, micro_batch_size: int) -> list[Pack]:
+    """The batch's sequences as packs, as many on every process."""
+    lengths = packed_lengths(batch)
+    return build_packs(batch, plan_packs(lengths, token_budget(lengths, packing, micro_batch_size)), lengths)
+
+
+def build_packs(batch: RolloutBatch, groups: list[list[int]], lengths: list[int]) -> list[Pack]:
+    """The groups' packs, their largest split until every process has as many."""
     groups = split_to_count(groups, lengths, count_over_processes(len(groups), batch.prompt_ids.device))
     return [build_pack(batch, rows) for rows in groups]
 

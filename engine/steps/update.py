@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 from accelerate import Accelerator
@@ -29,7 +29,7 @@ from grpo_kernels.objective import ratio_clip_flags
 from ..model.loading import with_lm_head
 from ..rollout.base import RolloutBatch
 from .logprobs import completion_hidden_states
-from .packing import Pack, Packing, make_packs, pack_hidden_states
+from .packing import Pack, Packing, pack_hidden_states, plan_micro_batches
 
 
 
@@ -78,15 +78,6 @@ def pack_loss(policy: nn.Module, unwrapped_lm: nn.Module, inputs: UpdateInputs, 
         cu_seqlens=pack.cu_seqlens, kept_token_ids=pack.kept_token_ids))
 
 
-MicroBatch = Union[slice, Pack]  # padded rows of the batch, or a pack of whole sequences
-
-
-def micro_batches(batch: RolloutBatch, micro_batch_size: int, packing: Optional[Packing]) -> list[MicroBatch]:
-    if packing is None:
-        return [slice(start, start + micro_batch_size) for start in range(0, len(batch.prompts), micro_batch_size)]
-    return make_packs(batch, packing, micro_batch_size)
-
-
 def loss_scale(loss_type: str, sequences: int, tokens: float, all_sequences: int, all_tokens: float) -> float:
     """The factor that turns a micro-batch's loss, normalised over the micro-batch, into its part of the loss
     normalised over the process's batch (see the module's docstring), by what the loss type's aggregation is a
@@ -129,10 +120,11 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
     """Runs the optimizer steps of one generation round; returns the round's loss metrics (the token-weighted ones
     over every process's batch, the loss, grad norm and sampler ratios this process's).
 
-    `packing` None: padded micro-batches of `micro_batch_size` completions; else packs (engine.steps.packing).
+    `packing` None: padded micro-batches of `micro_batch_size` completions; else packs, or padded micro-batches
+    where the default budget's packs would cost more (engine.steps.packing.plan_micro_batches).
     TRL's clip extremes are taken over groups of `micro_batch_size` completions either way."""
     batch = inputs.batch
-    parts = micro_batches(batch, micro_batch_size, packing)
+    parts = plan_micro_batches(batch, packing, micro_batch_size)
     all_sequences, all_tokens = len(batch.prompts), float(batch.completion_mask.sum())
     loss_type = get_loss_type(loss_config.loss_type)
     weighted: dict[str, list[float]] = {}  # name: [sum of weight * value, sum of weight]

@@ -52,6 +52,21 @@ def test_packed_update_equals_padded_under_ddp(tmp_path):
                                        msg=f"{loss_type} {name}")
 
 
+def test_the_default_takes_one_route_on_every_process_by_their_summed_costs(tmp_path):
+    """Two processes whose batches alone would take different routes (at this attention weight process 0's
+    packs cost more than its padded micro-batches, process 1's less): both pack, by the summed estimates, and
+    train as the padded step."""
+    padded, default = tmp_path / "padded.pt", tmp_path / "default.pt"
+    for out, extra in ((padded, []), (default, ["default:0.04"])):
+        run_workers(torchrun(str(SUPPORT / "ddp_worker.py"), str(out), "dapo", "4", *extra), timeout=180)
+    a, b = torch.load(padded, weights_only=False), torch.load(default, weights_only=False)
+    x, y = a["results"]["dapo"], b["results"]["dapo"]
+    assert y["packed"] == {"alone": [False, True], "taken": [True, True]}
+    assert y["loss"] == pytest.approx(x["loss"], rel=1e-5, abs=1e-8)
+    for name in x["delta"]:
+        torch.testing.assert_close(y["delta"][name], x["delta"][name], atol=1e-6, rtol=1e-4, msg=name)
+
+
 def test_trainer_runs_under_torchrun(tmp_path):
     run_dir = tmp_path / "run"
     flags = ["--run.output_dir", str(run_dir), "--run.max_steps", "2", "--run.save_steps", "1",

@@ -1,7 +1,9 @@
 """One GRPO update on a fixed global batch; run alone or under `torchrun --nproc_per_node 2` (gloo, CPU).
 
-Usage: python ddp_worker.py OUT.pt LOSS_TYPE[,LOSS_TYPE...] MICRO_BATCH_SIZE [MAX_TOKENS_PER_PACK]
-With MAX_TOKENS_PER_PACK the micro-batches are packs of whole sequences (the padding-free step), else padded.
+Usage: python ddp_worker.py OUT.pt LOSS_TYPE[,LOSS_TYPE...] MICRO_BATCH_SIZE [MAX_TOKENS_PER_PACK | default:PAIR_COST]
+With MAX_TOKENS_PER_PACK the micro-batches are packs of whole sequences (the padding-free step), else padded;
+with default:PAIR_COST the default budget under a dense mask, packed or padded by cost (the route each process
+would take alone and the one it took are saved).
 Each process takes its contiguous share of the 16 completions; rank 0 saves, per loss type, the parameter
 change of one SGD step (lr 1, so the change is minus the gradient) and the process-averaged loss.
 """
@@ -11,12 +13,14 @@ from typing import Optional
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
 from processes import leave_spawned_process
 from rollout_batches import synthetic_batch
 
 from engine.data.demo_task import build_char_tokenizer, build_tiny_model
 from engine.model.loading import HiddenStatePolicy
-from engine.steps.packing import Packing
+from engine.steps.packing import (Pack, Packing, packed_cost, packed_lengths, padded_cost, plan_micro_batches,
+                                  plan_packs, token_budget)
 from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
@@ -41,12 +45,23 @@ def one_update(accelerator: Accelerator, loss_type: str, micro: int, packing: Op
                             max_grad_norm=0.0, backend="torch", step=1, packing=packing)
     loss = accelerator.reduce(torch.tensor([metrics["loss"]], dtype=torch.float64), reduction="mean")
     delta = {n: before[n] - p.detach() for n, p in accelerator.unwrap_model(policy).named_parameters()}
-    return {"delta": delta, "loss": loss.item(), "num_items": inputs.num_items_in_batch}
+    routes = {}
+    if packing is not None and packing.max_tokens is None:
+        lengths = packed_lengths(local)
+        alone = packed_cost(plan_packs(lengths, token_budget(lengths, packing, micro)), lengths, packing) < \
+            padded_cost(local, micro, packing.pair_cost)
+        taken = isinstance(plan_micro_batches(local, packing, micro)[0], Pack)
+        routes = {"alone": gather_object([alone]), "taken": gather_object([taken])}
+    return {"delta": delta, "loss": loss.item(), "num_items": inputs.num_items_in_batch, "packed": routes}
 
 
 def main() -> None:
     out_path, loss_types, micro = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
-    packing = Packing(max_tokens=int(sys.argv[4])) if len(sys.argv) > 4 else None
+    packing = None
+    if len(sys.argv) > 4:
+        budget = sys.argv[4]
+        packing = Packing(None, False, float(budget.split(":")[1])) if budget.startswith("default:") \
+            else Packing(max_tokens=int(budget))
     torch.set_num_threads(1)
     accelerator = Accelerator(cpu=True)
     results = {loss_type: one_update(accelerator, loss_type, micro, packing) for loss_type in loss_types}

@@ -16,9 +16,10 @@ from engine.steps.logprobs import reference_logprobs, sequence_logprobs
 from engine.model.loading import HiddenStatePolicy, add_lora, frozen_copy
 from engine.config import LoraConfig
 from engine.rollout import RolloutBatch
-from engine.steps.packing import (Packing, PackedAttentionError, build_pack, check_packed_attention,
-                                  has_varlen_attention, make_packs, pack_hidden_states, plan_packs,
-                                  split_to_count)
+from engine.model.packed_attention import PER_SEQUENCE_SDPA
+from engine.steps.packing import (Pack, Packing, PackedAttentionError, attention_pair_cost, build_pack,
+                                  check_packed_attention, has_varlen_attention, make_packs, pack_hidden_states,
+                                  plan_micro_batches, plan_packs, split_to_count)
 from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
@@ -26,9 +27,11 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "lusp
 N, T, MICRO = 12, 16, 4
 
 
-def rollouts(vocab: int, n: int = N, seed: int = 0, kept: int = 0, truncated_masked: bool = False) -> RolloutBatch:
+def rollouts(vocab: int, n: int = N, seed: int = 0, kept: int = 0, truncated_masked: bool = False,
+             spread: Optional[tuple[int, int]] = None) -> RolloutBatch:
     """Left-padded prompts of 2-6 tokens, right-padded completions of long-tailed lengths (most short, a few
-    up to T), sampler log-probs, and optionally kept-token sets of `kept` ids holding the sampled one."""
+    up to T) or evenly over `spread` (low, high), sampler log-probs, and optionally kept-token sets of `kept` ids
+    holding the sampled one."""
     g = torch.Generator().manual_seed(seed)
     P = 6
     prompt_lengths = torch.randint(2, P + 1, (n,), generator=g)
@@ -36,6 +39,8 @@ def rollouts(vocab: int, n: int = N, seed: int = 0, kept: int = 0, truncated_mas
     prompt_ids = torch.where(prompt_mask.bool(), torch.randint(3, vocab, (n, P), generator=g), 0)
     lengths = (torch.distributions.Exponential(0.25).sample((n,)).ceil().long().clamp(1, T))
     lengths[0] = T  # one completion reaches the end
+    if spread is not None:
+        lengths = torch.linspace(*spread, n).round().long()[torch.randperm(n, generator=g)]
     attention = (torch.arange(T)[None, :] < lengths[:, None]).long()
     completion_ids = torch.where(attention.bool(), torch.randint(3, vocab, (n, T), generator=g), 0)
     loss_mask = attention.clone()
@@ -52,19 +57,20 @@ def rollouts(vocab: int, n: int = N, seed: int = 0, kept: int = 0, truncated_mas
                         lengths >= T, sampler, kept_ids)
 
 
-def _model(lora: bool = False):
+def _model(lora: bool = False, attention: str = "sdpa"):
     lm = build_tiny_model(build_char_tokenizer(), seed=0)
+    lm.config._attn_implementation = attention
     if lora:
         lm = add_lora(lm, LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0))
     return lm
 
 
 def update_once(config: GRPOLossConfig, packing: Optional[Packing], batch_kwargs: Optional[dict] = None,
-                lora: bool = False, backend: str = "torch") -> dict:
+                lora: bool = False, backend: str = "torch", attention: str = "sdpa") -> dict:
     """Two SGD steps (num_iterations 2) of the update on fixed rollouts: old log-probs, reference log-probs when
     beta != 0, metrics and the gradient of every trainable parameter at each optimizer step."""
     torch.manual_seed(0)
-    lm = _model(lora)
+    lm = _model(lora, attention)
     policy = HiddenStatePolicy(lm).train()
     reference = None if lora or config.beta == 0 else HiddenStatePolicy(frozen_copy(lm))
     batch = rollouts(lm.config.vocab_size, **(batch_kwargs or {}))
@@ -120,6 +126,46 @@ def test_packed_update_equals_padded_with_lora_on_the_gemm_backend():
     packed = update_once(config, Packing(), lora=True, backend="gemm")  # the default budget
     assert_same_update(packed, update_once(config, None, lora=True, backend="gemm"))
     assert all("lora_" in name for name in packed["gradients"][0])
+
+
+@pytest.mark.parametrize("spread", [(T, T), (12, T), (1, T), None])  # uniform, narrow, wide, long-tailed
+@pytest.mark.parametrize("attention", ["sdpa", PER_SEQUENCE_SDPA])
+def test_the_default_route_trains_as_the_padded_step_at_every_spread(spread, attention):
+    """The default (each batch packed or padded by estimated cost, the model's own pair cost) on batches of
+    several completion-length spreads: the route it takes gives the padded step's log-probs, metrics and
+    gradients."""
+    lm = _model(attention=attention)
+    default = Packing(None, has_varlen_attention(lm), attention_pair_cost(lm.config))
+    config = GRPOLossConfig(loss_type="dapo", beta=0.04)
+    kwargs = dict(spread=spread)
+    assert_same_update(update_once(config, default, kwargs, attention=attention),
+                       update_once(config, None, kwargs))
+
+
+def test_the_default_route_is_the_cheaper_measured_one_on_the_benchmarks_batches():
+    """engine.tools.packing_bench's batches (benchmarks/results/engine-packing-cpu.md): under sdpa's dense mask
+    the uniform 128-token completions (92% fill) ran slower packed than padded, the long tails (34%, 26%) faster;
+    per sequence, packs ran faster at every spread. The estimate picks those routes."""
+    from transformers import Qwen2Config
+
+    from engine.tools import packing_bench as bench
+
+    config = Qwen2Config(hidden_size=bench.HIDDEN, intermediate_size=bench.INTERMEDIATE,
+                         num_attention_heads=bench.HEADS, num_key_value_heads=bench.KV_HEADS)
+    expected_dense = {"uniform-128": "padded", "96-128": "padded", "long-tail": "packed", "long-tail-short": "packed"}
+    for spread, dense_route in expected_dense.items():
+        batch = bench.rollouts(spread, seed=0)
+        for varlen, route in ((False, dense_route), (True, "packed")):
+            parts = plan_micro_batches(batch, Packing(None, varlen, attention_pair_cost(config)), bench.MICRO)
+            assert ("packed" if isinstance(parts[0], Pack) else "padded") == route, (spread, varlen)
+
+
+def test_equal_unpadded_sequences_stay_padded():
+    batch = rollouts(50, spread=(T, T))
+    batch.prompt_mask[:] = 1  # every prompt 6 tokens: no padding anywhere, nothing for packs to save
+    parts = plan_micro_batches(batch, Packing(None, True, attention_pair_cost(_model().config)), MICRO)
+    assert parts == [slice(s, s + MICRO) for s in range(0, N, MICRO)]
+    assert all(isinstance(p, Pack) for p in plan_micro_batches(batch, Packing(max_tokens=64), MICRO))  # explicit
 
 
 def test_packs_hold_whole_sequences_within_the_budget():
@@ -200,6 +246,8 @@ def test_the_default_budget_under_a_dense_mask_is_twice_the_longest_sequence_or_
     lm = _model()
     assert not has_varlen_attention(lm)  # sdpa
     lm.config._attn_implementation = "flash_attention_2"
+    assert has_varlen_attention(lm)
+    lm.config._attn_implementation = PER_SEQUENCE_SDPA
     assert has_varlen_attention(lm)
 
 
