@@ -366,9 +366,9 @@ class OptimConfig(Section):
     max_tokens_per_micro_batch: Optional[PositiveInt] = Field(
         None, description="the tokens of one pack (padding_free); at least data.max_prompt_length + "
                           "rollout.max_new_tokens. null: the batch's longest sequence times "
-                          "per_device_train_batch_size with flash_attention_2 (no more tokens than a padded "
-                          "micro-batch), times 2 with sdpa / eager (their packed mask is dense: attention costs grow "
-                          "with the square of the pack)")
+                          "per_device_train_batch_size with flash_attention_2 or sdpa (run per sequence): no more "
+                          "tokens than a padded micro-batch, each batch packed or padded by estimated cost; times 2 "
+                          "with eager (its packed mask is dense: attention costs grow with the square of the pack)")
 
 
 class RunConfig(Section):
