@@ -120,6 +120,18 @@ class ModelConfig(Section):
         False, description="fully sharded data parallelism (FSDP2): each of the processes holds 1/N of the weights, "
                            "gradients and AdamW state (full fine-tuning; launch 2 or more processes with torchrun)")
 
+    @model_validator(mode="after")
+    def _one_way_to_split_the_model(self) -> "ModelConfig":
+        if self.tensor_parallel > 1 and self.lora.enabled:
+            raise ValueError("model.tensor_parallel > 1 does not support model.lora.enabled: train LoRA adapters "
+                             "with data parallelism (model.tensor_parallel 1)")
+        if self.fsdp and self.lora.enabled:
+            raise ValueError("model.fsdp does not support model.lora.enabled: LoRA's few trainable weights need no "
+                             "sharding; train LoRA adapters with data parallelism (model.fsdp false)")
+        if self.fsdp and self.tensor_parallel > 1:
+            raise ValueError("model.fsdp cannot be combined with model.tensor_parallel > 1: use one of them")
+        return self
+
 
 class DataConfig(Section):
     path: Optional[DataLocation] = Field(

@@ -26,6 +26,7 @@ from engine.config import (
     ConfigError,
     config_from_yaml,
     config_yaml,
+    is_hub_id,
     leaf_fields,
     load_config,
 )
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*importance_sampling_level=:Use
 FIELDS = leaf_fields()
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-HUB_IDS = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,8}/[A-Za-z0-9][A-Za-z0-9_-]{0,8}\Z")
+HUB_IDS = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,8}/[A-Za-z0-9][A-Za-z0-9_-]{0,8}\Z").filter(is_hub_id)
 # Keys whose valid values a validator function decides; the defaults of the other keys must hold with them
 # (e.g. rollout.vllm.max_model_len at least data.max_prompt_length + rollout.max_new_tokens = 768).
 SPECIAL_VALID = {
@@ -254,8 +255,11 @@ def flag_text(key: str, value: Any) -> str:
         "\n...\n").strip()
 
 
+PARSER = build_parser()
+
+
 def from_flags(argv: list[str]):
-    args = build_parser().parse_args(_join_flag_values(["train", *argv]))
+    args = PARSER.parse_args(_join_flag_values(["train", *argv]))
     return load_config(overrides=_overrides(args, {}))
 
 
