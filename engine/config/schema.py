@@ -158,7 +158,16 @@ class DataConfig(Section):
     builtin_max_operand: PositiveInt = Field(
         9, description="the built-in addition task (used when path is null): operands 0..builtin_max_operand")
     builtin_eval_size: NonNegativeInt = Field(
-        0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones)")
+        0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones); fewer "
+                       "than its (builtin_max_operand + 1)^2 problems")
+
+    @model_validator(mode="after")
+    def _held_out_problems_leave_some_to_train_on(self) -> "DataConfig":
+        problems = (self.builtin_max_operand + 1) ** 2
+        if self.builtin_eval_size >= problems:
+            raise ValueError(f"data.builtin_eval_size ({self.builtin_eval_size}) must be below the {problems} "
+                             f"problems of data.builtin_max_operand={self.builtin_max_operand}")
+        return self
 
 
 class VLLMConfig(Section):

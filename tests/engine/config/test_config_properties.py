@@ -61,7 +61,9 @@ SPECIAL_VALID = {
     "rollout.vllm.tensor_parallel_size": st.just(1),
     "rewards.length_cache": st.integers(0, 256),
     "rollout.max_new_tokens": st.integers(32, 2**31),  # at least rewards.length_cache (32) when length is used
-    "run.warm_start_steps": st.just(0),  # > 0 only with the built-in model; default name_or_path is null
+    "run.warm_start_steps": st.just(0),
+    "data.builtin_max_operand": st.integers(9, 10**6),  # with data.builtin_eval_size below its problems
+    "data.builtin_eval_size": st.integers(0, 99),  # > 0 only with the built-in model; default name_or_path is null
 }
 
 
@@ -154,7 +156,7 @@ def invalid_for(key: str) -> st.SearchStrategy:
 
 
 GENERIC_KEYS = sorted(key for key in FIELDS if key not in SPECIAL_VALID or key in (
-    "rewards.length_cache", "rollout.max_new_tokens", "rollout.vllm.max_model_len",
+    "data.builtin_max_operand", "data.builtin_eval_size", "rewards.length_cache", "rollout.max_new_tokens", "rollout.vllm.max_model_len",
     "optim.max_tokens_per_micro_batch", "rollout.vllm.tensor_parallel_size"))
 
 
