@@ -133,19 +133,17 @@ def _train(args: argparse.Namespace) -> int:
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
     check_output_dir(config.run.output_dir)  # before seconds of imports, not after
+    from .state.finished_run import RunFinished
+    from .state.run_summary import summary_lines
     from .trainer import train  # torch and transformers: only for a valid config
 
-    summary = train(config)
-    if summary.first_rewards:
-        first = sum(summary.first_rewards) / len(summary.first_rewards)
-        last = sum(summary.last_rewards) / len(summary.last_rewards)
-        print(f"reward: {first:.3f} (mean of the first {len(summary.first_rewards)} steps) -> {last:.3f} "
-              f"(mean of the last {len(summary.last_rewards)} steps)")
-    if summary.eval_before is not None and summary.eval_after is not None:
-        samples = config.run.eval_num_samples
-        how = "greedy" if samples == 1 else f"sampled, {samples} per prompt at temperature {config.rollout.temperature}"
-        print(f"accuracy on the {int(summary.eval_after['num_prompts'])} evaluation prompts ({how}): "
-              f"{summary.eval_before['accuracy']:.3f} -> {summary.eval_after['accuracy']:.3f}")
+    try:
+        summary = train(config)
+    except RunFinished as finished:  # the same command again: its results, and how to train on
+        print(finished)
+        return 0
+    for line in summary_lines(summary.rewards, summary.eval_before, summary.eval_after, config):
+        print(line)
     print(f"run directory: {summary.run_dir} (metrics.jsonl, samples.jsonl, curves.png, checkpoints/)")
     return 0
 
