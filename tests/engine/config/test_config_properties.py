@@ -31,7 +31,7 @@ from engine.config import (
     load_config,
 )
 from engine.config.schema import BUILTIN_REWARDS
-from engine.config.strict_yaml import StrictDumper
+from engine.config.strict_yaml import StrictDumper, dump_yaml
 from grpo_kernels.losses import loss_type_names
 
 # Generated loss settings meet the kernels' TRL-style warnings on unusual combinations (a sequence-level ratio with a
@@ -313,11 +313,11 @@ def test_yaml_files_load_what_they_say(tmp_path_factory, overrides, writer):
     path = tmp_path_factory.mktemp("yaml") / "c.yaml"
     tree = nested(overrides)
     if writer == "strict":  # as the engine saves config.yaml: every value reads back as written
-        path.write_text(yaml.dump(tree, Dumper=StrictDumper, allow_unicode=True))
+        path.write_text(dump_yaml(tree))
         config = load_config(path)
         assert all(same(value, value_at(config, key)) for key, value in overrides.items() if key != "loss.params")
     else:  # PyYAML's default writer (YAML 1.1): some strings are left bare that YAML 1.2 reads otherwise
-        path.write_text(yaml.safe_dump(tree, allow_unicode=True))
+        path.write_text(yaml.safe_dump(tree))  # escaped non-ASCII: PyYAML writes U+0085 bare, which reads as a break
         accepted_or_named(overrides, lambda: load_config(path))
 
 
@@ -325,7 +325,7 @@ def test_yaml_files_load_what_they_say(tmp_path_factory, overrides, writer):
 @given(valid_settings(max_keys=3), st.data())
 def test_a_key_written_twice_in_a_yaml_file_is_refused_naming_its_line(tmp_path_factory, overrides, data):
     path = tmp_path_factory.mktemp("yaml") / "c.yaml"
-    text = yaml.dump(nested(overrides), Dumper=StrictDumper, allow_unicode=True)
+    text = dump_yaml(nested(overrides))
     lines = text.splitlines()
     top = [i for i, line in enumerate(lines) if line and not line.startswith(" ")]
     first = data.draw(st.sampled_from(top))
