@@ -68,7 +68,7 @@ def missing_engine_packages() -> list[str]:
 
 
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
-    from .config import flag_value
+    from .config import ConfigError, flag_value
 
     values: dict[str, Any] = {}
     for name, value in vars(args).items():
@@ -76,8 +76,13 @@ def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str,
             values[name[4:]] = flag_value(name[4:], value)
     for attr, key in shortcuts.items():
         value = getattr(args, attr, None)
-        if value is not None:
-            values[key] = flag_value(key, value)
+        if value is None:
+            continue
+        value = flag_value(key, value)
+        if key in values and values[key] != value:
+            option = "--" + attr.replace("_", "-")
+            raise ConfigError(f"{key}: {option} {value!r} and --{key} {values[key]!r} set the same key; give one")
+        values[key] = value
     return values
 
 
@@ -104,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "overrides model.name_or_path of --config")
     evaluate.add_argument("--data", help="prompt file or Hub dataset id (its data.eval_split); default: the built-in "
                                           "task's held-out split")
-    evaluate.add_argument("--num-samples", type=int, default=1, help="samples per prompt for pass@k (default 1)")
+    evaluate.add_argument("--num-samples", help="samples per prompt for pass@k (= --run.eval_num_samples; default 1)")
     evaluate.add_argument("--sample", action="store_true", help="sample at rollout.temperature even with one sample")
     evaluate.add_argument("--batch-size", type=int, default=64, help="completions generated at once")
     evaluate.add_argument("--output", help="also write the metrics to this JSON file")
@@ -133,19 +138,17 @@ def _train(args: argparse.Namespace) -> int:
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
     check_output_dir(config.run.output_dir)  # before seconds of imports, not after
+    from .state.finished_run import RunFinished
+    from .state.run_summary import summary_lines
     from .trainer import train  # torch and transformers: only for a valid config
 
-    summary = train(config)
-    if summary.first_rewards:
-        first = sum(summary.first_rewards) / len(summary.first_rewards)
-        last = sum(summary.last_rewards) / len(summary.last_rewards)
-        print(f"reward: {first:.3f} (mean of the first {len(summary.first_rewards)} steps) -> {last:.3f} "
-              f"(mean of the last {len(summary.last_rewards)} steps)")
-    if summary.eval_before is not None and summary.eval_after is not None:
-        samples = config.run.eval_num_samples
-        how = "greedy" if samples == 1 else f"sampled, {samples} per prompt at temperature {config.rollout.temperature}"
-        print(f"accuracy on the {int(summary.eval_after['num_prompts'])} evaluation prompts ({how}): "
-              f"{summary.eval_before['accuracy']:.3f} -> {summary.eval_after['accuracy']:.3f}")
+    try:
+        summary = train(config)
+    except RunFinished as finished:  # the same command again: its results, and how to train on
+        print(finished)
+        return 0
+    for line in summary_lines(summary.rewards, summary.eval_before, summary.eval_after, config):
+        print(line)
     print(f"run directory: {summary.run_dir} (metrics.jsonl, samples.jsonl, curves.png, checkpoints/)")
     return 0
 
@@ -159,7 +162,8 @@ def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
 def _eval(args: argparse.Namespace) -> int:
     from .config import load_config
 
-    overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path"})
+    overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
+                                  "num_samples": "run.eval_num_samples"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
@@ -168,7 +172,8 @@ def _eval(args: argparse.Namespace) -> int:
         check_output_file(args.output)
     from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
-    metrics = run_eval(config, config.model.name_or_path, args.num_samples, greedy=args.num_samples == 1 and not args.sample,
+    samples = config.run.eval_num_samples
+    metrics = run_eval(config, config.model.name_or_path, samples, greedy=samples == 1 and not args.sample,
                        batch_size=args.batch_size)
     text = json.dumps(metrics, indent=2)
     print(text)

@@ -36,8 +36,7 @@ from .tools.evaluate import evaluate_prompts
 class TrainSummary:
     run_dir: str
     steps: int
-    first_rewards: list[float]
-    last_rewards: list[float]
+    rewards: list[float]  # the mean reward of every step logged in the run directory
     eval_before: Optional[dict[str, float]]
     eval_after: Optional[dict[str, float]]
 
@@ -233,13 +232,11 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
 
 
 def finish(run: Run, eval_before: Optional[dict], eval_after: Optional[dict]) -> TrainSummary:
-    summary = TrainSummary(str(run.run_dir), run.config.run.max_steps, [], [], eval_before, eval_after)
+    summary = TrainSummary(str(run.run_dir), run.config.run.max_steps, [], eval_before, eval_after)
     if run.accelerator.is_main_process:
         log_eval(run, run.config.run.max_steps, eval_after)
         run.logger.close()
-        rewards = [row["reward"] for row in read_metrics(run.run_dir) if "reward" in row]
-        window = max(1, min(10, len(rewards) // 4))
-        summary.first_rewards, summary.last_rewards = rewards[:window], rewards[-window:]
+        summary.rewards = [row["reward"] for row in read_metrics(run.run_dir) if "reward" in row]
         if run.config.run.plot:
             try:
                 plot_run(run.run_dir)

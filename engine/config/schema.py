@@ -124,6 +124,18 @@ class ModelConfig(Section):
         False, description="fully sharded data parallelism (FSDP2): each of the processes holds 1/N of the weights, "
                            "gradients and AdamW state (full fine-tuning; launch 2 or more processes with torchrun)")
 
+    @model_validator(mode="after")
+    def _one_way_to_split_the_model(self) -> "ModelConfig":
+        if self.tensor_parallel > 1 and self.lora.enabled:
+            raise ValueError("model.tensor_parallel > 1 does not support model.lora.enabled: train LoRA adapters "
+                             "with data parallelism (model.tensor_parallel 1)")
+        if self.fsdp and self.lora.enabled:
+            raise ValueError("model.fsdp does not support model.lora.enabled: LoRA's few trainable weights need no "
+                             "sharding; train LoRA adapters with data parallelism (model.fsdp false)")
+        if self.fsdp and self.tensor_parallel > 1:
+            raise ValueError("model.fsdp cannot be combined with model.tensor_parallel > 1: use one of them")
+        return self
+
 
 class DataConfig(Section):
     path: Optional[DataLocation] = Field(
@@ -150,7 +162,16 @@ class DataConfig(Section):
     builtin_max_operand: PositiveInt = Field(
         9, description="the built-in addition task (used when path is null): operands 0..builtin_max_operand")
     builtin_eval_size: NonNegativeInt = Field(
-        0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones)")
+        0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones); fewer "
+                       "than its (builtin_max_operand + 1)^2 problems")
+
+    @model_validator(mode="after")
+    def _held_out_problems_leave_some_to_train_on(self) -> "DataConfig":
+        problems = (self.builtin_max_operand + 1) ** 2
+        if self.builtin_eval_size >= problems:
+            raise ValueError(f"data.builtin_eval_size ({self.builtin_eval_size}) must be below the {problems} "
+                             f"problems of data.builtin_max_operand={self.builtin_max_operand}")
+        return self
 
 
 class VLLMConfig(Section):

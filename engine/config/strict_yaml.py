@@ -57,7 +57,15 @@ StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yam
 
 @_use_core_scalars
 class StrictDumper(yaml.SafeDumper):
-    pass
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        # PyYAML writes NEL (U+0085) and the Unicode line and paragraph separators bare inside plain and single-
+        # quoted scalars, where a reader takes them for line breaks; double quotes escape them (\N, \L, \P).
+        if any(char in data for char in "\x85\u2028\u2029"):
+            return self.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+        return super().represent_str(data)
+
+
+StrictDumper.add_representer(str, StrictDumper.represent_str)
 
 
 def parse_yaml(text: str, source: str) -> Any:

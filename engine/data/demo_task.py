@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from grpo_kernels.losses import DEFAULT_LOSS_TYPE
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 # torch, tokenizers and transformers are imported by the builders: the CLI reads DEMO_PRESET before it
 # knows whether anything will be built, and those imports take seconds.
@@ -42,20 +42,26 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> Qwen2ForCausalLM:
-    """A 2-layer Qwen2 with tied embeddings (about 0.1 M parameters), randomly initialised from `seed`."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def tiny_model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
+    """The built-in model's architecture (read before it is built, e.g. for what a rollout backend supports)."""
+    from transformers import Qwen2Config
 
-    config = Qwen2Config(
+    return Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=192, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
     )
+
+
+def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> Qwen2ForCausalLM:
+    """A 2-layer Qwen2 with tied embeddings (about 0.1 M parameters), randomly initialised from `seed`."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        model = Qwen2ForCausalLM(tiny_model_config(tokenizer))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model

@@ -40,17 +40,13 @@ MESH_DIM = "dp"  # not "tp": grpo_kernels reads a head on a ("tp",) mesh as voca
 
 
 def check_fsdp(config: EngineConfig, num_processes: int) -> None:
-    """The combinations the engine supports with `model.fsdp`: full fine-tuning over 2 or more processes."""
+    """`model.fsdp` shards over 2 or more processes (its combinations with LoRA and tensor parallelism are the
+    schema's rules)."""
     if not config.model.fsdp:
         return
     if num_processes < 2:
         raise ConfigError("model.fsdp needs 2 or more processes (it shards over them): launch with "
                           "`torchrun --nproc_per_node N -m engine train ...`, or set model.fsdp false")
-    if config.model.lora.enabled:
-        raise ConfigError("model.fsdp does not support model.lora.enabled: LoRA's few trainable weights need no "
-                          "sharding; train LoRA adapters with data parallelism (model.fsdp false)")
-    if config.model.tensor_parallel > 1:
-        raise ConfigError("model.fsdp cannot be combined with model.tensor_parallel > 1: use one of them")
 
 
 def data_parallel_mesh(device: torch.device) -> DeviceMesh:

@@ -68,6 +68,15 @@ def restrict_vocabulary(lm: torch.nn.Module, size: Optional[int]) -> None:
     setattr(target, SCORED_VOCAB_ATTR, size)
 
 
+def attention_head_size(model_config: Any) -> Optional[int]:
+    """The size of one attention head, from a transformers config (its text part for a multimodal one)."""
+    text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    size = getattr(text, "head_dim", None)
+    if size is None and getattr(text, "num_attention_heads", None):
+        size = text.hidden_size // text.num_attention_heads
+    return size if isinstance(size, int) else None
+
+
 def max_positions(lm: torch.nn.Module) -> Optional[int]:
     config = getattr(lm, "config", None)
     config = getattr(config, "text_config", None) or config

@@ -22,20 +22,13 @@ from ..config import ConfigError, EngineConfig
 
 
 def check_tensor_parallel(config: EngineConfig, num_processes: int) -> None:
-    """The combinations the engine supports: N == 1, or N == the number of processes without LoRA."""
+    """N == 1, or N == the number of processes (its combination with LoRA is the schema's rule)."""
     n = config.model.tensor_parallel
-    if n < 1:
-        raise ConfigError(f"model.tensor_parallel must be >= 1 (1: no tensor parallelism), got {n}")
-    if n == 1:
-        return
-    if n != num_processes:
+    if n != 1 and n != num_processes:
         raise ConfigError(
             f"model.tensor_parallel is {n} but the run has {num_processes} process(es): only pure tensor "
             f"parallelism is supported, every process one rank of the group (launch exactly {n} processes, e.g. "
             f"`torchrun --nproc_per_node {n}`); data parallelism combined with tensor parallelism is not")
-    if config.model.lora.enabled:
-        raise ConfigError("model.tensor_parallel > 1 does not support model.lora.enabled: train LoRA adapters "
-                          "with data parallelism (model.tensor_parallel 1)")
 
 
 def is_tensor_parallel(model: nn.Module) -> bool:

@@ -14,11 +14,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from ..config import ROLLOUT_BACKENDS as BACKENDS
 from ..config import EngineConfig
 from .base import RolloutBackend, RolloutBatch, encode_prompts, eos_ids, finish_batch, mask_after_eos
 from .hf import HFRollout, generate_completions
-
-BACKENDS = ("hf", "vllm", "vllm_server")
 
 
 def check_backend(config: EngineConfig, device: torch.device, num_processes: int = 1, process_index: int = 0) -> None:

@@ -24,7 +24,7 @@ from torch import nn
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from ..config import VLLM_INSTALL_HINT, ConfigError, EngineConfig
-from ..model.limits import scored_vocab_size
+from ..model.limits import attention_head_size, scored_vocab_size
 from ..model.loading import base_causal_lm, resolve_dtype
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 
@@ -60,6 +60,40 @@ def replay_refusal(reason: str) -> ConfigError:
                        f"rollout.backend hf")
 
 
+def cpu_attention_head_sizes() -> Optional[list[int]]:
+    """The head sizes vLLM's CPU attention has kernels for, as this vLLM says (None: it does not say)."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        return list(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):
+        return None
+
+
+def model_config(config: EngineConfig) -> Optional[Any]:
+    """The model's transformers config, read without its weights (None: a Hub id that cannot be reached now, which
+    the download reports)."""
+    from ..data.demo_task import build_char_tokenizer, tiny_model_config
+
+    if config.model.name_or_path is None:
+        return tiny_model_config(build_char_tokenizer())
+    try:
+        return AutoConfig.from_pretrained(config.model.name_or_path, revision=config.model.revision)
+    except OSError:
+        return None
+
+
+def check_cpu_attention(config: EngineConfig) -> None:
+    """vLLM's CPU attention runs only the head sizes it has kernels for; any other fails inside vLLM after loading."""
+    supported, model = cpu_attention_head_sizes(), model_config(config)
+    size = None if model is None else attention_head_size(model)
+    if supported and size is not None and size not in supported:
+        which = "the built-in demo model" if config.model.name_or_path is None else repr(config.model.name_or_path)
+        raise ConfigError(f"rollout.backend vllm: vLLM's CPU attention has no kernel for head size {size} "
+                          f"({which}; it runs {', '.join(map(str, supported))}): use rollout.backend hf, or a model "
+                          f"with one of those head sizes")
+
+
 def check_vllm(config: EngineConfig, device: torch.device, num_processes: int = 1) -> None:
     """What this vLLM install cannot do on `device` over `num_processes`, said before any model loads."""
     v = config.rollout.vllm
@@ -73,6 +107,7 @@ def check_vllm(config: EngineConfig, device: torch.device, num_processes: int = 
         for key, wanted in (("sleep", v.sleep), ("tensor_parallel_size", v.tensor_parallel_size > 1)):
             if wanted:
                 raise ConfigError(f"rollout.vllm.{key} needs CUDA (this run's device is {device.type})")
+        check_cpu_attention(config)
     if config.rollout.replays_kept_tokens():
         reason = sampling_mask_unavailable(device)
         if reason is not None:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from ..config import SHARED_SETTINGS, EngineConfig, config_yaml, parse_yaml
 from . import checkpoint as ckpt
+from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE
 
 # Options that do not change what the resumed steps compute: how long to go on, what to save, log and show.
@@ -52,9 +53,32 @@ def check_fresh_directory(run_dir: Path) -> None:
                                f"another --output-dir (or delete the directory)")
 
 
+def _listing(changed: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{key} (saved {saved!r}, now {now!r})" for key, (saved, now) in changed.items())
+
+
+def check_finished_run(config: EngineConfig, run_dir: Path) -> None:
+    """A fresh start in a directory whose run has finished: RunFinished (its report) when this is that run again,
+    else what to do instead."""
+    found = finished_step(run_dir)
+    if found is None:
+        return
+    point, saved = found
+    changed = changed_options(ckpt.saved_config(point.path), config)
+    if changed:
+        raise ckpt.CheckpointError(f"{run_dir} holds a finished run with other options: {_listing(changed)}; "
+                                   f"choose another --output-dir for a new run (or delete the directory)")
+    if config.run.max_steps > point.step:
+        raise ckpt.CheckpointError(f"{run_dir} holds this run, finished at step {point.step}: add --resume to train "
+                                   f"it on to step {config.run.max_steps}, or choose another --output-dir for a "
+                                   f"fresh run")
+    raise RunFinished(report(run_dir, point, saved))
+
+
 def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional[ckpt.ResumePoint]:
     """None for a fresh run; else the checkpoint to resume from, after checking its config against this one."""
     if not config.run.resume:
+        check_finished_run(config, run_dir)
         check_fresh_directory(run_dir)
         return None
     point = ckpt.resolve_resume(config.run.resume, run_dir)
@@ -63,14 +87,13 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
             print(f"warning: {note}; falling back to an older checkpoint")
     changed = changed_options(ckpt.saved_config(point.path), config)
     if changed:
-        listing = ", ".join(f"{key} (saved {saved!r}, now {now!r})" for key, (saved, now) in changed.items())
         raise ckpt.CheckpointError(
-            f"cannot resume {point.path} with different options: {listing}. A resumed run keeps the options it "
+            f"cannot resume {point.path} with different options: {_listing(changed)}. A resumed run keeps the options it "
             f"was started with, except {', '.join(MAY_CHANGE_ON_RESUME)}; to train with new options start a new "
             f"run in another --output-dir")
     if point.step >= config.run.max_steps:
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
-                                   f"leaves nothing to do (raise --max-steps to train on)")
+                                   f"leaves nothing to do (raise --run.max_steps to train on)")
     if announce:
         print(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
     return point

@@ -44,6 +44,31 @@ def test_train_writes_a_run_directory(trained_run):
         assert (trained_run / name).is_file(), name
 
 
+def test_the_same_command_again_reports_the_finished_run_and_resume_trains_it_on(trained_run, tmp_path, capsys):
+    from engine.cli import main
+    from engine.state import checkpoint as ckpt
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    assert main(["train", "--output-dir", str(run_dir), *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert f"{run_dir} holds this run, finished: step 2 of 2 (checkpoint-000002)" in out
+    assert "reward: " in out and "accuracy on the 9 evaluation prompts" in out
+    assert "--resume --run.max_steps N (N > 2)" in out
+    assert (run_dir / "metrics.jsonl").read_text() == metrics  # nothing trained, nothing written
+    # More steps without --resume: said how, nothing done.
+    assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "3"]) == 1
+    assert "finished at step 2: add --resume to train it on to step 3" in capsys.readouterr().err
+    # Other options: another run, which belongs in another directory.
+    assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.seed", "7"]) == 1
+    assert "holds a finished run with other options: run.seed (saved 42, now 7)" in capsys.readouterr().err
+    assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "3", "--resume"]) == 0
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)][-1] == "checkpoint-000003"
+    assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if "reward" in json.loads(line)] == [1, 2, 3]
+
+
 def test_eval_and_plot_subcommands(trained_run, tmp_path):
     model = trained_run / "checkpoints" / "checkpoint-000002" / "model"
     result = grpo_engine("eval", "--model", str(model), "--data.builtin_max_operand", "2", "--num-samples", "4",

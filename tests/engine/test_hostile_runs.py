@@ -53,7 +53,7 @@ def test_a_reward_function_that_exits_or_hangs_stops_the_run_naming_it(name, exp
 
 def test_the_reward_time_limit_must_be_positive(capsys):
     assert main(["train", "--rewards.timeout_seconds", "0"]) == 2
-    assert "rewards.timeout_seconds must be > 0" in capsys.readouterr().err
+    assert "rewards.timeout_seconds: expected a value > 0.0, got 0" in capsys.readouterr().err
 
 
 # ---- the run's files ----------------------------------------------------------------------------------------------

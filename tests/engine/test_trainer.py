@@ -122,7 +122,7 @@ def test_reward_failure_stops_the_run_and_keeps_checkpoints(small_overrides, mon
 def test_missing_model_and_data_errors(small_overrides, tmp_path):
     from engine.config import ConfigError
 
-    with pytest.raises(ConfigError, match="not a local model directory"):
+    with pytest.raises(ConfigError, match="model.name_or_path: expected a local model directory"):
         load_config(overrides={**small_overrides, "model.name_or_path": str(tmp_path / "none")})
     (tmp_path / "d.jsonl").write_text('{"question": "1+1"}\n')
     config = load_config(overrides={**small_overrides, "data.path": str(tmp_path / "d.jsonl")})

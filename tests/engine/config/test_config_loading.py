@@ -65,6 +65,8 @@ def test_preset_sits_below_yaml_and_flags(tmp_path):
     ({"loss.delta": 1.0}, "loss.delta: expected a value > 1.0, got 1.0"),
     ({"rollout.vllm.max_model_len": 100}, "rollout.vllm.max_model_len (100) must hold the longest sequence"),
     ({"rollout.vllm.tensor_parallel_size": 2}, "rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel"),
+    ({"data.builtin_max_operand": 2, "data.builtin_eval_size": 9},
+     "data.builtin_eval_size (9) must be below the 9 problems of data.builtin_max_operand=2"),
     ({"rewards.functions": ["length"], "rollout.max_new_tokens": 16},
      "rewards.length_cache (32) must be at most rollout.max_new_tokens (16)"),
 ])

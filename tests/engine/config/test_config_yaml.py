@@ -54,7 +54,8 @@ def test_a_file_that_is_not_a_mapping_is_refused(tmp_path):
 def test_the_saved_config_reads_back_equal():
     config = load_config(overrides={"data.system_prompt": "yes", "data.split": "1e5", "rollout.temperature": 0.7,
                                     "run.report_to": ["wandb"], "model.lora.target_modules": ["q_proj", "v_proj"],
-                                    "optim.learning_rate": 3e-7, "data.eval_split": "null", "data.config": "017"})
+                                    "optim.learning_rate": 3e-7, "data.eval_split": "null", "data.config": "017",
+                                    "data.prompt_column": "a\x85b\u2028c", "rewards.answer_column": "你好"})
     text = config_yaml(config)
     assert config_from_yaml(text, "config.yaml") == config
     assert "temperature: 0.7" in text and "data.system_prompt" not in text

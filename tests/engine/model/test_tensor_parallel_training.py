@@ -82,16 +82,15 @@ def test_refuses_tensor_parallel_other_than_the_number_of_processes():
     config = load_config(overrides={"model.tensor_parallel": 2})
     with pytest.raises(ConfigError, match=r"model.tensor_parallel is 2 but the run has 4 .*pure tensor parallel"):
         check_tensor_parallel(config, 4)
-    with pytest.raises(ConfigError, match="model.tensor_parallel must be >= 1"):
-        check_tensor_parallel(load_config(overrides={"model.tensor_parallel": 0}), 1)
+    with pytest.raises(ConfigError, match="model.tensor_parallel: expected a value >= 1, got 0"):
+        load_config(overrides={"model.tensor_parallel": 0})
     check_tensor_parallel(config, 2)
     check_tensor_parallel(load_config(), 3)  # 1: plain data parallelism on any number of processes
 
 
 def test_refuses_tensor_parallel_with_lora():
-    config = load_config(overrides={"model.tensor_parallel": 2, "model.lora.enabled": True})
     with pytest.raises(ConfigError, match="model.tensor_parallel > 1 does not support model.lora.enabled"):
-        check_tensor_parallel(config, 2)
+        load_config(overrides={"model.tensor_parallel": 2, "model.lora.enabled": True})
 
 
 def test_refuses_a_model_without_a_tensor_parallel_plan(tmp_path):

@@ -154,13 +154,28 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(sma
     ({"rollout.vllm.sleep": True}, 1, "rollout.vllm.sleep needs CUDA"),
     ({}, 2, r"rollout.backend vllm runs in one process on a CPU \(this run has 2\)"),
 ])
-def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides, processes, message):
+def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides, processes, message, vllm_model_dir):
     from engine.config import ConfigError
     from engine.rollout import check_backend
 
-    config = load_config(None, {**VLLM_KEYS, **overrides})
+    keys = {**VLLM_KEYS, "model.name_or_path": str(vllm_model_dir), **overrides}
     with pytest.raises(ConfigError, match=message):
-        check_backend(config, CPU, processes)
+        check_backend(load_config(None, keys), CPU, processes)
     # Without replay the trainer scores the whole vocabulary: the same sampling settings are accepted.
     if "rollout.top_k" in overrides or "rollout.top_p" in overrides:
-        check_backend(load_config(None, {**VLLM_KEYS, **overrides, "rollout.replay_kept_tokens": False}), CPU)
+        check_backend(load_config(None, {**keys, "rollout.replay_kept_tokens": False}), CPU)
+
+
+def test_a_head_size_without_a_cpu_kernel_is_refused_before_loading(tmp_path, capsys):
+    """The built-in demo model's heads are 16 wide; vLLM's CPU attention has no kernel for them (32 works)."""
+    from engine.cli import main
+    from engine.rollout.vllm import cpu_attention_head_sizes
+
+    assert 16 not in cpu_attention_head_sizes() and 32 in cpu_attention_head_sizes()
+    run_dir = tmp_path / "run"
+    assert main(["train", "--rollout.backend", "vllm", "--run.device", "cpu", "--output-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err  # vLLM's own log lines may come first
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith("grpo-engine: config error: rollout.backend vllm: ")
+    assert "vLLM's CPU attention has no kernel for head size 16 (the built-in demo model" in line
+    assert not run_dir.exists()  # refused before anything was written or loaded

@@ -79,7 +79,6 @@ def test_module_function_rewards_and_weights(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("nope", "unknown reward function 'nope'"),
     ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
     ("user_rewards:missing", "has no callable 'missing'"),
 ])
