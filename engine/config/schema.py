@@ -61,7 +61,8 @@ DataLocation = Annotated[str, AfterValidator(_data_location)]
 # by the cost model.
 LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
 ROLLOUT_BACKENDS = ("hf", "vllm", "vllm_server")
-IMPORTANCE_SAMPLING = ("auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+# The off-policy correction's modes (TRL's vLLM importance-sampling names, and auto / off).
+ImportanceSampling = Literal["auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 BUILTIN_REWARDS = ("math_accuracy", "format", "length")
 
 # A key that is not in the schema because another key holds the setting: the message for the user who sets it.
@@ -257,7 +258,7 @@ class RolloutConfig(Section):
         0, description="vllm_server: 0 generates each batch from the policy it trains (on-policy); k >= 1 generates "
                        "the next batches while this one trains, from a policy up to k optimizer steps older; older "
                        "samples are dropped (and counted)")
-    importance_sampling: Annotated[str, _choice(IMPORTANCE_SAMPLING)] = Field(
+    importance_sampling: ImportanceSampling = Field(
         "auto", description="the off-policy correction: each token's loss times the ratio of the trainer's "
                             "probability (before the update) to the sampler's, capped (truncate) or zeroed past "
                             "the cap (mask), per token or per sequence (the product); auto: token_truncate with "

@@ -62,6 +62,9 @@ SPECIAL_VALID = {
     "rewards.length_cache": st.integers(0, 256),
     "rollout.max_new_tokens": st.integers(32, 2**31),  # at least rewards.length_cache (32) when length is used
     "run.warm_start_steps": st.just(0),
+    "rollout.max_staleness": st.just(0),
+    "rollout.server.urls": st.lists(st.from_regex(r"\Ahttps?://[a-z][a-z0-9.-]{0,20}(:[1-9][0-9]{0,3})?\Z"), min_size=1,
+                                    max_size=2),  # > 0 only with rollout.backend vllm_server (a cross-field rule)
     "data.builtin_max_operand": st.integers(9, 10**6),  # with data.builtin_eval_size below its problems
     "data.builtin_eval_size": st.integers(0, 99),  # > 0 only with the built-in model; default name_or_path is null
 }
@@ -202,11 +205,9 @@ def accepted_or_named(overrides: dict[str, Any], load) -> Any:
 @SETTINGS
 @given(valid_settings())
 def test_values_in_the_declared_ranges_are_accepted_and_read_back_equal(overrides):
-    config = load_config(overrides=overrides)
-    for key, value in overrides.items():
-        if key != "loss.params":
-            assert same(value, value_at(config, key)), key
-    assert config_from_yaml(config_yaml(config), "config.yaml") == config
+    # each value alone is in its key's range; together they may break a rule across keys (a prompt longer than
+    # vLLM's max_model_len), which must then be refused in one line naming one of them
+    accepted_or_named(overrides, lambda: load_config(overrides=overrides))
 
 
 @SETTINGS
