@@ -56,11 +56,13 @@ SPECIAL_VALID = {
                                                                                    r"[a-z0-9_]{0,10}\Z"),
                                   min_size=1, max_size=1),
     "rewards.weights": st.none() | st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=1),
-    "rollout.vllm.max_model_len": st.none() | st.integers(768, 2**40),
-    "optim.max_tokens_per_micro_batch": st.none() | st.integers(768, 2**40),
+    # Each at least data.max_prompt_length + rollout.max_new_tokens, both drawn up to 2**40 below.
+    "rollout.vllm.max_model_len": st.none() | st.integers(2**41, 2**62),
+    "optim.max_tokens_per_micro_batch": st.none() | st.integers(2**41, 2**62),
+    "data.max_prompt_length": st.none() | st.integers(1, 2**40),
     "rollout.vllm.tensor_parallel_size": st.just(1),
     "rewards.length_cache": st.integers(0, 256),
-    "rollout.max_new_tokens": st.integers(32, 2**31),  # at least rewards.length_cache (32) when length is used
+    "rollout.max_new_tokens": st.integers(256, 2**40),  # at least rewards.length_cache (up to 256 here)
     "run.warm_start_steps": st.just(0),
     "rollout.max_staleness": st.just(0),
     "rollout.server.urls": st.lists(st.from_regex(r"\Ahttps?://[a-z][a-z0-9.-]{0,20}(:[1-9][0-9]{0,3})?\Z"), min_size=1,
@@ -159,7 +161,7 @@ def invalid_for(key: str) -> st.SearchStrategy:
 
 
 GENERIC_KEYS = sorted(key for key in FIELDS if key not in SPECIAL_VALID or key in (
-    "data.builtin_max_operand", "data.builtin_eval_size", "rewards.length_cache", "rollout.max_new_tokens", "rollout.vllm.max_model_len",
+    "data.builtin_max_operand", "data.builtin_eval_size", "data.max_prompt_length", "rewards.length_cache", "rollout.max_new_tokens", "rollout.vllm.max_model_len",
     "optim.max_tokens_per_micro_batch", "rollout.vllm.tensor_parallel_size"))
 
 

@@ -96,8 +96,13 @@ def test_keep_last_k_and_no_leftovers(small_overrides, tmp_path):
 
 
 def test_a_fresh_run_refuses_a_directory_with_checkpoints(small_overrides):
-    config = load_config(overrides={**small_overrides, "run.max_steps": 1})
+    from engine.state.finished_run import RunFinished
+
+    config = load_config(overrides={**small_overrides, "run.max_steps": 2, "run.save_steps": 1})
     train(config)
+    with pytest.raises(RunFinished, match="holds this run, finished: step 2 of 2"):  # the same run: its report
+        train(config)
+    shutil.rmtree(ckpt.list_checkpoints(config.run.output_dir)[-1])  # as if stopped after step 1
     with pytest.raises(ckpt.CheckpointError, match="already holds checkpoints: pass --resume"):
         train(config)
 
