@@ -41,8 +41,8 @@ class KernelConfig:
     block_k: int = 0  # 0 for the logits-input kernels, which have no H loop
     num_warps: int = 4
     num_stages: int = 2
-    # forward only: [vocab, tokens] logits tiles, so a narrow token block can take a wide vocabulary tile
-    vocab_major: bool = False
+    # forward only: vocabulary tiles per split of the 2-D grid (0: the whole vocabulary in one split)
+    split_tiles: int = 0
     # constexprs the kernel takes for its block shape
     blocks: dict = field(init=False, compare=False, repr=False)
 
@@ -50,8 +50,6 @@ class KernelConfig:
         blocks = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v}
         if self.block_k:
             blocks["BLOCK_K"] = self.block_k
-        if self.vocab_major:
-            blocks["VOCAB_MAJOR"] = True
         object.__setattr__(self, "blocks", blocks)
 
     def launch_options(self, interpreted: bool) -> dict:
@@ -65,7 +63,6 @@ class KernelConfig:
 # split-vocabulary partial-statistics kernel, "merge" the split merge, "logits" the logits-input kernels.
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
-_FORWARD_16BIT = KernelConfig(32, 512, 64, num_warps=8, num_stages=2, vocab_major=True)
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
@@ -82,22 +79,24 @@ def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple,
 
 _BACKWARD_FLOAT32 = KernelConfig(64, 64, 16, num_warps=8, num_stages=2)
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
-    "sm90": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=4, num_stages=2)),
-                   grad_hidden=(KernelConfig(32, 512, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32),
-                   grad_weight=(KernelConfig(512, 16, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_hidden_narrow=(KernelConfig(32, 256, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32)),
-    "sm80": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 16, num_warps=8, num_stages=2)),
-                   grad_hidden=(KernelConfig(64, 256, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_weight=(KernelConfig(256, 32, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+    "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
+                            KernelConfig(64, 64, 32, num_warps=4, num_stages=2, split_tiles=32)),
+                   grad_hidden=(KernelConfig(64, 256, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
+                   grad_weight=(KernelConfig(256, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+    "sm80": _table(forward=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3, split_tiles=16),
+                            KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
+                   grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
+                   grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
 
 # The interpreter runs blocks as numpy arrays: bigger blocks mean fewer Python-level programs, which is
-# what its run time is made of. Warps and stages mean nothing there.
+# what its run time is made of. Warps and stages mean nothing there. Its forward splits every 2 tiles, so small
+# test vocabularies already cross several splits.
 _INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
 INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
-    "forward": KernelConfig(32, 64, 32, vocab_major=True),  # the 16-bit GPU layout
+    "forward": KernelConfig(16, 32, 32, split_tiles=2),
     "grad_hidden": _INTERPRETER_LINEAR, "grad_hidden_narrow": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
 }

@@ -32,7 +32,7 @@ def _logits_forward_kernel(
         ok = row_ok[:, None] & col_ok[None, :]
         z = tl.load(logits_ptr + row_start[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32) * inv_tau
         run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
-            run_max, sum_exp, sum_exp_z, target_z, z, cols[None, :] == targets[:, None], col_ok[None, :], 1)
+            run_max, sum_exp, sum_exp_z, target_z, z, (cols[None, :] == targets[:, None]) & col_ok[None, :], col_ok[None, :], 1)
     logps, entropy, lse = online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
     tl.store(logps_ptr + rows, logps, mask=row_ok)
     tl.store(entropy_ptr + rows, entropy, mask=row_ok)
