@@ -150,13 +150,8 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
     for arch, dtype in itertools.product(ARCHS, dtypes):
         out += _targets("_partial_stats_kernel", "forward", arch, dtype,
                         _grid(HAS_BIAS=bias, SOFTCAP=cap), True, fixed=dict(GROUP=GROUP_N))
-        # dH with the entropy gradient or a soft-cap has its own entry: each entry gets its own builds
-        dh = dict(OWNS_VOCAB=False)
         out += _targets("_grad_kernel", "grad_hidden", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False], SOFTCAP=[False]), True, fixed=dh)
-        heavy = [(e, c) for e in ent for c in cap if e or c]
-        out += _targets("_grad_kernel", "grad_hidden_narrow", arch, dtype,
-                        [dict(HAS_BIAS=b, HAS_ENT_GRAD=e, SOFTCAP=c) for b in bias for e, c in heavy], True, fixed=dh)
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True, fixed=dict(OWNS_VOCAB=False))
         out += _targets("_grad_kernel", "grad_weight", arch, dtype,
                         _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True,
                         fixed=dict(OWNS_VOCAB=True))

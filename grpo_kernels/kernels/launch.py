@@ -100,10 +100,7 @@ def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entrop
     from .linear_backward import linear_backward as launch_backward
 
     upcast, precision = _linear_options(hidden.dtype)
-    # the entropy gradient's and the soft-cap's dz terms take registers: a narrower dH tile (configs.py)
-    narrow = grad_entropy is not None or head.logit_constants[1] is not None
-    hidden_entry = "grad_hidden_narrow" if narrow else "grad_hidden"
-    configs = (config_for(hidden_entry, hidden.dtype, hidden.device),
+    configs = (config_for("grad_hidden", hidden.dtype, hidden.device),
                config_for("grad_weight", hidden.dtype, hidden.device))
     H = hidden.shape[1]
     padded_hidden, padded_head = padded_to_block_k(hidden, head, max(c.block_k for c in configs))

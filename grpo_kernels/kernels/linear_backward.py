@@ -61,11 +61,11 @@ def _grad_kernel(
     own = own_start + tl.arange(0, BLOCK_OWN)
     own_ok = own < n_own
     if not OWNS_VOCAB:
-        targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, own, own_ok,
+        targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, own, own_ok, V,
                                                      HAS_ENT_GRAD)
     ks = tl.arange(0, BLOCK_K)
     # 64-bit bases, 32-bit offsets inside the blocks (as tiles.logits_tile)
-    out_base = out_ptr + own_start.to(tl.int64) * H
+    out_base = out_ptr + tl.cast(own_start, tl.int64) * H
     out_offsets = tl.arange(0, BLOCK_OWN)[:, None] * H + ks[None, :]
     for s0 in range(0, n_stream, BLOCK_STREAM):
         stream = s0 + tl.arange(0, BLOCK_STREAM)
@@ -76,7 +76,7 @@ def _grad_kernel(
         if OWNS_VOCAB:
             # the streamed tokens' statistics; g and e read 0 past the last token: those rows add nothing
             targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, stream,
-                                                         stream_ok, HAS_ENT_GRAD)
+                                                         stream_ok, V, HAS_ENT_GRAD)
             # the tile's mask covers the tokens too: a token past N (a wrapped row) must add exactly 0
             dz = softmax_grad_tile(z, own[:, None] == targets[None, :], own_ok[:, None] & stream_ok[None, :],
                                    lse[None, :], entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD,
@@ -90,7 +90,7 @@ def _grad_kernel(
             dz = dz.to(tl.float32)
         # streamed rows past the end wrap onto valid rows: their dz columns are 0
         stream_rows = stream % n_stream - s0
-        operand_ptrs = stream_ptr + s0.to(tl.int64) * stride_stream + (stream_rows[:, None] * stride_stream + ks[None, :])
+        operand_ptrs = stream_ptr + tl.cast(s0, tl.int64) * stride_stream + (stream_rows[:, None] * stride_stream + ks[None, :])
         for k0 in range(0, H, BLOCK_K):
             operand = tl.load(operand_ptrs)
             if UPCAST:

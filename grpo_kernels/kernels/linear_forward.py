@@ -89,7 +89,7 @@ def _partial_stats_kernel(
 
     rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
-    targets = load_targets(targets_ptr, rows, row_ok)
+    targets = load_targets(targets_ptr, rows, row_ok, V)
     v_start = split * split_width
     v_end = tl.minimum(v_start + split_width, V)
     run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)

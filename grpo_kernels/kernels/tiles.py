@@ -50,8 +50,8 @@ def logits_tile(a_ptr, a_start, n_a, stride_a, b_ptr, b_start, n_b, stride_b, bi
     ks = tl.arange(0, BLOCK_K)
     a_rows = (a_start + tl.arange(0, BLOCK_A)) % n_a - a_start
     b_rows = (b_start + tl.arange(0, BLOCK_B)) % n_b - b_start
-    a_ptrs = a_ptr + a_start.to(tl.int64) * stride_a + (a_rows[:, None] * stride_a + ks[None, :])
-    b_ptrs = b_ptr + b_start.to(tl.int64) * stride_b + (b_rows[:, None] * stride_b + ks[None, :])
+    a_ptrs = a_ptr + tl.cast(a_start, tl.int64) * stride_a + (a_rows[:, None] * stride_a + ks[None, :])
+    b_ptrs = b_ptr + tl.cast(b_start, tl.int64) * stride_b + (b_rows[:, None] * stride_b + ks[None, :])
     acc = tl.zeros((BLOCK_A, BLOCK_B), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs)
@@ -117,16 +117,18 @@ def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, is_target, c
 
 
 @triton.jit
-def load_targets(targets_ptr, rows, row_ok):
-    """Target ids as int32 (every id the API accepts fits): compared against a whole tile of vocabulary ids, int64
+def load_targets(targets_ptr, rows, row_ok, V):
+    """Target ids as int32, -1 for an id outside [0, V) (a vocabulary shard's, or a row past the end): a tile's
+    columns past V are never a target. int32, because compared against a whole tile of vocabulary ids, int64
     targets would widen the tile's ids to 64 bits, two registers an element (spills on Hopper)."""
-    return tl.load(targets_ptr + rows, mask=row_ok, other=-1).to(tl.int32)
+    targets = tl.load(targets_ptr + rows, mask=row_ok, other=-1)
+    return tl.where((targets >= 0) & (targets < V), targets, -1).to(tl.int32)
 
 
 @triton.jit
-def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok, HAS_ENT_GRAD: tl.constexpr):
+def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok, V, HAS_ENT_GRAD: tl.constexpr):
     """What the backward needs per token: target, lse, entropy, g = dLoss/dlp, e = dLoss/dent (0 off-range)."""
-    targets = load_targets(targets_ptr, rows, row_ok)
+    targets = load_targets(targets_ptr, rows, row_ok, V)
     lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
     entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
     g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)
