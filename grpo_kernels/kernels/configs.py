@@ -8,25 +8,19 @@ a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
 Every entry must compile without spills under each triton the project supports (3.6, the oldest tested, and
 the newest): their register allocators differ, and the tight entries below leave little headroom.
 
-Why these shapes (bf16 / fp16; zero spill bytes on both archs in the report):
-- forward: vocabulary-major [512 vocab, 32 tokens] logits tiles over 64-wide slices of H, 8 warps. Each
-  program re-reads its hidden block once per vocabulary tile, so the tile width sets the forward's
-  traffic: 512 reads a quarter of what the old [64, 128] tile did (which also spilled 656 B at 4 warps).
-  1024 x 16 needs 267 KB of shared memory on Hopper (over the 227 KB limit).
-- grad_hidden / grad_weight contract transposed tall-skinny tiles (linear_backward.py): the float32
-  accumulator round trip, the backward's dominant traffic, happens once per BLOCK_V vocabulary columns
-  (dH) / BLOCK_N tokens (dW). Hopper: dH 32 tokens x 512 vocab, dW 512 tokens x 16 vocab, with
-  BLOCK_K 64 (the contraction's wgmma M; 32 falls back to mma.sync). Ampere: 64 x 256 and 256 x 32.
-  Before, both were 64 x 128: 4x (dH) and 8x (dW) more accumulator traffic on Hopper.
-- grad_hidden_narrow: dH whose dz tile needs more registers: the entropy gradient (HAS_ENT_GRAD: e, the entropy
-  and their dz term) or a soft-capped head (SOFTCAP: the tanh's slope). Hopper's 32 x 512 spills 8-16 B there
-  under triton 3.6 (255 registers; none under 3.9), so those variants take 32 x 256 (182-237 registers under
-  3.6 with the entropy gradient): one dH accumulator round trip per 256 vocabulary columns instead of 512. Measured under 3.6 at 32 x 512, the alternatives were worse: 3 stages spill 40 B,
-  16 warps 104 B, 16 x 1024 tiles 80 B, BLOCK_K 32 still spills and loses wgmma in the contraction; 1 stage
-  fits (254 registers) but leaves the H loop's loads unpipelined. Ampere keeps its dH entry.
+Why these shapes (bf16 / fp16; zero spill bytes on both archs and both tritons in the reports):
+- forward: token-major [128 tokens, 128 vocab] logits tiles over 64-wide slices of H, 8 warps, 3 stages (wgmma
+  M = the token block). The tile's online softmax (a masked copy, exp, three row sums) needs as many registers as
+  its accumulator: 128 x 256 spills 0.4-1.3 KB at 8 warps and at 16, 128 x 128 at 4 stages spills under 3.6. A
+  split is 16 tiles (2048 vocabulary entries): enough programs for 132 SMs from N = 256 on, and a partial-statistics
+  buffer of 16 x 75 x N bytes at V 151936.
+- grad_hidden owns 64 tokens and streams 256 vocabulary entries: the float32 accumulator round trip (the
+  backward's dominant traffic) happens once per 256 columns. grad_weight owns 64 vocabulary entries and streams
+  128 tokens: the per-token vectors of the streamed axis are replicated across a warp in the wgmma layout, and at
+  256 tokens they spill (0.6-0.8 KB). Both contract dz @ operand with the owned block as wgmma M (64).
+- Ampere (mma.sync): forward 128 x 128 x 32, backward 64 x 128 x 32 and 64 x 64 (x 128 tokens) x 32.
 - float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
-  backward and in Ampere's forward (at 32, triton 3.6's ptxas holds the 8-warp GRPO forward at 128 registers
-  and spills 8-16 B; 16 keeps the pipelined loads and the 8 warps).
+  backward and in Ampere's forward.
 """
 
 from __future__ import annotations
@@ -59,8 +53,9 @@ class KernelConfig:
         return dict(self.blocks, num_warps=self.num_warps, num_stages=self.num_stages)
 
 
-# A table's entries: "forward" serves both linear forwards (log-probs and the GRPO epilogue) and the
-# split-vocabulary partial-statistics kernel, "merge" the split merge, "logits" the logits-input kernels.
+# A table's entries: "forward" the partial-statistics kernel of both linear forwards (log-probs and the GRPO
+# epilogue), "merge" the split merge, "grad_hidden" / "grad_weight" the backward's two orientations, "logits" the
+# logits-input kernels.
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)

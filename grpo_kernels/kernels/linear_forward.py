@@ -21,10 +21,10 @@ programs resident at once share GROUP_N hidden blocks and each weight tile is re
 group, as a grouped GEMM does.
 
 Cost at a shape (the roofline model's inputs; bf16 on Hopper, the sm90 table of configs.py: BLOCK_N 128,
-BLOCK_V 256, BLOCK_K 64, split_tiles 8, GROUP_N 16):
+BLOCK_V 128, BLOCK_K 64, split_tiles 16, GROUP_N 16; docs/architecture.md has the table for every pass):
 - programs: cdiv(N, 128) x cdiv(V, 2048); launches: 2 (statistics, merge)
-- tensor-core work: 2 N V H flop (one GEMM-equivalent), on tiles 128 x 256 x 64
-- L2 -> SM traffic: the tile GEMM's, 2 bytes x N V H (1/BLOCK_V + 1/BLOCK_N) (about 120 GB at S1)
+- tensor-core work: 2 N V H flop (one GEMM-equivalent), on tiles 128 x 128 x 64
+- L2 -> SM traffic: the tile GEMM's, 2 bytes x N V H (1/BLOCK_V + 1/BLOCK_N) (about 160 GB at S1)
 - HBM: the weight once per group of 16 token blocks (V H 2 bytes x cdiv(N, 2048)), the hidden states once,
   the partial statistics 16 bytes x splits x N written and read once (10 MB at S1), the outputs 12-30 bytes/token
 - extra memory: the partial statistics buffer (16 x splits x N bytes)
