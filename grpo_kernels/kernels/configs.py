@@ -14,13 +14,14 @@ Why these shapes (bf16 / fp16; zero spill bytes on both archs and both tritons i
   its accumulator: 128 x 256 spills 0.4-1.3 KB at 8 warps and at 16, 128 x 128 at 4 stages spills under 3.6. A
   split is 16 tiles (2048 vocabulary entries): enough programs for 132 SMs from N = 256 on, and a partial-statistics
   buffer of 16 x 75 x N bytes at V 151936.
-- grad_hidden owns 64 tokens and streams 256 vocabulary entries: the float32 accumulator round trip (the
-  backward's dominant traffic) happens once per 256 columns. grad_weight owns 64 vocabulary entries and streams
-  128 tokens: the per-token vectors of the streamed axis are replicated across a warp in the wgmma layout, and at
-  256 tokens they spill (0.6-0.8 KB). Both contract dz @ operand with the owned block as wgmma M (64).
+- the backward's programs own 64 rows (wgmma M) and stream 128: dH owns tokens and streams vocabulary entries, dW
+  the reverse; the float32 accumulator round trip (the backward's dominant traffic) happens once per 128 streamed
+  rows. Streaming 256 spills: for dW, the streamed tokens' vectors (target, lse, entropy, g, e) are replicated
+  across a warp in the wgmma layout (0.6-0.8 KB); for dH, the soft-capped variants under triton 3.9 (8-16 B).
 - Ampere (mma.sync): forward 128 x 128 x 32, backward 64 x 128 x 32 and 64 x 64 (x 128 tokens) x 32.
 - float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
-  backward and in Ampere's forward.
+  backward (Hopper 4 warps: at 8, ptxas holds its soft-capped dW at 128 registers and spills; Ampere 8 warps: at
+  4, its dW spills) and in Ampere's forward.
 """
 
 from __future__ import annotations
@@ -69,16 +70,17 @@ def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple) -> dict[str, 
     return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
 
 
-_BACKWARD_FLOAT32 = KernelConfig(64, 64, 16, num_warps=8, num_stages=2)
+_BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=2),
+                     "sm80": KernelConfig(64, 64, 16, num_warps=8, num_stages=2)}
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 32, num_warps=4, num_stages=2, split_tiles=32)),
-                   grad_hidden=(KernelConfig(64, 256, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_weight=(KernelConfig(128, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+                   grad_hidden=(KernelConfig(64, 128, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"]),
+                   grad_weight=(KernelConfig(128, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"])),
     "sm80": _table(forward=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
-                   grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+                   grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
+                   grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"])),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]

@@ -11,19 +11,18 @@ the dot's M: 64 on Hopper, so wgmma), the softmax gradient makes dz in registers
 H the owned float32 output slice is read, gets dz @ operand[streamed, slice] added by a second tensor-core dot
 (reduction length: the streamed block), and is written back.
 
-Cost (bf16 on Hopper, configs.py's sm90 entries: dH 64 tokens x 256 vocab, dW 64 vocab x 128 tokens, BLOCK_K 64;
+Cost (bf16 on Hopper, configs.py's sm90 entries: dH 64 tokens x 128 vocab, dW 64 vocab x 128 tokens, BLOCK_K 64;
 docs/architecture.md has the table the cost model reads):
 - launches: 1 per gradient needed (dH; dW with dbias); programs cdiv(N, 64) for dH, cdiv(V, 64) for dW
 - tensor-core work: 2 GEMM-equivalents per gradient (the logits again, then the contraction): 4 for a trained
   head, plus the forward's 1 = 5 (a frozen head: forward + dH = 3)
 - L2 -> SM traffic per gradient: the recompute's 2 N V H (1/own + 1/streamed) bytes, the contraction's operand
-  2 N V H / own bytes, and the float32 accumulator's read and write 8 N V H / streamed bytes (S1: about 520 GB
-  for dH, 720 GB for dW)
+  2 N V H / own bytes, and the float32 accumulator's read and write 8 N V H / streamed bytes (S1: about 720 GB
+  each)
 - HBM: each program's accumulator rows [own, H] float32 stay in L2 across its sweep only when the resident
   programs' rows fit (S1 dH: 132 x 64 x 4096 x 4 bytes = 138 MB do not: the round trips reach HBM)
 - extra memory: float32 dH [N, H] and dW [V, H] accumulators (cast to the input dtype at the end)
-Why dW streams 128 tokens, not 256: the streamed tokens' statistics (target, lse, entropy, g, e) are vectors along
-the tile's N axis, which the wgmma layout replicates across a warp's threads: at 256 they spill.
+Why 128 streamed rows, not 256: configs.py (spills).
 Deterministic by construction; there is no atomic (non-deterministic) variant."""
 
 import torch
