@@ -78,7 +78,7 @@ def _grad_kernel(
             # the streamed tokens' statistics; g and e read 0 past the last token: those rows add nothing
             targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, stream,
                                                          stream_ok, V, HAS_ENT_GRAD)
-            # the tile's mask covers the tokens too: a token past N (a wrapped row) must add exactly 0
+            # the tile's mask covers the tokens too: a token past N (it reads row s0 again) must add exactly 0
             dz = softmax_grad_tile(z, own[:, None] == targets[None, :], own_ok[:, None] & stream_ok[None, :],
                                    lse[None, :], entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD,
                                    cap_scale, SOFTCAP)
@@ -89,8 +89,8 @@ def _grad_kernel(
         dz = dz.to(stream_ptr.dtype.element_ty)
         if UPCAST:
             dz = dz.to(tl.float32)
-        # streamed rows past the end wrap onto valid rows: their dz columns are 0
-        stream_rows = stream % n_stream - s0
+        # streamed rows past the end read the block's first row: their dz columns are 0
+        stream_rows = tl.where(stream_ok, tl.arange(0, BLOCK_STREAM), 0)
         operand_ptrs = stream_ptr + tl.cast(s0, tl.int64) * stride_stream + (stream_rows[:, None] * stride_stream + ks[None, :])
         for k0 in range(0, H, BLOCK_K):
             operand = tl.load(operand_ptrs)

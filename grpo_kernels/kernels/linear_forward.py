@@ -99,7 +99,7 @@ def _partial_stats_kernel(
         z = logits_tile(hidden_ptr, block * BLOCK_N, N, stride_hidden, weight_ptr, v0, V, stride_weight, bias_ptr, H,
                         inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, 1)
         # the target's column in this tile, -1 when it lies outside [v0, v_end): columns past v_end are other
-        # splits' (or wrapped) logits
+        # splits' (or the first column's again, past V)
         local = tl.where((targets >= v0) & (targets < v_end), targets - v0, -1)
         run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
             run_max, sum_exp, sum_exp_z, target_z, z, tl.arange(0, BLOCK_V)[None, :] == local[:, None],

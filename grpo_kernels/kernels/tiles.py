@@ -41,15 +41,15 @@ def logits_tile(a_ptr, a_start, n_a, stride_a, b_ptr, b_start, n_b, stride_b, bi
     """transform(a[rows] @ b[cols]^T + bias) as a float32 [BLOCK_A, BLOCK_B] tile, rows = a_start + arange(BLOCK_A)
     (of n_a), cols = b_start + arange(BLOCK_B) (of n_b): one operand is the hidden states and the other the LM
     head; VOCAB_AXIS (0 or 1) says which axis is the vocabulary (the bias's axis). The tensor-core M dimension is
-    BLOCK_A. Entries past n_a / n_b hold finite values of other rows, which the caller masks out.
+    BLOCK_A. Entries past n_a / n_b hold finite values of the block's first row, which the caller masks out.
 
-    Register economy (the tile's softmax math needs the registers): rows past the end are wrapped onto valid
-    rows instead of masked, and K is a multiple of BLOCK_K (the launcher pads H otherwise, launch.py), so no load
+    Register economy (the tile's softmax math needs the registers): rows past the end read the block's first row
+    instead of being masked, and K is a multiple of BLOCK_K (the launcher pads H otherwise, launch.py), so no load
     is masked and no [rows, K] mask stays live across the loop; the two row blocks get 64-bit bases (N x H and V x H may
     exceed 2^31 elements) and 32-bit offsets inside them."""
     ks = tl.arange(0, BLOCK_K)
-    a_rows = (a_start + tl.arange(0, BLOCK_A)) % n_a - a_start
-    b_rows = (b_start + tl.arange(0, BLOCK_B)) % n_b - b_start
+    a_rows = tl.where(a_start + tl.arange(0, BLOCK_A) < n_a, tl.arange(0, BLOCK_A), 0)
+    b_rows = tl.where(b_start + tl.arange(0, BLOCK_B) < n_b, tl.arange(0, BLOCK_B), 0)
     a_ptrs = a_ptr + tl.cast(a_start, tl.int64) * stride_a + (a_rows[:, None] * stride_a + ks[None, :])
     b_ptrs = b_ptr + tl.cast(b_start, tl.int64) * stride_b + (b_rows[:, None] * stride_b + ks[None, :])
     acc = tl.zeros((BLOCK_A, BLOCK_B), dtype=tl.float32)
