@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 RESULTS = Path(__file__).parents[1] / "results" / "kernels"
-COLUMNS = ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k", "vocab_major", "num_warps",
+COLUMNS = ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k", "split_tiles", "num_warps",
            "num_stages", "registers", "stack_bytes", "spill_stores", "shared_bytes", "wgmma", "mma")
 
 

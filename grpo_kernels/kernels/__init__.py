@@ -2,9 +2,9 @@
 
 - tiles.py           shared @triton.jit helpers: a logits tile, its softmax gradient, the logit transform
                      (tanh soft-cap and scale, behind the SOFTCAP constexpr) and its chain rule
-- linear_forward.py  hidden x LM head -> log-prob, entropy, lse (online log-sum-exp over vocab tiles), the GRPO
-                     epilogue, and the split-vocabulary variant (partial statistics + a fixed-order merge)
-- linear_backward.py recompute logits tile by tile -> dH (grid over tokens), dW and dbias (grid over vocab)
+- linear_forward.py  hidden x LM head -> log-prob, entropy, lse: a 2-D grid of token blocks x fixed vocabulary
+                     splits (partial statistics), a fixed-order merge, the GRPO epilogue in the merge
+- linear_backward.py recompute logits tile by tile -> dH (programs own tokens), dW and dbias (programs own vocab)
 - logits.py          the same statistics and gradient when the caller already holds the logits
 - configs.py         block / warp / stage tables per GPU architecture (sm_90, sm_80, default) and the interpreter's
 - compile_targets.py every GPU build the launchers can choose, for benchmarks/model/kernel_report.py and its CI test

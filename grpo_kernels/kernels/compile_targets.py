@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 
 from .configs import GPU_CONFIGS, KernelConfig, dtype_class
+from .linear_forward import GROUP_N
 
 DTYPES = ("fp32", "bf16", "fp16")
 ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled for (90 = sm_90a)
@@ -21,7 +22,7 @@ _INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_l
 _OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
 _FLOAT_SCALARS = {"inv_tau", "cap_scale", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
 # as the JIT specializes them for real heads (V a multiple of 8 makes the GEMM path's row strides so too)
-_MULTIPLE_OF_16 = {"H", "stride_hidden", "stride_weight", "stride_z", "stride_dz", "stride_ak", "stride_bk",
+_MULTIPLE_OF_16 = {"H", "split_width", "stride_hidden", "stride_weight", "stride_z", "stride_dz", "stride_ak", "stride_bk",
                    "stride_cm"}
 
 
@@ -80,7 +81,7 @@ class CompileTarget:
     def row(self) -> dict:
         c = self.config
         return dict(kernel=self.kernel, arch=self.arch, dtype=self.dtype, variant=self.variant, block_n=c.block_n,
-                    block_v=c.block_v, block_k=c.block_k, vocab_major=c.vocab_major, num_warps=c.num_warps,
+                    block_v=c.block_v, block_k=c.block_k, split_tiles=c.split_tiles, num_warps=c.num_warps,
                     num_stages=c.num_stages)
 
 
@@ -89,10 +90,12 @@ def _flags_text(flags: dict) -> str:
     return ",".join(on) or "-"
 
 
-def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict], linear: bool, has_blocks=True):
+def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict], linear: bool, has_blocks=True,
+             fixed: dict | None = None):
+    """fixed: constexprs every variant sets, not shown in the variant's name."""
     config = GPU_CONFIGS[arch][table][dtype_class(dtype == "fp32")]
     for flags in variants:
-        constexprs = dict(flags)
+        constexprs = dict(flags, **(fixed or {}))
         if linear:
             constexprs.update(UPCAST=False, PRECISION="ieee" if dtype == "fp32" else "tf32")
         blocks = dict(config.blocks)
@@ -145,19 +148,13 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
     kinds = _GRPO_FLAGS
     out: list[CompileTarget] = []
     for arch, dtype in itertools.product(ARCHS, dtypes):
-        out += _targets("_linear_logprobs_forward_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias, SOFTCAP=cap),
-                        True)
-        out += _targets("_partial_stats_kernel", "forward", arch, dtype, _grid(HAS_BIAS=bias, SOFTCAP=cap), True)
-        out += _targets("_linear_grpo_forward_kernel", "forward", arch, dtype,
-                        [dict(HAS_BIAS=b, SOFTCAP=c, **k) for b in bias for c in cap for k in kinds], True)
-        # dH with the entropy gradient or a soft-cap has its own entry: each entry gets its own builds
-        out += _targets("_grad_hidden_kernel", "grad_hidden", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=[False], SOFTCAP=[False]), True)
-        heavy = [(e, c) for e in ent for c in cap if e or c]
-        out += _targets("_grad_hidden_kernel", "grad_hidden_narrow", arch, dtype,
-                        [dict(HAS_BIAS=b, HAS_ENT_GRAD=e, SOFTCAP=c) for b in bias for e, c in heavy], True)
-        out += _targets("_grad_weight_kernel", "grad_weight", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True)
+        out += _targets("_partial_stats_kernel", "forward", arch, dtype,
+                        _grid(HAS_BIAS=bias, SOFTCAP=cap), True, fixed=dict(GROUP=GROUP_N))
+        out += _targets("_grad_kernel", "grad_hidden", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True, fixed=dict(OWNS_VOCAB=False))
+        out += _targets("_grad_kernel", "grad_weight", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True,
+                        fixed=dict(OWNS_VOCAB=True))
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
         out += _gemm_path_targets(arch, dtype, bias, ent, cap)

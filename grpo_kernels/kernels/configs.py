@@ -8,25 +8,20 @@ a multiple of 64 and whole warpgroups (num_warps a multiple of 4).
 Every entry must compile without spills under each triton the project supports (3.6, the oldest tested, and
 the newest): their register allocators differ, and the tight entries below leave little headroom.
 
-Why these shapes (bf16 / fp16; zero spill bytes on both archs in the report):
-- forward: vocabulary-major [512 vocab, 32 tokens] logits tiles over 64-wide slices of H, 8 warps. Each
-  program re-reads its hidden block once per vocabulary tile, so the tile width sets the forward's
-  traffic: 512 reads a quarter of what the old [64, 128] tile did (which also spilled 656 B at 4 warps).
-  1024 x 16 needs 267 KB of shared memory on Hopper (over the 227 KB limit).
-- grad_hidden / grad_weight contract transposed tall-skinny tiles (linear_backward.py): the float32
-  accumulator round trip, the backward's dominant traffic, happens once per BLOCK_V vocabulary columns
-  (dH) / BLOCK_N tokens (dW). Hopper: dH 32 tokens x 512 vocab, dW 512 tokens x 16 vocab, with
-  BLOCK_K 64 (the contraction's wgmma M; 32 falls back to mma.sync). Ampere: 64 x 256 and 256 x 32.
-  Before, both were 64 x 128: 4x (dH) and 8x (dW) more accumulator traffic on Hopper.
-- grad_hidden_narrow: dH whose dz tile needs more registers: the entropy gradient (HAS_ENT_GRAD: e, the entropy
-  and their dz term) or a soft-capped head (SOFTCAP: the tanh's slope). Hopper's 32 x 512 spills 8-16 B there
-  under triton 3.6 (255 registers; none under 3.9), so those variants take 32 x 256 (182-237 registers under
-  3.6 with the entropy gradient): one dH accumulator round trip per 256 vocabulary columns instead of 512. Measured under 3.6 at 32 x 512, the alternatives were worse: 3 stages spill 40 B,
-  16 warps 104 B, 16 x 1024 tiles 80 B, BLOCK_K 32 still spills and loses wgmma in the contraction; 1 stage
-  fits (254 registers) but leaves the H loop's loads unpipelined. Ampere keeps its dH entry.
+Why these shapes (bf16 / fp16; zero spill bytes on both archs and both tritons in the reports):
+- forward: token-major [128 tokens, 128 vocab] logits tiles over 64-wide slices of H, 8 warps, 3 stages (wgmma
+  M = the token block). The tile's online softmax (a masked copy, exp, three row sums) needs as many registers as
+  its accumulator: 128 x 256 spills 0.4-1.3 KB at 8 warps and at 16, 128 x 128 at 4 stages spills under 3.6. A
+  split is 16 tiles (2048 vocabulary entries): enough programs for 132 SMs from N = 256 on, and a partial-statistics
+  buffer of 16 x 75 x N bytes at V 151936.
+- the backward's programs own 64 rows (wgmma M) and stream 128: dH owns tokens and streams vocabulary entries, dW
+  the reverse; the float32 accumulator round trip (the backward's dominant traffic) happens once per 128 streamed
+  rows. Streaming 256 spills: for dW, the streamed tokens' vectors (target, lse, entropy, g, e) are replicated
+  across a warp in the wgmma layout (0.6-0.8 KB); for dH, the soft-capped variants under triton 3.9 (8-16 B).
+- Ampere (mma.sync): forward 128 x 128 x 32, backward 64 x 128 x 32 and 64 x 64 (x 128 tokens) x 32.
 - float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
-  backward and in Ampere's forward (at 32, triton 3.6's ptxas holds the 8-warp GRPO forward at 128 registers
-  and spills 8-16 B; 16 keeps the pipelined loads and the 8 warps).
+  backward (Hopper 4 warps: at 8, ptxas holds its soft-capped dW at 128 registers and spills; Ampere 8 warps: at
+  4, its dW spills) and in Ampere's forward.
 """
 
 from __future__ import annotations
@@ -41,8 +36,8 @@ class KernelConfig:
     block_k: int = 0  # 0 for the logits-input kernels, which have no H loop
     num_warps: int = 4
     num_stages: int = 2
-    # forward only: [vocab, tokens] logits tiles, so a narrow token block can take a wide vocabulary tile
-    vocab_major: bool = False
+    # forward only: vocabulary tiles per split of the 2-D grid (0: the whole vocabulary in one split)
+    split_tiles: int = 0
     # constexprs the kernel takes for its block shape
     blocks: dict = field(init=False, compare=False, repr=False)
 
@@ -50,8 +45,6 @@ class KernelConfig:
         blocks = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v}
         if self.block_k:
             blocks["BLOCK_K"] = self.block_k
-        if self.vocab_major:
-            blocks["VOCAB_MAJOR"] = True
         object.__setattr__(self, "blocks", blocks)
 
     def launch_options(self, interpreted: bool) -> dict:
@@ -61,44 +54,44 @@ class KernelConfig:
         return dict(self.blocks, num_warps=self.num_warps, num_stages=self.num_stages)
 
 
-# A table's entries: "forward" serves both linear forwards (log-probs and the GRPO epilogue) and the
-# split-vocabulary partial-statistics kernel, "merge" the split merge, "logits" the logits-input kernels.
+# A table's entries: "forward" the partial-statistics kernel of both linear forwards (log-probs and the GRPO
+# epilogue), "merge" the split merge, "grad_hidden" / "grad_weight" the backward's two orientations, "logits" the
+# logits-input kernels.
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
-_FORWARD_16BIT = KernelConfig(32, 512, 64, num_warps=8, num_stages=2, vocab_major=True)
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
 
-def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple,
-           grad_hidden_narrow: tuple | None = None) -> dict[str, dict[str, KernelConfig]]:
-    """One architecture's table from (16-bit, float32) entries of the linear kernels; dH with the entropy
-    gradient or a soft-cap takes dH's entry unless given its own."""
-    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_hidden_narrow": grad_hidden_narrow or grad_hidden,
-              "grad_weight": grad_weight}
+def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple) -> dict[str, dict[str, KernelConfig]]:
+    """One architecture's table from (16-bit, float32) entries of the linear kernels."""
+    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight}
     table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
     return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
 
 
-_BACKWARD_FLOAT32 = KernelConfig(64, 64, 16, num_warps=8, num_stages=2)
+_BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=2),
+                     "sm80": KernelConfig(64, 64, 16, num_warps=8, num_stages=2)}
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
-    "sm90": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 32, num_warps=4, num_stages=2)),
-                   grad_hidden=(KernelConfig(32, 512, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32),
-                   grad_weight=(KernelConfig(512, 16, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_hidden_narrow=(KernelConfig(32, 256, 64, num_warps=8, num_stages=2), _BACKWARD_FLOAT32)),
-    "sm80": _table(forward=(_FORWARD_16BIT, KernelConfig(64, 64, 16, num_warps=8, num_stages=2)),
-                   grad_hidden=(KernelConfig(64, 256, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32),
-                   grad_weight=(KernelConfig(256, 32, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32)),
+    "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
+                            KernelConfig(64, 64, 32, num_warps=4, num_stages=2, split_tiles=32)),
+                   grad_hidden=(KernelConfig(64, 128, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"]),
+                   grad_weight=(KernelConfig(128, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"])),
+    "sm80": _table(forward=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3, split_tiles=16),
+                            KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
+                   grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
+                   grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"])),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
 
 # The interpreter runs blocks as numpy arrays: bigger blocks mean fewer Python-level programs, which is
-# what its run time is made of. Warps and stages mean nothing there.
+# what its run time is made of. Warps and stages mean nothing there. Its forward splits every 2 tiles, so small
+# test vocabularies already cross several splits.
 _INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
 INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
-    "forward": KernelConfig(32, 64, 32, vocab_major=True),  # the 16-bit GPU layout
-    "grad_hidden": _INTERPRETER_LINEAR, "grad_hidden_narrow": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
+    "forward": KernelConfig(16, 32, 32, split_tiles=2),
+    "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
 }
 

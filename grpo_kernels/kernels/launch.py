@@ -1,13 +1,14 @@
 """Entry point of the Triton backend: picks the interpreter for CPU tensors, the block/warp/stage entry
-of configs.py for the GPU's architecture, the dot precision and the vocabulary split, then calls the
-kernel families' launchers."""
+of configs.py for the GPU's architecture and the dot precision, then calls the kernel families' launchers."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
 import torch
+import torch.nn.functional as F
 
 from .configs import GPU_CONFIGS, INTERPRETER_CONFIGS, KernelConfig, arch_of, dtype_class
 
@@ -56,38 +57,38 @@ def _linear_options(dtype: torch.dtype) -> tuple[bool, str]:
     return upcast, precision
 
 
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def padded_to_block_k(hidden: torch.Tensor, head, block_k: int):
+    """(hidden, head) with H a multiple of block_k: the linear kernels load whole K slices, unmasked (their
+    registers go to the logits tile's softmax math). Every real LM head's H is a multiple of 64, so this copies
+    nothing there; any other H gets zero columns appended to a copy of hidden and of the weight (zeros add nothing
+    to any dot product)."""
+    pad = -hidden.shape[1] % block_k
+    if pad == 0:
+        return hidden, head
+    return F.pad(hidden, (0, pad)), dataclasses.replace(head, weight=F.pad(head.weight, (0, pad)))
 
 
-def linear_forward(hidden, head, targets, vocab_splits: int | None = None):
-    """hidden [N, H], head (grpo_kernels.head.LMHead), targets [N] -> (logps, entropy, lse). vocab_splits:
-    programs per token block along the vocabulary (None: enough to fill the GPU when N is small, 1 under the
-    interpreter); forced values are for tests and tuning."""
+def linear_forward(hidden, head, targets):
+    """hidden [N, H], head (grpo_kernels.head.LMHead), targets [N] -> (logps, entropy, lse)."""
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_forward import linear_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
     configs = _forward_configs(hidden)
-    return launch_forward(hidden, head, targets, configs, upcast, precision,
-                          _vocab_splits(vocab_splits, hidden, head.weight, configs[0]))
+    return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, configs, upcast, precision)
 
 
 def _forward_configs(hidden: torch.Tensor) -> tuple[KernelConfig, KernelConfig]:
     return config_for("forward", hidden.dtype, hidden.device), config_for("merge", hidden.dtype, hidden.device)
 
 
-def _vocab_splits(requested: int | None, hidden: torch.Tensor, weight: torch.Tensor, config: KernelConfig) -> int:
-    from .linear_forward import auto_vocab_splits
+def forward_plan(N: int, V: int, dtype: torch.dtype, device: torch.device):
+    """The forward's launch plan (kernels/linear_forward.plan) for a shape on this device: a pure function of
+    (N, V), the dtype and the architecture; its split boundaries depend on V only."""
+    from .linear_forward import plan
 
-    if requested is not None:
-        if not isinstance(requested, int) or requested < 1:
-            raise ValueError(f"vocab_splits must be a positive int or None, got {requested!r}")
-        return requested
-    if interpreting():
-        return 1
-    return auto_vocab_splits(hidden.shape[0], weight.shape[0], config, _sm_count(hidden.device))
+    return plan(N, V, config_for("forward", dtype, device))
 
 
 def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy,
@@ -99,13 +100,17 @@ def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entrop
     from .linear_backward import linear_backward as launch_backward
 
     upcast, precision = _linear_options(hidden.dtype)
-    # the entropy gradient's and the soft-cap's dz terms take registers: a narrower dH tile (configs.py)
-    narrow = grad_entropy is not None or head.logit_constants[1] is not None
-    hidden_entry = "grad_hidden_narrow" if narrow else "grad_hidden"
-    configs = (config_for(hidden_entry, hidden.dtype, hidden.device),
+    configs = (config_for("grad_hidden", hidden.dtype, hidden.device),
                config_for("grad_weight", hidden.dtype, hidden.device))
-    return launch_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy, configs, upcast, precision,
-                           needs_hidden_grad, needs_weight_grad)
+    H = hidden.shape[1]
+    padded_hidden, padded_head = padded_to_block_k(hidden, head, max(c.block_k for c in configs))
+    grad_hidden, grad_weight, grad_bias = launch_backward(
+        grad_logps, grad_entropy, padded_hidden, padded_head, targets, lse, entropy, configs, upcast, precision,
+        needs_hidden_grad, needs_weight_grad)
+    if padded_hidden is not hidden:  # the zero columns' gradients go
+        grad_hidden = None if grad_hidden is None else grad_hidden[:, :H].contiguous()
+        grad_weight = None if grad_weight is None else grad_weight[:, :H].contiguous()
+    return grad_hidden, grad_weight, grad_bias
 
 
 def logits_forward(logits, targets, temperature):
@@ -126,13 +131,13 @@ def logits_backward(grad_logps, grad_entropy, logits, targets, lse, entropy, tem
 
 
 def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
-                        ref_logps, importance_ratio, mask, objective, vocab_splits: int | None = None):
+                        ref_logps, importance_ratio, mask, objective):
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from .linear_forward import linear_grpo_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
     configs = _forward_configs(hidden)
-    return launch_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
-                          ref_logps, importance_ratio, mask, objective, configs, upcast, precision,
-                          _vocab_splits(vocab_splits, hidden, head.weight, configs[0]))
+    return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, advantages, token_weights,
+                          entropy_weights, old_logps, ref_logps, importance_ratio, mask, objective, configs, upcast,
+                          precision)

@@ -1,18 +1,29 @@
 """Backward: recompute each logits tile, turn it into dz with the per-token g = dLoss/dlp and
 e = dLoss/dent, and contract it with the LM head (dH) and the hidden states (dW, dbias).
 
-Two kernels, each the only writer of its output rows, so results are bitwise reproducible (no
-atomics): dH with a grid over token blocks, dW and dbias with a grid over vocabulary blocks. The price
-is one extra logits recompute (five GEMM-equivalents in forward + backward instead of four).
+One kernel, `_grad_kernel`, in two orientations, each program the only writer of the output rows it owns, so
+the gradients are bitwise reproducible run to run (no atomics, fixed loop orders):
+- dH (OWNS_VOCAB False): a program owns BLOCK_N tokens and sweeps the vocabulary in BLOCK_V tiles;
+- dW and dbias (OWNS_VOCAB True): a program owns BLOCK_V vocabulary entries and sweeps the tokens in BLOCK_N
+  tiles.
+Per streamed tile: one tensor-core GEMM over H recomputes the logits tile [owned, streamed] (the owned block is
+the dot's M: 64 on Hopper, so wgmma), the softmax gradient makes dz in registers, and for each BLOCK_K slice of
+H the owned float32 output slice is read, gets dz @ operand[streamed, slice] added by a second tensor-core dot
+(reduction length: the streamed block), and is written back.
 
-A program's float32 accumulator ([tokens, H] for dH, [vocab, H] for dW) is far too big for the chip,
-so it is read and written in global memory once per dz tile it absorbs; what bounds that traffic is the
-reduction length of each read-modify-write: the vocabulary width of a dH tile, the token height of a
-dW tile. Both kernels therefore contract transposed, tall-skinny tiles: dH^T[k, tokens] +=
-W[cols, k]^T @ dz^T[cols, tokens] with a narrow token block (16-64, the tensor-core N dimension) and a
-wide vocabulary tile (the reduction), and dW^T[k, cols] += H[rows, k]^T @ dz[rows, cols] with a narrow
-vocabulary block and a tall token tile. The register cost of the dz tile is the same as a square tile
-of equal area, but each accumulator round trip absorbs 4-16x more of the reduction (configs.py)."""
+Cost (bf16 on Hopper, configs.py's sm90 entries: dH 64 tokens x 128 vocab, dW 64 vocab x 128 tokens, BLOCK_K 64;
+docs/architecture.md has the table the cost model reads):
+- launches: 1 per gradient needed (dH; dW with dbias); programs cdiv(N, 64) for dH, cdiv(V, 64) for dW
+- tensor-core work: 2 GEMM-equivalents per gradient (the logits again, then the contraction): 4 for a trained
+  head, plus the forward's 1 = 5 (a frozen head: forward + dH = 3)
+- L2 -> SM traffic per gradient: the recompute's 2 N V H (1/own + 1/streamed) bytes, the contraction's operand
+  2 N V H / own bytes, and the float32 accumulator's read and write 8 N V H / streamed bytes (S1: about 720 GB
+  each)
+- HBM: each program's accumulator rows [own, H] float32 stay in L2 across its sweep only when the resident
+  programs' rows fit (S1 dH: 132 x 64 x 4096 x 4 bytes = 138 MB do not: the round trips reach HBM)
+- extra memory: float32 dH [N, H] and dW [V, H] accumulators (cast to the input dtype at the end)
+Why 128 streamed rows, not 256: configs.py (spills).
+Deterministic by construction; there is no atomic (non-deterministic) variant."""
 
 import torch
 import triton
@@ -23,77 +34,74 @@ from .tiles import head_transform_args, load_row_stats, logits_tile, softmax_gra
 
 
 @triton.jit
-def _grad_hidden_kernel(
-    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_hidden_ptr,
+def _grad_kernel(
+    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, out_ptr, grad_bias_ptr,
     N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
-    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    OWNS_VOCAB: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
-                                                 HAS_ENT_GRAD)
-    for v0 in range(0, V, BLOCK_V):
-        cols = v0 + tl.arange(0, BLOCK_V)
-        col_ok = cols < V
-        # [BLOCK_V, BLOCK_N]: vocabulary-major
-        zt = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                         stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, True,
-                         cap_scale, SOFTCAP)
-        dzt = softmax_grad_tile(zt, cols[:, None] == targets[None, :], col_ok[:, None], lse[None, :],
-                                entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
-        for k0 in range(0, H, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < H
-            w = tl.load(weight_ptr + cols[:, None] * stride_weight + ks[None, :],
-                        mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-            if UPCAST:
-                w = w.to(tl.float32)
-            out = grad_hidden_ptr + rows[None, :] * H + ks[:, None]  # dH^T slice [BLOCK_K, BLOCK_N]
-            out_ok = k_ok[:, None] & row_ok[None, :]
-            acc = tl.load(out, mask=out_ok, other=0.0)
-            acc = tl.dot(tl.trans(w), dzt.to(w.dtype), acc, input_precision=PRECISION)
-            tl.store(out, acc, mask=out_ok)
-
-
-@triton.jit
-def _grad_weight_kernel(
-    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, grad_weight_ptr,
-    grad_bias_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
-    HAS_BIAS: tl.constexpr, HAS_ENT_GRAD: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    cols = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
-    col_ok = cols < V
-    grad_bias = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    for n0 in range(0, N, BLOCK_N):
-        rows = n0 + tl.arange(0, BLOCK_N)
-        row_ok = rows < N
-        # g and e read 0 past the last token: those rows add nothing
-        targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
+    """out[owned rows, :] (float32, row stride H) = sum over the streamed blocks of dz @ operand[streamed, :]."""
+    if OWNS_VOCAB:
+        own_start = tl.program_id(0) * BLOCK_V
+        n_own = V
+        own_ptr, stride_own, stream_ptr, stride_stream = weight_ptr, stride_weight, hidden_ptr, stride_hidden
+        n_stream = N
+        BLOCK_OWN: tl.constexpr = BLOCK_V
+        BLOCK_STREAM: tl.constexpr = BLOCK_N
+        VOCAB_AXIS: tl.constexpr = 0
+        grad_bias = tl.zeros((BLOCK_V,), dtype=tl.float32)
+    else:
+        own_start = tl.program_id(0) * BLOCK_N
+        n_own = N
+        own_ptr, stride_own, stream_ptr, stride_stream = hidden_ptr, stride_hidden, weight_ptr, stride_weight
+        n_stream = V
+        BLOCK_OWN: tl.constexpr = BLOCK_N
+        BLOCK_STREAM: tl.constexpr = BLOCK_V
+        VOCAB_AXIS: tl.constexpr = 1
+    own = own_start + tl.arange(0, BLOCK_OWN)
+    own_ok = own < n_own
+    if not OWNS_VOCAB:
+        targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, own, own_ok, V,
                                                      HAS_ENT_GRAD)
-        z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, False,
-                        cap_scale, SOFTCAP)
-        dz = softmax_grad_tile(z, cols[None, :] == targets[:, None], col_ok[None, :], lse[:, None],
-                               entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
-        grad_bias += tl.sum(dz, 0)
+    ks = tl.arange(0, BLOCK_K)
+    # 64-bit bases, 32-bit offsets inside the blocks (as tiles.logits_tile)
+    out_base = out_ptr + tl.cast(own_start, tl.int64) * H
+    out_offsets = tl.arange(0, BLOCK_OWN)[:, None] * H + ks[None, :]
+    for s0 in range(0, n_stream, BLOCK_STREAM):
+        stream = s0 + tl.arange(0, BLOCK_STREAM)
+        stream_ok = stream < n_stream
+        z = logits_tile(own_ptr, own_start, n_own, stride_own, stream_ptr, s0, n_stream, stride_stream, bias_ptr, H,
+                        inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_OWN, BLOCK_STREAM,
+                        BLOCK_K, VOCAB_AXIS)
+        if OWNS_VOCAB:
+            # the streamed tokens' statistics; g and e read 0 past the last token: those rows add nothing
+            targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, stream,
+                                                         stream_ok, V, HAS_ENT_GRAD)
+            # the tile's mask covers the tokens too: a token past N (it reads row s0 again) must add exactly 0
+            dz = softmax_grad_tile(z, own[:, None] == targets[None, :], own_ok[:, None] & stream_ok[None, :],
+                                   lse[None, :], entropy[None, :], g[None, :], e[None, :], inv_tau, HAS_ENT_GRAD,
+                                   cap_scale, SOFTCAP)
+            grad_bias += tl.sum(dz, 1)
+        else:
+            dz = softmax_grad_tile(z, stream[None, :] == targets[:, None], stream_ok[None, :], lse[:, None],
+                                   entropy[:, None], g[:, None], e[:, None], inv_tau, HAS_ENT_GRAD, cap_scale, SOFTCAP)
+        dz = dz.to(stream_ptr.dtype.element_ty)
+        if UPCAST:
+            dz = dz.to(tl.float32)
+        # streamed rows past the end read the block's first row: their dz columns are 0
+        stream_rows = tl.where(stream_ok, tl.arange(0, BLOCK_STREAM), 0)
+        operand_ptrs = stream_ptr + tl.cast(s0, tl.int64) * stride_stream + (stream_rows[:, None] * stride_stream + ks[None, :])
         for k0 in range(0, H, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < H
-            h = tl.load(hidden_ptr + rows[:, None] * stride_hidden + ks[None, :],
-                        mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            operand = tl.load(operand_ptrs)
             if UPCAST:
-                h = h.to(tl.float32)
-            out = grad_weight_ptr + cols[None, :] * H + ks[:, None]  # dW^T slice [BLOCK_K, BLOCK_V]
-            out_ok = k_ok[:, None] & col_ok[None, :]
-            acc = tl.load(out, mask=out_ok, other=0.0)
-            acc = tl.dot(tl.trans(h), dz.to(h.dtype), acc, input_precision=PRECISION)
-            tl.store(out, acc, mask=out_ok)
-    if HAS_BIAS:
-        tl.store(grad_bias_ptr + cols, grad_bias, mask=col_ok)
+                operand = operand.to(tl.float32)
+            acc = tl.load(out_base + k0 + out_offsets, mask=own_ok[:, None], other=0.0)
+            acc = tl.dot(dz, operand, acc, input_precision=PRECISION)
+            tl.store(out_base + k0 + out_offsets, acc, mask=own_ok[:, None])
+            operand_ptrs += BLOCK_K
+    if OWNS_VOCAB and HAS_BIAS:
+        tl.store(grad_bias_ptr + own, grad_bias, mask=own_ok)
 
 
 def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy,
@@ -114,19 +122,17 @@ def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entrop
         g = grad_logps.float().contiguous()
         e = grad_entropy.float().contiguous() if grad_entropy is not None else g
         inv_tau, cap_scale, capped = head_transform_args(head)
+        args = (hidden, weight, bias if bias is not None else hidden, targets, lse, entropy, g, e)
+        scalars = (N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale)
         flags = dict(HAS_BIAS=bias is not None, HAS_ENT_GRAD=grad_entropy is not None, SOFTCAP=capped, UPCAST=upcast,
                      PRECISION=precision)
-        bias_arg = bias if bias is not None else hidden
         if needs_hidden_grad:
-            _grad_hidden_kernel[(triton.cdiv(N, hidden_config.block_n),)](
-                hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_hidden,
-                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
-                **flags, **hidden_config.launch_options(upcast))
+            _grad_kernel[(triton.cdiv(N, hidden_config.block_n),)](
+                *args, grad_hidden, grad_hidden, *scalars, OWNS_VOCAB=False, **flags,
+                **hidden_config.launch_options(upcast))
         if needs_weight_grad:
-            _grad_weight_kernel[(triton.cdiv(V, weight_config.block_v),)](
-                hidden, weight, bias_arg, targets, lse, entropy, g, e, grad_weight,
-                grad_bias if grad_bias is not None else grad_weight,
-                N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
+            _grad_kernel[(triton.cdiv(V, weight_config.block_v),)](
+                *args, grad_weight, grad_bias if grad_bias is not None else grad_weight, *scalars, OWNS_VOCAB=True,
                 **flags, **weight_config.launch_options(upcast))
     return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else None,
             grad_weight.to(weight.dtype) if grad_weight is not None else None,

@@ -1,114 +1,111 @@
-"""Forward: stream the LM head over vocabulary tiles; per token keep a running max, sum of exp and
-sum of exp * z (online log-sum-exp and entropy) and pick out the target logit. Writes only O(tokens).
-Two kernels share the stream: one stops at the log-probs, one adds the token-level objective epilogue.
+"""Forward: hidden x LM head -> per token log-prob, entropy, lse (and the token-level objective), logits never
+whole in memory. Two launches:
 
-When there are too few token blocks to fill the GPU (small N), the vocabulary is split across programs
-instead: grid (token blocks, splits), each program writes its range's four statistics to a
-[4, splits, N] float32 buffer, and a merge kernel folds the splits in a fixed order (bitwise reproducible)
-before the log-probs or the objective epilogue."""
+1. `_partial_stats_kernel`, a grid of (token block, vocabulary split) programs. Each program sweeps the
+   vocabulary tiles of its split in ascending order; per tile one tensor-core GEMM over H makes a float32
+   [BLOCK_N tokens, BLOCK_V vocab] logits tile (token-major: the dot's M is the token block, a multiple of 64
+   on Hopper, so it lowers to wgmma), folded into each row's running max, sum exp, sum exp * z (for the
+   entropy) and target logit. The four statistics of (row, split) go to a [4, splits, N] float32 buffer.
+2. `_merge_logprobs_kernel` (or `_merge_grpo_kernel`, with the token-level objective's epilogue) folds the
+   splits of each row in ascending order.
+
+Batch invariance: the split width is `split_tiles` vocabulary tiles of the architecture's table entry (`plan`):
+it depends on V and fixed constants only, never on N. A row's tiles, their K order, its splits and the merge
+order are therefore the same whatever else is in the batch, and no reduction crosses rows, so its log-prob and
+entropy are bitwise the same alone or in any batch, at any position (tests/grpo_kernels/kernels/
+test_linear_forward.py). N only changes how many programs run and in which order (`GROUP_N` below), which
+changes no arithmetic.
+
+L2 reuse: the grid is one-dimensional and walks GROUP_N token blocks x all splits before the next group, so the
+programs resident at once share GROUP_N hidden blocks and each weight tile is read from HBM about once per
+group, as a grouped GEMM does.
+
+Cost at a shape (the roofline model's inputs; bf16 on Hopper, the sm90 table of configs.py: BLOCK_N 128,
+BLOCK_V 128, BLOCK_K 64, split_tiles 16, GROUP_N 16; docs/architecture.md has the table for every pass):
+- programs: cdiv(N, 128) x cdiv(V, 2048); launches: 2 (statistics, merge)
+- tensor-core work: 2 N V H flop (one GEMM-equivalent), on tiles 128 x 128 x 64
+- L2 -> SM traffic: the tile GEMM's, 2 bytes x N V H (1/BLOCK_V + 1/BLOCK_N) (about 160 GB at S1)
+- HBM: the weight once per group of 16 token blocks (V H 2 bytes x cdiv(N, 2048)), the hidden states once,
+  the partial statistics 16 bytes x splits x N written and read once (10 MB at S1), the outputs 12-30 bytes/token
+- extra memory: the partial statistics buffer (16 x splits x N bytes)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from .configs import KernelConfig
-from .tiles import (head_transform_args, logits_tile, online_softmax_init, online_softmax_merge,
-                    online_softmax_result, online_softmax_update)
+from .tiles import head_transform_args, load_targets, logits_tile, online_softmax_init, online_softmax_merge, online_softmax_result, \
+    online_softmax_update
 from .token_objective import token_objective
 
-# a split below this many vocabulary tiles would spend more on its statistics than it saves
-_MIN_TILES_PER_SPLIT = 8
+# token blocks per program group of the grid (L2 reuse only; no effect on any value)
+GROUP_N = 16
 
 
-@triton.jit
-def _stream_vocab(hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, v_end, H, stride_hidden,
-                  stride_weight, inv_tau, cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr,
-                  UPCAST: tl.constexpr, PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
-                  BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr):
-    """Running (max, sum exp, sum exp * z, target logit) per row over vocabulary [v_start, v_end).
-    VOCAB_MAJOR tiles are [BLOCK_V, BLOCK_N] (tensor-core M = vocabulary), so a narrow token block can
-    take a wide vocabulary tile: the hidden block is re-read once per tile, so wider tiles read less."""
+@dataclass(frozen=True)
+class ForwardPlan:
+    """What one forward launches for a shape: a pure function of (N, V) and the table entry."""
+
+    token_blocks: int
+    split_width: int  # vocabulary entries per split (a whole number of tiles): depends on V and the entry only
+    splits: int
+
+    @property
+    def programs(self) -> int:
+        return self.token_blocks * self.splits
+
+
+def plan(N: int, V: int, config: KernelConfig) -> ForwardPlan:
+    """The launch plan: cdiv(N, block_n) token blocks x cdiv(V, split width) splits. The split width is
+    `split_tiles` vocabulary tiles (the whole vocabulary, one split, when it holds fewer), so no split is empty
+    (its max would be -inf, and the merge would compute inf - inf) and the boundaries do not depend on N."""
+    tiles = triton.cdiv(V, config.block_v)
+    width = min(config.split_tiles, tiles) * config.block_v if config.split_tiles else tiles * config.block_v
+    return ForwardPlan(triton.cdiv(N, config.block_n), width, triton.cdiv(V, width))
+
+
+# N and splits stay runtime values even when 1 (triton would make a 1 a compile-time constant): 64-bit offsets
+# are derived from them
+@triton.jit(do_not_specialize=["N", "splits"])
+def _partial_stats_kernel(
+    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr,
+    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale, split_width, splits,
+    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+):
+    """Program (token block, split): the four running statistics of the split's vocabulary range, written to
+    partial[:, split, rows]."""
+    pid = tl.program_id(0)
+    per_group = GROUP * splits
+    first_block = (pid // per_group) * GROUP
+    group_size = tl.minimum(tl.cdiv(N, BLOCK_N) - first_block, GROUP)
+    block = first_block + (pid % per_group) % group_size
+    split = (pid % per_group) // group_size
+
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    targets = load_targets(targets_ptr, rows, row_ok, V)
+    v_start = split * split_width
+    v_end = tl.minimum(v_start + split_width, V)
     run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
     for v0 in range(v_start, v_end, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < v_end
-        z = logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden,
-                        stride_weight, inv_tau, HAS_BIAS, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR,
-                        cap_scale, SOFTCAP)
-        if VOCAB_MAJOR:
-            run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
-                run_max, sum_exp, sum_exp_z, target_z, z, cols[:, None] == targets[None, :], col_ok[:, None], 0)
-        else:
-            run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
-                run_max, sum_exp, sum_exp_z, target_z, z, cols[None, :] == targets[:, None], col_ok[None, :], 1)
-    return run_max, sum_exp, sum_exp_z, target_z
-
-
-@triton.jit
-def _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N: tl.constexpr):
-    """(log-prob, entropy, lse) per row from the [4, splits, N] partial statistics, split 0 first."""
-    run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
-    stat = splits * N
-    for s in range(0, splits):
-        at = partial_ptr + s * N + rows
-        run_max, sum_exp, sum_exp_z, target_z = online_softmax_merge(
-            run_max, sum_exp, sum_exp_z, target_z,
-            tl.load(at, mask=row_ok, other=0.0), tl.load(at + stat, mask=row_ok, other=1.0),
-            tl.load(at + 2 * stat, mask=row_ok, other=0.0), tl.load(at + 3 * stat, mask=row_ok, other=0.0))
-    return online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
-
-
-@triton.jit
-def _whole_vocab_stats(hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau,
-                       cap_scale, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr,
-                       PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-                       VOCAB_MAJOR: tl.constexpr):
-    """This program's token block: (rows, row_ok, log-prob, entropy, lse) over the whole vocabulary."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
-        hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, 0, V, H, stride_hidden, stride_weight, inv_tau,
-        cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
-    logps, entropy, lse = online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
-    return rows, row_ok, logps, entropy, lse
-
-
-@triton.jit
-def _linear_logprobs_forward_kernel(
-    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, logps_ptr, entropy_ptr, lse_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
-    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
-):
-    rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
-        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
-        HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
-    tl.store(logps_ptr + rows, logps, mask=row_ok)
-    tl.store(entropy_ptr + rows, entropy, mask=row_ok)
-    tl.store(lse_ptr + rows, lse, mask=row_ok)
-
-
-@triton.jit
-def _partial_stats_kernel(
-    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale, split_width,
-    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
-):
-    """Program (token block, split): the four running statistics of vocabulary
-    [split * split_width, (split + 1) * split_width), written to partial[:, split, rows]."""
-    split = tl.program_id(1)
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
-    v_start = split * split_width
-    run_max, sum_exp, sum_exp_z, target_z = _stream_vocab(
-        hidden_ptr, weight_ptr, bias_ptr, rows, row_ok, targets, v_start, tl.minimum(v_start + split_width, V), H,
-        stride_hidden, stride_weight, inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
-        BLOCK_K, VOCAB_MAJOR)
-    stat = tl.num_programs(1) * N
-    at = partial_ptr + split * N + rows
+        z = logits_tile(hidden_ptr, block * BLOCK_N, N, stride_hidden, weight_ptr, v0, V, stride_weight, bias_ptr, H,
+                        inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, 1)
+        # the target's column in this tile, -1 when it lies outside [v0, v_end): columns past v_end are other
+        # splits' (or the first column's again, past V)
+        local = tl.where((targets >= v0) & (targets < v_end), targets - v0, -1)
+        run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
+            run_max, sum_exp, sum_exp_z, target_z, z, tl.arange(0, BLOCK_V)[None, :] == local[:, None],
+            col_ok[None, :], 1)
+    at = partial_ptr + split.to(tl.int64) * N + rows
+    stat = splits.to(tl.int64) * N
     tl.store(at, run_max, mask=row_ok)
     tl.store(at + stat, sum_exp, mask=row_ok)
     tl.store(at + 2 * stat, sum_exp_z, mask=row_ok)
@@ -116,6 +113,20 @@ def _partial_stats_kernel(
 
 
 @triton.jit
+def _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N: tl.constexpr):
+    """(log-prob, entropy, lse) per row from the [4, splits, N] partial statistics, split 0 first."""
+    run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
+    stat = splits.to(tl.int64) * N
+    for s in range(0, splits):
+        at = partial_ptr + s * N + rows.to(tl.int64)
+        run_max, sum_exp, sum_exp_z, target_z = online_softmax_merge(
+            run_max, sum_exp, sum_exp_z, target_z,
+            tl.load(at, mask=row_ok, other=0.0), tl.load(at + stat, mask=row_ok, other=1.0),
+            tl.load(at + 2 * stat, mask=row_ok, other=0.0), tl.load(at + 3 * stat, mask=row_ok, other=0.0))
+    return online_softmax_result(run_max, sum_exp, sum_exp_z, target_z)
+
+
+@triton.jit(do_not_specialize=["N", "splits"])
 def _merge_logprobs_kernel(partial_ptr, logps_ptr, entropy_ptr, lse_ptr, N, splits, BLOCK_N: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -125,85 +136,20 @@ def _merge_logprobs_kernel(partial_ptr, logps_ptr, entropy_ptr, lse_ptr, N, spli
     tl.store(lse_ptr + rows, lse, mask=row_ok)
 
 
-def auto_vocab_splits(N: int, V: int, config: KernelConfig, sm_count: int) -> int:
-    """Enough vocabulary splits to give every SM a program when the token blocks alone cannot, with at
-    least _MIN_TILES_PER_SPLIT vocabulary tiles per split; 1 (no split) when N fills the GPU."""
-    token_blocks = triton.cdiv(max(N, 1), config.block_n)
-    if token_blocks >= sm_count:
-        return 1
-    most = max(1, triton.cdiv(V, config.block_v) // _MIN_TILES_PER_SPLIT)
-    return max(1, min(triton.cdiv(sm_count, token_blocks), most))
-
-
-def _split_width(V: int, splits: int, block_v: int) -> tuple[int, int]:
-    """(width, splits) with the width a whole number of vocabulary tiles and no split empty (an empty
-    split's max would be -inf, and the merge would compute inf - inf)."""
-    tiles = triton.cdiv(V, block_v)
-    width = triton.cdiv(tiles, min(splits, tiles)) * block_v
-    return width, triton.cdiv(V, width)
-
-
-def _partial_stats(hidden, head, targets, config: KernelConfig, upcast: bool, precision: str,
-                   splits: int) -> tuple[torch.Tensor, int]:
-    N, H = hidden.shape
-    weight, bias = head.weight, head.bias
-    V = weight.shape[0]
-    width, splits = _split_width(V, splits, config.block_v)
-    partial = torch.empty(4, splits, N, dtype=torch.float32, device=hidden.device)
-    inv_tau, cap_scale, capped = head_transform_args(head)
-    _partial_stats_kernel[(triton.cdiv(N, config.block_n), splits)](
-        hidden, weight, bias if bias is not None else hidden, targets, partial,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, width,
-        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision,
-        **config.launch_options(upcast),
-    )
-    return partial, splits
-
-
-def linear_forward(hidden: torch.Tensor, head, targets: torch.Tensor, configs: tuple[KernelConfig, KernelConfig],
-                   upcast: bool, precision: str, vocab_splits: int = 1):
-    """head: a grpo_kernels.head.LMHead; configs: (forward, merge) table entries; vocab_splits 1 streams each
-    token block over the whole vocabulary in one program."""
-    N, H = hidden.shape
-    weight, bias = head.weight, head.bias
-    V = weight.shape[0]
-    config, merge = configs
-    logps = torch.empty(N, dtype=torch.float32, device=hidden.device)
-    entropy = torch.empty_like(logps)
-    lse = torch.empty_like(logps)
-    if N == 0:
-        return logps, entropy, lse
-    if vocab_splits > 1:
-        partial, splits = _partial_stats(hidden, head, targets, config, upcast, precision, vocab_splits)
-        _merge_logprobs_kernel[(triton.cdiv(N, merge.block_n),)](
-            partial, logps, entropy, lse, N, splits, **_merge_options(merge, upcast))
-        return logps, entropy, lse
-    inv_tau, cap_scale, capped = head_transform_args(head)
-    _linear_logprobs_forward_kernel[(triton.cdiv(N, config.block_n),)](
-        hidden, weight, bias if bias is not None else hidden, targets, logps, entropy, lse,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale,
-        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision,
-        **config.launch_options(upcast),
-    )
-    return logps, entropy, lse
-
-
-def _merge_options(merge: KernelConfig, interpreted: bool) -> dict:
-    options = merge.launch_options(interpreted)
-    del options["BLOCK_V"]  # the merge has no vocabulary loop
-    return options
-
-
-@triton.jit
-def _grpo_epilogue(
-    rows, row_ok, logps, entropy, lse,
-    adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr, ref_ptr, rho_ptr, mask_ptr,
+@triton.jit(do_not_specialize=["N", "splits"])
+def _merge_grpo_kernel(
+    partial_ptr, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr, ref_ptr, rho_ptr, mask_ptr,
     terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-    eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
+    N, splits, eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
     LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
     HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, HAS_ENTROPY_BONUS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
-    """The token-level objective of finished rows, and every per-token output of the GRPO forward."""
+    """The merge, then the token-level objective of the finished rows and every per-token output of the GRPO
+    forward: the backward needs only the per-token g this writes (and the entropy weight)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    logps, entropy, lse = _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N)
     adv = tl.load(adv_ptr + rows, mask=row_ok, other=0.0)
     token_weight = tl.load(token_weight_ptr + rows, mask=row_ok, other=0.0)
     mask = tl.load(mask_ptr + rows, mask=row_ok, other=0.0)
@@ -230,57 +176,49 @@ def _grpo_epilogue(
     tl.store(clip_ptr + rows, low.to(tl.int8) + 2 * high.to(tl.int8), mask=row_ok)
 
 
-@triton.jit
-def _linear_grpo_forward_kernel(
-    hidden_ptr, weight_ptr, bias_ptr, targets_ptr,
-    adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr, ref_ptr, rho_ptr, mask_ptr,
-    terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-    N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
-    eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
-    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
-    HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, HAS_ENTROPY_BONUS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, VOCAB_MAJOR: tl.constexpr = False,
-):
-    """The same vocabulary stream, then the token-level objective in the epilogue: the backward needs only
-    the per-token g this writes (and the entropy weight)."""
-    rows, row_ok, logps, entropy, lse = _whole_vocab_stats(
-        hidden_ptr, weight_ptr, bias_ptr, targets_ptr, N, V, H, stride_hidden, stride_weight, inv_tau, cap_scale,
-        HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, VOCAB_MAJOR)
-    _grpo_epilogue(rows, row_ok, logps, entropy, lse, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr,
-                   ref_ptr, rho_ptr, mask_ptr, terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-                   eps_low, eps_high, delta, beta, sapo_pos, sapo_neg, LOSS_KIND, HAS_OLD, HAS_REF, HAS_RHO,
-                   HAS_DELTA, BIAS_CORRECTION, HAS_ENTROPY_BONUS)
+def _partial_stats(hidden, head, targets, config: KernelConfig, upcast: bool, precision: str
+                   ) -> tuple[torch.Tensor, ForwardPlan]:
+    N, H = hidden.shape
+    weight, bias = head.weight, head.bias
+    V = weight.shape[0]
+    shape = plan(N, V, config)
+    partial = torch.empty(4, shape.splits, N, dtype=torch.float32, device=hidden.device)
+    inv_tau, cap_scale, capped = head_transform_args(head)
+    _partial_stats_kernel[(shape.programs,)](
+        hidden, weight, bias if bias is not None else hidden, targets, partial,
+        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, shape.split_width, shape.splits,
+        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision, GROUP=GROUP_N,
+        **config.launch_options(upcast),
+    )
+    return partial, shape
 
 
-@triton.jit
-def _merge_grpo_kernel(
-    partial_ptr, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr, ref_ptr, rho_ptr, mask_ptr,
-    terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-    N, splits, eps_low, eps_high, delta, beta, sapo_pos, sapo_neg,
-    LOSS_KIND: tl.constexpr, HAS_OLD: tl.constexpr, HAS_REF: tl.constexpr, HAS_RHO: tl.constexpr,
-    HAS_DELTA: tl.constexpr, BIAS_CORRECTION: tl.constexpr, HAS_ENTROPY_BONUS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """Split-vocabulary forward, second step: merge the partial statistics, then the same epilogue."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    logps, entropy, lse = _merge_splits(partial_ptr, rows, row_ok, N, splits, BLOCK_N)
-    _grpo_epilogue(rows, row_ok, logps, entropy, lse, adv_ptr, token_weight_ptr, entropy_weight_ptr, old_ptr,
-                   ref_ptr, rho_ptr, mask_ptr, terms_ptr, logps_ptr, entropy_ptr, lse_ptr, grad_ptr, kl_ptr, clip_ptr,
-                   eps_low, eps_high, delta, beta, sapo_pos, sapo_neg, LOSS_KIND, HAS_OLD, HAS_REF, HAS_RHO,
-                   HAS_DELTA, BIAS_CORRECTION, HAS_ENTROPY_BONUS)
+def _merge_options(merge: KernelConfig, interpreted: bool) -> dict:
+    options = merge.launch_options(interpreted)
+    del options["BLOCK_V"]  # the merge has no vocabulary loop
+    return options
+
+
+def linear_forward(hidden: torch.Tensor, head, targets: torch.Tensor, configs: tuple[KernelConfig, KernelConfig],
+                   upcast: bool, precision: str):
+    """head: a grpo_kernels.head.LMHead; configs: the (forward, merge) table entries."""
+    N = hidden.shape[0]
+    config, merge = configs
+    logps, entropy, lse = (torch.empty(N, dtype=torch.float32, device=hidden.device) for _ in range(3))
+    if N == 0:
+        return logps, entropy, lse
+    partial, shape = _partial_stats(hidden, head, targets, config, upcast, precision)
+    _merge_logprobs_kernel[(triton.cdiv(N, merge.block_n),)](
+        partial, logps, entropy, lse, N, shape.splits, **_merge_options(merge, upcast))
+    return logps, entropy, lse
 
 
 def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
                         ref_logps, importance_ratio, mask, objective: dict,
-                        configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str,
-                        vocab_splits: int = 1):
+                        configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str):
     """Per token [N]: loss terms (summing to the loss), logps, entropy, lse, g = dterm/dlp, kl, clip code
     (bit 0: low-clipped, bit 1: high-clipped)."""
-    N, H = hidden.shape
-    weight, bias = head.weight, head.bias
-    V = weight.shape[0]
+    N = hidden.shape[0]
     config, merge = configs
     f32 = dict(dtype=torch.float32, device=hidden.device)
     terms, logps, entropy, lse, grad, kl = (torch.empty(N, **f32) for _ in range(6))
@@ -298,16 +236,7 @@ def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entrop
     flags = dict(LOSS_KIND=objective["loss_kind"], HAS_OLD=old_logps is not None, HAS_REF=ref_logps is not None,
                  HAS_RHO=importance_ratio is not None, HAS_DELTA=objective["delta"] is not None,
                  BIAS_CORRECTION=objective["bias_correction"], HAS_ENTROPY_BONUS=entropy_weights is not None)
-    if vocab_splits > 1:
-        partial, splits = _partial_stats(hidden, head, targets, config, upcast, precision, vocab_splits)
-        _merge_grpo_kernel[(triton.cdiv(N, merge.block_n),)](
-            partial, *per_token, N, splits, *scalars, **flags, **_merge_options(merge, upcast))
-        return terms, logps, entropy, lse, grad, kl, clip
-    inv_tau, cap_scale, capped = head_transform_args(head)
-    _linear_grpo_forward_kernel[(triton.cdiv(N, config.block_n),)](
-        hidden, weight, bias if bias is not None else hidden, targets, *per_token,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, *scalars,
-        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision, **flags,
-        **config.launch_options(upcast),
-    )
+    partial, shape = _partial_stats(hidden, head, targets, config, upcast, precision)
+    _merge_grpo_kernel[(triton.cdiv(N, merge.block_n),)](
+        partial, *per_token, N, shape.splits, *scalars, **flags, **_merge_options(merge, upcast))
     return terms, logps, entropy, lse, grad, kl, clip

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from .configs import KernelConfig
-from .tiles import load_row_stats, online_softmax_init, online_softmax_result, online_softmax_update, softmax_grad_tile
+from .tiles import load_row_stats, load_targets, online_softmax_init, online_softmax_result, online_softmax_update, softmax_grad_tile
 
 
 @triton.jit
@@ -24,7 +24,7 @@ def _logits_forward_kernel(
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     row_start = _row_offsets(rows, T, stride_b, stride_t)
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+    targets = load_targets(targets_ptr, rows, row_ok, V)
     run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
@@ -48,7 +48,7 @@ def _logits_backward_kernel(
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     row_start = _row_offsets(rows, T, stride_b, stride_t)
-    targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
+    targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok, V,
                                                  HAS_ENT_GRAD)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)

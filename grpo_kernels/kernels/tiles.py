@@ -34,37 +34,39 @@ def raw_logits_grad(dlogits, logits, inv_tau, cap_scale, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def logits_tile(hidden_ptr, weight_ptr, bias_ptr, rows, cols, row_ok, col_ok, H, stride_hidden, stride_weight,
-                inv_tau, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-                VOCAB_MAJOR: tl.constexpr = False, cap_scale=1.0, SOFTCAP: tl.constexpr = False):
-    """transform(hidden[rows] @ weight[cols]^T + bias[cols]) as a float32 [BLOCK_N, BLOCK_V] tile, or its
-    transpose [BLOCK_V, BLOCK_N] when VOCAB_MAJOR (the tensor-core M dimension is then the vocabulary,
-    so a tile can be only 16 tokens wide)."""
-    if VOCAB_MAJOR:
-        acc = tl.zeros((BLOCK_V, BLOCK_N), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-    for k0 in range(0, H, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        k_ok = ks < H
-        h = tl.load(hidden_ptr + rows[:, None] * stride_hidden + ks[None, :],
-                    mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(weight_ptr + cols[:, None] * stride_weight + ks[None, :],
-                    mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+def logits_tile(a_ptr, a_start, n_a, stride_a, b_ptr, b_start, n_b, stride_b, bias_ptr, K, inv_tau, cap_scale,
+                HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr,
+                VOCAB_AXIS: tl.constexpr):
+    """transform(a[rows] @ b[cols]^T + bias) as a float32 [BLOCK_A, BLOCK_B] tile, rows = a_start + arange(BLOCK_A)
+    (of n_a), cols = b_start + arange(BLOCK_B) (of n_b): one operand is the hidden states and the other the LM
+    head; VOCAB_AXIS (0 or 1) says which axis is the vocabulary (the bias's axis). The tensor-core M dimension is
+    BLOCK_A. Entries past n_a / n_b hold finite values of the block's first row, which the caller masks out.
+
+    Register economy (the tile's softmax math needs the registers): rows past the end read the block's first row
+    instead of being masked, and K is a multiple of BLOCK_K (the launcher pads H otherwise, launch.py), so no load
+    is masked and no [rows, K] mask stays live across the loop; the two row blocks get 64-bit bases (N x H and V x H may
+    exceed 2^31 elements) and 32-bit offsets inside them."""
+    ks = tl.arange(0, BLOCK_K)
+    a_rows = tl.where(a_start + tl.arange(0, BLOCK_A) < n_a, tl.arange(0, BLOCK_A), 0)
+    b_rows = tl.where(b_start + tl.arange(0, BLOCK_B) < n_b, tl.arange(0, BLOCK_B), 0)
+    a_ptrs = a_ptr + tl.cast(a_start, tl.int64) * stride_a + (a_rows[:, None] * stride_a + ks[None, :])
+    b_ptrs = b_ptr + tl.cast(b_start, tl.int64) * stride_b + (b_rows[:, None] * stride_b + ks[None, :])
+    acc = tl.zeros((BLOCK_A, BLOCK_B), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
         if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
-            h = h.to(tl.float32)
-            w = w.to(tl.float32)
-        if VOCAB_MAJOR:
-            acc = tl.dot(w, tl.trans(h), acc, input_precision=PRECISION)
-        else:
-            acc = tl.dot(h, tl.trans(w), acc, input_precision=PRECISION)
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, tl.trans(b), acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        if VOCAB_MAJOR:
-            acc += bias[:, None]
+        if VOCAB_AXIS == 0:
+            acc += tl.load(bias_ptr + a_start + a_rows).to(tl.float32)[:, None]
         else:
-            acc += bias[None, :]
+            acc += tl.load(bias_ptr + b_start + b_rows).to(tl.float32)[None, :]
     return transform_logits(acc, inv_tau, cap_scale, SOFTCAP)
 
 
@@ -102,21 +104,31 @@ def online_softmax_result(run_max, sum_exp, sum_exp_z, target_z):
 def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, is_target, col_ok, VOCAB_AXIS: tl.constexpr):
     """Fold one tile of scaled logits (vocabulary along VOCAB_AXIS; is_target and col_ok broadcast against
     it) into each token's running max, sum of exp(z - max), sum of exp(z - max) * z (for the entropy)
-    and target logit."""
-    z_or_zero = tl.where(col_ok, z, 0.0)
-    new_max = tl.maximum(run_max, tl.max(tl.where(col_ok, z, float("-inf")), VOCAB_AXIS))
+    and target logit. z must be finite where col_ok is False (p is 0 there, so p * z is 0), and is_target False.
+    One masked copy of the tile and one of p: the fewest tile-sized temporaries (registers on Hopper)."""
+    masked = tl.where(col_ok, z, float("-inf"))
+    new_max = tl.maximum(run_max, tl.max(masked, VOCAB_AXIS))
     rescale = tl.exp(run_max - new_max)
-    p = tl.where(col_ok, tl.exp(z - tl.expand_dims(new_max, VOCAB_AXIS)), 0.0)
+    p = tl.exp(masked - tl.expand_dims(new_max, VOCAB_AXIS))
     sum_exp = sum_exp * rescale + tl.sum(p, VOCAB_AXIS)
-    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z_or_zero, VOCAB_AXIS)
-    target_z += tl.sum(tl.where(is_target, z_or_zero, 0.0), VOCAB_AXIS)
+    sum_exp_z = sum_exp_z * rescale + tl.sum(p * z, VOCAB_AXIS)
+    target_z += tl.sum(tl.where(is_target, z, 0.0), VOCAB_AXIS)
     return new_max, sum_exp, sum_exp_z, target_z
 
 
 @triton.jit
-def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok, HAS_ENT_GRAD: tl.constexpr):
+def load_targets(targets_ptr, rows, row_ok, V):
+    """Target ids as int32, -1 for an id outside [0, V) (a vocabulary shard's, or a row past the end): a tile's
+    columns past V are never a target. int32, because compared against a whole tile of vocabulary ids, int64
+    targets would widen the tile's ids to 64 bits, two registers an element (spills on Hopper)."""
+    targets = tl.load(targets_ptr + rows, mask=row_ok, other=-1)
+    return tl.where((targets >= 0) & (targets < V), targets, -1).to(tl.int32)
+
+
+@triton.jit
+def load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok, V, HAS_ENT_GRAD: tl.constexpr):
     """What the backward needs per token: target, lse, entropy, g = dLoss/dlp, e = dLoss/dent (0 off-range)."""
-    targets = tl.load(targets_ptr + rows, mask=row_ok, other=0)
+    targets = load_targets(targets_ptr, rows, row_ok, V)
     lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
     entropy = tl.load(entropy_ptr + rows, mask=row_ok, other=0.0)
     g = tl.load(g_ptr + rows, mask=row_ok, other=0.0)

@@ -46,7 +46,7 @@ def _name(version: str = triton.__version__) -> str:
 
 def _key(row: dict) -> tuple:
     return tuple(row[c] for c in ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k",
-                                  "vocab_major", "num_warps", "num_stages"))
+                                  "split_tiles", "num_warps", "num_stages"))
 
 
 @pytest.fixture(scope="module")

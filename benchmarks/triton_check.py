@@ -1,0 +1,139 @@
+"""One short check of the Triton backend on a CUDA GPU (under two minutes on an H200):
+
+(a) exact: at N 1024, H 1024, V 32768 (bf16, a bias) the token-level loss, its gradients (hidden, weight, bias)
+    and the no-grad log-probs against the float64 reference (grpo_kernels.reference), with the test suite's
+    bfloat16 tolerances; batch invariance (rows alone vs in the batch, bitwise) and a bitwise-repeatable backward;
+(b) time: no-grad log-probs and the token-level loss (dapo, beta 0.04, forward + backward) at S1 (N 8192,
+    H 4096, V 151936, bf16), median of triton.testing.do_bench, beside the bare torch.mm GEMM floor (1 GEMM for
+    log-probs, 3 for the loss) and the gemm backend.
+
+    python -m benchmarks.triton_check          # exit status 1 if a check of (a) fails
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
+
+CONFIG = GRPOLossConfig(loss_type="dapo", beta=0.04)
+# tests/support/grpo_testing.py's bfloat16 tolerances: losses relative, gradients relative to the largest entry
+LOSS_TOL, GRAD_TOL, GRAD_ATOL = 1e-4, 1.5e-2, 1e-4
+
+
+def _problem(B: int, T: int, H: int, V: int, seed: int = 0, logit_scale: float = 3.0, device: str = "cuda"):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    cuda = dict(device=device, generator=gen)
+    hidden = torch.randn(B, T, H, **cuda).bfloat16()
+    weight = (torch.randn(V, H, **cuda) * (logit_scale / H ** 0.5)).bfloat16()
+    bias = (torch.randn(V, **cuda) * 0.5).bfloat16()
+    ids = torch.randint(0, V, (B, T), **cuda)
+    mask = (torch.rand(B, T, **cuda) > 0.1).long()
+    advantages = torch.randn(B, **cuda)
+    old = -torch.rand(B, T, **cuda) * 3 - 8.0
+    ref = old + 0.1 * torch.randn(B, T, **cuda)
+    return hidden, weight, bias, ids, mask, advantages, old, ref
+
+
+def _loss_and_grads(backend, hidden, weight, bias, ids, mask, advantages, old, ref):
+    leaves = [x.detach().requires_grad_() for x in (hidden, weight, bias)]
+    fn = reference.fused_linear_grpo_loss if backend == "reference" else fused_linear_grpo_loss
+    kwargs = {} if backend == "reference" else dict(backend=backend)
+    out = fn(leaves[0], leaves[1], ids, mask, advantages, bias=leaves[2], old_logps=old, ref_logps=ref,
+             config=CONFIG, **kwargs)
+    out.loss.backward()
+    return out.loss.detach(), [leaf.grad for leaf in leaves]
+
+
+def check_exact(B: int = 4, T: int = 256, H: int = 1024, V: int = 32768, device: str = "cuda") -> list[str]:
+    """(a): the failures, as lines (the test suite runs it on CPU, interpreted, at a tiny shape)."""
+    failures = []
+    hidden, weight, bias, ids, mask, advantages, old, ref = _problem(B, T, H, V, device=device)
+    as64 = [x.double() for x in (hidden, weight, bias)]
+    expected_loss, expected_grads = _loss_and_grads("reference", *as64, ids, mask, advantages, old, ref)
+    loss, grads = _loss_and_grads("triton", hidden, weight, bias, ids, mask, advantages, old, ref)
+    err = abs(float(loss) - float(expected_loss))
+    print(f"loss: triton {float(loss):.8f}, float64 {float(expected_loss):.8f}, |error| {err:.2e}")
+    if err > LOSS_TOL * max(1.0, abs(float(expected_loss))):
+        failures.append(f"loss error {err:.3g}")
+    for name, actual, want in zip(("hidden", "weight", "bias"), grads, expected_grads):
+        err, scale = float((actual.double() - want).abs().max()), float(want.abs().max())
+        print(f"d{name}: max |error| {err:.3e}, max |grad| {scale:.3e}")
+        if err > GRAD_TOL * scale + GRAD_ATOL:
+            failures.append(f"d{name} error {err:.3g} (max |grad| {scale:.3g})")
+    _, again = _loss_and_grads("triton", hidden, weight, bias, ids, mask, advantages, old, ref)
+    if not all(torch.equal(a, b) for a, b in zip(grads, again)):
+        failures.append("two backward runs differ bitwise")
+
+    flat_hidden, flat_ids = hidden.reshape(-1, hidden.shape[-1]), ids.reshape(-1)
+    with torch.no_grad():
+        logps, entropy = linear_logprobs(flat_hidden, weight, flat_ids, bias=bias, return_entropy=True,
+                                         backend="triton")
+        want_logps, want_entropy = reference.linear_logprobs(flat_hidden.double(), weight.double(), flat_ids,
+                                                             bias=bias.double(), return_entropy=True)
+        rows = sorted({0, 5 % flat_ids.numel(), 129 % flat_ids.numel(), flat_ids.numel() - 1})
+        alone = [linear_logprobs(flat_hidden[r:r + 1], weight, flat_ids[r:r + 1], bias=bias, return_entropy=True,
+                                 backend="triton") for r in rows]
+    for name, actual, want in (("logps", logps, want_logps), ("entropy", entropy, want_entropy)):
+        err = float((actual.double() - want).abs().max())
+        print(f"{name}: max |error| {err:.3e}")
+        if err > 10 * LOSS_TOL * max(1.0, float(want.abs().max())):
+            failures.append(f"{name} error {err:.3g}")
+    for r, (lp, ent) in zip(rows, alone):
+        if not (torch.equal(lp, logps[r:r + 1]) and torch.equal(ent, entropy[r:r + 1])):
+            failures.append(f"row {r}: log-prob or entropy alone differs bitwise from the batch's (batch invariance)")
+    return failures
+
+
+def _ms(fn) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=100, rep=600, return_mode="median")
+
+
+def time_s1() -> list[tuple[str, float, float]]:
+    """(b): (what, ms, x floor) rows."""
+    N, H, V = 8192, 4096, 151936
+    hidden, weight, _, ids, mask, advantages, old, ref = _problem(B=8, T=N // 8, H=H, V=V, seed=1)
+    flat_hidden, flat_ids = hidden.reshape(N, H), ids.reshape(N)
+    gemm = _ms(lambda: torch.mm(flat_hidden, weight.T))
+    rows = [("torch.mm [N,H]x[H,V] (floor, 1 GEMM)", gemm, 1.0)]
+    for backend in ("triton", "gemm"):
+        with torch.no_grad():
+            ms = _ms(lambda: linear_logprobs(flat_hidden, weight, flat_ids, backend=backend))
+        rows.append((f"no-grad log-probs, {backend}", ms, ms / gemm))
+    h, w = hidden.detach().requires_grad_(), weight.detach().requires_grad_()
+
+    def step(backend):
+        def run():
+            h.grad = w.grad = None
+            fused_linear_grpo_loss(h, w, ids, mask, advantages, old_logps=old, ref_logps=ref, config=CONFIG,
+                                   backend=backend).loss.backward()
+        return run
+
+    for backend in ("triton", "gemm"):
+        ms = _ms(step(backend))
+        rows.append((f"token-level loss dapo beta 0.04 fwd+bwd, {backend}", ms, ms / (3 * gemm)))
+    return rows
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("benchmarks.triton_check needs a CUDA GPU")
+        return 2
+    started = time.perf_counter()
+    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}")
+    failures = check_exact()
+    print("(a) exact:", "PASS" if not failures else "FAIL: " + "; ".join(failures))
+    print(f"\n(b) S1 (N 8192, H 4096, V 151936, bf16), median ms (do_bench)\n\n| what | ms | x floor |\n|---|---:|---:|")
+    for what, ms, floor in time_s1():
+        print(f"| {what} | {ms:.2f} | {floor:.2f}x |")
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
