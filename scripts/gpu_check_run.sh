@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A second, short GPU run after fixes (docs/benchmarks.md, "The first GPU run"): the correctness smoke again,
+# the Triton backend's own check (benchmarks/triton_check.py: exactness against float64 and S1 timings), then
+# each headline path's kernels under torch.profiler at S1. Everything goes under $OUT:
+#   $OUT/smoke.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/env.txt
+# Usage (repository root; peers' wheels in .whl/ as docs/benchmarks.md prepares them):
+#   OUT=... COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check_run.sh [TRITON_TIMEOUT_S] [PROFILE_TIMEOUT_S]
+set -u
+TRITON_TIMEOUT_S=${1:-120}
+PROFILE_TIMEOUT_S=${2:-90}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+started=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - started )) s] $*" | tee -a "$OUT/env.txt"; }
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
+{
+    echo "commit: ${COMMIT:-unknown}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+} >> "$OUT/env.txt" 2>&1
+
+stamp "smoke: python3 -m pytest -m gpu tests/benchmarks/test_gpu_smoke.py -q -rs --timeout=60"
+timeout 90 python3 -m pytest -m gpu tests/benchmarks/test_gpu_smoke.py -q -rs --tb=short -p no:cacheprovider \
+    --timeout=60 > "$OUT/smoke.log" 2>&1
+stamp "smoke exit $?: $(tail -n 1 "$OUT/smoke.log")"
+
+if [ -f benchmarks/triton_check.py ]; then
+    stamp "triton: python3 -m benchmarks.triton_check (limit ${TRITON_TIMEOUT_S} s)"
+    timeout "$TRITON_TIMEOUT_S" python3 -m benchmarks.triton_check > "$OUT/triton-check.log" 2>&1
+    stamp "triton exit $?"
+fi
+
+stamp "profile: python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton (limit ${PROFILE_TIMEOUT_S} s)"
+timeout "$PROFILE_TIMEOUT_S" python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton \
+    --operations logprobs,loss --steps 3 --out "$OUT/profile-s1.md" > "$OUT/profile.log" 2>&1
+stamp "profile exit $?"
+tail -n 30 "$OUT/smoke.log"
+tail -n 40 "$OUT/triton-check.log" 2>/dev/null
+cat "$OUT/env.txt"
