@@ -18,7 +18,7 @@ from .rollout.base import RolloutBatch
 from .run_setup import Run, setup_run
 from .state import checkpoint as ckpt
 from .state.interrupt import StopRequest, TrainingInterrupted, stop_at_step_boundary
-from .state.metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
+from .state.metrics import StepTimer, completion_metrics, merge_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
 from .state.run_lock import hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
@@ -59,7 +59,7 @@ def train(config: EngineConfig) -> TrainSummary:
                     old_logps, ref_logps = logprobs(run, batch)
                 with timer.phase("update"):
                     update_metrics = update(run, batch, advantages, old_logps, ref_logps, step)
-                metrics = {**reward_metrics, **update_metrics, **step_metrics(run, batch, timer)}
+                metrics = merge_metrics(reward_metrics, update_metrics, step_metrics(run, batch, timer))
                 log(run, step, metrics, batch, rewards, bar)
                 if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
                     log_eval(run, step, evaluate(run))

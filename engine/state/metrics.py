@@ -65,6 +65,18 @@ def completion_metrics(lengths: torch.Tensor, truncated: torch.Tensor) -> dict[s
     }
 
 
+def merge_metrics(*groups: dict[str, Any]) -> dict[str, Any]:
+    """One step's metrics from its phases' (rewards, update, timing): a name two phases give is a bug, never
+    one phase's value silently replacing another's."""
+    merged: dict[str, Any] = {}
+    for group in groups:
+        clash = sorted(merged.keys() & group.keys())
+        if clash:
+            raise RuntimeError(f"two phases of the step report the metric {clash[0]!r}")
+        merged.update(group)
+    return merged
+
+
 def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
     """NaN and infinities become None (JSON null): `json.dumps` would write NaN, which is not JSON."""
     return {name: None if isinstance(value, float) and not math.isfinite(value) else value

@@ -22,12 +22,14 @@ import sys
 import traceback
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 import torch
 
 from ..config import RewardsConfig
+from .reward_fence import fenced_arguments, reward_fence
 from .reward_timeout import RewardTimeout, time_limit
 
 RewardFunction = Callable[..., list]
@@ -246,19 +248,41 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # any error while the user's module runs: one line naming where it happened
+        raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r}: "
+                                  f"{import_failure(exc)}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no callable {attr!r}")
     return fn
 
 
+def import_failure(exc: BaseException) -> str:
+    """Where a module's import failed, as `FILE:LINE: Error: message` (the innermost frame of the user's files:
+    not importlib's own), or the bare error when no file is known (a module that does not exist)."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<") and "importlib" not in Path(f.filename).parts]
+    if isinstance(exc, ModuleNotFoundError) and not frames:
+        return message
+    return f"{frames[-1].filename}:{frames[-1].lineno}: {message}" if frames else message
+
+
+def reward_names(specs: list[str]) -> list[str]:
+    """Each function's name in the metrics (`rewards/<name>/mean`): the function's own name, or its whole spec
+    when two functions share that name, so that no function's metrics overwrite another's."""
+    short = [spec.rpartition(":")[2] if ":" in spec else spec for spec in specs]
+    names = [spec if short.count(name) > 1 else name for spec, name in zip(specs, short)]
+    # The same spec listed twice: numbered by its place ('#' is in no function name or spec)
+    return [f"{name}#{names[:i].count(name) + 1}" if names.count(name) > 1 else name for i, name in enumerate(names)]
+
+
 def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[NamedReward]:
     weights = config.weights or [1.0] * len(config.functions)
-    return [NamedReward(spec.rpartition(":")[2] if ":" in spec else spec,
-                        resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
-            for spec, w in zip(config.functions, weights)]
+    return [NamedReward(name, resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
+            for name, spec, w in zip(reward_names(list(config.functions)), config.functions, weights)]
 
 
 def _as_reward(value: Any) -> Optional[float]:
@@ -287,9 +311,10 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
     table = torch.full((n, len(rewards)), math.nan, dtype=torch.float32)
     for j, reward in enumerate(rewards):
         try:
-            with time_limit(reward.timeout):
-                values = reward.fn(prompts=prompts, completions=completions, completion_ids=completion_ids,
-                                   **columns)
+            arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                         **columns)
+            with reward_fence(), time_limit(reward.timeout):
+                values = reward.fn(**arguments)
         except RewardTimeout:
             raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
                                       f"(rewards.timeout_seconds; null for no limit)") from None
