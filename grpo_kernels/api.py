@@ -15,9 +15,10 @@ from .layout import TokenLayout
 from .losses import get_loss_type
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, is_token_level,
                         token_inputs, token_metrics)
-from .validation import (as_token_ids, check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
+from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
+                         check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
-                         check_workspace)
+                         check_workspace, outside_inference_mode)
 
 # "auto" or a registered backend's name (grpo_kernels/backends/__init__.py)
 Backend = Literal["auto", "gemm", "triton", "torch", "reference"]
@@ -47,6 +48,8 @@ def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved."""
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
+    check_backend_dtype(backend, hidden, "hidden")
+    bias = bias_in_weight_dtype(weight, bias)
     return LMHead(weight, bias, temperature, check_logit_transform(logit_transform), shard)
 
 
@@ -96,6 +99,8 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
+    hidden, weight, bias, targets, mask, kept_token_ids = outside_inference_mode(
+        hidden, weight, bias, targets, mask, kept_token_ids)
     targets = as_token_ids(targets)
     if not 0 < temperature < float("inf"):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
@@ -155,6 +160,10 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
+    (hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+     num_items_in_batch, cu_seqlens, kept_token_ids) = outside_inference_mode(
+        hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+        num_items_in_batch, cu_seqlens, kept_token_ids)
     completion_ids = as_token_ids(completion_ids)
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend)
     backend, workspace_bytes = routing.resolve(
@@ -226,8 +235,8 @@ def _token_level_route(backend: str, config: GRPOLossConfig, head: LMHead, kept_
     implements. Kept-token sets take the two-step route: their rows never touch the whole vocabulary, so there is
     no logits pass to fuse into."""
     route = get_backend(backend).token_level_route
-    if kept_sets or route is None or not is_token_level(config):
-        return None
+    if kept_sets or route is None or not is_token_level(config) or head.weight.dtype == torch.float64:
+        return None  # (the fused routes evaluate the objective in float32; float64 inputs keep float64 throughout)
     if route == ONE_PASS:
         return route if _checking_values() else None
     return route if head.shard is None and get_loss_type(config.loss_type).epilogue is not None else None
@@ -269,7 +278,12 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     config = check_config(config)
     # the logits are already there: no head to route; 'auto' streams them as the default backend does
     backend = DEFAULT_BACKEND if resolve_backend(backend, _device_of(logits)) == AUTO else backend
+    (logits, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+     num_items_in_batch) = outside_inference_mode(logits, completion_ids, completion_mask, advantages, old_logps,
+                                                  ref_logps, importance_ratio, num_items_in_batch)
     completion_ids = as_token_ids(completion_ids)
+    if isinstance(logits, torch.Tensor):
+        check_backend_dtype(backend, logits, "logits")
     if get_backend(backend).materializes_logits:
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)

@@ -42,6 +42,9 @@ class BackendSpec:
     triton_kernels: bool = False
     # The backend computing grpo_loss_from_logits's statistics from given logits (a LogitsBackend module).
     logits_module: str = ".torch_streaming"
+    # The hidden / weight dtypes it computes in (names of torch dtypes); others are refused at the boundary
+    # (validation.check_backend_dtype), before any work, with the same message for every backend.
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
     def backend(self, workspace_bytes: int) -> LogprobBackend:
         return _module(self.module).backend(workspace_bytes)
@@ -60,7 +63,8 @@ BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (
                 materializes_logits=True),
     BackendSpec("torch", ".torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp"),
     BackendSpec("triton", ".triton", "fused Triton streaming kernels (logits never leave the chip)",
-                token_level_route=EPILOGUE, triton_kernels=True, logits_module=".triton"),
+                token_level_route=EPILOGUE, triton_kernels=True, logits_module=".triton",
+                dtypes=("float32", "bfloat16", "float16")),
     BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
                 token_level_route=ONE_PASS),
 )}
