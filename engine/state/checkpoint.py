@@ -28,6 +28,7 @@ from accelerate import Accelerator
 from ..model.fsdp import full_state_dict, is_fully_sharded, save_sharded_state
 from ..model.tensor_parallel import is_tensor_parallel
 from .checkpoint_error import CheckpointError
+from .metrics import save_history
 
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
@@ -247,6 +248,7 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
         (tmp / CONFIG_FILE).write_text(config_yaml)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        save_history(Path(run_dir), tmp, step)
         write_manifest(tmp)  # last: it covers every process's files
         if final.exists():  # re-saving a step (a resumed run): swap, then drop the old copy
             stale = root / f".old-{PREFIX}{step:06d}"
