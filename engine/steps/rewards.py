@@ -1,7 +1,7 @@
 """Reward functions: TRL's signature `fn(prompts, completions, **columns) -> list[float | None]`.
 
 Built-ins: `math_accuracy` (the `\\boxed{}` answer against the dataset's answer column, +1 / -1 / -0.5 for
-correct / wrong / no answer as in the seeds' guide, `math-verify` used when installed), `format`
+correct / wrong / no answer as in the seeds' guide; no optional package changes a score), `format`
 (`<think>...</think><answer>...</answer>`), `length` (DAPO's soft overlong punishment). Anything else is
 `package.module:function`. Besides the dataset columns, every function receives `completion_ids`.
 
@@ -76,21 +76,39 @@ class RewardFunctionError(RuntimeError):
 
 # ------------------------------------------------------------------------------------------ math answers
 
+def _brace_depths(text: str) -> Optional[list[int]]:
+    """The brace depth after each character (LaTeX's escaped \\{ and \\} are text, not braces), or None when a
+    closing brace has no opening one (a stray `}`: the text is malformed)."""
+    depths, depth, i = [], 0, 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            depths += [depth, depth]
+            i += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth < 0:
+            return None
+        depths.append(depth)
+        i += 1
+    return depths
+
+
 def extract_boxed(text: str) -> Optional[str]:
-    """Content of the last `\\boxed{...}` (nested braces allowed), or None."""
+    """Content of the last `\\boxed{...}` (nested braces allowed), or None: no box, or a malformed one (the last
+    box never closes, is not followed by a brace, or the text has a closing brace without an opening one, as in
+    `\\boxed{6}}`). An earlier box never stands in for a malformed last one."""
     start = text.rfind("\\boxed")
-    while start != -1:
-        brace = start + len("\\boxed")
-        while brace < len(text) and text[brace] == " ":
-            brace += 1
-        if brace < len(text) and text[brace] == "{":
-            depth = 0
-            for i in range(brace, len(text)):
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                if depth == 0:
-                    return text[brace + 1: i]
-        start = text.rfind("\\boxed", 0, start)
-    return None
+    depths = _brace_depths(text)
+    if start == -1 or depths is None:
+        return None
+    brace = start + len("\\boxed")
+    while brace < len(text) and text[brace] == " ":
+        brace += 1
+    if brace >= len(text) or text[brace] != "{":
+        return None
+    outer = depths[brace] - 1  # the depth the box's own brace closes back to
+    close = next((i for i in range(brace + 1, len(text)) if depths[i] == outer and text[i] == "}"), None)
+    return None if close is None else text[brace + 1: close]
 
 
 def reference_answer(answer: Any) -> Optional[str]:
@@ -139,20 +157,18 @@ def answers_match(predicted: str, gold: str) -> bool:
     return pred_num is not None and ref_num is not None and pred_num == ref_num
 
 
-def _math_verify_match(predicted: str, gold: str) -> Optional[bool]:
-    """math-verify's symbolic comparison when the package is installed; None when it is not or fails."""
-    try:
-        from math_verify import parse, verify
-    except ImportError:
-        return None
-    try:
-        gold_parsed = parse(f"${gold}$")
-        pred_parsed = parse(f"${predicted}$")
-        if not gold_parsed or not pred_parsed:
-            return None
-        return bool(verify(gold_parsed, pred_parsed))
-    except Exception:  # math-verify raises on exotic LaTeX; the string comparison still decides
-        return None
+_OPERATOR = re.compile(r"(?<=[\d})])\s*(?:[-+*/^]|\\cdot|\\times|\\div)\s*(?=[\d({\\])")
+
+
+def final_answer(boxed: str) -> Optional[str]:
+    """What a box answers: the text after its last `=` (`x = 5`, `3+5=8`); None when that is an unevaluated
+    computation of numbers (`2+3`, `4 \\times 2`): restating the question is not answering it. A single fraction
+    (`3/4`, `\\frac{3}{4}`) and a signed number are values, not computations."""
+    answer = boxed.rsplit("=", 1)[-1]
+    value = normalize_answer(answer)
+    if _as_number(value) is not None or _FRAC.fullmatch(value):
+        return answer
+    return None if _OPERATOR.search(value) else answer
 
 
 def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_column: str) -> RewardFunction:
@@ -164,14 +180,15 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
         scores: list[Optional[float]] = []
         for completion, answer in zip(completions, columns[answer_column]):
             gold = reference_answer(answer)
-            predicted = extract_boxed(completion)
+            gold = None if gold is None else gold.rsplit("=", 1)[-1]  # `x = 5` answers 5
+            boxed = extract_boxed(completion)
+            predicted = None if boxed is None else final_answer(boxed)
             if gold is None:
                 scores.append(None)  # no reference: this sample is left out of the reward
-            elif predicted is None:
+            elif boxed is None:
                 scores.append(no_answer)
             else:
-                verdict = answers_match(predicted, gold) or bool(_math_verify_match(predicted, gold))
-                scores.append(correct if verdict else wrong)
+                scores.append(correct if predicted is not None and answers_match(predicted, gold) else wrong)
         return scores
 
     return math_accuracy
