@@ -129,7 +129,6 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     weight = _require_tensor("weight", weight)
     _require_float("hidden", hidden)
     _require_float("weight", weight)
-    _require_data("hidden", hidden)
     if hidden.dim() < 1:
         raise ValueError("hidden must have at least one dimension [..., H]")
     if weight.dim() != 2:
@@ -142,6 +141,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     if weight.dtype != hidden.dtype:
         raise TypeError(f"weight dtype {weight.dtype} must match hidden dtype {hidden.dtype}")
     _require_device("weight", weight, hidden.device)
+    _require_data("hidden", hidden)
     if bias is not None:
         bias = _require_tensor("bias", bias)
         _require_float("bias", bias)
