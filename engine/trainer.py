@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 from tqdm.auto import tqdm
@@ -41,8 +42,9 @@ class TrainSummary:
 
 
 def train(config: EngineConfig) -> TrainSummary:
-    # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone
-    with hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
+    # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone;
+    # the process group (torchrun, accelerate launch) ends with the run, however it ends
+    with process_group_destroyed_at_exit(), hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
         run = setup_run(config)
         cfg = run.config
         eval_before = evaluate(run) if run.start_step == 0 else None
@@ -69,6 +71,19 @@ def train(config: EngineConfig) -> TrainSummary:
                     stop_training(run, stop, step, saved, bar)
         bar.close()
         return finish(run, eval_before, evaluate(run))
+
+
+@contextmanager
+def process_group_destroyed_at_exit() -> Iterator[None]:
+    """Destroy the default process group when the run ends (returns or raises), on every process: left to the
+    interpreter's teardown, gloo's threads can abort a rank (SIGABRT) after the run succeeded, and torch warns of a
+    group never destroyed. A process group the caller made before train() is the caller's to destroy."""
+    owned = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    try:
+        yield
+    finally:
+        if owned and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def save(run: Run, step: int) -> Path:
