@@ -226,8 +226,13 @@ def check_loss_inputs(
         raise ValueError(f"advantages must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
     _require_float("advantages", adv)
     _require_device("advantages", adv, device)
-    if check_values:
-        _require_finite("advantages", adv)
+    if check_values:  # only where scored: a padded position's value (a NaN included) is never read
+        scored = completion_mask != 0
+        bad = ~torch.isfinite(adv) & (scored if adv.dim() == 2 else scored.any(-1))
+        if bool(bad.any()):
+            position = torch.nonzero(bad)[0].tolist()
+            raise ValueError(f"advantages contains NaN or Inf values where completion_mask is 1 (at position "
+                             f"{position}: {float(adv[tuple(position)])})")
 
     for name, value, shapes in (
         ("old_logps", old_logps, ((B, T),)),
@@ -242,8 +247,6 @@ def check_loss_inputs(
             raise ValueError(f"{name} must have shape {expected}, got {list(value.shape)}")
         _require_float(name, value)
         _require_device(name, value, device)
-        if check_values and bool(torch.isnan(value).any()):
-            raise ValueError(f"{name} contains NaN values")
         if check_values:
             _require_finite_where_scored(name, value, completion_mask)
     if check_values and importance_ratio is not None and bool((importance_ratio < 0).any()):
@@ -272,8 +275,9 @@ def _check_num_items(value: object, check_values: bool) -> None:
 
 
 def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor) -> None:
-    """An infinity at a padded position is whatever the caller had there and is never read; at a scored one it
-    would make the loss infinite (a sequence-level [B, 1] value is scored when its sequence has a token)."""
+    """A NaN or an infinity at a padded position is whatever the caller had there and is never read (the objective
+    selects it out); at a scored one it would make the loss non-finite (a sequence-level [B, 1] value is scored
+    when its sequence has a token)."""
     scored = mask != 0
     if value.shape[-1] == 1 and scored.shape[-1] != 1:
         scored = scored.any(-1, keepdim=True)

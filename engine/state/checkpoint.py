@@ -74,6 +74,10 @@ def checkpoint_problems(path: Path) -> list[str]:
         return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
     except (OSError, ValueError) as exc:
         return problems + [f"{MANIFEST_FILE} is unreadable ({exc})"]
+    if not isinstance(manifest, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+            for entry in manifest.values()):
+        return problems + [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
     for name, expected in manifest.items():
         file = path / name
         if not file.is_file():
@@ -94,11 +98,16 @@ def nonfinite_weights(path: Path) -> list[str]:
     problems = []
     for file in sorted((path / "model").glob("*.safetensors")):
         bad = []
-        with safe_open(file, framework="pt") as weights:
-            for name in weights.keys():
-                tensor = weights.get_tensor(name)
-                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    bad.append((name, tensor))
+        try:
+            with safe_open(file, framework="pt") as weights:
+                for name in weights.keys():
+                    tensor = weights.get_tensor(name)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        bad.append((name, tensor))
+        except Exception as exc:  # safetensors' own error type: a file that matches its checksum but is no model
+            problems.append(f"{file.relative_to(path)} cannot be read as safetensors ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
+            continue
         if bad:
             name, tensor = bad[0]
             kinds = " and ".join(kind for kind, test in (("NaN", torch.isnan), ("inf", torch.isinf))
