@@ -6,7 +6,7 @@
 token, or GSPO's per sequence), the entropy mask, the engine's importance ratio rho, the k3 KL, the aggregation
 weights w, the metrics. A loss type only says what differs: `term` (the policy term L before those factors),
 `aggregation` (how w is derived from the mask) and `clip` (which tokens its clipping acts on, for the metrics).
-The built-in types are TRL 1.16's (`GRPOTrainer._compute_loss`, shared/GRPO_MATH.md); `register_loss_type` adds
+The built-in types are TRL 1.16's (`GRPOTrainer._compute_loss`, docs/math.md); `register_loss_type` adds
 one without touching this package, and every backend and vocabulary shard runs it.
 
 This module imports no torch at import time: GRPOLossConfig validates its loss_type here, and the CLI builds its

@@ -5,7 +5,7 @@ Everything in the loss depends on the logits only through the per-token log-prob
 then calls `grpo_objective`; autograd through this O(B*T) function yields `g = dLoss/dlp` and
 `e = dLoss/dent`, the only two numbers per token the vocabulary-streaming backward needs.
 
-The formulas follow TRL's `GRPOTrainer._compute_loss` (see shared/GRPO_MATH.md); the symbols below are
+The formulas follow TRL's `GRPOTrainer._compute_loss` (docs/math.md states them); the symbols below are
 those of that page.
 """
 
