@@ -16,6 +16,11 @@ from typing import Any, Literal, Mapping, Optional
 from .losses import DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, get_loss_type, validate_loss_params
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+class LossConfigWarning(UserWarning):
+    """A combination of options that TRL accepts with a warning (it does not follow the loss type's paper)."""
+
 # Fields of ours that TRL's GRPOConfig has no counterpart of (every other field is one of GRPOConfig's).
 OWN_FIELDS = ("loss_params",)
 
@@ -120,7 +125,7 @@ def _warn_at_caller(message: str) -> None:
     frame, level = sys._getframe(1), 2  # stacklevel 2 is the frame that called this function
     while frame is not None and _module_root(frame) in ("grpo_kernels", "dataclasses"):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, UserWarning, stacklevel=level)
+    warnings.warn(message, LossConfigWarning, stacklevel=level)
 
 
 def _module_root(frame) -> str:

@@ -250,7 +250,12 @@ def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:
     lm = base_causal_lm(model)
-    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers >= 5.2x renamed it (the old name warns); 5.17, the oldest supported, has only the old one
+    enable = getattr(lm, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.config.use_cache = False
     if is_peft_model(model):
         # With frozen embeddings, checkpointed blocks would see inputs without grad and drop adapter grads.

@@ -21,6 +21,7 @@ from engine.steps.packing import (Packing, PackedAttentionError, build_pack, che
                                   split_to_count)
 from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
+from grpo_testing import loss_config
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo")
 N, T, MICRO = 12, 16, 4
@@ -105,7 +106,7 @@ BUDGET = Packing(max_tokens=40)
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_packed_update_equals_padded_for_every_loss_type(loss_type):
-    config = GRPOLossConfig(loss_type=loss_type, beta=0.04, max_completion_length=T, epsilon=0.1)
+    config = loss_config(loss_type=loss_type, beta=0.04, max_completion_length=T, epsilon=0.1)
     assert_same_update(update_once(config, BUDGET), update_once(config, None))
 
 
