@@ -229,16 +229,19 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
 
 def _token_level_route(backend: str, config: GRPOLossConfig, head: LMHead, kept_sets: bool) -> Optional[str]:
     """Where a token-level objective is fused into the backend's streaming pass, or None (the two-step route).
-    Under torch.compile the GEMM path takes the two-step route (4 GEMMs): its one-pass op differentiates the spec
-    with torch.func inside a custom op, which a compiled graph cannot run. A sharded head takes the GEMM one-pass
+    Under torch.compile every backend takes the two-step route (the GEMM path's 4 GEMMs): the one-pass op
+    differentiates the spec with torch.func inside a custom op, which a compiled graph cannot run, and the
+    epilogue's per-token inputs do not trace under torch 2.11. A sharded head takes the GEMM one-pass
     route (combining per wave) or the two-step route, never the Triton epilogue, which also needs a loss type it
     implements. Kept-token sets take the two-step route: their rows never touch the whole vocabulary, so there is
     no logits pass to fuse into."""
     route = get_backend(backend).token_level_route
     if kept_sets or route is None or not is_token_level(config) or head.weight.dtype == torch.float64:
         return None  # (the fused routes evaluate the objective in float32; float64 inputs keep float64 throughout)
+    if not _checking_values():
+        return None  # compiled: the fused routes' per-token glue does not trace on every supported torch (2.11)
     if route == ONE_PASS:
-        return route if _checking_values() else None
+        return route
     return route if head.shard is None and get_loss_type(config.loss_type).epilogue is not None else None
 
 

@@ -97,14 +97,17 @@ def checked_term(loss_type: str, term: object, lp: torch.Tensor) -> torch.Tensor
     """A loss type's term result, refused unless it is [B, T] or [B, 1] in lp's dtype: a [B] result (one value per
     sequence, unsqueezed nowhere) would broadcast along the wrong axis when B == T, silently."""
     B, T = lp.shape
-    expected = f"[B, T] = [{B}, {T}] (one value per token) or [B, 1] = [{B}, 1] (one per sequence)"
+
+    def expected() -> str:  # formatted only to raise: under torch.compile the sizes may be symbolic
+        return f"[B, T] = [{B}, {T}] (one value per token) or [B, 1] = [{B}, 1] (one per sequence)"
+
     if not isinstance(term, torch.Tensor):
         raise TypeError(f"loss type {loss_type!r}: its term returned {type(term).__name__}, expected a tensor "
-                        f"{expected}")
+                        f"{expected()}")
     # Under torch.compile the length may be data-dependent (packed rows): the selection that follows refuses a
     # length that does not broadcast, and the checks here are those that read static sizes.
     if term.dim() != 2 or term.shape[0] != B or (not torch.compiler.is_compiling() and term.shape[1] not in (T, 1)):
-        raise ValueError(f"loss type {loss_type!r}: its term returned shape {list(term.shape)}, expected {expected}")
+        raise ValueError(f"loss type {loss_type!r}: its term returned shape {list(term.shape)}, expected {expected()}")
     if term.dtype != lp.dtype:
         raise TypeError(f"loss type {loss_type!r}: its term returned {term.dtype}, expected {lp.dtype} (the dtype "
                         f"of x.logps)")
