@@ -285,7 +285,8 @@ def setup_run(config: EngineConfig) -> Run:
     backend = create_backend(config, policy if fsdp else lm, lm, tokenizer, accelerator.device,
                              policy_path if not lora else base_path, world, str(run_dir), start_step)
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
-                           config=config.model_dump(), resume_step=start_step if resume_from else None)
+                           config=config.model_dump(), resume_step=start_step if resume_from else None,
+                           resume_checkpoint=resume_from)
     return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
                prompts, eval_rows, eval_prompts, sampler, logger, start_step,
                config_yaml(config), backend, num_tokens)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 from tqdm.auto import tqdm
@@ -19,7 +20,7 @@ from .run_setup import Run, setup_run
 from .state import checkpoint as ckpt
 from .rollout.http_client import ServerUnavailable
 from .state.interrupt import RolloutServerLost, StopRequest, TrainingInterrupted, stop_at_step_boundary
-from .state.metrics import StepTimer, completion_metrics, peak_memory_mb, read_metrics
+from .state.metrics import StepTimer, completion_metrics, merge_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
 from .state.run_lock import hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
@@ -42,8 +43,9 @@ class TrainSummary:
 
 
 def train(config: EngineConfig) -> TrainSummary:
-    # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone
-    with hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
+    # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone;
+    # the process group (torchrun, accelerate launch) ends with the run, however it ends
+    with process_group_destroyed_at_exit(), hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
         run = setup_run(config)
         cfg = run.config
         eval_before = evaluate(run) if run.start_step == 0 else None
@@ -67,9 +69,10 @@ def train(config: EngineConfig) -> TrainSummary:
                     with timer.phase("push"):
                         pipeline.drain()  # no generation in flight straddles the new weights
                         run.rollout_backend.sync_weights(step)  # the next rollout samples from the updated policy
-                    metrics = {**reward_metrics, **update_metrics, **off_policy,
-                               **staleness_metrics(batch.policy_version, step - 1),
-                               "staleness/dropped_samples": pipeline.dropped, **step_metrics(run, batch, timer)}
+                    metrics = merge_metrics(reward_metrics, update_metrics, off_policy,
+                                            staleness_metrics(batch.policy_version, step - 1),
+                                            {"staleness/dropped_samples": pipeline.dropped},
+                                            step_metrics(run, batch, timer))
                     log(run, step, metrics, batch, rewards, bar)
                     if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
                         log_eval(run, step, evaluate(run))
@@ -87,6 +90,19 @@ def train(config: EngineConfig) -> TrainSummary:
         pipeline.close()
         bar.close()
         return finish(run, eval_before, evaluate(run))
+
+
+@contextmanager
+def process_group_destroyed_at_exit() -> Iterator[None]:
+    """Destroy the default process group when the run ends (returns or raises), on every process: left to the
+    interpreter's teardown, gloo's threads can abort a rank (SIGABRT) after the run succeeded, and torch warns of a
+    group never destroyed. A process group the caller made before train() is the caller's to destroy."""
+    owned = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    try:
+        yield
+    finally:
+        if owned and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def save(run: Run, step: int) -> Path:

@@ -14,9 +14,10 @@ from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
 from .objective import GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, token_inputs, token_metrics
-from .validation import (as_token_ids, check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs,
+from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
+                         check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
-                         check_workspace)
+                         check_workspace, outside_inference_mode)
 
 # "auto" or a registered backend's name (grpo_kernels/backends/__init__.py)
 Backend = Literal[backend_names()]
@@ -52,6 +53,8 @@ def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
                            compiling=not _checking_values())
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
+    check_backend_dtype(backend, hidden, "hidden")
+    bias = bias_in_weight_dtype(weight, bias)
     return LMHead(weight, bias, temperature, transform, shard)
 
 
@@ -101,6 +104,8 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
     backend = resolve_backend(backend, _device_of(hidden))
+    hidden, weight, bias, targets, mask, kept_token_ids = outside_inference_mode(
+        hidden, weight, bias, targets, mask, kept_token_ids)
     targets = as_token_ids(targets)
     if not 0 < temperature < float("inf"):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
@@ -160,6 +165,10 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     """
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
+    (hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+     num_items_in_batch, cu_seqlens, kept_token_ids) = outside_inference_mode(
+        hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+        num_items_in_batch, cu_seqlens, kept_token_ids)
     completion_ids = as_token_ids(completion_ids)
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids)
     backend, workspace_bytes = routing.resolve(
@@ -207,7 +216,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
     route = token_level_route(backend, config, kept_sets=kept_rows is not None, sharded=head.shard is not None,
-                              compiling=not values)
+                              compiling=not values, float64=head.weight.dtype == torch.float64)
     if route is None:  # the two-step route: statistics, the objective by autograd, gradients from g and e
         logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes, kept_rows)
         loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
@@ -258,7 +267,12 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     config = check_config(config)
     # the logits are already there: no head to route; 'auto' streams them as the default backend does
     backend = DEFAULT_BACKEND if resolve_backend(backend, _device_of(logits)) == AUTO else backend
+    (logits, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
+     num_items_in_batch) = outside_inference_mode(logits, completion_ids, completion_mask, advantages, old_logps,
+                                                  ref_logps, importance_ratio, num_items_in_batch)
     completion_ids = as_token_ids(completion_ids)
+    if isinstance(logits, torch.Tensor):
+        check_backend_dtype(backend, logits, "logits")
     if get_backend(backend).materializes_logits:
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)

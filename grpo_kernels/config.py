@@ -10,12 +10,19 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from dataclasses import dataclass, fields
-from typing import Literal, Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Mapping, Optional
 
-from .losses import DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, get_loss_type
+from .losses import DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, get_loss_type, validate_loss_params
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+class LossConfigWarning(UserWarning):
+    """A combination of options that TRL accepts with a warning (it does not follow the loss type's paper)."""
+
+# Fields of ours that TRL's GRPOConfig has no counterpart of (every other field is one of GRPOConfig's).
+OWN_FIELDS = ("loss_params",)
 
 
 @dataclass(frozen=True)
@@ -37,9 +44,13 @@ class GRPOLossConfig:
     vespo_lambda_neg: float = 2.0
     entropy_coef: float = 0.0
     top_entropy_quantile: float = 1.0
+    # A registered loss type's own hyper-parameters (register_loss_type(params=...)), not TRL's: checked against
+    # its declaration and completed with its defaults, so the saved and logged config holds every value.
+    loss_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         loss = get_loss_type(self.loss_type)
+        object.__setattr__(self, "loss_params", validate_loss_params(self.loss_type, self.loss_params))
         if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
             raise ValueError(
                 f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
@@ -87,6 +98,10 @@ class GRPOLossConfig:
             _warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
                             f"sequence by its length; GSPO uses loss_type={GSPO_LOSS_TYPE!r}")
 
+    def __hash__(self) -> int:  # loss_params is a dict (what asdict, JSON and YAML write); hash its items
+        return hash(tuple((f.name, tuple(sorted(self.loss_params.items())) if f.name == "loss_params"
+                           else getattr(self, f.name)) for f in fields(self)))
+
     @property
     def epsilon_low(self) -> float:
         return float(self.epsilon)
@@ -98,7 +113,8 @@ class GRPOLossConfig:
     @classmethod
     def from_trl(cls, trl_config: object) -> "GRPOLossConfig":
         """Build from any object with TRL GRPOConfig attribute names (missing ones keep our defaults)."""
-        kwargs = {f.name: getattr(trl_config, f.name) for f in fields(cls) if hasattr(trl_config, f.name)}
+        kwargs = {f.name: getattr(trl_config, f.name) for f in fields(cls)
+                  if f.name not in OWN_FIELDS and hasattr(trl_config, f.name)}
         return cls(**kwargs)
 
 
@@ -109,7 +125,7 @@ def _warn_at_caller(message: str) -> None:
     frame, level = sys._getframe(1), 2  # stacklevel 2 is the frame that called this function
     while frame is not None and _module_root(frame) in ("grpo_kernels", "dataclasses"):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, UserWarning, stacklevel=level)
+    warnings.warn(message, LossConfigWarning, stacklevel=level)
 
 
 def _module_root(frame) -> str:

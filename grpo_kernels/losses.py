@@ -6,7 +6,7 @@
 token, or GSPO's per sequence), the entropy mask, the engine's importance ratio rho, the k3 KL, the aggregation
 weights w, the metrics. A loss type only says what differs: `term` (the policy term L before those factors),
 `aggregation` (how w is derived from the mask) and `clip` (which tokens its clipping acts on, for the metrics).
-The built-in types are TRL 1.16's (`GRPOTrainer._compute_loss`, shared/GRPO_MATH.md); `register_loss_type` adds
+The built-in types are TRL 1.16's (`GRPOTrainer._compute_loss`, docs/math.md); `register_loss_type` adds
 one without touching this package, and every backend and vocabulary shard runs it.
 
 This module imports no torch at import time: GRPOLossConfig validates its loss_type here, and the CLI builds its
@@ -16,8 +16,8 @@ flags from the config without torch. The term and weight functions import torch 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 if TYPE_CHECKING:
     import torch
@@ -26,14 +26,20 @@ if TYPE_CHECKING:
 
 
 class TermInputs(NamedTuple):
-    """What a per-token term may read; all [B, T] unless said (A may be [B, 1]; rows are sequences)."""
+    """What a per-token term may read; all [B, T] unless said (A may be [B, 1]; rows are sequences).
+
+    Padded positions (mask 0) hold neutral values, whatever the caller had there: lp = 0, d = 0, r = 1, rho = 1,
+    A = 0 (A and rho arrive [B, T]: a per-sequence value repeated along the sequence). The term's value at those positions is discarded by selection (torch.where), so no
+    value computed there, finite or not, reaches the loss or a gradient. A loss type's own hyper-parameters are
+    `config.loss_params` (declared with `register_loss_type(params=...)`, defaults filled in).
+    """
 
     logps: "torch.Tensor"  # lp, differentiable
     log_ratio: "torch.Tensor"  # d = lp - lp_old, 0 at padding (lp_old = sg(lp) on-policy)
     ratio: "torch.Tensor"  # r = exp(d) per token, or GSPO's per-sequence exp(mean d) [B, 1]
     advantages: "torch.Tensor"  # A
     mask: "torch.Tensor"  # m in {0, 1}
-    importance_ratio: Optional["torch.Tensor"]  # rho (the engine's / vLLM's), [B, T] or [B, 1]; None: none
+    importance_ratio: Optional["torch.Tensor"]  # rho (the engine's / vLLM's); None: none
     config: "GRPOLossConfig"
 
 
@@ -110,6 +116,62 @@ class Epilogue:
     SAPO = 2
 
 
+# The types a declared hyper-parameter may have (a config file and a command line can write these).
+PARAM_TYPES = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class LossParam:
+    """One hyper-parameter of a registered loss type: its type, default and bounds. The value reaches the term as
+    `x.config.loss_params[name]`, and is saved and logged with the config."""
+
+    default: Any
+    type: Optional[type] = None  # bool, int, float or str; None: the default's type
+    minimum: Optional[float] = None  # inclusive bounds of a number
+    maximum: Optional[float] = None
+    choices: Optional[tuple] = None  # the allowed values, when only some are
+    help: str = ""
+
+    @property
+    def kind(self) -> type:
+        return self.type if self.type is not None else type(self.default)
+
+    def describe(self) -> str:
+        kind = {bool: "true/false", int: "an integer", float: "a finite number", str: "a string"}[self.kind]
+        bounds = [f">= {self.minimum:g}" if self.minimum is not None else "",
+                  f"<= {self.maximum:g}" if self.maximum is not None else "",
+                  f"one of {list(self.choices)}" if self.choices is not None else ""]
+        return " ".join([kind, *[b for b in bounds if b]])
+
+    def check(self, value: Any) -> Any:
+        """The value as the term reads it (an int where a float is declared becomes a float), or ValueError."""
+        kind = self.kind
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if fits and kind is float:
+            fits = math.isfinite(value)
+        if fits and kind in (int, float):
+            fits = (self.minimum is None or value >= self.minimum) and (self.maximum is None or value <= self.maximum)
+        if fits and self.choices is not None:
+            fits = value in self.choices
+        if not fits:
+            raise ValueError(f"expected {self.describe()}, got {value!r}")
+        return value
+
+
+def _declared_param(name: str, spec: Any) -> LossParam:
+    param = spec if isinstance(spec, LossParam) else LossParam(spec)
+    if param.kind not in PARAM_TYPES:
+        raise TypeError(f"params[{name!r}]: a hyper-parameter is one of {[t.__name__ for t in PARAM_TYPES]} "
+                        f"(a LossParam or its default value), got {param.kind.__name__}")
+    try:
+        param.check(param.default)
+    except ValueError as exc:
+        raise ValueError(f"params[{name!r}]: the default does not fit its declaration: {exc}") from None
+    return param
+
+
 @dataclass(frozen=True)
 class LossType:
     name: str
@@ -131,6 +193,8 @@ class LossType:
     # sequence by its length under this type's aggregation.
     paper_importance_sampling_level: Optional[str] = None
     warns_sequence_level: bool = False
+    # The loss type's own hyper-parameters (register_loss_type's params): GRPOLossConfig.loss_params holds values.
+    params: Mapping[str, LossParam] = field(default_factory=dict, compare=False, hash=False)
 
 
 # ---- the built-in terms --------------------------------------------------------------------------------------
@@ -228,14 +292,39 @@ def get_loss_type(name: object) -> LossType:
     return loss
 
 
+def validate_loss_params(loss_type: str, params: Optional[Mapping[str, Any]], key: str = "loss_params"
+                         ) -> dict[str, Any]:
+    """The hyper-parameters of `loss_type` from `params` (a mapping name -> value), checked against its declaration
+    and completed with the defaults, in declaration order. Each error is one ValueError naming `key`.name, the
+    loss type and what was expected. (The engine's config schema calls this for its `loss.params`.)"""
+    declared = get_loss_type(loss_type).params
+    params = {} if params is None else params
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{key}: expected a mapping of hyper-parameter names to values, got {params!r}")
+    for name in params:
+        if name not in declared:
+            offered = f"it declares {list(declared)}" if declared else "it declares none"
+            raise ValueError(f"{key}.{name}: loss_type {loss_type!r} has no hyper-parameter {name!r}; {offered}")
+    values = {}
+    for name, param in declared.items():
+        try:
+            values[name] = param.check(params[name]) if name in params else param.default
+        except ValueError as exc:
+            raise ValueError(f"{key}.{name}: loss_type {loss_type!r} {exc}") from None
+    return values
+
+
 def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggregation | AggregationWeights, *,
                        clip: Optional[str] = None, token_level: bool = False,
-                       folds_importance_ratio: bool = False) -> LossType:
+                       folds_importance_ratio: bool = False, params: Optional[Mapping[str, Any]] = None,
+                       replace: bool = False) -> LossType:
     """Add a loss type: GRPOLossConfig(loss_type=name) then runs it on every backend and vocabulary shard.
 
-    term: `term(x: TermInputs) -> L` [B, T] (or [B, 1]), the policy term before the entropy mask, rho and the KL,
-        written in torch ops of x.logps / x.ratio / x.log_ratio / x.advantages / x.mask (differentiable through
-        lp; what must not carry a gradient, detach). It is differentiated by autograd: no derivative to write.
+    term: `term(x: TermInputs) -> L` [B, T] (or [B, 1]: one value per sequence), the policy term before the
+        entropy mask, rho and the KL, written in torch ops of x.logps / x.ratio / x.log_ratio / x.advantages /
+        x.mask (differentiable through lp; what must not carry a gradient, detach), in x.logps's dtype. It is
+        differentiated by autograd: no derivative to write. Its result is checked on every call: any other shape
+        ([B] included, even when B == T) or dtype is an error naming the loss type.
     aggregation: a name of AGGREGATIONS ("sequence_mean", "local_token_mean", "fixed_length", "global_token_mean",
         "sequence_sum"), an Aggregation, or a function (mask, config, num_items_in_batch) -> w.
     clip: TRUST_REGION or RATIO_CAP when the term clips the ratio that way (the clip metrics follow it), None
@@ -244,11 +333,19 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         then computes g and e inside its streaming pass. False (the safe default) takes the two-step route:
         statistics, this objective by autograd, gradients from g = dLoss/dlp and e = dLoss/dent.
     folds_importance_ratio: the term reads x.importance_ratio itself instead of L being multiplied by it.
+    params: the loss type's own hyper-parameters, {name: LossParam(default, type, minimum, maximum, choices)} or
+        {name: default} (the type is the default's: bool, int, float or str). A config sets them with
+        GRPOLossConfig(loss_type=name, loss_params={...}), checked by validate_loss_params; the term reads
+        x.config.loss_params[name].
+    replace: registering a name that is already registered is an error unless this is True.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string (a loss_type value), got {name!r}")
     if name in BUILTIN_LOSS_TYPES:
         raise ValueError(f"{name!r} is a built-in loss type; pick another name")
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"loss type {name!r} is already registered; pass replace=True to replace it "
+                         f"(or unregister_loss_type({name!r}) first)")
     if not callable(term):
         raise TypeError(f"term must be a callable term(x: TermInputs) -> tensor, got {type(term).__name__}")
     if isinstance(aggregation, str):
@@ -263,8 +360,15 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         aggregation = Aggregation(f"{name}_aggregation", aggregation)  # a mean over sequences, for trainers
     if clip is not None and clip not in CLIPS:
         raise ValueError(f"clip must be None or one of {CLIPS}, got {clip!r}")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of names to LossParam or default values, got "
+                        f"{type(params).__name__}")
+    for param_name in params or {}:
+        if not isinstance(param_name, str) or not param_name.isidentifier():
+            raise ValueError(f"params: a hyper-parameter name must be an identifier, got {param_name!r}")
+    declared = {param_name: _declared_param(param_name, spec) for param_name, spec in (params or {}).items()}
     return _add(LossType(name, term, aggregation, clip=clip, token_level=bool(token_level),
-                         folds_importance_ratio=bool(folds_importance_ratio)))
+                         folds_importance_ratio=bool(folds_importance_ratio), params=declared))
 
 
 def unregister_loss_type(name: str) -> None:

@@ -5,7 +5,7 @@ Everything in the loss depends on the logits only through the per-token log-prob
 then calls `grpo_objective`; autograd through this O(B*T) function yields `g = dLoss/dlp` and
 `e = dLoss/dent`, the only two numbers per token the vocabulary-streaming backward needs.
 
-The formulas follow TRL's `GRPOTrainer._compute_loss` (see shared/GRPO_MATH.md); the symbols below are
+The formulas follow TRL's `GRPOTrainer._compute_loss` (docs/math.md states them); the symbols below are
 those of that page.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .config import GRPOLossConfig
 from .losses import RATIO_CAP, TRUST_REGION, TermInputs, get_loss_type
@@ -46,9 +47,10 @@ def masked_batch_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # TRL: a per-sequence quantity ([B, 1], sequence-level ratios) is averaged over sequences. (TRL also takes
     # the plain mean of [B, 1] per-token values when T = 1; padded positions are never computed here, so a
     # one-token batch gets the masked mean.)
-    if x.shape[-1] == 1 and mask.shape[-1] != 1:
+    # (statically: a packed batch's length is data-dependent under torch.compile, and a [B, 1] value is [B, 1])
+    if statically_known_true(x.shape[-1] == 1) and not statically_known_true(mask.shape[-1] == 1):
         return x.float().mean()
-    return (x.float() * mask).sum() / mask.sum().clamp(min=1.0)
+    return torch.where(mask > 0, x.float(), 0.0).sum() / mask.sum().clamp(min=1.0)
 
 
 def importance_weights(lp: torch.Tensor, m: torch.Tensor, old_logps: Optional[torch.Tensor], level: str
@@ -91,6 +93,27 @@ def ratio_clip_flags(logps: torch.Tensor, completion_mask: torch.Tensor, advanta
         return low.float(), high.float()
 
 
+def checked_term(loss_type: str, term: object, lp: torch.Tensor) -> torch.Tensor:
+    """A loss type's term result, refused unless it is [B, T] or [B, 1] in lp's dtype: a [B] result (one value per
+    sequence, unsqueezed nowhere) would broadcast along the wrong axis when B == T, silently."""
+    B, T = lp.shape
+
+    def expected() -> str:  # formatted only to raise: under torch.compile the sizes may be symbolic
+        return f"[B, T] = [{B}, {T}] (one value per token) or [B, 1] = [{B}, 1] (one per sequence)"
+
+    if not isinstance(term, torch.Tensor):
+        raise TypeError(f"loss type {loss_type!r}: its term returned {type(term).__name__}, expected a tensor "
+                        f"{expected()}")
+    # Under torch.compile the length may be data-dependent (packed rows): the selection that follows refuses a
+    # length that does not broadcast, and the checks here are those that read static sizes.
+    if term.dim() != 2 or term.shape[0] != B or (not torch.compiler.is_compiling() and term.shape[1] not in (T, 1)):
+        raise ValueError(f"loss type {loss_type!r}: its term returned shape {list(term.shape)}, expected {expected()}")
+    if term.dtype != lp.dtype:
+        raise TypeError(f"loss type {loss_type!r}: its term returned {term.dtype}, expected {lp.dtype} (the dtype "
+                        f"of x.logps)")
+    return term
+
+
 def per_token_loss(
     lp: torch.Tensor,
     m: torch.Tensor,
@@ -105,13 +128,19 @@ def per_token_loss(
     the k3 KL (None when beta = 0). lp, m, A: [B, T] (A may be [B, 1]); rows are sequences (GSPO and vespo reduce
     along them)."""
     loss_type = get_loss_type(config.loss_type)
+    valid = m > 0
     log_ratio, ratio = importance_weights(lp, m, old_logps, config.importance_sampling_level)
-    loss = loss_type.term(TermInputs(lp, log_ratio, ratio, A, m, importance_ratio, config)).expand_as(lp)
+    # Padded positions hold whatever the caller had there (NaN, inf): the term sees neutral values instead, and
+    # its result there is dropped by selection, so nothing computed at a padded position reaches the loss or a
+    # gradient (a multiplication by 0 would turn an inf or a NaN there into a NaN loss).
+    # (A and rho [B, 1] arrive along T; selecting on their shape would be data-dependent under torch.compile.)
+    rho = None if importance_ratio is None else torch.where(valid, importance_ratio.to(lp.dtype), 1.0)
+    inputs = TermInputs(torch.where(valid, lp, 0.0), log_ratio, ratio, torch.where(valid, A, 0.0), m, rho, config)
+    loss = torch.where(valid, checked_term(loss_type.name, loss_type.term(inputs), lp), 0.0)
     if entropy_mask is not None:
-        loss = loss * entropy_mask
-    if importance_ratio is not None and not loss_type.folds_importance_ratio:
-        # A padded position's ratio is whatever the caller had there (an inf included): 1 keeps inf * 0 out.
-        loss = loss * torch.where(m > 0, importance_ratio.to(lp.dtype), 1.0)
+        loss = torch.where(entropy_mask > 0, loss, 0.0)
+    if rho is not None and not loss_type.folds_importance_ratio:
+        loss = loss * rho
 
     kl = None
     if config.beta != 0.0:
@@ -151,10 +180,12 @@ def grpo_objective(
     loss_per_token, ratio, kl = per_token_loss(lp, m, A, config, old_logps, ref_logps, importance_ratio,
                                                entropy_mask if config.top_entropy_quantile < 1.0 else None)
 
-    loss = (aggregation_weights(m, config, num_items_in_batch) * loss_per_token).sum()
+    valid = m > 0
+    loss = torch.where(valid, aggregation_weights(m, config, num_items_in_batch) * loss_per_token, 0.0).sum()
     if config.entropy_coef != 0.0:
         # TRL: the bonus is the mean entropy over the tokens it acts on, whatever the loss type's normaliser
-        loss = loss - config.entropy_coef * (entropy * entropy_mask).sum() / entropy_mask.sum().clamp(min=1.0)
+        bonus = torch.where(entropy_mask > 0, entropy, 0.0).sum() / entropy_mask.sum().clamp(min=1.0)
+        loss = loss - config.entropy_coef * bonus
 
     with torch.no_grad():
         low, high = clip_flags(ratio, A, config)
@@ -222,6 +253,7 @@ def _token_terms(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs, confi
     terms = inputs.token_weights.to(lp.dtype) * loss[0]
     if inputs.entropy_weights is not None:
         terms = terms - inputs.entropy_weights.to(lp.dtype) * ent
+    terms = torch.where(inputs.mask > 0, terms, 0.0)  # a padded token's entropy (or weight) reaches nothing
     low, high = clip_flags(ratio, A, config)
     clip = (low.to(torch.int8) + 2 * high.to(torch.int8))[0]
     return terms, (torch.zeros_like(lp) if kl is None else kl[0]), clip
@@ -279,7 +311,13 @@ def token_inputs(mask: torch.Tensor, advantages: torch.Tensor, config: GRPOLossC
 def aggregation_weights(mask: torch.Tensor, config: GRPOLossConfig,
                         num_items_in_batch: Optional[torch.Tensor | float | int] = None) -> torch.Tensor:
     """Per-token weights w with loss = sum_{b,t} w * L: every aggregation is linear in L (losses.Aggregation)."""
-    return get_loss_type(config.loss_type).aggregation.weights(mask, config, num_items_in_batch)
+    loss_type = get_loss_type(config.loss_type)
+    weights = loss_type.aggregation.weights(mask, config, num_items_in_batch)
+    if not isinstance(weights, torch.Tensor) or weights.shape != mask.shape or not weights.is_floating_point():
+        got = f"{weights.dtype} {list(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"loss type {loss_type.name!r}: its aggregation {loss_type.aggregation.name!r} returned "
+                         f"{got}, expected floating weights of the mask's shape {list(mask.shape)}")
+    return weights
 
 
 @dataclass

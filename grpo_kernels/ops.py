@@ -47,6 +47,7 @@ def decode_head(weight: torch.Tensor, bias: Optional[torch.Tensor], constants: l
     return LMHead(weight, bias, temperature, LogitTransform(scale, None if math.isnan(softcap) else softcap))
 
 
+@torch.compiler.assume_constant_result  # a config is a constant of the graph: torch.compile need not trace JSON
 def encode_config(config: GRPOLossConfig) -> str:
     return json.dumps(asdict(config), sort_keys=True)
 

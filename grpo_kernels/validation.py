@@ -35,6 +35,12 @@ def _require_finite(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} contains NaN or Inf values")
 
 
+def _require_data(name: str, x: torch.Tensor) -> None:
+    if x.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device: it has a shape but no values to compute with; "
+                         "materialise it (e.g. model.to_empty(device=...) and load the weights) first")
+
+
 def _require_device(name: str, x: torch.Tensor, device: torch.device) -> None:
     if x.device != device:
         raise ValueError(f"{name} is on {x.device} but hidden/logits are on {device}; put all inputs on one device")
@@ -47,6 +53,41 @@ def check_config(config: object) -> GRPOLossConfig:
     if not isinstance(config, GRPOLossConfig):
         raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
     return config
+
+
+def check_backend_dtype(backend: str, hidden: torch.Tensor, name: str) -> None:
+    """The backend computes in hidden's dtype (its BackendSpec.dtypes): refused here, the same way for every
+    backend, rather than inside a kernel launch."""
+    from .backends import AUTO, BACKENDS, get_backend
+
+    if backend == AUTO:
+        return
+    spec = get_backend(backend)
+    dtype = str(hidden.dtype).removeprefix("torch.")
+    if dtype not in spec.dtypes:
+        others = [other for other, entry in BACKENDS.items() if dtype in entry.dtypes]
+        raise TypeError(f"backend={backend!r} computes in {', '.join(spec.dtypes)}, got {name} of {hidden.dtype}; "
+                        f"use backend={AUTO!r} or one of {', '.join(others)} for {dtype}")
+
+
+def outside_inference_mode(*tensors: Optional[object]) -> tuple[Optional[object], ...]:
+    """Tensors made under torch.inference_mode() cannot be saved for backward: a backend that saves one (the
+    targets of a gather, the mask, the advantages) would fail deep inside autograd, another that does not would
+    run. When autograd records (grad mode on, outside inference mode), such a tensor is replaced by an ordinary
+    copy here, for every backend alike; inside inference mode (or no_grad) the tensors are used as they are."""
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled() or not torch.is_grad_enabled():
+        return tensors  # a compiled graph gets no inference tensors from the caller
+    return tuple(x.clone() if isinstance(x, torch.Tensor) and x.is_inference() else x for x in tensors)
+
+
+def bias_in_weight_dtype(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A bias of another float dtype than the weight enters the logits in the weight's dtype on every backend:
+    cast here, differentiably (its gradient comes back in its own dtype)."""
+    if bias is None or not isinstance(bias, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return bias
+    if bias.dtype != weight.dtype and bias.dtype in _FLOAT_DTYPES and weight.dtype in _FLOAT_DTYPES:
+        return bias.to(weight.dtype)
+    return bias
 
 
 def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device,
@@ -101,6 +142,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     if weight.dtype != hidden.dtype:
         raise TypeError(f"weight dtype {weight.dtype} must match hidden dtype {hidden.dtype}")
     _require_device("weight", weight, hidden.device)
+    _require_data("hidden", hidden)
     if bias is not None:
         bias = _require_tensor("bias", bias)
         _require_float("bias", bias)
@@ -117,6 +159,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
 def check_logits(logits: object, check_finite: bool = True) -> None:
     logits = _require_tensor("logits", logits)
     _require_float("logits", logits)
+    _require_data("logits", logits)
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {list(logits.shape)}")
     if logits.shape[-1] == 0:
@@ -184,8 +227,13 @@ def check_loss_inputs(
         raise ValueError(f"advantages must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
     _require_float("advantages", adv)
     _require_device("advantages", adv, device)
-    if check_values:
-        _require_finite("advantages", adv)
+    if check_values:  # only where scored: a padded position's value (a NaN included) is never read
+        scored = completion_mask != 0
+        bad = ~torch.isfinite(adv) & (scored if adv.dim() == 2 else scored.any(-1))
+        if bool(bad.any()):
+            position = torch.nonzero(bad)[0].tolist()
+            raise ValueError(f"advantages contains NaN or Inf values where completion_mask is 1 (at position "
+                             f"{position}: {float(adv[tuple(position)])})")
 
     for name, value, shapes in (
         ("old_logps", old_logps, ((B, T),)),
@@ -200,8 +248,6 @@ def check_loss_inputs(
             raise ValueError(f"{name} must have shape {expected}, got {list(value.shape)}")
         _require_float(name, value)
         _require_device(name, value, device)
-        if check_values and bool(torch.isnan(value).any()):
-            raise ValueError(f"{name} contains NaN values")
         if check_values:
             _require_finite_where_scored(name, value, completion_mask)
     if check_values and importance_ratio is not None and bool((importance_ratio < 0).any()):
@@ -230,8 +276,9 @@ def _check_num_items(value: object, check_values: bool) -> None:
 
 
 def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor) -> None:
-    """An infinity at a padded position is whatever the caller had there and is never read; at a scored one it
-    would make the loss infinite (a sequence-level [B, 1] value is scored when its sequence has a token)."""
+    """A NaN or an infinity at a padded position is whatever the caller had there and is never read (the objective
+    selects it out); at a scored one it would make the loss non-finite (a sequence-level [B, 1] value is scored
+    when its sequence has a token)."""
     scored = mask != 0
     if value.shape[-1] == 1 and scored.shape[-1] != 1:
         scored = scored.any(-1, keepdim=True)

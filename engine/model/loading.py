@@ -143,6 +143,17 @@ def name_after_hub_id(model: PreTrainedModel, hub_id: str) -> None:
     model.name_or_path = hub_id
 
 
+def name_by_absolute_path(model: PreTrainedModel) -> None:
+    """A model loaded from a local directory is named by that directory's absolute path: peft writes the name into
+    each LoRA checkpoint's adapter_config.json as the base to load, which then works from any working directory.
+    A Hub id (no local directory of that name) stays the id."""
+    name = getattr(model, "name_or_path", None) or model.config._name_or_path
+    if name and Path(name).expanduser().is_dir():
+        absolute = str(Path(name).expanduser().resolve())
+        model.config._name_or_path = absolute
+        model.name_or_path = absolute
+
+
 def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
     try:
         import peft
@@ -150,12 +161,14 @@ def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
         raise ModelLoadError("model.lora.enabled needs the `peft` package: pip install peft") from exc
     peft_config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                   target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    name_by_absolute_path(model)
     return peft.get_peft_model(model, peft_config)
 
 
 def load_lora_adapters(model: PreTrainedModel, adapter_dir: str) -> nn.Module:
     import peft
 
+    name_by_absolute_path(model)
     return peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
 
 
@@ -237,7 +250,12 @@ def frozen_copy(model: PreTrainedModel) -> PreTrainedModel:
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:
     lm = base_causal_lm(model)
-    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers >= 5.2x renamed it (the old name warns); 5.17, the oldest supported, has only the old one
+    enable = getattr(lm, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.config.use_cache = False
     if is_peft_model(model):
         # With frozen embeddings, checkpointed blocks would see inputs without grad and drop adapter grads.

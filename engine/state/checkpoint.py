@@ -28,6 +28,7 @@ from accelerate import Accelerator
 from ..model.fsdp import full_state_dict, is_fully_sharded, save_sharded_state
 from ..model.tensor_parallel import is_tensor_parallel
 from .checkpoint_error import CheckpointError
+from .metrics import save_history
 
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
@@ -73,6 +74,10 @@ def checkpoint_problems(path: Path) -> list[str]:
         return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
     except (OSError, ValueError) as exc:
         return problems + [f"{MANIFEST_FILE} is unreadable ({exc})"]
+    if not isinstance(manifest, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+            for entry in manifest.values()):
+        return problems + [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
     for name, expected in manifest.items():
         file = path / name
         if not file.is_file():
@@ -93,11 +98,16 @@ def nonfinite_weights(path: Path) -> list[str]:
     problems = []
     for file in sorted((path / "model").glob("*.safetensors")):
         bad = []
-        with safe_open(file, framework="pt") as weights:
-            for name in weights.keys():
-                tensor = weights.get_tensor(name)
-                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    bad.append((name, tensor))
+        try:
+            with safe_open(file, framework="pt") as weights:
+                for name in weights.keys():
+                    tensor = weights.get_tensor(name)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        bad.append((name, tensor))
+        except Exception as exc:  # safetensors' own error type: a file that matches its checksum but is no model
+            problems.append(f"{file.relative_to(path)} cannot be read as safetensors ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
+            continue
         if bad:
             name, tensor = bad[0]
             kinds = " and ".join(kind for kind, test in (("NaN", torch.isnan), ("inf", torch.isinf))
@@ -247,6 +257,7 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
         (tmp / CONFIG_FILE).write_text(config_yaml)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        save_history(Path(run_dir), tmp, step)
         write_manifest(tmp)  # last: it covers every process's files
         if final.exists():  # re-saving a step (a resumed run): swap, then drop the old copy
             stale = root / f".old-{PREFIX}{step:06d}"

@@ -65,6 +65,18 @@ def completion_metrics(lengths: torch.Tensor, truncated: torch.Tensor) -> dict[s
     }
 
 
+def merge_metrics(*groups: dict[str, Any]) -> dict[str, Any]:
+    """One step's metrics from its phases' (rewards, update, timing): a name two phases give is a bug, never
+    one phase's value silently replacing another's."""
+    merged: dict[str, Any] = {}
+    for group in groups:
+        clash = sorted(merged.keys() & group.keys())
+        if clash:
+            raise RuntimeError(f"two phases of the step report the metric {clash[0]!r}")
+        merged.update(group)
+    return merged
+
+
 def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
     """NaN and infinities become None (JSON null): `json.dumps` would write NaN, which is not JSON."""
     return {name: None if isinstance(value, float) and not math.isfinite(value) else value
@@ -92,18 +104,52 @@ def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
     return rows
 
 
-def truncate_after(path: Path, last_step: int) -> None:
-    """Keep only the lines of steps <= last_step (a resumed run rewrites what came after; the checkpoint it
-    resumes from says where the run is)."""
+HISTORY_DIR = "history"  # in each checkpoint: the run's metrics and samples lines up to its step
+HISTORY_FILES = (METRICS_FILE, SAMPLES_FILE)
+
+
+def lines_up_to(path: Path, last_step: int) -> list[str]:
+    """The whole lines of a JSONL file whose step is <= last_step (none when the file does not exist)."""
     if not path.is_file():
-        return
-    kept = [line for row, line in jsonl_rows(path) if row.get("step", 0) <= last_step]
-    path.write_text("".join(line + "\n" for line in kept))
+        return []
+    return [line for row, line in jsonl_rows(path) if row.get("step", 0) <= last_step]
+
+
+def save_history(run_dir: Path, checkpoint_dir: Path, step: int) -> None:
+    """Copy the run's history up to `step` into a checkpoint being written: the checkpoint then implies its step's
+    logs, whatever later happens to the run directory's files (a line cut off mid-write, a deleted file)."""
+    history = checkpoint_dir / HISTORY_DIR
+    history.mkdir(parents=True, exist_ok=True)
+    for name in HISTORY_FILES:
+        (history / name).write_text("".join(line + "\n" for line in lines_up_to(run_dir / name, step)))
+
+
+def restore_history(path: Path, last_step: int, checkpoint_dir: Optional[Path]) -> None:
+    """The history a run resumed at `last_step` goes on from: the checkpoint's copy (every line up to its step,
+    whole), with the lines up to that step that the run directory's file holds and the copy does not (an
+    evaluation logged after the save), in step order. A checkpoint without a copy (older ones) keeps the file's
+    lines up to its step. Anything dropped from the file (lines after the step, which the resumed run writes
+    again, or a line cut off mid-write) is kept beside it as `<file>.replaced-at-step-NNNNNN`."""
+    saved = checkpoint_dir / HISTORY_DIR / path.name if checkpoint_dir is not None else None
+    current = lines_up_to(path, last_step)
+    if saved is not None and saved.is_file():
+        copy = saved.read_text().splitlines()
+        known = set(copy)
+        lines = copy + [line for line in current if line not in known]
+        # by step, then the copy's order (a stable sort)
+        kept = [line for _, _, line in sorted((json.loads(line).get("step", 0), i, line)
+                                              for i, line in enumerate(lines))]
+    else:
+        kept = current
+    text = "".join(line + "\n" for line in kept)
+    if path.is_file() and path.read_text(errors="replace") != text:
+        path.replace(path.with_name(f"{path.name}.replaced-at-step-{last_step:06d}"))
+    path.write_text(text)
 
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, report_to: list[str], enabled: bool, config: Optional[dict] = None,
-                 resume_step: Optional[int] = None) -> None:
+                 resume_step: Optional[int] = None, resume_checkpoint: Optional[Path] = None) -> None:
         self.enabled = enabled
         self.path = run_dir / METRICS_FILE
         self.samples_path = run_dir / SAMPLES_FILE
@@ -116,8 +162,8 @@ class MetricsLogger:
             self.path.write_text("")
             self.samples_path.write_text("")
         else:
-            truncate_after(self.path, resume_step)
-            truncate_after(self.samples_path, resume_step)
+            restore_history(self.path, resume_step, resume_checkpoint)
+            restore_history(self.samples_path, resume_step, resume_checkpoint)
         if "tensorboard" in report_to:
             try:
                 from torch.utils.tensorboard import SummaryWriter

@@ -1,4 +1,4 @@
-"""Group-relative advantages (shared/GRPO_MATH.md, "Advantages"), computed on every process's rewards.
+"""Group-relative advantages (docs/math.md, "Advantages"), computed on every process's rewards.
 
 Rewards are gathered from all processes first: a group of G completions may be split across processes,
 and `scale_rewards="batch"` needs the whole batch's spread.

@@ -1,7 +1,7 @@
 """Reward functions: TRL's signature `fn(prompts, completions, **columns) -> list[float | None]`.
 
 Built-ins: `math_accuracy` (the `\\boxed{}` answer against the dataset's answer column, +1 / -1 / -0.5 for
-correct / wrong / no answer as in the seeds' guide, `math-verify` used when installed), `format`
+correct / wrong / no answer as in the seeds' guide; no optional package changes a score), `format`
 (`<think>...</think><answer>...</answer>`), `length` (DAPO's soft overlong punishment). Anything else is
 `package.module:function`. Besides the dataset columns, every function receives `completion_ids`.
 
@@ -22,12 +22,14 @@ import sys
 import traceback
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 import torch
 
 from ..config import RewardsConfig
+from .reward_fence import fenced_arguments, reward_fence
 from .reward_timeout import RewardTimeout, time_limit
 
 RewardFunction = Callable[..., list]
@@ -74,21 +76,39 @@ class RewardFunctionError(RuntimeError):
 
 # ------------------------------------------------------------------------------------------ math answers
 
+def _brace_depths(text: str) -> Optional[list[int]]:
+    """The brace depth after each character (LaTeX's escaped \\{ and \\} are text, not braces), or None when a
+    closing brace has no opening one (a stray `}`: the text is malformed)."""
+    depths, depth, i = [], 0, 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            depths += [depth, depth]
+            i += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth < 0:
+            return None
+        depths.append(depth)
+        i += 1
+    return depths
+
+
 def extract_boxed(text: str) -> Optional[str]:
-    """Content of the last `\\boxed{...}` (nested braces allowed), or None."""
+    """Content of the last `\\boxed{...}` (nested braces allowed), or None: no box, or a malformed one (the last
+    box never closes, is not followed by a brace, or the text has a closing brace without an opening one, as in
+    `\\boxed{6}}`). An earlier box never stands in for a malformed last one."""
     start = text.rfind("\\boxed")
-    while start != -1:
-        brace = start + len("\\boxed")
-        while brace < len(text) and text[brace] == " ":
-            brace += 1
-        if brace < len(text) and text[brace] == "{":
-            depth = 0
-            for i in range(brace, len(text)):
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                if depth == 0:
-                    return text[brace + 1: i]
-        start = text.rfind("\\boxed", 0, start)
-    return None
+    depths = _brace_depths(text)
+    if start == -1 or depths is None:
+        return None
+    brace = start + len("\\boxed")
+    while brace < len(text) and text[brace] == " ":
+        brace += 1
+    if brace >= len(text) or text[brace] != "{":
+        return None
+    outer = depths[brace] - 1  # the depth the box's own brace closes back to
+    close = next((i for i in range(brace + 1, len(text)) if depths[i] == outer and text[i] == "}"), None)
+    return None if close is None else text[brace + 1: close]
 
 
 def reference_answer(answer: Any) -> Optional[str]:
@@ -137,20 +157,18 @@ def answers_match(predicted: str, gold: str) -> bool:
     return pred_num is not None and ref_num is not None and pred_num == ref_num
 
 
-def _math_verify_match(predicted: str, gold: str) -> Optional[bool]:
-    """math-verify's symbolic comparison when the package is installed; None when it is not or fails."""
-    try:
-        from math_verify import parse, verify
-    except ImportError:
-        return None
-    try:
-        gold_parsed = parse(f"${gold}$")
-        pred_parsed = parse(f"${predicted}$")
-        if not gold_parsed or not pred_parsed:
-            return None
-        return bool(verify(gold_parsed, pred_parsed))
-    except Exception:  # math-verify raises on exotic LaTeX; the string comparison still decides
-        return None
+_OPERATOR = re.compile(r"(?<=[\d})])\s*(?:[-+*/^]|\\cdot|\\times|\\div)\s*(?=[\d({\\])")
+
+
+def final_answer(boxed: str) -> Optional[str]:
+    """What a box answers: the text after its last `=` (`x = 5`, `3+5=8`); None when that is an unevaluated
+    computation of numbers (`2+3`, `4 \\times 2`): restating the question is not answering it. A single fraction
+    (`3/4`, `\\frac{3}{4}`) and a signed number are values, not computations."""
+    answer = boxed.rsplit("=", 1)[-1]
+    value = normalize_answer(answer)
+    if _as_number(value) is not None or _FRAC.fullmatch(value):
+        return answer
+    return None if _OPERATOR.search(value) else answer
 
 
 def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_column: str) -> RewardFunction:
@@ -162,14 +180,15 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
         scores: list[Optional[float]] = []
         for completion, answer in zip(completions, columns[answer_column]):
             gold = reference_answer(answer)
-            predicted = extract_boxed(completion)
+            gold = None if gold is None else gold.rsplit("=", 1)[-1]  # `x = 5` answers 5
+            boxed = extract_boxed(completion)
+            predicted = None if boxed is None else final_answer(boxed)
             if gold is None:
                 scores.append(None)  # no reference: this sample is left out of the reward
-            elif predicted is None:
+            elif boxed is None:
                 scores.append(no_answer)
             else:
-                verdict = answers_match(predicted, gold) or bool(_math_verify_match(predicted, gold))
-                scores.append(correct if verdict else wrong)
+                scores.append(correct if predicted is not None and answers_match(predicted, gold) else wrong)
         return scores
 
     return math_accuracy
@@ -246,19 +265,41 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # any error while the user's module runs: one line naming where it happened
+        raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r}: "
+                                  f"{import_failure(exc)}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no callable {attr!r}")
     return fn
 
 
+def import_failure(exc: BaseException) -> str:
+    """Where a module's import failed, as `FILE:LINE: Error: message` (the innermost frame of the user's files:
+    not importlib's own), or the bare error when no file is known (a module that does not exist)."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<") and "importlib" not in Path(f.filename).parts]
+    if isinstance(exc, ModuleNotFoundError) and not frames:
+        return message
+    return f"{frames[-1].filename}:{frames[-1].lineno}: {message}" if frames else message
+
+
+def reward_names(specs: list[str]) -> list[str]:
+    """Each function's name in the metrics (`rewards/<name>/mean`): the function's own name, or its whole spec
+    when two functions share that name, so that no function's metrics overwrite another's."""
+    short = [spec.rpartition(":")[2] if ":" in spec else spec for spec in specs]
+    names = [spec if short.count(name) > 1 else name for spec, name in zip(specs, short)]
+    # The same spec listed twice: numbered by its place ('#' is in no function name or spec)
+    return [f"{name}#{names[:i].count(name) + 1}" if names.count(name) > 1 else name for i, name in enumerate(names)]
+
+
 def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[NamedReward]:
     weights = config.weights or [1.0] * len(config.functions)
-    return [NamedReward(spec.rpartition(":")[2] if ":" in spec else spec,
-                        resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
-            for spec, w in zip(config.functions, weights)]
+    return [NamedReward(name, resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
+            for name, spec, w in zip(reward_names(list(config.functions)), config.functions, weights)]
 
 
 def _as_reward(value: Any) -> Optional[float]:
@@ -287,9 +328,10 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
     table = torch.full((n, len(rewards)), math.nan, dtype=torch.float32)
     for j, reward in enumerate(rewards):
         try:
-            with time_limit(reward.timeout):
-                values = reward.fn(prompts=prompts, completions=completions, completion_ids=completion_ids,
-                                   **columns)
+            arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                         **columns)
+            with reward_fence(), time_limit(reward.timeout):
+                values = reward.fn(**arguments)
         except RewardTimeout:
             raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
                                       f"(rewards.timeout_seconds; null for no limit)") from None

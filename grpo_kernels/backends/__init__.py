@@ -90,6 +90,9 @@ class BackendSpec:
     triton_kernels: bool = False
     # The backend computing grpo_loss_from_logits's statistics from given logits (a LogitsBackend module).
     logits_module: str = ".torch_streaming"
+    # The hidden / weight dtypes it computes in (names of torch dtypes); others are refused at the boundary
+    # (validation.check_backend_dtype), before any work, with the same message for every backend.
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or self.name == AUTO:
@@ -153,7 +156,7 @@ for _spec in (
                 cost="..cost_model.paths:torch_chunked"),
     BackendSpec("triton", ".triton", "fused Triton streaming kernels (logits never leave the chip)",
                 cost="..cost_model.paths:triton", auto=True, token_level_route=EPILOGUE, triton_kernels=True,
-                logits_module=".triton"),
+                logits_module=".triton", dtypes=("float32", "bfloat16", "float16")),
     BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
                 cost="..cost_model.paths:gemm", auto=True, uses_workspace=True, token_level_route=ONE_PASS),
 ):
@@ -214,13 +217,15 @@ def auto_candidates(*, kept_sets: bool = False, sharded: bool = False, transform
 
 
 def token_level_route(name: str, config, *, kept_sets: bool = False, sharded: bool = False,
-                      compiling: bool = False) -> Optional[TokenLevelRoute]:
+                      compiling: bool = False, float64: bool = False) -> Optional[TokenLevelRoute]:
     """The one decision whether a loss call runs its objective per token inside backend `name`'s streaming pass,
     and how; None: the two-step route. `config` a GRPOLossConfig (None: log-probs, no objective). The objective
     must be a sum of per-token terms (objective.is_token_level); kept-token sets never are fused (their rows never
-    touch the whole vocabulary, so there is no logits pass to fuse into); the route must apply to the call."""
+    touch the whole vocabulary, so there is no logits pass to fuse into); the route must apply to the call (under
+    torch.compile, a vocabulary shard)."""
     route = get_backend(name).token_level_route
-    if route is None or config is None or kept_sets:
+    # float64 inputs (the oracle) keep float64 throughout: the fused routes evaluate the objective in float32
+    if route is None or config is None or kept_sets or float64:
         return None
     from ..losses import get_loss_type
     from ..objective import is_token_level

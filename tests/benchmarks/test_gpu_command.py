@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,17 +209,17 @@ def test_a_part_stops_at_its_budget_and_the_next_one_continues(tmp_path):
     assert first.stopped == "budget" and first.left == [case.id for case in CASES[1:]]
     assert list(_medians(results)) == [CASES[0].id]
     assert "run the same command again" in gpu.status_line(first, results)
-    partial = json.loads(open(results.json_path).read())
+    partial = json.loads(Path(results.json_path).read_text())
     assert len(partial["benchmarks"]) == 1
     assert {s["nodeid"]: s["reason"] for s in partial["skipped"]} == {
         f"gpu::{case.id}": f"{case.path}: not run yet (the same GPU command continues the run)" for case in CASES[1:]}
     measured = _medians(results)
     second = _part(results)
     assert second.part == 2 and second.left == []
-    assert not any("not run yet" in s["reason"] for s in json.loads(open(results.json_path).read())["skipped"])
+    assert not any("not run yet" in s["reason"] for s in json.loads(Path(results.json_path).read_text())["skipped"])
     assert _started(results) == [case.id for case in CASES[:3]]  # nothing measured twice; cce skips unstarted
     assert _medians(results)[CASES[0].id] == measured[CASES[0].id]
-    assert [p["part"] for p in json.loads(open(results.json_path).read())["machine_info"]["grpo_bench"]["parts"]] \
+    assert [p["part"] for p in json.loads(Path(results.json_path).read_text())["machine_info"]["grpo_bench"]["parts"]] \
         == [1, 2]
     # a third invocation has nothing left to do
     third = _part(results)
@@ -251,7 +252,7 @@ def test_a_case_killed_mid_run_is_retried_last_then_failed_if_it_dies_again(tmp_
     assert summary.left == [] and _started(results).count(CASES[1].id) == 2  # not started a third time
     assert summary.failures == [f"{CASES[1].id}: torch: {gpu_results.FAILED}: its process died while it ran, 2 "
                                 "times (killed at the command's time limit, hung, or crashed); not retried"]
-    reasons = [s["reason"] for s in json.loads(open(results.json_path).read())["skipped"]]
+    reasons = [s["reason"] for s in json.loads(Path(results.json_path).read_text())["skipped"]]
     assert any("died while it ran, 2 times" in reason for reason in reasons)
 
 
@@ -280,7 +281,7 @@ def test_a_run_killed_with_sigkill_keeps_what_it_measured_and_continues(tmp_path
     progress = os.path.join(out, gpu_results.PROGRESS_FILE)
     deadline = time.monotonic() + 120
     try:
-        while f'"started","id":"{CASES[1].id}"' not in (open(progress).read() if os.path.exists(progress) else ""):
+        while f'"started","id":"{CASES[1].id}"' not in (Path(progress).read_text() if os.path.exists(progress) else ""):
             assert child.poll() is None and time.monotonic() < deadline, "the child never reached its second case"
             time.sleep(0.1)
     finally:
@@ -288,7 +289,7 @@ def test_a_run_killed_with_sigkill_keeps_what_it_measured_and_continues(tmp_path
         child.wait()
     results = gpu_results.ResultsDir(out, "test-cpu")
     assert list(_medians(results)) == [CASES[0].id]
-    assert len(json.loads(open(results.json_path).read())["benchmarks"]) == 1  # the report was already there
+    assert len(json.loads(Path(results.json_path).read_text())["benchmarks"]) == 1  # the report was already there
     with open(progress, "a") as f:
         f.write('{"event":"result","id":"torn')  # as if a kill had landed mid-write
     results.open()
@@ -305,7 +306,7 @@ def test_gpu_checks_write_their_log_and_outcome(tmp_path):
     assert summary.left == []
     log = (tmp_path / "run" / gpu_results.TESTS_LOG_FILE).read_text()
     assert log.startswith(f"$ {sys.executable} -c ") and "(timeout 60 s)\n..\n== 2 passed in 0.01s ==" in log
-    meta = json.loads(open(results.json_path).read())["machine_info"]["grpo_bench"]
+    meta = json.loads(Path(results.json_path).read_text())["machine_info"]["grpo_bench"]
     assert meta["gpu_tests"]["summary"] == "2 passed in 0.01s" and meta["gpu_tests"]["exit_code"] == 0
     assert "GPU check: `python -c " in (tmp_path / "run" / "test-cpu.md").read_text()
     # a check that outlives its timeout is killed and recorded, not waited for
@@ -330,7 +331,7 @@ def test_results_dir_resumes_from_a_copy_and_survives_torn_lines(tmp_path):
         f.write('{"event": "started", "id": "b"')  # killed mid-write
     fresh = gpu_results.ResultsDir(str(tmp_path / "fresh"), "x")
     assert fresh.open(resume_from=earlier.out_dir) == f"continuing the run of {earlier.out_dir} in {fresh.out_dir}"
-    assert open(fresh.tests_log_path).read() == "12 passed in 1.0s\n"
+    assert Path(fresh.tests_log_path).read_text() == "12 passed in 1.0s\n"
     fresh.append({"event": "started", "id": "c"})
     state = fresh.progress()
     assert list(state.finished) == ["a"] and dict(state.starts) == {"c": 1}
@@ -381,7 +382,7 @@ def test_the_same_command_line_runs_the_parts_until_everything_is_done(tmp_path,
     assert gpu.main(argv) == gpu.EXIT_DONE
     results = gpu_results.ResultsDir(str(tmp_path / "run"), "test-gpu")
     assert _started(results) == [passing.id, *(case.id for case in CASES[:3])]
-    meta = json.loads(open(results.json_path).read())["machine_info"]["grpo_bench"]
+    meta = json.loads(Path(results.json_path).read_text())["machine_info"]["grpo_bench"]
     assert meta["command_line"] == "python -m benchmarks.gpu --out run --budget-s 100 --commit abc123"
     assert len(meta["parts"]) == 4 and meta["commit"] == "abc123" and meta["gpu_tests"]["exit_code"] == 0
     # a copy of the folder continues elsewhere (a GPU machine's emptied $OUT); another GPU is refused

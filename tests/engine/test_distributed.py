@@ -2,6 +2,7 @@
 including the dapo token normaliser (different token counts per process); the trainer runs under torchrun."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -83,3 +84,40 @@ def test_trainer_runs_under_torchrun(tmp_path):
     assert [row["step"] for row in steps] == [1, 2]
     checkpoint = run_dir / "checkpoints" / "checkpoint-000002"
     assert (checkpoint / "rng-0.pt").is_file() and (checkpoint / "rng-1.pt").is_file()
+
+
+EXIT_PROBE = """
+import atexit, os
+
+def _report():
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    alive = bool(dist is not None and dist.is_available() and dist.is_initialized())
+    with open(os.path.join(os.environ["EXIT_PROBE_DIR"], "rank-" + os.environ.get("RANK", "x")), "w") as f:
+        f.write("initialized" if alive else "destroyed")
+
+atexit.register(_report)
+"""
+
+
+def test_a_torchrun_run_destroys_its_group_and_exits_0_every_time(tmp_path):
+    """The engine itself ends its process group (no os._exit in it): 3 runs of 2 gloo processes each exit 0 with
+    the group destroyed before the interpreter's teardown (read by an atexit probe in every process)."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(EXIT_PROBE)
+    env = subprocess_env()
+    env["PYTHONPATH"] = f"{probe}{os.pathsep}{env['PYTHONPATH']}"
+    for attempt in range(3):
+        reports = tmp_path / f"reports-{attempt}"
+        reports.mkdir()
+        flags = ["--run.output_dir", str(tmp_path / f"run-{attempt}"), "--run.max_steps", "1",
+                 "--run.progress_bar", "false", "--run.plot", "false", "--run.warm_start_steps", "0",
+                 "--data.builtin_max_operand", "2", "--data.builtin_eval_size", "0", "--rollout.num_generations",
+                 "4", "--rollout.max_new_tokens", "4", "--optim.per_device_train_batch_size", "2"]
+        result = subprocess.run(torchrun("-m", "engine", "train", *flags), env={**env, "EXIT_PROBE_DIR": str(reports)},
+                                timeout=240, capture_output=True, text=True, cwd=ROOT)
+        assert result.returncode == 0, f"attempt {attempt}: {result.stderr[-3000:]}"
+        ranks = {f.name: f.read_text() for f in reports.iterdir() if f.name != "rank-x"}  # rank-x: the launcher
+        assert ranks == {"rank-0": "destroyed", "rank-1": "destroyed"}
+        assert "destroy_process_group" not in result.stderr and "terminate called" not in result.stderr

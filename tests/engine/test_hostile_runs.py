@@ -74,6 +74,33 @@ def test_a_metrics_line_cut_mid_write_is_recovered_on_resume_and_plot(tmp_path, 
     assert [row["step"] for row in rows if "reward" in row] == [1, 2, 3]
 
 
+def _reward_steps(metrics: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"reward"' in line]
+
+
+@pytest.mark.parametrize("damage", ["cut_mid_line", "deleted"])
+def test_a_checkpoint_implies_its_steps_logs(damage, tmp_path, capsys):
+    """The run directory's history up to a checkpoint's step comes back from the checkpoint, whatever happened to
+    metrics.jsonl since: the metrics steps of the resumed run are never [1, 2, 4, 5]."""
+    run_dir = tmp_path / "run"
+    assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "3", "--run.save_steps", "1"]) == 0
+    metrics = run_dir / "metrics.jsonl"
+    original = metrics.read_text()
+    step_3 = next(line for line in original.splitlines() if line.startswith('{"step": 3, "reward"'))
+    if damage == "cut_mid_line":  # a kill while step 3's line was written (and nothing after it)
+        metrics.write_text(original[: original.index(step_3) + len(step_3) // 2])
+    else:
+        metrics.unlink()
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "5", "--run.save_steps", "1",
+                 "--resume"]) == 0
+    assert _reward_steps(metrics) == [1, 2, 3, 4, 5]
+    assert step_3 in metrics.read_text().splitlines()  # the very line step 3 logged
+    kept = run_dir / "metrics.jsonl.replaced-at-step-000003"  # what the file held is kept, not lost
+    assert (kept.read_text() == original[: original.index(step_3) + len(step_3) // 2]) if damage == "cut_mid_line" \
+        else not kept.exists()
+
+
 def test_an_unreadable_metrics_line_before_the_last_is_an_error_naming_it(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rew\n{"step": 3}\n')
     _fails_in_one_line(capsys, ["plot", str(tmp_path)], "metrics.jsonl: line 2 is not a JSON object")

@@ -106,6 +106,26 @@ def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):
     assert metrics["num_prompts"] == 9 and 0.0 <= metrics["pass@2"] <= 1.0
 
 
+def test_a_lora_checkpoint_names_its_base_by_absolute_path(small_overrides, tiny_model_dir, tmp_path, monkeypatch):
+    """A run started with a relative --model records its base as an absolute path: `eval` of the checkpoint finds it
+    from any working directory."""
+    pytest.importorskip("peft")
+    monkeypatch.chdir(tiny_model_dir.parent)
+    config = load_config(overrides={**small_overrides, "model.name_or_path": tiny_model_dir.name,
+                                    "model.lora.enabled": True, "model.lora.r": 2, "run.max_steps": 1})
+    train(config)
+    adapters = ckpt.list_checkpoints(config.run.output_dir)[-1] / "model"
+    base = json.loads((adapters / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(tiny_model_dir.resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    from engine.tools.evaluate import run_eval
+
+    metrics = run_eval(config, str(adapters), num_samples=1, greedy=True, batch_size=8)
+    assert metrics["num_prompts"] == 9
+
+
 def test_reward_failure_stops_the_run_and_keeps_checkpoints(small_overrides, monkeypatch):
     monkeypatch.syspath_prepend(str(SUPPORT))
     import user_rewards

@@ -4,7 +4,7 @@ and bias, over every loss type and option (tolerances in grpo_testing.py)."""
 import pytest
 import torch
 from grpo_testing import (FUSED_BACKENDS, as_float64, assert_grad_close, assert_loss_close, assert_output_matches,
-                          device_of, make_problem, run_loss)
+                          device_of, loss_config, make_problem, run_loss)
 from loss_configs import CONFIGS, head_kwargs, importance_ratio_kind
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
@@ -77,7 +77,7 @@ def test_shapes_off_the_tile_grid(backend, shape):
 def test_all_masked_rows_and_fully_masked_batch(backend, loss_type):
     for masked_rows in (2, 3):  # two of three rows, then the whole batch
         problem = make_problem(seed=11, B=3, masked_rows=masked_rows, device=device_of(backend))
-        config = GRPOLossConfig(loss_type=loss_type, beta=0.04)
+        config = loss_config(loss_type=loss_type, beta=0.04)
         out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend=backend)
         ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
         assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
@@ -153,7 +153,7 @@ def test_token_level_triton_fuses_the_objective_in_the_epilogue(monkeypatch):
     monkeypatch.setattr(ops, "linear_logprobs", lambda *a, **k: calls.append(1) or original(*a, **k))
     problem = make_problem(seed=0, device=device_of("triton"))
     for config, fused in ((GRPOLossConfig(beta=0.04, loss_type="sapo"), True),
-                          (GRPOLossConfig(importance_sampling_level="sequence"), False),
+                          (loss_config(importance_sampling_level="sequence"), False),
                           (GRPOLossConfig(top_entropy_quantile=0.5), False)):
         assert is_token_level(config) is fused
         calls.clear()

@@ -11,11 +11,16 @@ inputs rounded to that dtype):
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 import torch
+
+from grpo_kernels import GRPOLossConfig
+from grpo_kernels.config import LossConfigWarning
+from grpo_kernels.losses import DEFAULT_LOSS_TYPE, get_loss_type
 
 LOSS_TOL = {torch.float64: 1e-9, torch.float32: 1e-5, torch.bfloat16: 1e-4, torch.float16: 1e-4}
 GRAD_TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 1.5e-2, torch.float16: 3e-3}
@@ -45,6 +50,21 @@ class Problem:
 
 TENSOR_FIELDS = ("hidden", "weight", "bias", "completion_ids", "completion_mask", "advantages", "old_logps",
                  "ref_logps", "importance_ratio")
+
+
+def loss_config(**kwargs: Any) -> GRPOLossConfig:
+    """GRPOLossConfig(**kwargs), asserting the LossConfigWarning of a combination TRL warns about, and that no other
+    combination warns: a test that builds such a config states that it expects the warning."""
+    loss = get_loss_type(kwargs.get("loss_type", DEFAULT_LOSS_TYPE))
+    level = kwargs.get("importance_sampling_level", "token")
+    expected = (loss.paper_importance_sampling_level not in (None, level)
+                or (level == "sequence" and loss.warns_sequence_level))
+    if expected:
+        with pytest.warns(LossConfigWarning):
+            return GRPOLossConfig(**kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LossConfigWarning)
+        return GRPOLossConfig(**kwargs)
 
 
 def make_problem(seed: int, B: int = 3, T: int = 5, H: int = 37, V: int = 150, dtype: torch.dtype = torch.float32,

@@ -22,6 +22,7 @@ from engine.steps.packing import (Pack, Packing, PackedAttentionError, attention
                                   plan_micro_batches, plan_packs, split_to_count)
 from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
+from grpo_testing import loss_config
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo")
 N, T, MICRO = 12, 16, 4
@@ -111,7 +112,7 @@ BUDGET = Packing(max_tokens=40)
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_packed_update_equals_padded_for_every_loss_type(loss_type):
-    config = GRPOLossConfig(loss_type=loss_type, beta=0.04, max_completion_length=T, epsilon=0.1)
+    config = loss_config(loss_type=loss_type, beta=0.04, max_completion_length=T, epsilon=0.1)
     assert_same_update(update_once(config, BUDGET), update_once(config, None))
 
 

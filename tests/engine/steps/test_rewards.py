@@ -1,4 +1,5 @@
 import math
+import sys
 
 import pytest
 
@@ -26,6 +27,8 @@ def test_extract_boxed_takes_the_last_balanced_box():
     assert extract_boxed("\\boxed {42}") == "42"
     assert extract_boxed("no box") is None
     assert extract_boxed("\\boxed{unclosed") is None
+    assert extract_boxed("\\boxed{6}}") is None  # a stray closing brace: malformed
+    assert extract_boxed("\\boxed{5} then \\boxed{6") is None  # a malformed last box: no earlier one stands in
 
 
 @pytest.mark.parametrize("predicted, gold", [
@@ -106,11 +109,33 @@ def test_none_becomes_nan(monkeypatch):
     assert table[0, 0] == 1.0 and math.isnan(table[1, 0]) and table[2, 0] == 1.0
 
 
-def test_math_verify_is_used_when_installed():
-    pytest.importorskip("math_verify")
+MATH_CASES = [  # (completion, gold, score): the answer is scored, not the question restated, nor a malformed box
+    ("\\boxed{5}", "5", 1.0), ("2+3=\\boxed{5}", "5", 1.0), ("\\boxed{2+3=5}", "5", 1.0), ("\\boxed{x = 5}", "5", 1.0),
+    ("\\boxed{2+3}", "5", -1.0), ("\\boxed{4 \\times 2}", "8", -1.0), ("\\boxed{10-4}", "6", -1.0),
+    ("\\boxed{\\frac{1}{2}+\\frac{1}{2}}", "1", -1.0), ("\\boxed{\\sqrt{4}}", "2", -1.0),
+    ("\\boxed{6}}", "6", -0.5), ("}\\boxed{6}", "6", -0.5), ("\\boxed{6", "6", -0.5), ("\\boxed{5} \\boxed{6", "5", -0.5),
+    ("\\boxed 6", "6", -0.5), ("\\boxed{-3}", "-3", 1.0), ("\\boxed{3/4}", "0.75", 1.0), ("\\boxed{\\frac{3}{4}}", "3/4", 1.0),
+    ("\\boxed{\\{1,2\\}}", "\\{1,2\\}", 1.0), ("\\boxed{x+1}", "x+1", 1.0), ("\\boxed{x=5}", "x = 5", 1.0),
+]
+
+
+def _math_scores():
     fn = make_math_accuracy(1.0, -1.0, -0.5, "answer")
-    # Equal only symbolically: the string normaliser cannot see it.
-    assert fn(prompts=[""], completions=["\\boxed{\\sqrt{4}}"], answer=["2"]) == [1.0]
+    return fn(prompts=[""] * len(MATH_CASES), completions=[c for c, _, _ in MATH_CASES],
+              answer=[g for _, g, _ in MATH_CASES])
+
+
+def test_math_accuracy_scores_the_answer_not_the_question_nor_a_malformed_box():
+    assert _math_scores() == [score for _, _, score in MATH_CASES]
+
+
+def test_math_accuracy_scores_the_same_with_and_without_math_verify(monkeypatch):
+    pytest.importorskip("math_verify")  # installed: its presence must change nothing
+    with_package = _math_scores()
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # `import math_verify` now raises ImportError
+    with pytest.raises(ImportError):
+        import math_verify  # noqa: F401
+    assert _math_scores() == with_package == [score for _, _, score in MATH_CASES]
 
 
 def test_numpy_values_and_bools_are_accepted_as_trl_does(monkeypatch):

@@ -9,6 +9,7 @@ from engine.model.loading import HiddenStatePolicy, load_causal_lm
 from engine.steps import update as update_module
 from engine.steps.update import NonFiniteLossError, UpdateInputs, policy_update
 from grpo_kernels import GRPOLossConfig
+from grpo_testing import loss_config
 from rollout_batches import synthetic_batch
 
 CPU = torch.device("cpu")
@@ -33,7 +34,7 @@ def one_sgd_step(model_dir, loss_config, micro_batch_size, backend="torch"):
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "luspo", "bnpo", "sapo"])
 def test_accumulation_does_not_change_the_gradient(tiny_model_dir, loss_type):
-    config = GRPOLossConfig(loss_type=loss_type, max_completion_length=7)
+    config = loss_config(loss_type=loss_type, max_completion_length=7)
     whole, whole_metrics = one_sgd_step(tiny_model_dir, config, micro_batch_size=8)
     split, split_metrics = one_sgd_step(tiny_model_dir, config, micro_batch_size=4)
     assert any(g.abs().max() > 0 for g in whole.values())

@@ -3,7 +3,7 @@ the kernels themselves cannot allocate, so this is the whole memory footprint of
 
 import pytest
 import torch
-from grpo_testing import device_of, make_problem, run_loss
+from grpo_testing import device_of, loss_config, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 
@@ -25,7 +25,7 @@ class _RecordingTorch:
         return attr
 
 
-@pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04), GRPOLossConfig(importance_sampling_level="sequence",
+@pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04), loss_config(importance_sampling_level="sequence",
                                                                               entropy_coef=0.1)],
                          ids=["epilogue", "logprobs_then_objective"])
 def test_no_tokens_by_vocab_buffer(monkeypatch, config):
