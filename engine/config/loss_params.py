@@ -12,12 +12,14 @@ import difflib
 import math
 from typing import Any, Mapping
 
-from grpo_kernels.losses import get_loss_type
+from grpo_kernels.losses import get_loss_type, validate_loss_params
 
 
 def declared_loss_params(loss_type: str) -> Mapping[str, Any]:
-    """{name: default} of the hyper-parameters `loss_type` declares (empty when it declares none)."""
-    return getattr(get_loss_type(loss_type), "params", None) or {}
+    """{name: default} of the hyper-parameters `loss_type` declares (empty when it declares none): the defaults of
+    its `register_loss_type(params={name: LossParam(...)})`."""
+    declared = getattr(get_loss_type(loss_type), "params", None) or {}
+    return {name: getattr(param, "default", param) for name, param in declared.items()}
 
 
 def _same_kind(value: Any, default: Any) -> bool:
@@ -42,4 +44,7 @@ def check_loss_params(loss_type: str, params: Mapping[str, Any]) -> dict[str, An
             kind = "a finite number" if isinstance(default, float) else type(default).__name__
             raise ValueError(f"loss.params.{name}: expected {kind} (its default is {default!r}), got {value!r}")
     filled = {name: params.get(name, default) for name, default in declared.items()}
-    return {name: float(value) if isinstance(declared[name], float) else value for name, value in filled.items()}
+    filled = {name: float(value) if isinstance(declared[name], float) else value for name, value in filled.items()}
+    if getattr(get_loss_type(loss_type), "params", None):  # the kernels' own check: bounds and choices too
+        filled = validate_loss_params(loss_type, filled, key="loss.params")
+    return filled

@@ -453,7 +453,7 @@ class EngineConfig(Section):
         own = {f.name: getattr(self.loss, f.name) for f in dataclasses.fields(GRPOLossConfig)
                if f.name in LossConfig.model_fields}
         return GRPOLossConfig(**own, temperature=self.rollout.temperature,
-                              max_completion_length=self.rollout.max_new_tokens)
+                              max_completion_length=self.rollout.max_new_tokens, loss_params=dict(self.loss.params))
 
     @model_validator(mode="after")
     def _rules_across_sections(self) -> "EngineConfig":

@@ -14,8 +14,8 @@ def test_the_loss_section_is_the_kernels_config_less_the_shared_settings():
     kernel = {f.name: f.default for f in dataclasses.fields(GRPOLossConfig)}
     shared = {key.removeprefix("loss.") for key in SHARED_SETTINGS}
     own = set(LossConfig.model_fields)
-    # Every kernel field is a key here or the rollout's; `params` is the engine's (passed on if the kernel has it).
-    assert set(kernel) - shared <= own and not own & shared and own - set(kernel) <= {"params"}
+    # Every kernel field is a key here or the rollout's; the kernel's `loss_params` is the section's `params`.
+    assert set(kernel) - shared - {"loss_params"} <= own and not own & shared and own - set(kernel) <= {"params"}
     section = own & set(kernel) - {"params"}
     defaults = LossConfig()
     assert {name: getattr(defaults, name) for name in section} == {name: kernel[name] for name in section}
@@ -38,24 +38,32 @@ def test_the_loss_reads_the_rollouts_shared_settings():
         config.rollout.temperature = 0.0
 
 
+DECLARING = "engine_test_declares_params"  # a registered loss type that declares hyper-parameters
+
+
 @pytest.fixture()
-def declared(monkeypatch):
-    """A loss type that declares hyper-parameters (the registry's declaration, as register_loss_type stores it)."""
+def declared():
+    """A loss type registered with hyper-parameters (register_loss_type's params), unregistered afterwards."""
+    from grpo_kernels.losses import LossParam, register_loss_type, unregister_loss_type
+
     params = {"alpha": 0.5, "window": 4, "symmetric": True, "mode": "mean"}
-    monkeypatch.setattr(loss_params, "declared_loss_params", lambda loss_type: params)
-    return params
+    register_loss_type(DECLARING, lambda x: -x.ratio * x.advantages, "sequence_mean",
+                       params={name: LossParam(default) for name, default in params.items()})
+    yield params
+    unregister_loss_type(DECLARING)
 
 
 def test_declared_loss_params_are_filled_checked_and_saved(declared):
     from engine.config import config_from_yaml, config_yaml
 
-    config = load_config(overrides={"loss.params": {"alpha": 2}})
+    config = load_config(overrides={"loss.loss_type": DECLARING, "loss.params": {"alpha": 2}})
     assert config.loss.params == {"alpha": 2.0, "window": 4, "symmetric": True, "mode": "mean"}
+    assert config.loss_config().loss_params == config.loss.params  # the kernels' config carries them
     assert config_from_yaml(config_yaml(config), "saved") == config
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"alpah": 1.0}, "loss.params.alpah: not a hyper-parameter of loss type 'dapo' (did you mean loss.params.alpha?)"),
+    ({"alpah": 1.0}, f"loss.params.alpah: not a hyper-parameter of loss type {DECLARING!r} (did you mean loss.params.alpha?)"),
     ({"alpha": "big"}, "loss.params.alpha: expected a finite number (its default is 0.5), got 'big'"),
     ({"alpha": float("nan")}, "loss.params.alpha: expected a finite number"),
     ({"window": 2.5}, "loss.params.window: expected int (its default is 4), got 2.5"),
@@ -63,5 +71,5 @@ def test_declared_loss_params_are_filled_checked_and_saved(declared):
 ])
 def test_a_wrong_loss_param_is_refused_naming_it(declared, params, message):
     with pytest.raises(ConfigError) as refused:
-        load_config(overrides={"loss.params": params})
+        load_config(overrides={"loss.loss_type": DECLARING, "loss.params": params})
     assert str(refused.value).startswith(message)

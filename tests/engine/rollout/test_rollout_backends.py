@@ -12,7 +12,7 @@ from engine.config import ConfigError, load_config
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"rollout.backend": "sglang"}, "rollout.backend: expected one of hf, vllm, got 'sglang'"),
+    ({"rollout.backend": "sglang"}, "rollout.backend: expected one of hf, vllm, vllm_server, got 'sglang'"),
     ({"rollout.vllm.gpu_memory_utilization": 1.5},
      "rollout.vllm.gpu_memory_utilization: expected a value <= 1.0, got 1.5"),
     ({"rollout.vllm.tensor_parallel_size": 2}, "rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel"),

@@ -15,7 +15,9 @@ from repo_paths import SUPPORT
 # What the engine logs beyond TRL: per-phase timings, throughput and peak memory.
 ENGINE_EXTRAS = {"time/generate", "time/score", "time/logprobs", "time/update", "time/step", "tokens/s",
                  "memory/peak_mb", "sampling/trainer_sampler_ratio/mean",
-                 "sampling/trainer_sampler_ratio/outside_0.9_1.1"}
+                 "sampling/trainer_sampler_ratio/outside_0.9_1.1",
+                 # the rollout pipeline's (rollout.max_staleness): the samples' policy age and the weight push
+                 "staleness/mean", "staleness/max", "staleness/dropped_samples", "time/push"}
 
 
 def _rows(run_dir) -> list[dict]:
