@@ -20,8 +20,9 @@ Why these shapes (bf16 / fp16; zero spill bytes on both archs and both tritons i
   across a warp in the wgmma layout (0.6-0.8 KB); for dH, the soft-capped variants under triton 3.9 (8-16 B).
 - Ampere (mma.sync): forward 128 x 128 x 32, backward 64 x 128 x 32 and 64 x 64 (x 128 tokens) x 32.
 - float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
-  backward (Hopper 4 warps: at 8, ptxas holds its soft-capped dW at 128 registers and spills; Ampere 8 warps: at
-  4, its dW spills) and in Ampere's forward.
+  backward (Hopper: 4 warps, 1 stage; ptxas holds these builds at 128-168 registers, and with 8 warps or 2 stages
+  some variant spills 8-32 B under one triton or the other; Ampere: 8 warps, at 4 its dW spills) and in Ampere's
+  forward.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple) -> dict[str, 
     return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
 
 
-_BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=2),
+_BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=1),
                      "sm80": KernelConfig(64, 64, 16, num_warps=8, num_stages=2)}
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
