@@ -55,7 +55,7 @@ class TokenLevelRoute:
 ONE_PASS = TokenLevelRoute("one_pass", "linear_forward_with_grads", vocab_shards=True, torch_compile=False,
                            epilogue_only=False)
 # the objective fused into the forward kernel's epilogue (kernels/token_objective.py), for its loss types
-EPILOGUE = TokenLevelRoute("epilogue", "linear_grpo_forward", vocab_shards=False, torch_compile=True,
+EPILOGUE = TokenLevelRoute("epilogue", "linear_grpo_forward", vocab_shards=False, torch_compile=False,
                            epilogue_only=True)
 
 

@@ -13,7 +13,7 @@ import torch
 from grpo_testing import INTERPRETER, make_problem
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs
-from grpo_kernels.backends import get_backend
+from grpo_kernels.backends import backend_names, get_backend
 
 BACKENDS = ["reference", "torch", "triton", "gemm"]
 CONFIG = GRPOLossConfig(beta=0.04, entropy_coef=0.01)
@@ -162,8 +162,9 @@ def declared_refusal(backend: str, inputs: dict):
     dtype = str(hidden.dtype).removeprefix("torch.")
     if dtype in get_backend(backend).dtypes:
         return None
+    others = ", ".join(name for name in backend_names(with_auto=False) if dtype in get_backend(name).dtypes)
     return ("refused", "TypeError", f"backend={backend!r} computes in {', '.join(get_backend(backend).dtypes)}, "
-                                    f"got hidden of {hidden.dtype}; use backend='torch' or 'gemm' for {dtype}")
+                                    f"got hidden of {hidden.dtype}; use backend='auto' or one of {others} for {dtype}")
 
 
 def assert_backends_agree(outcomes: dict, inputs: dict) -> None:
