@@ -299,7 +299,7 @@ def test_the_token_level_decision_is_one_function_of_the_entry_and_the_call():
         ("gemm", dapo, True, False, False): None,  # kept sets: no logits pass to fuse into
         ("gemm", gspo, False, False, False): None,  # sequence-level
         ("triton", dapo, False, False, False): EPILOGUE,
-        ("triton", dapo, False, False, True): EPILOGUE,
+        ("triton", dapo, False, False, True): None,  # torch 2.11 cannot trace the epilogue's per-token inputs
         ("triton", dapo, False, True, False): None,  # the epilogue does not combine shards
         ("torch", dapo, False, False, False): None,
         ("gemm", None, False, False, False): None,  # log-probs: no objective
