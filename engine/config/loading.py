@@ -10,7 +10,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from .errors import ConfigError, describe
-from .schema import SHARED_SETTINGS, EngineConfig, is_hub_id
+from .schema import SHARED_SETTINGS, EngineConfig, is_hub_id, user_path
 from .strict_yaml import dump_yaml, parse_yaml, read_yaml
 
 
@@ -61,7 +61,7 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
     for key in ("path", "eval_path"):
         value = resolved.get(key)
         # A Hub id stays an id unless a file of that name stands next to the YAML file.
-        local = isinstance(value, str) and not Path(value).expanduser().is_absolute()
+        local = isinstance(value, str) and not user_path(value).is_absolute()
         if local and (not is_hub_id(value) or (base / value).exists()):
             resolved[key] = str(base / value)
     return {**data, "data": resolved}

@@ -42,14 +42,23 @@ def is_hub_id(name: str) -> bool:
     return bool(_HUB_ID.match(name)) and "--" not in name and ".." not in name and not name.endswith((".", "-"))
 
 
+def user_path(name: str) -> Path:
+    """`name` with a leading ~ or ~user expanded; as written where that user has no home (then it names no file,
+    and the key's own check refuses it) rather than a RuntimeError from inside pathlib."""
+    try:
+        return Path(name).expanduser()
+    except RuntimeError:
+        return Path(name)
+
+
 def _model_location(name: str) -> str:
-    if not Path(name).expanduser().is_dir() and not is_hub_id(name):
+    if not user_path(name).is_dir() and not is_hub_id(name):
         raise ValueError("expected a local model directory or a Hub id ORG/NAME")
     return name
 
 
 def _data_location(name: str) -> str:
-    if not Path(name).expanduser().exists() and not is_hub_id(name):
+    if not user_path(name).exists() and not is_hub_id(name):
         raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
     return name
 
