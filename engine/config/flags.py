@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from .schema import EngineConfig
+from .errors import ConfigError
 from .strict_yaml import parse_yaml
 
 
@@ -54,6 +55,12 @@ def flag_value(key: str, text: str) -> Any:
         return None
     if str in kinds and not (list in kinds and text.lstrip().startswith("[")):
         return text
+    if str in kinds:  # a string-or-list field: text that reads as a YAML list is the list, else the string itself
+        try:
+            value = parse_yaml(text, f"--{key}")
+        except ConfigError:
+            return text
+        return value if isinstance(value, list) else text
     return parse_yaml(text, f"--{key}")
 
 
