@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -96,8 +97,11 @@ def train(config: EngineConfig) -> TrainSummary:
 def process_group_destroyed_at_exit() -> Iterator[None]:
     """Destroy the default process group when the run ends (returns or raises), on every process: left to the
     interpreter's teardown, gloo's threads can abort a rank (SIGABRT) after the run succeeded, and torch warns of a
-    group never destroyed. A process group the caller made before train() is the caller's to destroy."""
-    owned = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    group never destroyed. A process group the caller made before train() is the caller's to destroy, and so is one
+    made in a single process (no launcher's WORLD_SIZE > 1): the colocated vLLM engine makes its own and destroys
+    it at its own shutdown, which fails on a group already destroyed."""
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    owned = launched and not (torch.distributed.is_available() and torch.distributed.is_initialized())
     try:
         yield
     finally:
