@@ -150,11 +150,10 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
     for arch, dtype in itertools.product(ARCHS, dtypes):
         out += _targets("_partial_stats_kernel", "forward", arch, dtype,
                         _grid(HAS_BIAS=bias, SOFTCAP=cap), True, fixed=dict(GROUP=GROUP_N))
-        out += _targets("_grad_kernel", "grad_hidden", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True, fixed=dict(OWNS_VOCAB=False))
-        out += _targets("_grad_kernel", "grad_weight", arch, dtype,
-                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True,
-                        fixed=dict(OWNS_VOCAB=True))
+        # OWNS_VOCAB in the variant's name: dH and dW builds of one tile shape must not share a report key
+        for table, owns_vocab in (("grad_hidden", False), ("grad_weight", True)):
+            out += _targets("_grad_kernel", table, arch, dtype,
+                            _grid(OWNS_VOCAB=[owns_vocab], HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
         out += _gemm_path_targets(arch, dtype, bias, ent, cap)

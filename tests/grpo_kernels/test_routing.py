@@ -18,10 +18,14 @@ def _rows(route, vocab):
 
 
 @pytest.mark.parametrize("operation", ["token", "sequence", "frozen", "logprobs"])
-def test_every_operation_at_s1_to_s3_takes_the_gemm_path_in_balanced_whole_tile_waves_on_h100(operation):
+def test_every_operation_at_s1_to_s3_takes_the_modelled_fastest_path_in_balanced_whole_tile_waves_on_h100(operation):
     for tokens, hidden, vocab in (S1, S2, S3):
         route = routing.route(operation, tokens, hidden, vocab, "bfloat16", H100)
-        # the streaming Triton kernels read W from L2 once per 32-token block: L2-bound, never the fastest here
+        if route.backend == "triton":
+            # the one-GEMM-equivalent forward on 128 x 128 tiles: the model may find it fastest for log-probs only
+            # (the training step's backward recomputes the logits once per gradient: 5 GEMM-equivalents)
+            assert operation == "logprobs", (operation, tokens, route)
+            continue
         assert route.backend == "gemm", (operation, tokens, route)
         assert route.workspace_bytes <= routing.DEFAULT_MEMORY_BUDGET_BYTES
         rows = _rows(route, vocab)
