@@ -30,9 +30,21 @@ def _require_float(name: str, x: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a floating tensor (float32, bfloat16, float16 or float64), got {x.dtype}")
 
 
-def _require_finite(name: str, x: torch.Tensor) -> None:
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or Inf values")
+def _all_finite(x: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool tensor. max |x| (NaN-propagating) is finite exactly when every element is: one reduction that
+    reads x once and writes nothing of its size (torch.isfinite(x).all() makes four elementwise passes and a
+    boolean copy of x: 2.4 ms of a 19.5 ms log-prob step for S1's head on an H200)."""
+    if x.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=x.device)
+    return torch.isfinite(torch.linalg.vector_norm(x, float("inf")))
+
+
+def _require_finite(**named: torch.Tensor) -> None:
+    """Every named tensor finite; one host sync for all of them, the first bad one named."""
+    finite = torch.stack([_all_finite(x) for x in named.values()]).tolist()
+    for name, ok in zip(named, finite):
+        if not ok:
+            raise ValueError(f"{name} contains NaN or Inf values")
 
 
 def _require_data(name: str, x: torch.Tensor) -> None:
@@ -150,10 +162,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
             raise ValueError(f"bias must have shape [V]=[{weight.shape[0]}], got {list(bias.shape)}")
         _require_device("bias", bias, hidden.device)
     if check_finite:
-        _require_finite("hidden", hidden)
-        _require_finite("weight", weight)
-        if bias is not None:
-            _require_finite("bias", bias)
+        _require_finite(hidden=hidden, weight=weight, **({} if bias is None else {"bias": bias}))
 
 
 def check_logits(logits: object, check_finite: bool = True) -> None:
@@ -165,7 +174,7 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
     if logits.shape[-1] == 0:
         raise ValueError("logits must have a non-empty vocabulary dimension")
     if check_finite:
-        _require_finite("logits", logits)
+        _require_finite(logits=logits)
 
 
 def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.device,

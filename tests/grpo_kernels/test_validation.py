@@ -143,3 +143,33 @@ def test_inputs_are_not_modified(backend):
 def test_logit_transform_values_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LogitTransform(**kwargs)
+
+
+# ---- the finiteness check: one reduction per tensor, exact for every dtype ----------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from grpo_kernels.validation import check_linear_inputs  # noqa: E402
+
+_FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(_FLOATS), which=st.sampled_from(["hidden", "weight", "bias"]),
+       bad=st.sampled_from([float("nan"), float("inf"), -float("inf"), None]), position=st.integers(0, 10_000),
+       near_limit=st.booleans())
+def test_a_non_finite_element_anywhere_is_named_and_the_largest_finite_values_pass(dtype, which, bad, position,
+                                                                                     near_limit):
+    tensors = {"hidden": torch.randn(5, 7).to(dtype), "weight": torch.randn(11, 7).to(dtype),
+               "bias": torch.randn(11).to(dtype)}
+    target = tensors[which].view(-1)
+    if near_limit:  # the dtype's largest finite magnitude, both signs: finite, so accepted
+        target[position % target.numel()] = torch.finfo(dtype).max
+        target[(position + 1) % target.numel()] = -torch.finfo(dtype).max
+    if bad is not None:
+        target[(position + 2) % target.numel()] = bad
+        with pytest.raises(ValueError, match=f"^{which} contains NaN or Inf values$"):
+            check_linear_inputs(tensors["hidden"], tensors["weight"], tensors["bias"])
+    else:
+        check_linear_inputs(tensors["hidden"], tensors["weight"], tensors["bias"])
