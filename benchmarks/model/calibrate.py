@@ -7,7 +7,8 @@ Three of the model's rates are not datasheet numbers but what kernels achieve, s
 - `triton_tensor_flops`, the rate of a Triton kernel's tl.dot tiles: from Cut Cross-Entropy's no-grad
   log-probs (one Triton kernel, compute-bound by the model);
 - `row_pass_bytes_per_s`, the bandwidth of a pass over long logits rows (a Triton program per row walking
-  the vocabulary): from every gemm and TRL case (cuBLAS GEMMs and row passes), with the two rates above fitted;
+  the vocabulary): from every gemm and TRL case (cuBLAS GEMMs and row passes) whose code the model describes
+  (`modelled`), with the two rates above fitted;
 The fourth measured rate, `l2_bytes_per_s` (4.5 TB/s), was fitted the same way to the triton path's no-grad
 log-probs of the first H200 run, whose kernels (a program per 32-token block re-reading W from L2) have since been
 replaced: the model no longer describes that run's triton cases, so they are left out here.
@@ -36,6 +37,16 @@ FITS: tuple[tuple[str, Callable[[Result], bool]], ...] = (
     ("triton_tensor_flops", lambda r: r.path == "cce" and r.operation == "logprobs"),
     ("row_pass_bytes_per_s", lambda r: r.path in ("gemm", "trl")),
 )
+# Runs whose GEMM-path training cases added the later dW waves with the Triton GEMM of kernels/accumulate_mm.py
+# (21.3 ms at S1 where cuBLAS takes 8-9), since replaced by cuBLAS adding into the float32 accumulator: the model
+# describes the new code, so those cases cannot calibrate it.
+TRITON_DW_RUNS = frozenset({"25ba73ea4f21436d5ebd61aa524e8ab08157ba20"})
+
+
+def modelled(run: Run, result: Result) -> bool:
+    """Whether the model describes the code that measured `result`."""
+    trained_head = result.operation == "loss" and result.config != "dapo_kl_frozen"
+    return not (result.path in ("gemm", "auto") and trained_head and run.meta.get("commit") in TRITON_DW_RUNS)
 
 
 def predicted_ms(result: Result, rates: DeviceRates) -> Optional[float]:
@@ -76,7 +87,7 @@ def calibrate(run: Run) -> tuple[DeviceRates, DeviceRates]:
         raise ValueError(f"the model has no rates for {run.meta.get('device', '?')!r}: nothing to calibrate")
     before = fitted = DEVICES[key]
     for name, selects in FITS:
-        cases = [r for r in run.results if selects(r) and r.regime in ("flat", "any")]
+        cases = [r for r in run.results if selects(r) and r.regime in ("flat", "any") and modelled(run, r)]
         if cases:
             fitted = replace(fitted, **{name: fit_rate(name, cases, fitted)})
     return before, fitted

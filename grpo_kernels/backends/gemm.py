@@ -12,8 +12,8 @@ On CUDA the GEMMs run in the input dtype with float32 output, and the row passes
 `kernels/rows.py`. Elsewhere (CPU) the operands are upcast to float32 (float64 stays float64) and the row
 passes are the torch functions below; the algorithm and the memory bounds are the same. CUDA's data flow also
 runs on CPU (tests): `GemmBackend(rows=triton_rows(gpu_launch=True), gemm_in_input_dtype=True)` keeps 16-bit
-operands, narrows dZ in place and adds dW waves with the Triton GEMM, all interpreted; only each cuBLAS GEMM
-with float32 output is stood in for by a float32 GEMM of the same 16-bit values (exact products, float32 sums).
+operands and narrows dZ in place with the Triton row kernels, interpreted; only each cuBLAS GEMM with float32
+output (or float32 C) is stood in for by a float32 GEMM of the same 16-bit values (exact products, float32 sums).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from ..head import LMHead
 from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
-from .wide_gemm import gemm_dtype, mm_wide
+from .wide_gemm import add_mm_wide_, gemm_dtype, mm_wide
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
@@ -108,9 +108,8 @@ def default_rows(device: torch.device) -> RowOps:
 
 class _WeightGrad:
     """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it (a GEMM with float32
-    output); later waves add into it inside the GEMM: addmm for float32 operands, and for 16-bit ones (which
-    cuBLAS through torch cannot add into float32, pytorch#154086) the Triton GEMM of kernels/accumulate_mm.py,
-    which reads and writes the accumulator once per wave and makes no temporary."""
+    output); later waves add into it inside the GEMM (wide_gemm.add_mm_wide_: cuBLAS reads the accumulator as C),
+    so no temporary of the head's size is made and the accumulator is read and written once per wave."""
 
     def __init__(self, weight: torch.Tensor, wide: torch.dtype):
         self.acc = torch.empty(weight.shape, dtype=wide, device=weight.device)
@@ -120,12 +119,8 @@ class _WeightGrad:
         if not self.started:
             mm_wide(dz.T, h, self.acc.dtype, out=self.acc)
             self.started = True
-        elif dz.dtype == self.acc.dtype:
-            self.acc.addmm_(dz.T, h)
         else:
-            from ..kernels.accumulate_mm import accumulate_at_b
-
-            accumulate_at_b(self.acc, dz, h)
+            add_mm_wide_(self.acc, dz.T, h)
 
     def result(self, dtype: torch.dtype) -> torch.Tensor:
         if not self.started:

@@ -59,9 +59,9 @@ class DeviceRates:
 # the L2 bandwidth a streaming kernel achieves from the triton path's log-probs (its forward is L2-bound).
 MEASURED_TENSOR_FLOPS = 711e12
 MEASURED_TRITON_TENSOR_FLOPS = 514e12
-MEASURED_ROW_PASS_BYTES_PER_S = 1.6e12
+MEASURED_ROW_PASS_BYTES_PER_S = 1.5e12
 MEASURED_L2_BYTES_PER_S = 4.5e12
-_GEMM_SOURCE = ("bf16 711 TFLOP/s for cuBLAS, 514 for Triton tl.dot tiles, 1.6 TB/s for a pass over logits rows, "
+_GEMM_SOURCE = ("bf16 711 TFLOP/s for cuBLAS, 514 for Triton tl.dot tiles, 1.5 TB/s for a pass over logits rows, "
                 "4.5 TB/s of L2: fitted to this project's H200 run (benchmarks/results/h200.json; datasheet 989 "
                 "dense; the same rates are charged on H100, the same die); a GEMM at other shapes: 128 x 256 tiles "
                 "in waves of one per SM, 128 elements of K per tile's fill and drain, split-K when the tiles do not "

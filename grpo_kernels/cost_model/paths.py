@@ -52,9 +52,9 @@ def padding_phases(p: Problem) -> list[Phase]:
 def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
     """The GEMM-rate path: waves of n_w rows through a reused float32 [n_w, V] logits workspace.
 
-    Later waves' GEMM3 adds into the float32 dW accumulator itself (kernels/accumulate_mm.py: the accumulator
-    read and written once per wave, no temporary). dw_through_temporary models the design it replaced: a float32
-    temporary from torch.mm(out_dtype=float32), then added into the accumulator.
+    Later waves' GEMM3 adds into the float32 dW accumulator itself (cuBLAS reads it as C: backends/wide_gemm.py's
+    add_mm_wide_; the accumulator read and written once per wave, no temporary). dw_through_temporary models the
+    design that avoids: a float32 temporary from torch.mm(out_dtype=float32), then added into the accumulator.
     """
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     n_w = min(N, max(1, p.workspace_bytes // (4 * V)))
@@ -91,7 +91,7 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
                     phases.append(gemm_phase("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
                 if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
                     gemm3 = gemm_phase("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
-                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4, triton_matmul=True))
+                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
                 elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
                     phases.append(gemm_phase("GEMM3 dW += dZ^T h (fp32 temporary)", V, H, rows, c, 4, later))
                     phases.append(Phase("add temporary into dW accumulator", hbm_bytes=V * H * (4 + 8), count=later,

@@ -28,6 +28,10 @@ def test_the_fitted_model_predicts_the_headline_within_a_quarter_but_for_the_kno
     headline = [r for r in run.results if r.head == "S1" and r.path in ("floor", "gemm", "auto", "trl", "cce")
                 and (r.operation == "logprobs" or r.config == "dapo_kl" or r.path == "floor")]
     assert len(headline) >= 10
+    # the gemm and auto training cases ran the dW adds the model no longer describes (calibrate.TRITON_DW_RUNS)
+    assert {(r.path, r.operation) for r in headline if not calibrate.modelled(run, r)} == {("gemm", "loss"),
+                                                                                         ("auto", "loss")}
+    headline = [r for r in headline if calibrate.modelled(run, r)]
     off = {(r.path, r.operation) for r in headline
            if abs(math.log(r.median_ms / calibrate.predicted_ms(r, fitted))) > math.log(1.25)}
     # the no-grad log-probs of the cuBLAS-and-row-pass paths take 1.3-1.5x what the four rates explain

@@ -1,8 +1,8 @@
 """The GEMM path's CUDA data flow, on CPU, against the float64 reference: 16-bit GEMM operands, dZ narrowed to
-16 bits in place by the Triton row kernel at its GPU block size, the dW waves added into float32 by the Triton
-GEMM of kernels/accumulate_mm.py, the strided 16-bit dZ into torch.mm(out=...) for dH, all under the Triton
-interpreter. Only cuBLAS is left out: its float32-output GEMMs of 16-bit operands are float32 GEMMs of the
-same 16-bit values here (backends/gemm.py's module doc)."""
+16 bits in place by the Triton row kernel at its GPU block size (under the Triton interpreter), the dW waves added
+into the float32 accumulator in place (wide_gemm.add_mm_wide_), the strided 16-bit dZ into torch.mm(out=...) for
+dH. Only cuBLAS is left out: its float32-output GEMMs of 16-bit operands are float32 GEMMs of the same 16-bit
+values here (backends/gemm.py's module doc); the Triton fallback for the dW adds has its own test below."""
 
 import functools
 
@@ -11,9 +11,9 @@ import torch
 from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, reference
-from grpo_kernels.backends import gemm
+from grpo_kernels.backends import gemm, wide_gemm
 from grpo_kernels.backends.gemm import GemmBackend, RowOps, triton_rows, wave_rows
-from grpo_kernels.kernels import accumulate_mm, rows
+from grpo_kernels.kernels import rows
 from grpo_kernels.kernels.rows import GPU_BLOCK_V
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="runs the CUDA flow under the Triton interpreter, "
@@ -55,13 +55,14 @@ class _Flow:
             self.dz.append((dz.dtype, dz.stride(), dz.data_ptr() == z.data_ptr()))
             return dz
 
-        accumulate = accumulate_mm.accumulate_at_b
+        add = wide_gemm.add_mm_wide_
 
-        def accumulate_at_b(c, a, b):
+        def add_mm_wide_(acc, a, b):
+            assert acc.dtype == torch.float32 and a.dtype == b.dtype != torch.float32  # 16-bit into float32
             self.accumulated += 1
-            return accumulate(c, a, b)
+            return add(acc, a, b)
 
-        monkeypatch.setattr(accumulate_mm, "accumulate_at_b", accumulate_at_b)
+        monkeypatch.setattr(gemm, "add_mm_wide_", add_mm_wide_)
         monkeypatch.setattr(gemm, "GemmBackend", functools.partial(
             GemmBackend, rows=RowOps(gpu_rows.stats, grad_), gemm_in_input_dtype=True))
 
