@@ -28,6 +28,7 @@ from .model.loading import (
     HiddenStatePolicy,
     add_lora,
     base_causal_lm,
+    check_attention,
     enable_gradient_checkpointing,
     frozen_copy,
     load_causal_lm,
@@ -190,6 +191,7 @@ def setup_run(config: EngineConfig) -> Run:
     accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
+    check_attention(config.model, device)
     if accelerator.is_main_process:
         for message in sampling_warnings(config):
             print(f"warning: {message}", file=sys.stderr)

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from grpo_kernels.backends import backend_names
 from grpo_kernels.config import GRPOLossConfig
@@ -83,11 +83,29 @@ SHARED_SETTINGS = {
 }
 
 
+# Marks a text setting taken as written, empty included (a system prompt may be ''); every other text setting
+# refuses a blank value (Section._no_blank_text).
+FREE_TEXT = {"free_text": True}
+
+
 class Section(BaseModel):
     """Strict: no key outside the schema, no value of another type (an int is taken for a float), no NaN or
     infinity; assignments are validated too."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_blank_text(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every text setting of every section but free text (FREE_TEXT): an empty or blank string names nothing.
+        # As a path it would be the working directory (Path('') is '.': a run writing into it, a model or data read
+        # from it), as a name or a column nothing at all. A key that may be null is unset with null.
+        if (cls.model_fields[info.field_name].json_schema_extra or {}).get("free_text"):
+            return value
+        texts = value if isinstance(value, list) else (value,)
+        if any(isinstance(text, str) and not text.strip() for text in texts):
+            raise ValueError("expected a non-empty text (null unsets a key that may be null)")
+        return value
 
 
 def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> AfterValidator:
@@ -160,7 +178,7 @@ class DataConfig(Section):
     eval_split: str = Field("test", description="the split of a Hub dataset eval_path to evaluate on")
     prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
     system_prompt: Optional[str] = Field(
-        None, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "
+        None, json_schema_extra=FREE_TEXT, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "
                           "is applied")
     max_prompt_length: Optional[PositiveInt] = Field(
         512, description="longer prompts keep their last tokens (TRL default 512)")

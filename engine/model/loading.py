@@ -22,7 +22,7 @@ from transformers.utils import logging as hf_logging
 from grpo_kernels.integrations.lm_head import logit_transform
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
-from ..config import LoraConfig, ModelConfig
+from ..config import ConfigError, LoraConfig, ModelConfig
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
 from .tensor_parallel import is_tensor_parallel
 
@@ -35,8 +35,22 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("run.device is 'cuda' but no CUDA device is available")
+        raise ConfigError("run.device is cuda but this machine has no CUDA device torch can use: run.device auto "
+                          "or cpu, or a CUDA build of torch on a GPU machine")
     return torch.device(device)
+
+
+def check_attention(config: ModelConfig, device: torch.device) -> None:
+    """What model.attn_implementation needs on this machine, said before anything loads (transformers would
+    refuse only when the model is built, after the data, the rewards and a warm start)."""
+    if config.attn_implementation != "flash_attention_2":
+        return
+    if device.type != "cuda":
+        raise ConfigError(f"model.attn_implementation flash_attention_2 runs on CUDA GPUs only, and this run is on "
+                          f"{device.type}: use sdpa or auto")
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError("model.attn_implementation flash_attention_2 needs the flash-attn package, which is not "
+                          "installed here: pip install flash-attn, or use sdpa or auto")
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

@@ -73,3 +73,40 @@ def test_the_evaluation_file_is_checked_too(no_model, tmp_path):
     with pytest.raises(RewardFunctionError, match=f"dataset '{eval_path}' has no 'answer' column"):
         train(config)
     assert not (tmp_path / "run").exists()  # nothing written either
+
+
+MACHINE_LIMITS = {
+    # what the machine cannot run, said before the data, the rewards or the demo's warm start
+    "no CUDA device": (["--run.device", "cuda"], "run.device is cuda but this machine has no CUDA device"),
+    "flash-attn on a CPU": (["--model.attn_implementation", "flash_attention_2", "--run.device", "cpu"],
+                            "model.attn_implementation flash_attention_2 runs on CUDA GPUs only"),
+}
+
+
+@pytest.mark.parametrize("case", list(MACHINE_LIMITS))
+def test_what_this_machine_cannot_run_stops_before_anything_loads(case, no_model, tmp_path, capsys, monkeypatch):
+    import torch
+
+    from engine.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    flags, message = MACHINE_LIMITS[case]
+    assert main(["train", "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_flash_attention_without_its_package_is_named(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from engine.config import ConfigError, ModelConfig
+    from engine.model.loading import check_attention
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match="needs the flash-attn package"):
+        check_attention(ModelConfig(attn_implementation="flash_attention_2"), torch.device("cuda"))
+    check_attention(ModelConfig(attn_implementation="sdpa"), torch.device("cpu"))  # the others need nothing
