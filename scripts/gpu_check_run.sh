@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A second, short GPU run after fixes (docs/benchmarks.md, "The first GPU run"): the correctness smoke again,
-# the Triton backend's own check (benchmarks/triton_check.py: exactness against float64 and S1 timings), then
-# each headline path's kernels under torch.profiler at S1. Everything goes under $OUT:
-#   $OUT/smoke.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/env.txt
+# the GEMM path's cuBLAS dW adds and LM-head-sized exactness (tests/grpo_kernels/test_gpu.py), the Triton
+# backend's own check (benchmarks/triton_check.py: exactness against float64 and S1 timings), then each headline
+# path's kernels under torch.profiler at S1. Everything goes under $OUT:
+#   $OUT/smoke.log, $OUT/gpu-tests.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/env.txt
 # Usage (repository root; peers' wheels in .whl/ as docs/benchmarks.md prepares them):
 #   OUT=... COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check_run.sh [TRITON_TIMEOUT_S] [PROFILE_TIMEOUT_S]
 set -u
@@ -26,6 +27,11 @@ stamp "smoke: python3 -m pytest -m gpu tests/benchmarks/test_gpu_smoke.py -q -rs
 timeout 90 python3 -m pytest -m gpu tests/benchmarks/test_gpu_smoke.py -q -rs --tb=short -p no:cacheprovider \
     --timeout=60 > "$OUT/smoke.log" 2>&1
 stamp "smoke exit $?: $(tail -n 1 "$OUT/smoke.log")"
+
+stamp "cuBLAS dW adds: python3 -m pytest -m gpu tests/grpo_kernels/test_gpu.py -k 'cublas or lm_head_sized' -q"
+timeout 120 python3 -m pytest -m gpu tests/grpo_kernels/test_gpu.py -k "cublas or lm_head_sized" -q -rs --tb=short \
+    -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1
+stamp "gpu tests exit $?: $(tail -n 1 "$OUT/gpu-tests.log")"
 
 if [ -f benchmarks/triton_check.py ]; then
     stamp "triton: python3 -m benchmarks.triton_check (limit ${TRITON_TIMEOUT_S} s)"

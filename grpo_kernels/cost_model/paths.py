@@ -149,17 +149,18 @@ def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50
 def _streaming_backward(name: str, rows: int, row_block: int, cols: int, col_block: int, H: int, c: int,
                         in_flight: int, l2_bytes: int, streamed_reads: int) -> Phase:
     """A backward kernel with one program per block of `rows` (tokens for dH, vocabulary rows for dW) that
-    streams all `cols` in col_block tiles, recomputing the logits: its float32 accumulator [row_block, H]
-    round-trips once per tile, to HBM when the accumulators in flight exceed L2; the streamed operand comes from
+    streams all `cols` in col_block tiles, recomputing the logits: each tile's contribution is added into its
+    float32 accumulator [row_block, H] by reductions in L2 (4 bytes an element from the SMs), whose lines go to HBM
+    and back once per tile (8 bytes) when the accumulators in flight exceed L2; the streamed operand comes from
     HBM once per wave of programs (`streamed_reads` times) and from L2 for the others."""
     row_blocks, col_blocks = math.ceil(rows / row_block), math.ceil(cols / col_block)
     waves_of_programs = math.ceil(row_blocks / in_flight)
-    round_trip = row_blocks * col_blocks * row_block * H * 8
+    added = row_blocks * col_blocks * row_block * H * 4
     spills_l2 = min(in_flight, row_blocks) * row_block * H * 4 > l2_bytes
     return Phase(name, flops=4 * rows * cols * H,
                  hbm_bytes=rows * H * (4 + c + c) + streamed_reads * waves_of_programs * cols * H * c
-                 + round_trip * spills_l2,
-                 l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c + round_trip * (not spills_l2),
+                 + 2 * added * spills_l2,
+                 l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c + added,
                  launches=2, triton_matmul=True)
 
 

@@ -2,28 +2,29 @@
 e = dLoss/dent, and contract it with the LM head (dH) and the hidden states (dW, dbias).
 
 One kernel, `_grad_kernel`, in two orientations, each program the only writer of the output rows it owns, so
-the gradients are bitwise reproducible run to run (no atomics, fixed loop orders):
+the gradients are bitwise reproducible run to run (one writer per element, fixed loop orders):
 - dH (OWNS_VOCAB False): a program owns BLOCK_N tokens and sweeps the vocabulary in BLOCK_V tiles;
 - dW and dbias (OWNS_VOCAB True): a program owns BLOCK_V vocabulary entries and sweeps the tokens in BLOCK_N
   tiles.
 Per streamed tile: one tensor-core GEMM over H recomputes the logits tile [owned, streamed] (the owned block is
 the dot's M: 64 on Hopper, so wgmma), the softmax gradient makes dz in registers, and for each BLOCK_K slice of
-H the owned float32 output slice is read, gets dz @ operand[streamed, slice] added by a second tensor-core dot
-(reduction length: the streamed block), and is written back.
+H a second tensor-core dot forms dz @ operand[streamed, slice] (reduction length: the streamed block), which is
+added into the owned float32 output slice by reductions in L2 (`red.global.add.v4.f32`): the program never waits
+for the accumulator, where a load-add-store made every slice's dot wait for the accumulator's load.
 
 Cost (bf16 on Hopper, configs.py's sm90 entries: dH 64 tokens x 128 vocab, dW 64 vocab x 128 tokens, BLOCK_K 64;
 docs/architecture.md has the table the cost model reads):
 - launches: 1 per gradient needed (dH; dW with dbias); programs cdiv(N, 64) for dH, cdiv(V, 64) for dW
 - tensor-core work: 2 GEMM-equivalents per gradient (the logits again, then the contraction): 4 for a trained
   head, plus the forward's 1 = 5 (a frozen head: forward + dH = 3)
-- L2 -> SM traffic per gradient: the recompute's 2 N V H (1/own + 1/streamed) bytes, the contraction's operand
-  2 N V H / own bytes, and the float32 accumulator's read and write 8 N V H / streamed bytes (S1: about 720 GB
-  each)
+- L2 <-> SM traffic per gradient: the recompute's 2 N V H (1/own + 1/streamed) bytes, the contraction's operand
+  2 N V H / own bytes, and the reductions into the float32 accumulator 4 N V H / streamed bytes
 - HBM: each program's accumulator rows [own, H] float32 stay in L2 across its sweep only when the resident
-  programs' rows fit (S1 dH: 132 x 64 x 4096 x 4 bytes = 138 MB do not: the round trips reach HBM)
+  programs' rows fit (S1 dH: 132 x 64 x 4096 x 4 bytes = 138 MB do not: the reduced lines go to HBM and back)
 - extra memory: float32 dH [N, H] and dW [V, H] accumulators (cast to the input dtype at the end)
 Why 128 streamed rows, not 256: configs.py (spills).
-Deterministic by construction; there is no atomic (non-deterministic) variant."""
+Deterministic by construction: the reductions are atomic instructions, but no two programs touch one element
+and each element is added by the same thread once per streamed tile, in loop order."""
 
 import torch
 import triton
@@ -96,9 +97,12 @@ def _grad_kernel(
             operand = tl.load(operand_ptrs)
             if UPCAST:
                 operand = operand.to(tl.float32)
-            acc = tl.load(out_base + k0 + out_offsets, mask=own_ok[:, None], other=0.0)
-            acc = tl.dot(dz, operand, acc, input_precision=PRECISION)
-            tl.store(out_base + k0 + out_offsets, acc, mask=own_ok[:, None])
+            part = tl.dot(dz, operand, input_precision=PRECISION)
+            # Added in L2 (a reduction the program does not wait for), not loaded, summed and stored: the
+            # accumulator's load fed the dot and stalled every slice. Still deterministic: no other program
+            # touches these owned rows, and each element is added by the same thread once per streamed tile, in
+            # loop order.
+            tl.atomic_add(out_base + k0 + out_offsets, part, mask=own_ok[:, None], sem="relaxed")
             operand_ptrs += BLOCK_K
     if OWNS_VOCAB and HAS_BIAS:
         tl.store(grad_bias_ptr + own, grad_bias, mask=own_ok)
