@@ -120,11 +120,8 @@ def test_server_that_stops_answering_stops_the_run_with_a_checkpoint(small_overr
     assert len([row for row in read_metrics(Path(overrides["run.output_dir"])) if "loss" in row]) in (1, 2)
 
 
-def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(small_overrides, model_dir, server,
-                                                                              monkeypatch):
-    """A reload the server refuses twice is pushed again; completion requests answered 503 (a server that may have
-    restarted with its starting weights) make their batch's version unknown: it is dropped, counted, the weights
-    pushed again and the batch generated anew. The loss only ever sees version-matched samples (ratio 1)."""
+def record_trained_versions(monkeypatch) -> list:
+    """The policy versions of the samples of every update, filled as the run trains."""
     from engine.steps import update as update_step
 
     seen_versions = []
@@ -135,6 +132,15 @@ def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(s
         return original(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs)
 
     monkeypatch.setattr("engine.trainer.policy_update", recording)
+    return seen_versions
+
+
+def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(small_overrides, model_dir, server,
+                                                                              monkeypatch):
+    """A reload the server refuses twice is pushed again; completion requests answered 503 (a server that may have
+    restarted with its starting weights) make their batch's version unknown: it is dropped, counted, the weights
+    pushed again and the batch generated anew. The loss only ever sees version-matched samples (ratio 1)."""
+    seen_versions = record_trained_versions(monkeypatch)
     server.fail_rpc = 2
     calls = {"n": 0}
     real_complete = server._complete
@@ -212,16 +218,7 @@ def test_failed_adapter_loads_are_retried_and_a_lost_adapter_never_reaches_the_l
     """Two adapter loads refused: pushed again under new names. A server that restarts mid-batch loses its adapter:
     the requests naming it (404) are answered by the base model, the batch's version is unknown, it is dropped,
     the adapter loaded again and the batch generated anew. The loss sees only version-matched samples."""
-    from engine.steps import update as update_step
-
-    seen_versions = []
-    original = update_step.policy_update
-
-    def recording(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs):
-        seen_versions.append(inputs.batch.policy_version.unique().tolist())
-        return original(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs)
-
-    monkeypatch.setattr("engine.trainer.policy_update", recording)
+    seen_versions = record_trained_versions(monkeypatch)
     server.fail_lora_loads = 2
     calls = {"n": 0}
     real_complete = server._complete

@@ -81,6 +81,20 @@ def server_keys(url: str, model_dir: Path) -> dict:
             "data.max_prompt_length": 32, "rollout.temperature": 0.7, "rollout.server.timeout_s": 30.0}
 
 
+def check_ratio_then_step(server, policy, lm, optimizer, step: int) -> None:
+    """The server's sampled log-probs equal the trainer's (ratio 1 within 1e-4); then one large optimizer step that
+    moves the greedy completions (towards token 5 + step)."""
+    torch.manual_seed(step)
+    sampled = server.generate(PROMPTS * 2)
+    mask = sampled.completion_mask.bool()
+    trainer = sequence_logprobs(policy, sampled, 0.7, 8, "torch")
+    assert (trainer[mask] - sampled.sampler_logps[mask]).exp().sub(1).abs().max() < 1e-4  # the ratio
+    logits = lm(input_ids=sampled.input_ids).logits.float()
+    (-logits.log_softmax(-1)[..., 5 + step].mean()).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 def test_greedy_equals_the_policy_after_every_push(vllm_server, tmp_path):
     from engine.rollout.server import VLLMServerRollout
 
@@ -99,15 +113,7 @@ def test_greedy_equals_the_policy_after_every_push(vllm_server, tmp_path):
         assert greedy.completion_ids.tolist() == hf.generate(PROMPTS, greedy=True).completion_ids.tolist(), step
         assert greedy.policy_version.tolist() == [step] * len(PROMPTS)
         outputs.append(greedy.completion_ids.tolist())
-        torch.manual_seed(step)
-        sampled = server.generate(PROMPTS * 2)
-        mask = sampled.completion_mask.bool()
-        trainer = sequence_logprobs(policy, sampled, 0.7, 8, "torch")
-        assert (trainer[mask] - sampled.sampler_logps[mask]).exp().sub(1).abs().max() < 1e-4  # the ratio
-        logits = lm(input_ids=sampled.input_ids).logits.float()
-        (-logits.log_softmax(-1)[..., 5 + step].mean()).backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        check_ratio_then_step(server, policy, lm, optimizer, step)
         server.sync_weights(step + 1)
     assert outputs[0] != outputs[-1]
     server.close()
@@ -176,15 +182,7 @@ def test_lora_adapter_pushes_serve_what_the_policy_holds(vllm_lora_server, tmp_p
         greedy = server.generate(PROMPTS, greedy=True)
         assert greedy.completion_ids.tolist() == hf.generate(PROMPTS, greedy=True).completion_ids.tolist(), step
         assert greedy.policy_version.tolist() == [step] * len(PROMPTS)
-        torch.manual_seed(step)
-        sampled = server.generate(PROMPTS * 2)
-        mask = sampled.completion_mask.bool()
-        trainer = sequence_logprobs(policy, sampled, 0.7, 8, "torch")
-        assert (trainer[mask] - sampled.sampler_logps[mask]).exp().sub(1).abs().max() < 1e-4  # the ratio
-        logits = lm(input_ids=sampled.input_ids).logits.float()
-        (-logits.log_softmax(-1)[..., 5 + step].mean()).backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        check_ratio_then_step(server, policy, lm, optimizer, step)
     assert len(set(names)) == 3 and greedy.completion_ids.tolist() != base
     server.close()
 
