@@ -243,9 +243,18 @@ class ServerConfig(Section):
                             "vLLM's weight-transfer API, broadcast from training process 0), reload (vLLM's "
                             "reload_weights from safetensors written to weights_dir; the server needs "
                             "VLLM_SERVER_DEV_MODE=1); auto: nccl on CUDA, else reload")
+    lora_transfer: Literal["auto", "adapter", "merged"] = Field(
+        "auto", description="with model.lora.enabled, how the trained LoRA reaches the servers: adapter (the servers "
+                            "keep their base weights; after every optimizer step the adapter is written to "
+                            "weights_dir and loaded through vLLM's /v1/load_lora_adapter under a new name, which "
+                            "the completion requests then name; the server needs grpo-engine serve --lora-rank R: "
+                            "--enable-lora, --max-lora-rank >= model.lora.r, VLLM_ALLOW_RUNTIME_LORA_UPDATING), "
+                            "merged (the adapter merged into the whole weights, sent by weight_transfer); auto: "
+                            "adapter when LoRA is on")
     weights_dir: Optional[str] = Field(
-        None, description="reload: the directory the weights are written to, which every server must read (a shared "
-                          "filesystem past one machine; null: run.output_dir/server_weights)")
+        None, description="reload and adapter: the directory the weights or adapters are written to, which every "
+                          "server must read (a shared filesystem past one machine; null: "
+                          "run.output_dir/server_weights)")
     nccl_host: Optional[str] = Field(
         None, description="nccl: the address of training process 0 the servers connect to (null: this host's name)")
     nccl_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
@@ -482,6 +491,11 @@ class EngineConfig(Section):
         return GRPOLossConfig(**own, temperature=self.rollout.temperature,
                               max_completion_length=self.rollout.max_new_tokens, loss_params=dict(self.loss.params))
 
+    def pushes_lora_adapters(self) -> bool:
+        """Whether the vllm_server backend sends the servers LoRA adapters rather than whole weights."""
+        transfer = self.rollout.server.lora_transfer
+        return self.rollout.backend == "vllm_server" and self.model.lora.enabled and transfer != "merged"
+
     @model_validator(mode="after")
     def _rules_across_sections(self) -> "EngineConfig":
         r, o, v = self.rollout, self.optim, self.rollout.vllm
@@ -500,6 +514,14 @@ class EngineConfig(Section):
             raise ValueError("rollout.replay_kept_tokens: a vLLM server's HTTP API does not return the kept-token sets "
                              "of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the whole "
                              "vocabulary), drop top_p / top_k, or use rollout.backend hf")
+        s = r.server
+        if s.lora_transfer == "adapter" and not self.model.lora.enabled:
+            raise ValueError("rollout.server.lora_transfer adapter needs model.lora.enabled true (without LoRA the "
+                             "whole weights are pushed): set it to auto")
+        if self.pushes_lora_adapters() and s.weight_transfer != "auto":
+            raise ValueError(f"rollout.server.weight_transfer {s.weight_transfer} sends whole weights, but with "
+                             f"model.lora.enabled the servers get adapters (rollout.server.lora_transfer "
+                             f"{s.lora_transfer}): set weight_transfer auto, or lora_transfer merged")
         if v.tensor_parallel_size not in (1, self.model.tensor_parallel):
             raise ValueError(f"rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel "
                              f"({self.model.tensor_parallel}), got {v.tensor_parallel_size}")

@@ -31,6 +31,10 @@ class ServerUnavailable(ConnectionError):
 class ServerRequestError(RuntimeError):
     """A request the server answered with an error of its own (4xx, 500): retrying would not help."""
 
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 class ServerClient:
     def __init__(self, base_url: str, retry_for_s: float, request_timeout_s: float,
@@ -45,7 +49,7 @@ class ServerClient:
         return self.request("POST", path, payload)
 
     def request(self, method: str, path: str, payload: Optional[dict] = None) -> Any:
-        """The decoded JSON answer (None for an empty body), retried while the server does not answer."""
+        """The decoded JSON answer (the text of one that is not JSON, None for an empty body), retried while the server does not answer."""
         first_failure, backoff = None, FIRST_BACKOFF_S
         while True:
             try:
@@ -79,10 +83,15 @@ class ServerClient:
             message = exc.read().decode(errors="replace")[:500]
             if exc.code in RETRIED_STATUS:
                 raise _NoAnswer(f"HTTP {exc.code}") from None
-            raise ServerRequestError(f"{method} {self.base_url}{path}: HTTP {exc.code}: {message}") from None
+            raise ServerRequestError(f"{method} {self.base_url}{path}: HTTP {exc.code}: {message}", exc.code) from None
         except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as exc:
             raise _NoAnswer(str(getattr(exc, "reason", exc))) from None
-        return json.loads(body) if body.strip() else None
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:  # vLLM answers some calls (/v1/load_lora_adapter) with plain text
+            return body.decode(errors="replace")
 
 
 class _NoAnswer(Exception):

@@ -8,9 +8,12 @@ log-probs (`logprobs` with `return_tokens_as_token_ids`). The log-probs are the 
 the server runs with `--logprobs-mode processed_logprobs` (`grpo-engine serve` sets it).
 
 After every optimizer step the weights go to every server through vLLM's own mechanisms (weight_push.py), and
-the backend's `version` becomes the number of optimizer steps the servers' weights hold. A server that failed to
+the backend's `version` becomes the number of optimizer steps the servers' weights hold. Under LoRA the push
+loads the adapter under a new name, and the completion requests name it from then on. A server that failed to
 answer may have restarted with its starting weights: from then on the version is unknown (None) until the next
-push succeeds, and the trainer never puts a sample of unknown version into the loss.
+push succeeds, and the trainer never puts a sample of unknown version into the loss. A server that no longer
+knows the adapter a request names (HTTP 404: it restarted) is treated alike: the request is answered by its base
+model, and the batch's version is unknown.
 
 What the HTTP API cannot carry: the kept-token sets of a truncating sampler (refused by the schema with
 rollout.replay_kept_tokens).
@@ -31,7 +34,7 @@ from ..config import ConfigError, EngineConfig
 from ..model.limits import scored_vocab_size
 from ..model.loading import base_causal_lm
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
-from .http_client import ServerClient
+from .http_client import ServerClient, ServerRequestError
 from .weight_push import WeightPush, WeightPushFailed, create_weight_push
 
 UNKNOWN = None  # the version of a server that may have lost its weights
@@ -48,9 +51,24 @@ def check_servers_up(config: EngineConfig, process_index: int = 0) -> None:
     s = config.rollout.server
     urls = s.urls if process_index == 0 else [server_urls_for(config, process_index)]
     for url in urls:
-        if not ServerClient(url, 0.0, s.request_timeout_s).is_up():
+        client = ServerClient(url, 0.0, s.request_timeout_s)
+        if not client.is_up():
             raise ConfigError(f"rollout.server.urls: no vLLM server answers at {url} (GET {url}/health): start one "
                               f"(grpo-engine serve --model DIR --port PORT) or correct the URL")
+        if config.pushes_lora_adapters() and process_index == 0 and not takes_lora_adapters(client):
+            raise ConfigError(f"rollout.server.lora_transfer: the vLLM server at {url} does not load LoRA adapters at "
+                              f"runtime (no POST /v1/load_lora_adapter): start it with grpo-engine serve --lora-rank "
+                              f"{config.model.lora.r}, or set rollout.server.lora_transfer merged")
+
+
+def takes_lora_adapters(client: ServerClient) -> bool:
+    """Whether the server has vLLM's runtime LoRA endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING): an empty request
+    is refused as invalid (4xx other than 404) where the route exists, 404 where it does not; nothing is loaded."""
+    try:
+        client.post("/v1/load_lora_adapter", {})
+    except ServerRequestError as exc:
+        return exc.status != 404
+    return True
 
 
 class VLLMServerRollout:
@@ -68,7 +86,8 @@ class VLLMServerRollout:
         self.version: Optional[int] = UNKNOWN
         self.client = ServerClient(server_urls_for(config, self.process_index), s.timeout_s, s.request_timeout_s,
                                    on_failure=self._lost)
-        self.model_name = s.model or self.client.get("/v1/models")["data"][0]["id"]
+        self.base_model_name = s.model or self.client.get("/v1/models")["data"][0]["id"]
+        self.model_name = self.base_model_name  # what completion requests name: the base model, or the adapter
         self.pool = ThreadPoolExecutor(s.max_concurrent_requests, thread_name_prefix="rollout-request")
         self.push: WeightPush = create_weight_push(config, device, run_dir, world, on_failure=self._lost)
 
@@ -83,7 +102,7 @@ class VLLMServerRollout:
             self.version = UNKNOWN  # while the servers take the new weights, neither version is certain
         for attempt in range(PUSH_ATTEMPTS):  # a fixed count: every process retries alike
             try:
-                self.push.push(self.lm)
+                served = self.push.push(self.lm, version)
                 break
             except WeightPushFailed:
                 if attempt == PUSH_ATTEMPTS - 1:
@@ -91,6 +110,7 @@ class VLLMServerRollout:
                 time.sleep(PUSH_BACKOFF_S * 2**attempt)
         with self._lock:
             self.version = version
+            self.model_name = served or self.base_model_name
 
     def draw_seeds(self, count: int) -> list[int]:
         """One seed per completion from the run's torch RNG (the training thread's): a resumed run draws the same."""
@@ -105,9 +125,10 @@ class VLLMServerRollout:
                                                  torch.device("cpu"))
         if seeds is None and not greedy:
             seeds = self.draw_seeds(len(prompts))
-        version = self.version
+        with self._lock:
+            version, model = self.version, self.model_name
         common: dict[str, Any] = dict(
-            model=self.model_name, max_tokens=r.max_new_tokens, stop_token_ids=self.eos, logprobs=1,
+            model=model, max_tokens=r.max_new_tokens, stop_token_ids=self.eos, logprobs=1,
             return_tokens_as_token_ids=True, skip_special_tokens=False, repetition_penalty=r.repetition_penalty)
         if self.allowed_token_ids is not None:
             common["allowed_token_ids"] = self.allowed_token_ids
@@ -118,12 +139,22 @@ class VLLMServerRollout:
         payloads = [{**common, "prompt": ids[mask.bool()].tolist(),
                      **({} if greedy else {"seed": seeds[i]})}
                     for i, (ids, mask) in enumerate(zip(prompt_ids, prompt_mask))]
-        choices = list(self.pool.map(lambda p: self.client.post("/v1/completions", p)["choices"][0], payloads))
+        choices = list(self.pool.map(self._complete, payloads))
         with self._lock:  # a failure during the requests (a possible restart) makes the whole batch's version unknown
             version = version if self.version == version else UNKNOWN
         batch = self._batch(prompts, prompt_ids, prompt_mask, choices, sampled=not greedy)
         batch.policy_version = torch.full((len(prompts),), -1 if version is UNKNOWN else version, dtype=torch.long)
         return batch
+
+    def _complete(self, payload: dict) -> dict:
+        try:
+            return self.client.post("/v1/completions", payload)["choices"][0]
+        except ServerRequestError as exc:
+            if exc.status != 404 or payload["model"] == self.base_model_name:
+                raise
+        # The server does not know the adapter: it restarted with its base model, whose answer counts as unknown.
+        self._lost()
+        return self.client.post("/v1/completions", {**payload, "model": self.base_model_name})["choices"][0]
 
     def _batch(self, prompts: list[str], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                choices: list[dict], sampled: bool) -> RolloutBatch:

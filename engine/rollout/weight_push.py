@@ -14,14 +14,27 @@ an NCCL group (`POST /init_weight_transfer_engine`); at every push `POST /start_
 only once its generations have finished. One server (of any number of GPUs): vLLM's engine places the workers
 at ranks 1..N of one group.
 
+`adapter` (LoRA, any device): the servers keep their base weights and get only the trained LoRA adapter, through
+vLLM's runtime LoRA endpoints (the server needs --enable-lora, --max-lora-rank at least the adapter's rank and
+VLLM_ALLOW_RUNTIME_LORA_UPDATING=True: `grpo-engine serve --lora-rank R`). Training process 0 saves the adapter
+(peft's save_pretrained) into a new directory of `rollout.server.weights_dir` and loads it on every server
+(`POST /v1/load_lora_adapter`) under a name of its own; completion requests then name it as their model. Each
+push has a new name and a new directory: vLLM keys its prefix cache by the adapter's name and path, so no cached
+key or value of an older adapter is reused, and a push retried after a partial failure never meets a name that
+is taken. Once every server holds the new adapter, the older ones are unloaded (`POST /v1/unload_lora_adapter`)
+and their directories deleted.
+
 Every process takes part in a push (sharded weights are gathered one tensor at a time); process 0 alone talks to
-the servers and tells the others whether the push succeeded, so all raise together when it did not.
+the servers and tells the others whether the push succeeded (and which adapter they now name), so all raise
+together when it did not.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Protocol
 
@@ -35,8 +48,13 @@ from .vllm import checkpoint_weights
 WEIGHTS_FILE = "model.safetensors"
 
 
+ADAPTER_PREFIX = "grpo-policy-"  # the served name and directory of every adapter the trainer loads
+
+
 class WeightPush(Protocol):
-    def push(self, lm: nn.Module) -> None:
+    def push(self, lm: nn.Module, version: int) -> Optional[str]:
+        """Sends `lm` (holding `version` optimizer rounds) to every server; returns the model name completion
+        requests must give from now on (None: the served model's own)."""
         ...
 
     def close(self) -> None:
@@ -52,13 +70,16 @@ def create_weight_push(config: EngineConfig, device: torch.device, run_dir: str,
                        on_failure: Optional[Callable[[], None]] = None) -> WeightPush:
     s = config.rollout.server
     clients = [ServerClient(url, s.timeout_s, s.request_timeout_s, on_failure) for url in s.urls]
+    weights_dir = Path(s.weights_dir or Path(run_dir) / "server_weights")
+    if config.pushes_lora_adapters():
+        return AdapterPush(weights_dir, clients, world)
     if weight_transfer(config, device) == "nccl":
         if len(clients) > 1:
             raise ConfigError("rollout.server.weight_transfer nccl reaches one server (vLLM's trainer-side engine "
                               "puts its workers at ranks 1..N of one group): give one URL (that server may use "
                               "several GPUs), or weight_transfer reload")
         return NCCLPush(config, clients, world)
-    return ReloadPush(Path(s.weights_dir or Path(run_dir) / "server_weights"), clients, world)
+    return ReloadPush(weights_dir, clients, world)
 
 
 class _Collective:
@@ -69,18 +90,19 @@ class _Collective:
         self.num_processes = getattr(world, "num_processes", 1)
         self.is_main = getattr(world, "process_index", 0) == 0
 
-    def agree(self, failure: Optional[BaseException]) -> None:
+    def agree(self, failure: Optional[BaseException], result: Any = None) -> Any:
         """Raises WeightPushFailed on every process when process 0's step failed (its message travels to the
-        others): every process then retries, or stops, alike."""
+        others): every process then retries, or stops, alike. Otherwise process 0's `result`, on every process."""
         message = None if failure is None else f"{type(failure).__name__}: {failure}"
         if self.num_processes > 1:
             import torch.distributed as dist
 
-            box = [message]
+            box = [(message, result)]
             dist.broadcast_object_list(box, src=0)
-            message = box[0]
+            message, result = box[0]
         if message is not None:
             raise WeightPushFailed(message)
+        return result
 
 
 class WeightPushFailed(ServerUnavailable):
@@ -94,7 +116,7 @@ class ReloadPush(_Collective):
         super().__init__(world)
         self.weights_dir, self.clients = weights_dir, clients
 
-    def push(self, lm: nn.Module) -> None:
+    def push(self, lm: nn.Module, version: int) -> None:
         from safetensors.torch import save_file
 
         weights = {}
@@ -115,6 +137,43 @@ class ReloadPush(_Collective):
             except Exception as exc:  # noqa: BLE001 - every process must learn of it, whatever it is
                 failure = exc
         self.agree(failure)
+
+    def close(self) -> None:
+        pass
+
+
+class AdapterPush(_Collective):
+    """The LoRA adapter alone, loaded on every server under a new name at each push (see the module's docstring)."""
+
+    def __init__(self, adapters_dir: Path, clients: list[ServerClient], world: Optional[Any]) -> None:
+        super().__init__(world)
+        self.adapters_dir, self.clients = adapters_dir, clients
+
+    def push(self, lm: nn.Module, version: int) -> str:
+        name, failure = None, None
+        if self.is_main:  # LoRA is never sharded (the schema refuses FSDP and tensor parallelism with it)
+            try:
+                name = self._load_everywhere(lm, f"{ADAPTER_PREFIX}v{version}-{uuid.uuid4().hex[:8]}")
+            except Exception as exc:  # noqa: BLE001 - every process must learn of it, whatever it is
+                failure = exc
+        return self.agree(failure, name)
+
+    def _load_everywhere(self, lm: nn.Module, name: str) -> str:
+        self.adapters_dir.mkdir(parents=True, exist_ok=True)
+        directory = self.adapters_dir / name
+        partial = self.adapters_dir / (name + ".partial")  # renamed once whole: no server reads it half-written
+        lm.save_pretrained(str(partial))
+        os.replace(partial, directory)
+        for client in self.clients:
+            client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(directory.resolve())})
+        for client in self.clients:  # every server now serves `name`: the older adapters go
+            for model in client.get("/v1/models")["data"]:
+                if model["id"].startswith(ADAPTER_PREFIX) and model["id"] != name:
+                    client.post("/v1/unload_lora_adapter", {"lora_name": model["id"]})
+        for old in self.adapters_dir.glob(ADAPTER_PREFIX + "*"):
+            if old != directory:
+                shutil.rmtree(old, ignore_errors=True)
+        return name
 
     def close(self) -> None:
         pass
@@ -145,7 +204,7 @@ class NCCLPush(_Collective):
         self.agree(failure if self.is_main else None)
         self.engine = engine
 
-    def push(self, lm: nn.Module) -> None:
+    def push(self, lm: nn.Module, version: int) -> None:
         self.engine.source.lm = lm
         failure = None
         try:

@@ -4,8 +4,11 @@ It runs vLLM's own OpenAI-compatible server (`python -m vllm.entrypoints.openai.
 `vllm` console script does not, as in the CPU build's community wheel) with: the sampler's processed log-probs
 (`--logprobs-mode processed_logprobs`: what the trainer compares its own with), the dtype and longest sequence
 asked for, VLLM_SERVER_DEV_MODE=1 (the reload_weights and reset_prefix_cache endpoints the CPU weight push calls),
-on CUDA vLLM's NCCL weight-transfer engine (`--weight-transfer-config`), on a CPU eager mode. Arguments after `--`
-go to vLLM unchanged.
+on CUDA vLLM's NCCL weight-transfer engine (`--weight-transfer-config`), on a CPU eager mode. With `--lora-rank R`
+(a run with model.lora.enabled, whose adapters the trainer loads at runtime): `--enable-lora`, `--max-lora-rank`
+the smallest of vLLM's ranks at least R, `--max-loras 2` (the adapter served and the next one, loaded before the
+old is unloaded) and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (the load / unload endpoints). Arguments after `--` go
+to vLLM unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +20,30 @@ import sys
 from typing import Optional, Sequence
 
 
+# The values vLLM 0.32 accepts for --max-lora-rank (vllm.config.lora.MaxLoRARanks; a vLLM test checks the copy).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def max_lora_rank(rank: int) -> int:
+    """vLLM's smallest --max-lora-rank that holds adapters of `rank`."""
+    fitting = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fitting:
+        raise ValueError(f"--lora-rank {rank}: vLLM serves LoRA ranks up to {VLLM_LORA_RANKS[-1]}")
+    return fitting[0]
+
+
+def lora_rank(text: str) -> int:
+    try:
+        rank = int(text)
+        max_lora_rank(rank)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected the adapters' rank (model.lora.r), 1 to {VLLM_LORA_RANKS[-1]}: "
+                                         f"{exc}") from None
+    if rank < 1:
+        raise argparse.ArgumentTypeError(f"expected the adapters' rank (model.lora.r), at least 1, got {rank}")
+    return rank
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="the model directory (or Hub id) the run trains")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
@@ -26,6 +53,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None,
                         help="the longest prompt + completion (data.max_prompt_length + rollout.max_new_tokens)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--lora-rank", type=lora_rank, default=None,
+                        help="model.lora.r of a LoRA run: the server takes its adapters at runtime (--enable-lora, "
+                             "--max-lora-rank, --max-loras 2, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
     parser.add_argument("--python", default=sys.executable,
                         help="the Python of vLLM's environment (default: this one)")
     parser.add_argument("--print-command", action="store_true", help="print the command and exit")
@@ -43,8 +73,12 @@ def serve_command(args: argparse.Namespace, cuda: bool) -> tuple[list[str], dict
         argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
     else:
         argv += ["--enforce-eager"]
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if getattr(args, "lora_rank", None) is not None:
+        argv += ["--enable-lora", "--max-lora-rank", str(max_lora_rank(args.lora_rank)), "--max-loras", "2"]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     extra = [a for a in args.vllm_args if a != "--"]
-    return argv + extra, {"VLLM_SERVER_DEV_MODE": "1"}
+    return argv + extra, env
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -1,11 +1,15 @@
 """A small stand-in for a vLLM server (stdlib http.server in a thread) with the endpoints the vllm_server backend
 uses: GET /health, GET /v1/models, POST /v1/completions (token-id prompts; greedy, or seeded sampling with
 temperature / top-k / top-p; `logprobs` of the sampled tokens under the processed distribution; tokens as
-token_id:N), POST /collective_rpc reload_weights (safetensors from a directory) and POST /reset_prefix_cache.
+token_id:N), POST /collective_rpc reload_weights (safetensors from a directory), POST /reset_prefix_cache, and
+vLLM's runtime LoRA endpoints: POST /v1/load_lora_adapter (a peft adapter directory, served under its name, listed
+by /v1/models; answered in plain text as vLLM does), POST /v1/unload_lora_adapter.
 
 It samples from a real Hugging Face model, so a run against it trains. Faults for the tests: `fail_requests`
-answers that many requests with 503, `fail_rpc` that many weight reloads with 500, `stop()` / `start()` take it
-down and bring it back (with its starting weights, as a restarted server), `delay_s` slows each completion.
+answers that many requests with 503, `fail_rpc` that many weight reloads with 500, `fail_lora_loads` that many
+adapter loads with 500, `runtime_lora` False drops the LoRA endpoints (a server started without
+VLLM_ALLOW_RUNTIME_LORA_UPDATING), `stop()` / `start()` take it down and bring it back (with its starting weights
+and no adapter, as a restarted server), `delay_s` slows each completion.
 Runnable as a process: python -m tests.support.fake_vllm_server --model DIR --port PORT.
 """
 
@@ -29,6 +33,10 @@ class FakeVLLMServer:
         self.fail_rpc = 0
         self.die_after_completions: Optional[int] = None  # then 503 to everything but /health, for good
         self.reloads: list[str] = []
+        self.fail_lora_loads = 0
+        self.runtime_lora = True
+        self.adapters: dict[str, tuple[str, Any]] = {}  # served name: (directory, the base model with it merged)
+        self.adapter_loads: list[str] = []
         self.completions = 0
         self.lock = threading.Lock()
         self.httpd: Optional[ThreadingHTTPServer] = None
@@ -42,6 +50,7 @@ class FakeVLLMServer:
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, torch_dtype=torch.float32).eval()
+        self.adapters = {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,7 +92,10 @@ class FakeVLLMServer:
             elif path == "/health":
                 answer = None
             elif path == "/v1/models":
-                answer = {"data": [{"id": self.model_dir}]}
+                answer = {"data": [{"id": self.model_dir}] + [{"id": name, "root": directory, "parent": self.model_dir}
+                                                              for name, (directory, _) in self.adapters.items()]}
+            elif path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter") and self.runtime_lora:
+                status, answer = self._adapter_call(path, body or {})
             elif path == "/v1/completions":
                 answer = self._complete(body)
             elif path == "/collective_rpc":
@@ -96,11 +108,14 @@ class FakeVLLMServer:
                 answer = None
             else:
                 status, answer = 404, {"error": f"no route {path}"}
+        except LookupError as exc:
+            status, answer = 404, {"error": {"message": str(exc), "code": 404}}
         except Exception as exc:  # noqa: BLE001 - a test server answers every failure with its message
             status, answer = 400, {"error": repr(exc)}
-        data = b"" if answer is None else json.dumps(answer).encode()
+        text = isinstance(answer, str)
+        data = b"" if answer is None else answer.encode() if text else json.dumps(answer).encode()
         handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Type", "text/plain" if text else "application/json")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
@@ -120,6 +135,34 @@ class FakeVLLMServer:
             self.model.tie_weights()
             self.reloads.append(str(directory))
 
+    def _adapter_call(self, path: str, body: dict) -> tuple[int, Any]:
+        """vLLM's answers: 400 for a request without its fields or a name already loaded, 404 for an unknown one."""
+        name = body.get("lora_name")
+        if path == "/v1/unload_lora_adapter":
+            if name not in self.adapters:
+                return 404, {"error": {"message": f"The lora adapter '{name}' cannot be found.", "code": 404}}
+            with self.lock:
+                del self.adapters[name]
+            return 200, f"Success: LoRA adapter '{name}' removed successfully."
+        if not name or not body.get("lora_path"):
+            return 400, {"error": {"message": "Both 'lora_name' and 'lora_path' must be provided.", "code": 400}}
+        if name in self.adapters:
+            return 400, {"error": {"message": f"The lora adapter '{name}' has already been loaded.", "code": 400}}
+        if self.fail_lora_loads > 0:
+            self.fail_lora_loads -= 1
+            return 500, {"error": {"message": "loading the adapter failed", "code": 500}}
+        import copy
+
+        import peft
+
+        with self.lock:
+            base = copy.deepcopy(self.model)
+        merged = peft.PeftModel.from_pretrained(base, body["lora_path"]).merge_and_unload().eval()
+        with self.lock:
+            self.adapters[name] = (body["lora_path"], merged)
+            self.adapter_loads.append(name)
+        return 200, f"Success: LoRA adapter '{name}' added successfully."
+
     @torch.no_grad()
     def _complete(self, body: dict) -> dict:
         prompt = body["prompt"]
@@ -134,10 +177,14 @@ class FakeVLLMServer:
             time.sleep(self.delay_s)
         ids, logps = [], []
         with self.lock:
+            name = body.get("model", self.model_dir)
+            if name != self.model_dir and name not in self.adapters:
+                raise LookupError(f"The model `{name}` does not exist.")
+            model = self.model if name == self.model_dir else self.adapters[name][1]
             self.completions += 1
             past, inputs = None, torch.tensor([prompt])
             for _ in range(int(body["max_tokens"])):
-                out = self.model(input_ids=inputs, past_key_values=past, use_cache=True)
+                out = model(input_ids=inputs, past_key_values=past, use_cache=True)
                 past, logits = out.past_key_values, out.logits[0, -1].float()
                 if allowed is not None:
                     blocked = torch.ones_like(logits, dtype=torch.bool)

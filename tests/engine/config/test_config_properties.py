@@ -65,6 +65,7 @@ SPECIAL_VALID = {
     "rollout.max_new_tokens": st.integers(256, 2**40),  # at least rewards.length_cache (up to 256 here)
     "run.warm_start_steps": st.just(0),
     "rollout.max_staleness": st.just(0),
+    "rollout.server.lora_transfer": st.sampled_from(["auto", "merged"]),  # adapter only with LoRA (a rule across keys)
     "rollout.server.urls": st.lists(st.from_regex(r"\Ahttps?://[a-z][a-z0-9.-]{0,20}(:[1-9][0-9]{0,3})?\Z"), min_size=1,
                                     max_size=2),  # > 0 only with rollout.backend vllm_server (a cross-field rule)
     "data.builtin_max_operand": st.integers(9, 10**6),  # with data.builtin_eval_size below its problems
@@ -377,3 +378,22 @@ def test_a_blank_text_is_refused_naming_the_key_however_it_arrives(key, blank, a
         else:
             load_config(overrides={key: value})
     assert key in str(refused.value) and "\n" not in str(refused.value)
+
+
+@SETTINGS
+@given(st.fixed_dictionaries({"rollout.backend": st.sampled_from(["hf", "vllm_server"]),
+                              "model.lora.enabled": st.booleans(),
+                              "rollout.server.lora_transfer": st.sampled_from(["auto", "adapter", "merged"]),
+                              "rollout.server.weight_transfer": st.sampled_from(["auto", "nccl", "reload"])}))
+def test_lora_transfer_is_adapters_exactly_when_lora_reaches_a_server_unmerged(overrides):
+    """Adapters go to the servers exactly under vllm_server with LoRA and lora_transfer not merged; a combination
+    that cannot work (adapter without LoRA; an explicit whole-weight transfer while adapters are sent) is refused
+    in one line naming the key."""
+    config = accepted_or_named(overrides, lambda: load_config(None, overrides))
+    adapters = overrides["rollout.backend"] == "vllm_server" and overrides["model.lora.enabled"] and \
+        overrides["rollout.server.lora_transfer"] != "merged"
+    refused = (overrides["rollout.server.lora_transfer"] == "adapter" and not overrides["model.lora.enabled"]) or \
+        (adapters and overrides["rollout.server.weight_transfer"] != "auto")
+    assert (config is None) == refused, overrides
+    if config is not None:
+        assert config.pushes_lora_adapters() == adapters

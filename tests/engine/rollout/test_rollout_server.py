@@ -120,11 +120,8 @@ def test_server_that_stops_answering_stops_the_run_with_a_checkpoint(small_overr
     assert len([row for row in read_metrics(Path(overrides["run.output_dir"])) if "loss" in row]) in (1, 2)
 
 
-def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(small_overrides, model_dir, server,
-                                                                              monkeypatch):
-    """A reload the server refuses twice is pushed again; completion requests answered 503 (a server that may have
-    restarted with its starting weights) make their batch's version unknown: it is dropped, counted, the weights
-    pushed again and the batch generated anew. The loss only ever sees version-matched samples (ratio 1)."""
+def record_trained_versions(monkeypatch) -> list:
+    """The policy versions of the samples of every update, filled as the run trains."""
     from engine.steps import update as update_step
 
     seen_versions = []
@@ -135,6 +132,15 @@ def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(s
         return original(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs)
 
     monkeypatch.setattr("engine.trainer.policy_update", recording)
+    return seen_versions
+
+
+def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(small_overrides, model_dir, server,
+                                                                              monkeypatch):
+    """A reload the server refuses twice is pushed again; completion requests answered 503 (a server that may have
+    restarted with its starting weights) make their batch's version unknown: it is dropped, counted, the weights
+    pushed again and the batch generated anew. The loss only ever sees version-matched samples (ratio 1)."""
+    seen_versions = record_trained_versions(monkeypatch)
     server.fail_rpc = 2
     calls = {"n": 0}
     real_complete = server._complete
@@ -180,3 +186,103 @@ def test_importance_weights_truncate_and_mask():
     sequence = torch.stack([raw[0].prod(), raw[1, :2].prod()])
     torch.testing.assert_close(weights[0], sequence[0].expand(3))
     torch.testing.assert_close(weights[1, :2], sequence[1].expand(2))
+
+
+def lora_overrides(small_overrides: dict, model_dir: Path, url: str, **extra) -> dict:
+    return server_overrides(small_overrides, model_dir, url, **{"model.lora.enabled": True, "model.lora.r": 4,
+                                                                 "model.lora.dropout": 0.0,
+                                                                 "optim.learning_rate": 0.2, **extra})
+
+
+def test_lora_run_pushes_adapters_and_samples_what_the_trainer_holds(small_overrides, model_dir, server):
+    """LoRA over a server: the base weights are never pushed; each round's adapter is loaded under a new name that
+    the completions then use (the ratio 1 within 1e-4 holds only if every adapter landed and was used), the old
+    ones are unloaded, and only the newest adapter's directory is kept."""
+    overrides = lora_overrides(small_overrides, model_dir, server.url)
+    rows = train_rows(overrides)
+    assert len(rows) == 3 and server.reloads == [] and len(server.adapter_loads) == 4
+    assert len(set(server.adapter_loads)) == 4 and server.adapter_loads[-1].startswith("grpo-policy-v3-")
+    assert list(server.adapters) == [server.adapter_loads[-1]]
+    kept = sorted(p.name for p in (Path(overrides["run.output_dir"]) / "server_weights").iterdir())
+    assert kept == [server.adapter_loads[-1]]
+    for row in rows:
+        assert abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4, row
+    _, merged = server.adapters[server.adapter_loads[-1]]
+    moved = max(float((a - b).abs().max()) for a, b in zip(merged.state_dict().values(),
+                                                           server.model.state_dict().values()))
+    assert moved > 1e-3  # the served adapter is not the base model
+
+
+def test_failed_adapter_loads_are_retried_and_a_lost_adapter_never_reaches_the_loss(small_overrides, model_dir,
+                                                                                   server, monkeypatch):
+    """Two adapter loads refused: pushed again under new names. A server that restarts mid-batch loses its adapter:
+    the requests naming it (404) are answered by the base model, the batch's version is unknown, it is dropped,
+    the adapter loaded again and the batch generated anew. The loss sees only version-matched samples."""
+    seen_versions = record_trained_versions(monkeypatch)
+    server.fail_lora_loads = 2
+    calls = {"n": 0}
+    real_complete = server._complete
+
+    def restarting(body):
+        calls["n"] += "seed" in body
+        if calls["n"] == 12:  # in step 2's batch: the server comes back with no adapter
+            server.adapters.clear()
+        return real_complete(body)
+
+    server._complete = restarting
+    rows = train_rows(lora_overrides(small_overrides, model_dir, server.url))
+    assert seen_versions == [[0], [1], [2]]
+    assert rows[1]["staleness/dropped_samples"] == 8 and rows[-1]["staleness/dropped_samples"] == 8
+    assert len(server.adapter_loads) == 5  # the start, three rounds, and the reload after the loss
+    for row in rows:
+        assert abs(row["sampling/trainer_sampler_ratio/mean"] - 1.0) < 1e-4, row
+
+
+def test_adapter_push_that_keeps_failing_raises_and_leaves_the_version_unknown(small_overrides, model_dir, server,
+                                                                              tmp_path, monkeypatch):
+    from engine.model.loading import add_lora, load_causal_lm, load_tokenizer
+    from engine.rollout import server as server_module
+    from engine.rollout.server import VLLMServerRollout
+    from engine.rollout.weight_push import WeightPushFailed
+
+    monkeypatch.setattr(server_module, "PUSH_BACKOFF_S", 0.0)
+    config = load_config(None, lora_overrides(small_overrides, model_dir, server.url))
+    lm = add_lora(load_causal_lm(str(model_dir), config.model, torch.device("cpu")), config.model.lora)
+    rollout = VLLMServerRollout(config, lm, load_tokenizer(str(model_dir)), torch.device("cpu"), str(tmp_path))
+    rollout.sync_weights(0)
+    served = rollout.model_name
+    server.fail_lora_loads = server_module.PUSH_ATTEMPTS
+    with pytest.raises(WeightPushFailed, match="HTTP 500"):
+        rollout.sync_weights(1)
+    assert rollout.version is None and rollout.model_name == served and list(server.adapters) == [served]
+    assert rollout.generate(["1+1="] * 2).policy_version.tolist() == [-1, -1]
+    rollout.sync_weights(1)
+    assert rollout.version == 1 and list(server.adapters) == [rollout.model_name] != [served]
+    rollout.close()
+
+
+def test_a_server_without_runtime_lora_is_named_before_any_work(small_overrides, model_dir, server):
+    from engine.rollout import check_backend
+
+    server.runtime_lora = False
+    config = load_config(None, lora_overrides(small_overrides, model_dir, server.url))
+    with pytest.raises(ConfigError, match=f"rollout.server.lora_transfer: the vLLM server at {server.url} does "
+                                          f"not load LoRA adapters .* grpo-engine serve --lora-rank 4"):
+        check_backend(config, torch.device("cpu"))
+    check_backend(load_config(None, lora_overrides(small_overrides, model_dir, server.url, **{
+        "rollout.server.lora_transfer": "merged"})), torch.device("cpu"))
+    server.runtime_lora = True
+    check_backend(config, torch.device("cpu"))
+
+
+def test_lora_transfer_rules():
+    with pytest.raises(ConfigError, match="rollout.server.lora_transfer adapter needs model.lora.enabled"):
+        load_config(None, {"rollout.backend": "vllm_server", "rollout.server.lora_transfer": "adapter"})
+    with pytest.raises(ConfigError, match="rollout.server.weight_transfer reload sends whole weights"):
+        load_config(None, {"rollout.backend": "vllm_server", "model.lora.enabled": True,
+                           "rollout.server.weight_transfer": "reload"})
+    lora = {"rollout.backend": "vllm_server", "model.lora.enabled": True}
+    assert load_config(None, lora).pushes_lora_adapters()
+    assert not load_config(None, {**lora, "rollout.server.lora_transfer": "merged",
+                                  "rollout.server.weight_transfer": "reload"}).pushes_lora_adapters()
+    assert not load_config(None, {**lora, "rollout.backend": "hf"}).pushes_lora_adapters()
