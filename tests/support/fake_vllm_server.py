@@ -1,8 +1,9 @@
 """A small stand-in for a vLLM server (stdlib http.server in a thread) with the endpoints the vllm_server backend
 uses: GET /health, GET /v1/models, POST /v1/completions (token-id prompts; greedy, or seeded sampling with
 temperature / top-k / top-p; `logprobs` of the sampled tokens under the processed distribution; tokens as
-token_id:N), POST /collective_rpc reload_weights (safetensors from a directory), POST /reset_prefix_cache, and
-vLLM's runtime LoRA endpoints: POST /v1/load_lora_adapter (a peft adapter directory, served under its name, listed
+token_id:N), POST /collective_rpc reload_weights (safetensors from a directory), POST /reset_prefix_cache, GET
+/get_world_size and the weight-transfer endpoints (recorded, with `fail_weight_updates` 500s), and vLLM's runtime
+LoRA endpoints: POST /v1/load_lora_adapter (a peft adapter directory, served under its name, listed
 by /v1/models; answered in plain text as vLLM does), POST /v1/unload_lora_adapter.
 
 It samples from a real Hugging Face model, so a run against it trains. Faults for the tests: `fail_requests`
@@ -26,6 +27,11 @@ from typing import Any, Optional
 import torch
 
 
+# vLLM's weight-transfer API (the trainer drives it through vLLM's own HTTPVLLMWeightSyncClient)
+WEIGHT_TRANSFER_PATHS = ("/init_weight_transfer_engine", "/start_weight_update", "/update_weights",
+                         "/finish_weight_update", "/shutdown_weight_transfer_engine")
+
+
 class FakeVLLMServer:
     def __init__(self, model_dir: str, port: int = 0, delay_s: float = 0.0) -> None:
         self.model_dir, self.port, self.delay_s = model_dir, port, delay_s
@@ -38,6 +44,9 @@ class FakeVLLMServer:
         self.adapters: dict[str, tuple[str, Any]] = {}  # served name: (directory, the base model with it merged)
         self.adapter_loads: list[str] = []
         self.completions = 0
+        self.world_size = 1  # the server's inference workers (GET /get_world_size)
+        self.calls: list[tuple[str, Optional[dict]]] = []  # weight-transfer requests and prefix-cache resets
+        self.fail_weight_updates = 0
         self.lock = threading.Lock()
         self.httpd: Optional[ThreadingHTTPServer] = None
         self.model = None
@@ -106,6 +115,14 @@ class FakeVLLMServer:
                     self._reload(body)
             elif path == "/reset_prefix_cache":
                 answer = None
+                self.calls.append((path, None))
+            elif path == "/get_world_size":
+                answer = {"world_size": self.world_size}
+            elif path in WEIGHT_TRANSFER_PATHS:  # recorded; the NCCL side is the test's (no NCCL on a CPU)
+                self.calls.append((path, body))
+                if self.fail_weight_updates > 0 and path == "/update_weights":
+                    self.fail_weight_updates -= 1
+                    status, answer = 500, {"error": "update failed"}
             else:
                 status, answer = 404, {"error": f"no route {path}"}
         except LookupError as exc:
