@@ -84,9 +84,20 @@ def parse_yaml(text: str, source: str) -> Any:
 def read_yaml(path: str | Path) -> dict:
     """A config file's mapping of sections."""
     path = Path(path)
+    source = f"config file {str(path)!r}"
+    if path.is_dir():
+        raise ConfigError(f"{source} is a directory, not a YAML file")
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
-    data = parse_yaml(path.read_text(), f"config file {str(path)!r}")
+        raise ConfigError(f"{source} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{source} line {line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as "
+                          "UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{source} cannot be read: {exc.strerror or exc}") from None
+    data = parse_yaml(text, source)
     if data is None:
         return {}
     if not isinstance(data, dict):

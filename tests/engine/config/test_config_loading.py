@@ -137,3 +137,16 @@ def test_a_bad_model_path_is_named_before_what_else_is_wrong_with_the_model_sett
     demo = ROOT / "examples" / "demo.yaml"  # sets run.warm_start_steps (built-in model only)
     with pytest.raises(ConfigError, match="model.name_or_path: expected a local model directory .*, got '/bad/path'"):
         load_config(demo, {"model.name_or_path": "/bad/path"})
+
+
+@pytest.mark.parametrize("case", ["latin-1 byte", "directory"])
+def test_a_config_path_that_is_not_utf8_yaml_text_is_named_with_what_it_is(case, tmp_path):
+    if case == "directory":
+        path, expected = tmp_path, "is a directory, not a YAML file"
+    else:  # a file saved in another encoding: the line of the first byte UTF-8 cannot read
+        path = tmp_path / "c.yaml"
+        path.write_bytes("run:\n  max_steps: 5\n  output_dir: caf\u00e9\n".encode("latin-1"))
+        expected = "line 3: not UTF-8 text (byte 0xe9)"
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(path) in str(refused.value) and expected in str(refused.value)
