@@ -46,19 +46,37 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
     return rows
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: json keeps the last of a repeated key silently (a row's
+    prompt or answer replaced by a later one), as strict YAML refuses the same in a config file."""
+    row: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in row:
+            raise _DuplicateKey(key)
+        row[key] = value
+    return row
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise DataError(f"{where}: the key {exc.args[0]!r} appears twice in one object") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: invalid JSON ({exc.msg})") from exc
+
+
 def _load_json(source: Path) -> list[dict[str, Any]]:
     text = _read_utf8(source)
     if source.suffix == ".json" and text.lstrip().startswith("["):
-        rows = json.loads(text)
+        rows = _parse_json(text, str(source))
     else:
-        rows = []
-        for line_no, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{source}:{line_no}: invalid JSON ({exc.msg})") from exc
+        rows = [_parse_json(line, f"{source}:{line_no}") for line_no, line in enumerate(text.splitlines(), 1)
+                if line.strip()]
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise DataError(f"{source}: row {i} is not a JSON object")
@@ -108,6 +126,10 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
         if not isinstance(prompt, (str, list)):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
                             f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
+        if isinstance(prompt, list) and not all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                                and isinstance(m.get("content"), (str, list)) for m in prompt):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is a list, so it must hold chat "
+                            f"messages {{'role': text, 'content': text or parts}}, got {prompt!r:.60}")
         if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
 

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from engine.data.demo_task import addition_problems, build_char_tokenizer
-from engine.data.prompts import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths, load_prompt_rows,
-                         load_rows, render_prompt, reward_columns)
+from engine.data.prompts import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths,
+                                  check_prompts_present, load_prompt_rows, load_rows, render_prompt, reward_columns)
 from repo_paths import ROOT
 
 
@@ -19,6 +19,25 @@ def test_bad_json_line_is_located(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"prompt": "x"}\n{oops\n')
     with pytest.raises(DataError, match="a.jsonl:2: invalid JSON"):
         load_rows(str(tmp_path / "a.jsonl"))
+
+
+@pytest.mark.parametrize("name, text, where, key", [
+    ("a.jsonl", '{"prompt": "x", "answer": 1}\n{"prompt": "y", "answer": 2, "prompt": "z"}\n', "a.jsonl:2", "prompt"),
+    ("b.json", '[{"prompt": [{"role": "user", "role": "system", "content": "x"}]}]', "b.json", "role"),
+])
+def test_a_key_written_twice_in_one_object_is_refused(tmp_path, name, text, where, key):
+    # json.loads keeps the last one silently: a row's prompt or answer would be replaced by a later value
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DataError, match=f"^{tmp_path / where}: the key '{key}' appears twice in one object$"):
+        load_rows(str(tmp_path / name))
+
+
+@pytest.mark.parametrize("prompt", [[1, 2], [{"role": "user"}], [{"content": "1+1="}], ["1+1="],
+                                    [{"role": "user", "content": 5}]])
+def test_a_list_prompt_must_hold_chat_messages(prompt):
+    with pytest.raises(DataError, match="row 0: the prompt \\('prompt'\\) is a list, so it must hold chat messages"):
+        check_prompts_present([{"prompt": prompt}], "prompt", "d.jsonl")
+    check_prompts_present([{"prompt": [{"role": "user", "content": "1+1="}]}], "prompt", "d.jsonl")
 
 
 @pytest.mark.parametrize("name, content", [
