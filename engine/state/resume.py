@@ -3,10 +3,14 @@ checkpoint with the options it was saved with (except the few that may change be
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
 from ..config import SHARED_SETTINGS, EngineConfig, config_yaml, parse_yaml
+from ..config.strict_yaml import StrictDumper
 from . import checkpoint as ckpt
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE
@@ -57,6 +61,19 @@ def _listing(changed: dict[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{key} (saved {saved!r}, now {now!r})" for key, (saved, now) in changed.items())
 
 
+def _saved_flags(changed: dict[str, tuple[Any, Any]]) -> str:
+    """The flags that give back the saved values (as a user types them: text as written, the rest as YAML)."""
+    def text(value: Any) -> str:
+        if value is None:
+            return "null"
+        if isinstance(value, str):
+            return shlex.quote(value)
+        flow = yaml.dump(value, Dumper=StrictDumper, default_flow_style=True, width=float("inf"))
+        return shlex.quote(flow.removesuffix("\n...\n").strip())
+
+    return " ".join(f"--{key} {text(saved)}" for key, (saved, _) in changed.items())
+
+
 def check_finished_run(config: EngineConfig, run_dir: Path) -> None:
     """A fresh start in a directory whose run has finished: RunFinished (its report) when this is that run again,
     else what to do instead."""
@@ -89,8 +106,8 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
     if changed:
         raise ckpt.CheckpointError(
             f"cannot resume {point.path} with different options: {_listing(changed)}. A resumed run keeps the options it "
-            f"was started with, except {', '.join(MAY_CHANGE_ON_RESUME)}; to train with new options start a new "
-            f"run in another --output-dir")
+            f"was started with, except {', '.join(MAY_CHANGE_ON_RESUME)}: to resume it, give the saved values "
+            f"({_saved_flags(changed)}); to train with new options, start a new run in another --output-dir")
     if point.step >= config.run.max_steps:
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
                                    f"leaves nothing to do (raise --run.max_steps to train on)")

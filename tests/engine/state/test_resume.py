@@ -107,7 +107,8 @@ def test_resume_refuses_changed_options_and_keeps_the_saved_config(saved_run):
     changed = {**overrides, "run.resume": "latest", "run.max_steps": 5, "optim.learning_rate": 0.02,
                "loss.beta": 0.1}
     with pytest.raises(ckpt.CheckpointError, match=r"different options: loss.beta \(saved 0.0, now 0.1\), "
-                                                   r"optim.learning_rate \(saved 0.01, now 0.02\)\. "):
+                                                   r"optim.learning_rate \(saved 0.01, now 0.02\)\. .*give the "
+                                                   r"saved values \(--loss.beta 0.0 --optim.learning_rate 0.01\)"):
         train(load_config(overrides=changed))
     assert (run_dir / "config.yaml").read_text() == before
     with pytest.raises(ckpt.CheckpointError, match="at step 3; run.max_steps \\(3\\) leaves nothing to do"):
@@ -122,3 +123,27 @@ def test_a_new_run_refuses_an_earlier_runs_metrics(small_overrides):
     with pytest.raises(ckpt.CheckpointError, match="already holds an earlier run's metrics.jsonl: pass --resume"):
         train(load_config(overrides=small_overrides))
     assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1, "reward": 0.5}\n'
+
+
+@pytest.mark.parametrize("saved, now", [
+    ({"rewards.functions": ["math_accuracy", "length"], "data.system_prompt": "Be brief. #1 rule",
+      "optim.learning_rate": 1.5e-5}, {}),
+    ({"model.lora.enabled": True, "rollout.top_k": 7}, {"data.system_prompt": "It's 'quoted'"}),
+])
+def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, now, small_overrides):
+    # the message's flags, typed as a user would, give back exactly the saved options
+    import shlex
+
+    from engine.cli import _join_flag_values, _overrides, build_parser
+    from engine.config import config_yaml
+    from engine.state.resume import _saved_flags, changed_options
+
+    saved_config = load_config(overrides={**small_overrides, **saved})
+    resumed = load_config(overrides={**small_overrides, **now, "run.resume": "latest"})
+    changed = changed_options(config_yaml(saved_config), resumed)
+    assert changed
+    flags = shlex.split(_saved_flags(changed))
+    args = build_parser().parse_args(_join_flag_values(["train", *flags]))
+    given = load_config(overrides={**small_overrides, **now, "run.resume": "latest",
+                                   **_overrides(args, {"max_steps": "run.max_steps"})})
+    assert changed_options(config_yaml(saved_config), given) == {}
