@@ -43,6 +43,8 @@ for requirement in requirements:
     if floor:
         pins[floor[1]] = floor[2]
 pins["numpy"] = "2.5.*"
+# matplotlib's floor with the pyparsing of its time: pyparsing 3.3 deprecates the names matplotlib 3.9 calls
+pins["pyparsing"] = "3.1.*"
 print("\n".join(f"{name}=={version}" for name, version in pins.items()))
 PY
 echo "oldest stack: $(tr '\n' ' ' <"$constraints")"

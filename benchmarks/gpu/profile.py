@@ -35,7 +35,8 @@ def kernel_times_ms(step, steps: int, device: torch.device) -> tuple[float, list
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         torch.cuda.synchronize()
     start, end = None, None
-    with torch.profiler.profile(activities=activities) as prof:
+    # one cycle, every event kept (acc_events: torch 2.11 warns that a cycle's end clears them otherwise)
+    with torch.profiler.profile(activities=activities, acc_events=True) as prof:
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
