@@ -18,7 +18,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .config import GRPOLossConfig
-from .losses import RATIO_CAP, TRUST_REGION, TermInputs, get_loss_type
+from .losses import BUILTIN_LOSS_TYPES, RATIO_CAP, TRUST_REGION, LossType, TermInputs, get_loss_type
 
 METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
@@ -114,6 +114,38 @@ def checked_term(loss_type: str, term: object, lp: torch.Tensor) -> torch.Tensor
     return term
 
 
+def run_term(loss_type: LossType, inputs: TermInputs, lp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The loss type's term on `inputs`, checked (checked_term). A registered (user) term is also held to what the
+    objective relies on, each broken promise an error naming the loss type rather than a wrong loss or a failure
+    deep in autograd: it leaves its inputs as they were (the ratio feeds the KL's correction and the clip
+    metrics after it), its result carries a gradient to the log-probs whenever they need one, and it is finite at
+    every scored position (the padded ones are dropped whatever they hold)."""
+    if loss_type.name in BUILTIN_LOSS_TYPES:
+        return checked_term(loss_type.name, loss_type.term(inputs), lp)
+    compiling = torch.compiler.is_compiling()  # data-dependent checks (versions, values) only when eager
+    versions = [] if compiling else [(name, t._version) for name, t in zip(inputs._fields, inputs)
+                                     if isinstance(t, torch.Tensor)]
+    try:
+        term = checked_term(loss_type.name, loss_type.term(inputs), lp)
+    except Exception as exc:
+        exc.add_note(f"in the term of loss type {loss_type.name!r} (register_loss_type)")
+        raise
+    changed = [name for name, version in versions if getattr(inputs, name)._version != version]
+    if changed:
+        raise RuntimeError(f"loss type {loss_type.name!r}: its term changed x.{', x.'.join(changed)} in place; a "
+                           f"term must compute a new tensor from its inputs")
+    if torch.is_grad_enabled() and lp.requires_grad and not term.requires_grad:
+        raise RuntimeError(f"loss type {loss_type.name!r}: its term carries no gradient to x.logps (detached, or not "
+                           f"computed from x.logps / x.log_ratio / x.ratio): the loss would not train the policy")
+    if not compiling:
+        bad = ~torch.isfinite(term.detach()) & valid
+        if bool(bad.any()):
+            b, t = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"loss type {loss_type.name!r}: its term is NaN or infinite at {int(bad.sum())} scored "
+                             f"position(s), the first at [{b}, {t}]")
+    return term
+
+
 def per_token_loss(
     lp: torch.Tensor,
     m: torch.Tensor,
@@ -136,7 +168,7 @@ def per_token_loss(
     # (A and rho [B, 1] arrive along T; selecting on their shape would be data-dependent under torch.compile.)
     rho = None if importance_ratio is None else torch.where(valid, importance_ratio.to(lp.dtype), 1.0)
     inputs = TermInputs(torch.where(valid, lp, 0.0), log_ratio, ratio, torch.where(valid, A, 0.0), m, rho, config)
-    loss = torch.where(valid, checked_term(loss_type.name, loss_type.term(inputs), lp), 0.0)
+    loss = torch.where(valid, run_term(loss_type, inputs, lp, valid), 0.0)
     if entropy_mask is not None:
         loss = torch.where(entropy_mask > 0, loss, 0.0)
     if rho is not None and not loss_type.folds_importance_ratio:

@@ -180,3 +180,62 @@ def test_registering_a_name_twice_is_an_error_unless_replace(registered):
     assert GRPOLossConfig(loss_type="twice").loss_params == {"scale": 1.0, "maximise": False}  # unchanged
     grpo_kernels.register_loss_type("twice", float64_term, "sequence_mean", replace=True)
     assert GRPOLossConfig(loss_type="twice").loss_params == {}
+
+
+# ---- what the objective relies on: inputs left alone, a gradient to lp, finite values where scored ----------
+
+def _clamps_the_ratio_in_place(x: TermInputs) -> torch.Tensor:
+    return -x.ratio.clamp_(0.8, 1.2) * x.advantages  # the ratio also feeds the KL correction and the clip metrics
+
+
+def _detached(x: TermInputs) -> torch.Tensor:
+    return (-x.ratio * x.advantages).detach()
+
+
+def _advantages_alone(x: TermInputs) -> torch.Tensor:
+    return -x.advantages * 1.0  # never reads lp: a constant loss
+
+
+def _nan_at_one_scored_token(x: TermInputs) -> torch.Tensor:
+    poison = torch.zeros_like(x.logps)
+    poison[1, 2] = float("nan")
+    return -x.ratio * x.advantages + poison
+
+
+def _raises(x: TermInputs) -> torch.Tensor:
+    raise ZeroDivisionError("the user's own bug")
+
+
+BROKEN_TERMS = {
+    "clamps_in_place": (_clamps_the_ratio_in_place, RuntimeError, r"its term changed x.ratio in place"),
+    "detached": (_detached, RuntimeError, r"its term carries no gradient to x.logps"),
+    "advantages_alone": (_advantages_alone, RuntimeError, r"its term carries no gradient to x.logps"),
+    "nan_scored": (_nan_at_one_scored_token, ValueError, r"its term is NaN or infinite at 1 scored position\(s\), "
+                                                         r"the first at \[1, 2\]"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(BROKEN_TERMS))
+def test_a_term_that_breaks_what_the_objective_relies_on_is_named(registered, backend, case):
+    term, error, message = BROKEN_TERMS[case]
+    registered(case, term)
+    problem = make_problem(3, B=2, T=4)
+    with pytest.raises(error, match=rf"^loss type '{case}': {message}"):
+        run_loss(fused_linear_grpo_loss, problem, GRPOLossConfig(loss_type=case), backend=backend)
+
+
+def test_an_error_raised_inside_a_term_names_the_loss_type(registered):
+    registered("raises", _raises)
+    with pytest.raises(ZeroDivisionError, match="the user's own bug") as raised:
+        grpo_objective(torch.randn(2, 3, requires_grad=True), torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2),
+                       GRPOLossConfig(loss_type="raises"))
+    assert "in the term of loss type 'raises' (register_loss_type)" in raised.value.__notes__
+
+
+def test_a_term_without_a_gradient_is_fine_where_none_is_asked(registered):
+    registered("detached_ok", _detached)
+    with torch.no_grad():  # old / reference log-probs, metrics: nothing to train
+        loss, _ = grpo_objective(torch.randn(2, 3), torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2),
+                                 GRPOLossConfig(loss_type="detached_ok"))
+    assert torch.isfinite(loss)
