@@ -20,14 +20,22 @@ class AdvantageResult:
 
 def group_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int,
                      scale_rewards: str) -> AdvantageResult:
-    """rewards_per_func: [N, F] with NaN for "no reward"; rows are grouped G at a time in prompt order."""
+    """rewards_per_func: [N, F] with NaN for "no reward"; rows are grouped G at a time in prompt order.
+
+    In float64, so that any finite rewards keep their spread (in float32 a reward of 1e20 squared in the standard
+    deviation overflows, and every advantage of its group would quietly be 0); the advantages are float32."""
     n = rewards_per_func.shape[0]
     if n % num_generations:
         raise ValueError(f"{n} rewards do not split into groups of num_generations={num_generations}")
-    total = (rewards_per_func * weights[None, :]).nansum(dim=1)  # R = sum_k w_k r_k, None counts as 0
+    total = (rewards_per_func.double() * weights.double()[None, :]).nansum(dim=1)  # R = sum_k w_k r_k, None: 0
     grouped = total.view(-1, num_generations)
     group_mean = grouped.mean(dim=1).repeat_interleave(num_generations)
     group_std = grouped.std(dim=1).repeat_interleave(num_generations)  # unbiased, as TRL
+    statistics = torch.stack([total, group_mean, group_std, total.std().expand(n)])
+    if bool(torch.isinf(statistics).any()):  # NaN only where a group has one member (its std), made 0 below
+        raise ValueError("the rewards are too large to normalise: the weighted reward, its group mean or its spread "
+                         f"overflows a float64 (largest |weighted reward| {float(total.abs().max()):.3g}); scale "
+                         "the rewards or rewards.weights down")
     advantages = total - group_mean
     if scale_rewards == "group":
         advantages = advantages / (group_std + 1e-4)
@@ -35,7 +43,7 @@ def group_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_
         advantages = advantages / (total.std() + 1e-4)
     elif scale_rewards != "none":
         raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
-    advantages = torch.nan_to_num(advantages, nan=0.0)
+    advantages = torch.nan_to_num(advantages, nan=0.0).float()
 
     metrics = {
         "reward": total.mean().item(),

@@ -320,12 +320,13 @@ def _as_reward(value: Any) -> Optional[float]:
 
 def score_completions(rewards: list[NamedReward], prompts: list[str], completions: list[str],
                       columns: dict[str, list], completion_ids: list[list[int]]) -> torch.Tensor:
-    """[N, F] float32 rewards, NaN where a function returned None; a misbehaving function raises naming it.
+    """[N, F] float64 rewards (a function may return any finite float), NaN where it returned None; a misbehaving
+    function raises naming it.
 
     A function may return a list, tuple, numpy array or 1-D tensor of N values, as TRL accepts.
     """
     n = len(completions)
-    table = torch.full((n, len(rewards)), math.nan, dtype=torch.float32)
+    table = torch.full((n, len(rewards)), math.nan, dtype=torch.float64)
     for j, reward in enumerate(rewards):
         try:
             arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
