@@ -199,10 +199,11 @@ class FakeVLLMServer:
                 raise LookupError(f"The model `{name}` does not exist.")
             model = self.model if name == self.model_dir else self.adapters[name][1]
             self.completions += 1
-            past, inputs = None, torch.tensor([prompt])
+            sequence = list(prompt)
             for _ in range(int(body["max_tokens"])):
-                out = model(input_ids=inputs, past_key_values=past, use_cache=True)
-                past, logits = out.past_key_values, out.logits[0, -1].float()
+                # the whole sequence each token (tiny models, a few tokens): no cache argument, whose name
+                # transformers changed between the oldest supported version and the newest
+                logits = model(input_ids=torch.tensor([sequence]), use_cache=False).logits[0, -1].float()
                 if allowed is not None:
                     blocked = torch.ones_like(logits, dtype=torch.bool)
                     blocked[allowed] = False
@@ -217,7 +218,7 @@ class FakeVLLMServer:
                 logps.append(float(processed[token]))
                 if token in stop:
                     break
-                inputs = torch.tensor([[token]])
+                sequence.append(token)
         return {"choices": [{"index": 0, "text": "", "logprobs": {
             "tokens": [f"token_id:{t}" for t in ids], "token_logprobs": logps}}]}
 

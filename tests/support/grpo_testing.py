@@ -11,9 +11,10 @@ inputs rounded to that dtype):
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import pytest
 import torch
@@ -52,18 +53,31 @@ TENSOR_FIELDS = ("hidden", "weight", "bias", "completion_ids", "completion_mask"
                  "ref_logps", "importance_ratio")
 
 
+def departs_from_paper(**kwargs: Any) -> bool:
+    """Whether GRPOLossConfig(**kwargs) is a combination TRL warns about (and so do we: LossConfigWarning)."""
+    loss = get_loss_type(kwargs.get("loss_type", DEFAULT_LOSS_TYPE))
+    level = kwargs.get("importance_sampling_level", "token")
+    return (loss.paper_importance_sampling_level not in (None, level)
+            or (level == "sequence" and loss.warns_sequence_level))
+
+
+@contextlib.contextmanager
+def config_warning_expected(**kwargs: Any) -> Iterator[None]:
+    """A context asserting the LossConfigWarning of such a combination (built inside it, e.g. by a patched trainer),
+    and that no other combination warns."""
+    if departs_from_paper(**kwargs):
+        with pytest.warns(LossConfigWarning):
+            yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LossConfigWarning)
+        yield
+
+
 def loss_config(**kwargs: Any) -> GRPOLossConfig:
     """GRPOLossConfig(**kwargs), asserting the LossConfigWarning of a combination TRL warns about, and that no other
     combination warns: a test that builds such a config states that it expects the warning."""
-    loss = get_loss_type(kwargs.get("loss_type", DEFAULT_LOSS_TYPE))
-    level = kwargs.get("importance_sampling_level", "token")
-    expected = (loss.paper_importance_sampling_level not in (None, level)
-                or (level == "sequence" and loss.warns_sequence_level))
-    if expected:
-        with pytest.warns(LossConfigWarning):
-            return GRPOLossConfig(**kwargs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", LossConfigWarning)
+    with config_warning_expected(**kwargs):
         return GRPOLossConfig(**kwargs)
 
 
