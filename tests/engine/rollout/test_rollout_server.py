@@ -120,6 +120,20 @@ def test_server_that_stops_answering_stops_the_run_with_a_checkpoint(small_overr
     assert len([row for row in read_metrics(Path(overrides["run.output_dir"])) if "loss" in row]) in (1, 2)
 
 
+def at_completion_request(server, number: int, fault) -> None:
+    """Calls `fault()` when the server receives its `number`-th sampled completion request, then answers it."""
+    calls = {"n": 0}
+    real_complete = server._complete
+
+    def complete(body):
+        calls["n"] += "seed" in body
+        if calls["n"] == number:
+            fault()
+        return real_complete(body)
+
+    server._complete = complete
+
+
 def record_trained_versions(monkeypatch) -> list:
     """The policy versions of the samples of every update, filled as the run trains."""
     from engine.steps import update as update_step
@@ -142,16 +156,7 @@ def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(s
     pushed again and the batch generated anew. The loss only ever sees version-matched samples (ratio 1)."""
     seen_versions = record_trained_versions(monkeypatch)
     server.fail_rpc = 2
-    calls = {"n": 0}
-    real_complete = server._complete
-
-    def flaky(body):
-        calls["n"] += "seed" in body
-        if calls["n"] == 12:  # in step 2's batch
-            server.fail_requests = 2
-        return real_complete(body)
-
-    server._complete = flaky
+    at_completion_request(server, 12, lambda: setattr(server, "fail_requests", 2))  # in step 2's batch
     rows = train_rows(server_overrides(small_overrides, model_dir, server.url))
     assert seen_versions == [[0], [1], [2]]
     assert rows[1]["staleness/dropped_samples"] == 8 and rows[-1]["staleness/dropped_samples"] == 8
@@ -220,16 +225,7 @@ def test_failed_adapter_loads_are_retried_and_a_lost_adapter_never_reaches_the_l
     the adapter loaded again and the batch generated anew. The loss sees only version-matched samples."""
     seen_versions = record_trained_versions(monkeypatch)
     server.fail_lora_loads = 2
-    calls = {"n": 0}
-    real_complete = server._complete
-
-    def restarting(body):
-        calls["n"] += "seed" in body
-        if calls["n"] == 12:  # in step 2's batch: the server comes back with no adapter
-            server.adapters.clear()
-        return real_complete(body)
-
-    server._complete = restarting
+    at_completion_request(server, 12, server.adapters.clear)  # in step 2's batch: back with no adapter
     rows = train_rows(lora_overrides(small_overrides, model_dir, server.url))
     assert seen_versions == [[0], [1], [2]]
     assert rows[1]["staleness/dropped_samples"] == 8 and rows[-1]["staleness/dropped_samples"] == 8
