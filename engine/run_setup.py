@@ -17,7 +17,8 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from .config import EngineConfig, config_yaml, validate
+from .config import EngineConfig, config_from_dict, config_yaml, validate
+from .config.applicability import inapplicable_settings
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .data.prompts import PromptSampler, load_prompt_rows, render_prompt
 from .data.warm_start import supervised_warm_start
@@ -166,6 +167,14 @@ def check_model_takes_the_data(config: EngineConfig, tokenizer: Any, lm: nn.Modu
                           f"dataset {source!r}" if source else "the built-in task")
 
 
+def run_defaults(config: EngineConfig) -> EngineConfig:
+    """What this run's settings are compared with: the schema's defaults, with the demo's preset when the run
+    uses the built-in model (as the command line lays them)."""
+    from .data.demo_task import DEMO_PRESET
+
+    return config_from_dict(DEMO_PRESET if config.model.name_or_path is None else {})
+
+
 def sampling_warnings(config: EngineConfig) -> list[str]:
     """What makes the samples off-policy for the trainer, said once at the start."""
     r = config.rollout
@@ -193,7 +202,7 @@ def setup_run(config: EngineConfig) -> Run:
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
     if accelerator.is_main_process:
-        for message in sampling_warnings(config):
+        for message in sampling_warnings(config) + inapplicable_settings(config, run_defaults(config)):
             print(f"warning: {message}", file=sys.stderr)
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)

@@ -110,3 +110,15 @@ def test_flash_attention_without_its_package_is_named(monkeypatch):
     with pytest.raises(ConfigError, match="needs the flash-attn package"):
         check_attention(ModelConfig(attn_implementation="flash_attention_2"), torch.device("cuda"))
     check_attention(ModelConfig(attn_implementation="sdpa"), torch.device("cpu"))  # the others need nothing
+
+
+def test_a_setting_that_changes_nothing_is_said_before_anything_loads(no_model, tmp_path, capsys):
+    from engine.cli import main
+
+    with pytest.raises(AssertionError, match="a model was built"):  # stopped where the model would be built
+        main(["train", "--output-dir", str(tmp_path / "run"), "--rollout.server.urls", "[http://10.0.0.2:8000]",
+              "--model.lora.r", "8"])
+    err = capsys.readouterr().err
+    assert ("warning: rollout.server.urls is set (['http://10.0.0.2:8000']) but applies only with rollout.backend "
+            "vllm_server: it changes nothing in this run") in err
+    assert "warning: model.lora.r is set (8) but applies only with model.lora.enabled true" in err
