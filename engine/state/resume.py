@@ -13,7 +13,7 @@ from ..config import SHARED_SETTINGS, EngineConfig, config_yaml, parse_yaml
 from ..config.strict_yaml import StrictDumper
 from . import checkpoint as ckpt
 from .finished_run import RunFinished, finished_step, report
-from .metrics import METRICS_FILE
+from .metrics import METRICS_FILE, SAMPLES_FILE
 
 # Options that do not change what the resumed steps compute: how long to go on, what to save, log and show.
 MAY_CHANGE_ON_RESUME = (
@@ -57,6 +57,29 @@ def check_fresh_directory(run_dir: Path) -> None:
                                f"another --output-dir (or delete the directory)")
 
 
+# What a run writes into its directory besides its metrics and checkpoints (checked above): a fresh run writes over
+# none of them unless its own earlier start left them (a run stopped before its first step: the same config.yaml).
+RUN_FILES = ("config.yaml", SAMPLES_FILE, "curves.png", "base_model")
+
+
+def check_nothing_to_overwrite(config: EngineConfig, run_dir: Path) -> None:
+    """A fresh run in a directory that already holds files of a run's names it did not write refuses to start:
+    the user's own config.yaml (comments and all), notes or model there would be replaced."""
+    config_file = run_dir / "config.yaml"
+    own_start = config_file.is_file() and config_file.read_text(errors="replace") == config_yaml(config)
+    foreign = []
+    for name in RUN_FILES:
+        path = run_dir / name
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())) or (path.is_file() and
+                                                                                 not path.stat().st_size):
+            continue
+        if not own_start:
+            foreign.append(name + "/" * path.is_dir())
+    if foreign:
+        raise ckpt.CheckpointError(f"{run_dir} already holds {', '.join(foreign)}, which this run did not write and "
+                                   f"would replace: choose another --output-dir, or move them")
+
+
 def _listing(changed: dict[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{key} (saved {saved!r}, now {now!r})" for key, (saved, now) in changed.items())
 
@@ -97,6 +120,7 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
     if not config.run.resume:
         check_finished_run(config, run_dir)
         check_fresh_directory(run_dir)
+        check_nothing_to_overwrite(config, run_dir)
         return None
     point = ckpt.resolve_resume(config.run.resume, run_dir)
     if announce:

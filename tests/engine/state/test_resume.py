@@ -147,3 +147,28 @@ def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, n
     given = load_config(overrides={**small_overrides, **now, "run.resume": "latest",
                                    **_overrides(args, {"max_steps": "run.max_steps"})})
     assert changed_options(config_yaml(saved_config), given) == {}
+
+
+def test_a_fresh_run_writes_over_nothing_it_did_not_write(small_overrides, tmp_path):
+    from engine.config import config_yaml
+    from engine.state.resume import start_point
+
+    run_dir = tmp_path / "project"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("# my settings, with comments\nrun:\n  max_steps: 3\n")
+    (run_dir / "samples.jsonl").write_text("my notes\n")
+    config = load_config(overrides={**small_overrides, "run.output_dir": str(run_dir)})
+    with pytest.raises(ckpt.CheckpointError, match=r"already holds config.yaml, samples.jsonl, which this run did "
+                                                   r"not write and would replace"):
+        start_point(config, run_dir, announce=False)
+    with pytest.raises(ckpt.CheckpointError, match="already holds config.yaml"):
+        train(config)
+    assert (run_dir / "config.yaml").read_text().startswith("# my settings")  # untouched
+    assert (run_dir / "samples.jsonl").read_text() == "my notes\n"
+
+    # its own earlier start (stopped before step 1: the same config.yaml and a built-in model) starts again
+    (run_dir / "samples.jsonl").unlink()
+    (run_dir / "config.yaml").write_text(config_yaml(config))
+    (run_dir / "base_model").mkdir()
+    (run_dir / "base_model" / "config.json").write_text("{}")
+    assert start_point(config, run_dir, announce=False) is None
