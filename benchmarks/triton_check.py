@@ -1,8 +1,10 @@
 """One short check of the Triton backend on a CUDA GPU (under two minutes on an H200):
 
-(a) exact: at N 1024, H 1024, V 32768 (bf16, a bias) the token-level loss, its gradients (hidden, weight, bias)
-    and the no-grad log-probs against the float64 reference (grpo_kernels.reference), with the test suite's
-    bfloat16 tolerances; batch invariance (rows alone vs in the batch, bitwise) and a bitwise-repeatable backward;
+(a) exact: at N 1024, H 1024, V 32768 (bf16, a bias) the token-level loss and its gradients (hidden, weight,
+    bias) of every backend of Triton kernels (the registry's triton_kernels entries: the deterministic default and
+    the opt-in atomic backward), and the no-grad log-probs, against the float64 reference (grpo_kernels.reference),
+    with the test suite's bfloat16 tolerances; batch invariance (rows alone vs in the batch, bitwise) and a
+    bitwise-repeatable backward for each backend that declares itself deterministic;
 (b) time: no-grad log-probs and the token-level loss (dapo, beta 0.04, forward + backward) at S1 (N 8192,
     H 4096, V 151936, bf16), median of triton.testing.do_bench, beside the bare torch.mm GEMM floor (1 GEMM for
     log-probs, 3 for the loss) and the gemm backend.
@@ -18,6 +20,10 @@ import time
 import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
+from grpo_kernels.backends import BACKENDS
+
+# every backend of Triton kernels, the deterministic default first
+TRITON_BACKENDS = tuple(name for name, spec in BACKENDS.items() if spec.triton_kernels)
 
 CONFIG = GRPOLossConfig(loss_type="dapo", beta=0.04)
 # tests/support/grpo_testing.py's bfloat16 tolerances: losses relative, gradients relative to the largest entry
@@ -54,20 +60,9 @@ def check_exact(B: int = 4, T: int = 256, H: int = 1024, V: int = 32768, device:
     hidden, weight, bias, ids, mask, advantages, old, ref = _problem(B, T, H, V, device=device)
     as64 = [x.double() for x in (hidden, weight, bias)]
     expected_loss, expected_grads = _loss_and_grads("reference", *as64, ids, mask, advantages, old, ref)
-    loss, grads = _loss_and_grads("triton", hidden, weight, bias, ids, mask, advantages, old, ref)
-    err = abs(float(loss) - float(expected_loss))
-    print(f"loss: triton {float(loss):.8f}, float64 {float(expected_loss):.8f}, |error| {err:.2e}")
-    if err > LOSS_TOL * max(1.0, abs(float(expected_loss))):
-        failures.append(f"loss error {err:.3g}")
-    for name, actual, want in zip(("hidden", "weight", "bias"), grads, expected_grads):
-        err, scale = float((actual.double() - want).abs().max()), float(want.abs().max())
-        print(f"d{name}: max |error| {err:.3e}, max |grad| {scale:.3e}")
-        if err > GRAD_TOL * scale + GRAD_ATOL:
-            failures.append(f"d{name} error {err:.3g} (max |grad| {scale:.3g})")
-    _, again = _loss_and_grads("triton", hidden, weight, bias, ids, mask, advantages, old, ref)
-    if not all(torch.equal(a, b) for a, b in zip(grads, again)):
-        failures.append("two backward runs differ bitwise")
-
+    for backend in TRITON_BACKENDS:
+        failures += _check_loss(backend, (hidden, weight, bias, ids, mask, advantages, old, ref), expected_loss,
+                                expected_grads)
     flat_hidden, flat_ids = hidden.reshape(-1, hidden.shape[-1]), ids.reshape(-1)
     with torch.no_grad():
         logps, entropy = linear_logprobs(flat_hidden, weight, flat_ids, bias=bias, return_entropy=True,
@@ -85,6 +80,25 @@ def check_exact(B: int = 4, T: int = 256, H: int = 1024, V: int = 32768, device:
     for r, (lp, ent) in zip(rows, alone):
         if not (torch.equal(lp, logps[r:r + 1]) and torch.equal(ent, entropy[r:r + 1])):
             failures.append(f"row {r}: log-prob or entropy alone differs bitwise from the batch's (batch invariance)")
+    return failures
+
+
+def _check_loss(backend: str, problem: tuple, expected_loss, expected_grads) -> list[str]:
+    failures = []
+    loss, grads = _loss_and_grads(backend, *problem)
+    err = abs(float(loss) - float(expected_loss))
+    print(f"loss: {backend} {float(loss):.8f}, float64 {float(expected_loss):.8f}, |error| {err:.2e}")
+    if err > LOSS_TOL * max(1.0, abs(float(expected_loss))):
+        failures.append(f"{backend}: loss error {err:.3g}")
+    for name, actual, want in zip(("hidden", "weight", "bias"), grads, expected_grads):
+        err, scale = float((actual.double() - want).abs().max()), float(want.abs().max())
+        print(f"{backend} d{name}: max |error| {err:.3e}, max |grad| {scale:.3e}")
+        if err > GRAD_TOL * scale + GRAD_ATOL:
+            failures.append(f"{backend}: d{name} error {err:.3g} (max |grad| {scale:.3g})")
+    if BACKENDS[backend].deterministic:
+        _, again = _loss_and_grads(backend, *problem)
+        if not all(torch.equal(a, b) for a, b in zip(grads, again)):
+            failures.append(f"{backend}: two backward runs differ bitwise")
     return failures
 
 
@@ -114,7 +128,7 @@ def time_s1() -> list[tuple[str, float, float]]:
                                    backend=backend).loss.backward()
         return run
 
-    for backend in ("triton", "gemm"):
+    for backend in (*TRITON_BACKENDS, "gemm"):
         ms = _ms(step(backend))
         rows.append((f"token-level loss dapo beta 0.04 fwd+bwd, {backend}", ms, ms / (3 * gemm)))
     return rows

@@ -50,7 +50,8 @@ def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     transform = check_logit_transform(logit_transform)
     if backend != AUTO:
         refuse_unsupported(backend, kept_sets=kept_token_ids is not None, transformed=not transform.is_identity,
-                           compiling=not _checking_values())
+                           compiling=not _checking_values(),
+                           deterministic=torch.are_deterministic_algorithms_enabled())
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
     check_backend_dtype(backend, hidden, "hidden")

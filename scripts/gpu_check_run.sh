@@ -39,8 +39,8 @@ if [ -f benchmarks/triton_check.py ]; then
     stamp "triton exit $?"
 fi
 
-stamp "profile: python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton (limit ${PROFILE_TIMEOUT_S} s)"
-timeout "$PROFILE_TIMEOUT_S" python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton \
+stamp "profile: python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton,triton_atomic (limit ${PROFILE_TIMEOUT_S} s)"
+timeout "$PROFILE_TIMEOUT_S" python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton,triton_atomic \
     --operations logprobs,loss --steps 3 --out "$OUT/profile-s1.md" > "$OUT/profile.log" 2>&1
 stamp "profile exit $?"
 tail -n 30 "$OUT/smoke.log"

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from grpo_kernels.backends import BASELINE_BACKEND, DEFAULT_BACKEND
+from grpo_kernels.backends import BACKENDS, BASELINE_BACKEND, DEFAULT_BACKEND
 
 from ..model.roofline import case_problem, estimate
 from ..model.roofline_model import DEVICES, DeviceRates, Problem
@@ -61,8 +61,11 @@ TARGET_SCENARIOS = (
 )
 # Within a scenario: the default backend, the baseline, the peers, then any other path in PATHS order.
 PATH_PRIORITY = ("auto", DEFAULT_BACKEND, BASELINE_BACKEND, "liger", "cce", "trl")
-# The headline: what a short GPU loan must measure first (S1; the floor is every ratio's denominator).
-HEADLINE_PATHS = ("floor", "auto", "gemm", "trl", "liger", "cce")
+# The headline: what a short GPU loan must measure first (S1; the floor is every ratio's denominator): auto, the
+# default backend, every backend of Triton kernels (the deterministic default and the opt-in atomic backward side
+# by side), and the peers.
+TRITON_BACKENDS = tuple(name for name, spec in BACKENDS.items() if spec.triton_kernels)
+HEADLINE_PATHS = ("floor", "auto", DEFAULT_BACKEND, *TRITON_BACKENDS, "trl", "liger", "cce")
 HEADLINE_SCENARIOS = (("loss", "dapo_kl"), ("logprobs", "dapo_kl"))
 
 

@@ -9,9 +9,12 @@ Three of the model's rates are not datasheet numbers but what kernels achieve, s
 - `row_pass_bytes_per_s`, the bandwidth of a pass over long logits rows (a Triton program per row walking
   the vocabulary): from every gemm and TRL case (cuBLAS GEMMs and row passes) whose code the model describes
   (`modelled`), with the two rates above fitted;
-The fourth measured rate, `l2_bytes_per_s` (4.5 TB/s), was fitted the same way to the triton path's no-grad
-log-probs of the first H200 run, whose kernels (a program per 32-token block re-reading W from L2) have since been
-replaced: the model no longer describes that run's triton cases, so they are left out here.
+- `l2_reduction_bytes_per_s`, the rate of float32 atomics resolved in L2: from Cut Cross-Entropy's loss cases (its
+  backward adds dE and dC by atomics), with the L2 read rate fixed.
+The L2 read rate (`l2_bytes_per_s`, 7.8 TB/s) is a lower bound from the second H200 run's Triton forward
+(benchmarks/results/h200-second-run/triton-check.log: 159 GB of tile loads in 20.48 ms, compute-bound), not in this
+file's results: the triton cases here are the first run's, whose kernels (a program per 32-token block re-reading W
+from L2) have since been replaced, so the model no longer describes them and they are left out of every fit.
 Each is fitted in that order by a one-dimensional search that minimises the squared log error of its cases. The
 table after it shows measured / predicted per path and operation with the fitted rates, every case included,
 so what the three rates do not explain stays visible.
@@ -31,11 +34,13 @@ from grpo_kernels.cost_model import DEVICES, DeviceRates, device_key
 from ..suite.report import Result, Run, load_run
 from .roofline import case_problem, estimate
 
-# (rate, the cases it is fitted on: path, operation)
-FITS: tuple[tuple[str, Callable[[Result], bool]], ...] = (
-    ("tensor_flops", lambda r: r.path == "floor"),
-    ("triton_tensor_flops", lambda r: r.path == "cce" and r.operation == "logprobs"),
-    ("row_pass_bytes_per_s", lambda r: r.path in ("gemm", "trl")),
+# (rate, the cases it is fitted on: in words, and as a test of a result's path and operation)
+FITS: tuple[tuple[str, str, Callable[[Result], bool]], ...] = (
+    ("tensor_flops", "floor", lambda r: r.path == "floor"),
+    ("triton_tensor_flops", "cce log-probs", lambda r: r.path == "cce" and r.operation == "logprobs"),
+    ("row_pass_bytes_per_s", "gemm and trl, every case", lambda r: r.path in ("gemm", "trl")),
+    ("l2_reduction_bytes_per_s", "cce loss (its backward's float32 atomics)",
+     lambda r: r.path == "cce" and r.operation == "loss"),
 )
 # Runs whose GEMM-path training cases added the later dW waves with the Triton GEMM of kernels/accumulate_mm.py
 # (21.3 ms at S1 where cuBLAS takes 8-9), since replaced by cuBLAS adding into the float32 accumulator: the model
@@ -86,7 +91,7 @@ def calibrate(run: Run) -> tuple[DeviceRates, DeviceRates]:
     if key is None:
         raise ValueError(f"the model has no rates for {run.meta.get('device', '?')!r}: nothing to calibrate")
     before = fitted = DEVICES[key]
-    for name, selects in FITS:
+    for name, _, selects in FITS:
         cases = [r for r in run.results if selects(r) and r.regime in ("flat", "any") and modelled(run, r)]
         if cases:
             fitted = replace(fitted, **{name: fit_rate(name, cases, fitted)})
@@ -120,10 +125,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     lines = [f"### Rates fitted to {args.results} ({run.meta.get('device', '?')})", "",
              "| rate | the model's | fitted | from |", "|---|---:|---:|---|"]
-    for name, _ in FITS:
+    for name, source, _ in FITS:
         unit = 1e12
-        lines.append(f"| `{name}` | {getattr(before, name) / unit:.0f}e12 | {getattr(fitted, name) / unit:.0f}e12 | "
-                     f"{dict(zip((n for n, _ in FITS), ('floor', 'cce log-probs', 'gemm and trl, every case')))[name]} |")
+        lines.append(f"| `{name}` | {getattr(before, name) / unit:.1f}e12 | {getattr(fitted, name) / unit:.1f}e12 | "
+                     f"{source} |")
     lines += ["", *error_lines(run, before, "With the model's rates"), "",
               *error_lines(run, fitted, "With the fitted rates")]
     print("\n".join(lines))

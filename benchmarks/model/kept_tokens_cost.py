@@ -12,6 +12,8 @@ and on what else runs on it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import statistics
 import time
@@ -68,7 +70,7 @@ def kept_estimate(p: Problem, K: int, distinct_fraction: float = 1.0) -> Estimat
 
 
 def replace_count(phase: Phase, count: int) -> Phase:
-    return Phase(phase.name, phase.flops, phase.hbm_bytes, phase.l2_bytes, phase.fp32_matmul, count)
+    return dataclasses.replace(phase, count=count)
 
 
 def roofline_report(tokens: int = 16384, hidden: int = 3584, vocab: int = 152064) -> list[str]:

@@ -162,14 +162,43 @@ def rates_table(devices: list[str]) -> list[str]:
 
 
 SECTIONS = ("all", "targets", "gpu-set")
+# The operation x shape pairs `auto` is held against TRL's head on: a trained head's token-level loss, a frozen
+# head's, and the no-grad log-probs (the old and reference passes of a GRPO step), at S1-S3.
+AGAINST_TRL = ("token-level", "frozen head", "no-grad log-probs")
+
+
+def auto_against_trl(device: str = "H100") -> str:
+    """What `auto` takes at S1-S3 and its modelled time and peak extra memory against TRL 1.16's fused head; a pair
+    counts as ahead when both are lower."""
+    rates = DEVICES[device]
+    lines = [f"Modelled on {rates.name} (`python -m benchmarks.model.roofline --auto-vs-trl`): auto's route, its "
+             "time over TRL's head's, its peak extra memory / TRL's (GiB); ahead: lower on both.", "",
+             "| shape | " + " | ".join(AGAINST_TRL) + " | sequence-level |", "|---|" + "---|" * (len(AGAINST_TRL) + 1)]
+    ahead = 0
+    for label, shape in TARGET_SHAPES.items():
+        cells = []
+        for name in (*AGAINST_TRL, "sequence-level"):
+            p = problem(shape, SCENARIOS[name])
+            mine, trl = estimate("auto", p, rates), estimate("trl", p, rates)
+            time, memory = mine.seconds(rates) / trl.seconds(rates), (mine.peak_extra_bytes, trl.peak_extra_bytes)
+            wins = time < 1.0 and memory[0] < memory[1]
+            ahead += wins and name in AGAINST_TRL
+            cells.append(f"{mine.path.removeprefix('auto: ')}: {time:.2f}x, {memory[0] / GIB:.2f} / "
+                         f"{memory[1] / GIB:.2f}{', ahead' if wins else ''}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    pairs = len(AGAINST_TRL) * len(TARGET_SHAPES)
+    lines += ["", f"auto ahead of TRL's head on time and memory at {ahead} of {pairs} operation x shape pairs "
+                  f"({', '.join(AGAINST_TRL)} at {', '.join(TARGET_SHAPES)}), by the model."]
+    return "\n".join(lines) + "\n"
 
 
 def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, section: str = "all") -> str:
     if section not in SECTIONS:
         raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
     lines = ["**Roofline model (predicted, not measured)**", "",
-             "Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 bytes / L2 "
-             "bandwidth) + kernel launches and host syncs; a GEMM's arithmetic is timed at its shape (whole 128 x "
+             "Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 reads / L2 "
+             "read rate + L2 float32 atomics / L2 atomic rate) + kernel launches and host syncs; L2 GB: reads and "
+             "atomics together; a GEMM's arithmetic is timed at its shape (whole 128 x "
              "256 tiles in whole waves over the SMs, each tile's K fill, split-K when the tiles leave SMs idle). "
              "auto: the route `backend=\"auto\"` takes on that device (grpo_kernels/routing.py), named per device "
              "where they differ. "
@@ -197,7 +226,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--section", default="all", choices=SECTIONS, help="which tables (default: all)")
     parser.add_argument("--valid-fraction", type=float, default=1.0,
                         help="fraction of positions with completion_mask != 0 (default 1.0)")
+    parser.add_argument("--auto-vs-trl", action="store_true",
+                        help="instead: what auto takes at S1-S3 against TRL's fused head (on the first --device)")
     args = parser.parse_args(argv)
+    if args.auto_vs_trl:
+        sys.stdout.write(auto_against_trl(args.devices[0]))
+        return 0
     try:
         Problem(1, 1, 1, valid_fraction=args.valid_fraction)
     except ValueError as error:

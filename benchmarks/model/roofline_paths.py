@@ -16,7 +16,7 @@ from typing import Callable
 
 from grpo_kernels.backends import get_backend
 from grpo_kernels.cost_model import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
-from grpo_kernels.cost_model.paths import gemm
+from grpo_kernels.cost_model.paths import atomic_tile_backward, gemm
 from grpo_kernels.routing import modelled_route
 
 from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
@@ -76,13 +76,8 @@ def cce(p: Problem, block: int = 256) -> Estimate:
     phases = [Phase("forward: lse kernel", flops=2 * N * V * H, hbm_bytes=(N + V) * H * c, triton_matmul=True),
               Phase("forward: target logit (indexed dot)", flops=2 * N * H, hbm_bytes=2 * N * H * c)]
     if grads:
-        atomics = math.ceil(N / block) * math.ceil(V / block) * block * H * 8
-        phases.append(Phase("backward: recompute + dE + dC (atomics)",
-                            flops=2 * (1 + p.hidden_needs_grad + p.weight_grad) * N * V * H,
-                            # operands read; each fp32 accumulator zeroed, read by the cast, cast to c
-                            hbm_bytes=(N + V) * H * c + (N * H * p.hidden_needs_grad + V * H * p.weight_grad)
-                            * (4 + 4 + c), l2_bytes=atomics * (p.hidden_needs_grad + p.weight_grad),
-                            triton_matmul=True))
+        phases.append(atomic_tile_backward("backward: recompute + dE + dC (atomics)", N, V, H, c, block, block,
+                                           p.hidden_needs_grad, p.weight_grad))
     return Estimate("cce", p, phases, gemms=1 + grads * (1 + p.hidden_needs_grad + p.weight_grad),
                     peak_extra_bytes=N * H * 4 * grads + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,

@@ -45,9 +45,13 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
         help="architecture (a released model's config with random weights; no download) (default: %(default)s)")
     add("--scale", default="full", choices=["full", "tiny"],
         help="tiny: the real vocabulary with a 2-layer, 8-wide-head decoder (CPU-sized) (default: %(default)s)")
+    from grpo_kernels.backends import BACKENDS, BASELINE_BACKEND  # the registry: no torch import
+
+    fused = [name for name, spec in BACKENDS.items() if not spec.materializes_logits]
+    on_cuda = [name for name in fused if BACKENDS[name].triton_kernels]
     add("--backends", nargs="+", metavar="BACKEND",
-        help="loss backends to compare (default: reference, then every fused backend: torch, gemm, and triton on "
-             "CUDA)")
+        help=f"loss backends to compare (default: {BASELINE_BACKEND}, then every fused backend: "
+             f"{', '.join(fused)}; {', '.join(on_cuda)} on CUDA only)")
     add("--batch-size", type=int, default=8, help="completions per step (default: %(default)s)")
     add("--prompt-length", type=int, default=128, help="prompt tokens of each completion (default: %(default)s)")
     add("--completion-length", type=int, default=1024,

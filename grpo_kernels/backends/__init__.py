@@ -6,6 +6,8 @@ the engine's config and the roofline read the entries; nothing else names a back
     torch_streaming.py  token chunks x vocabulary chunks in torch ops, online log-sum-exp (any device)
     gemm.py             waves of tokens through one GEMM into a workspace, a row pass, dZ in place (the default)
     triton.py           the fused Triton kernels of grpo_kernels/kernels/ (interpreted on CPU)
+    triton_atomic.py    the same, a trained head's backward in one kernel with float32 atomics (opt-in: not
+                        bitwise repeatable run to run, so never `auto`'s pick)
 
 Wrappers implementing the same Protocol around any of them: kept_tokens.KeptTokenHead (log-probs over the
 sampler's kept sets) and vocab_parallel (a vocabulary shard: local statistics combined over the group).
@@ -82,6 +84,9 @@ class BackendSpec:
     logit_transforms: bool = True  # a LogitTransform (scale, soft-cap) other than the identity
     # A row's log-prob and entropy are bitwise the same whatever else is in the batch (its size, its position).
     batch_invariant: bool = False
+    # Same inputs, same bits, run to run (values and gradients). False: refused under
+    # torch.use_deterministic_algorithms(True), and never picked by `auto`.
+    deterministic: bool = True
     torch_compile: bool = True  # it runs inside a torch.compile'd graph (fullgraph)
     second_order: bool = False  # its gradients are plain autograd: differentiable again (create_graph=True)
     # It builds the [tokens, V] logits (plain autograd through the eager formula).
@@ -99,6 +104,9 @@ class BackendSpec:
             raise ValueError(f"BackendSpec.name must be a non-empty string other than {AUTO!r}, got {self.name!r}")
         if self.auto and self.cost is None:
             raise ValueError(f"backend {self.name!r}: auto=True needs a cost model (cost='module:function')")
+        if self.auto and not self.deterministic:
+            raise ValueError(f"backend {self.name!r}: auto=True needs deterministic=True (auto never trades "
+                             "run-to-run repeatability for speed; a caller opts into that by naming the backend)")
         if self.second_order and not self.materializes_logits:
             raise ValueError(f"backend {self.name!r}: second_order=True needs materializes_logits=True (the only "
                              "route whose gradients are plain autograd)")
@@ -154,9 +162,18 @@ for _spec in (
                 cost="..cost_model.paths:reference", materializes_logits=True, vocab_shards=False, second_order=True),
     BackendSpec("torch", ".torch_streaming", "token x vocabulary chunks in torch ops, online log-sum-exp",
                 cost="..cost_model.paths:torch_chunked"),
+    # batch-invariant: the forward's vocabulary splits depend on V only, and no reduction crosses rows
+    # (kernels/linear_forward.py); deterministic: each backward output element has one writer
+    # (kernels/linear_backward.py)
     BackendSpec("triton", ".triton", "fused Triton streaming kernels (logits never leave the chip)",
                 cost="..cost_model.paths:triton", auto=True, token_level_route=EPILOGUE, triton_kernels=True,
-                logits_module=".triton", dtypes=("float32", "bfloat16", "float16")),
+                logits_module=".triton", dtypes=("float32", "bfloat16", "float16"), batch_invariant=True),
+    # the same forward; a trained head's backward in one kernel with float32 atomics (kernels/tile_backward.py)
+    BackendSpec("triton_atomic", ".triton_atomic", "the fused Triton kernels, a trained head's backward in one kernel "
+                "(each logits tile recomputed once for dH and dW, float32 atomics: not bitwise repeatable)",
+                cost="..cost_model.paths:triton_tiles", token_level_route=EPILOGUE, triton_kernels=True,
+                logits_module=".triton", dtypes=("float32", "bfloat16", "float16"), batch_invariant=True,
+                deterministic=False),
     BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
                 cost="..cost_model.paths:gemm", auto=True, uses_workspace=True, token_level_route=ONE_PASS),
 ):
@@ -188,6 +205,7 @@ _FEATURES = {  # the call's need -> (the entry's flag, how the refusal names it)
     "sharded": ("vocab_shards", "a vocabulary-sharded head"),
     "transformed": ("logit_transforms", "a logit_transform other than the identity"),
     "compiling": ("torch_compile", "running inside a torch.compile'd graph"),
+    "deterministic": ("deterministic", "torch.use_deterministic_algorithms(True) (bitwise repeatable results)"),
 }
 
 
@@ -196,10 +214,11 @@ def _supports(spec: BackendSpec, **needs: bool) -> bool:
 
 
 def refuse_unsupported(name: str, *, kept_sets: bool = False, sharded: bool = False, transformed: bool = False,
-                       compiling: bool = False) -> None:
+                       compiling: bool = False, deterministic: bool = False) -> None:
     """One clear error, before any work, when backend `name` does not declare what the call needs."""
     spec = get_backend(name)
-    needs = dict(kept_sets=kept_sets, sharded=sharded, transformed=transformed, compiling=compiling)
+    needs = dict(kept_sets=kept_sets, sharded=sharded, transformed=transformed, compiling=compiling,
+                 deterministic=deterministic)
     for need, wanted in needs.items():
         flag, what = _FEATURES[need]
         if wanted and not getattr(spec, flag):

@@ -38,37 +38,51 @@ class DeviceRates:
     l2_bytes: int
     sms: int
     source: str
-    l2_bytes_per_s: float = math.inf  # achievable L2 bandwidth; inf: L2 traffic not timed
+    l2_bytes_per_s: float = math.inf  # achievable L2 -> SM read bandwidth; inf: L2 traffic not timed
     gemm_tile: tuple[int, int] = (1, 1)  # output tile of a cuBLAS GEMM; (1, 1): no tile quantization
     gemm_k_fill: int = 0  # per-tile pipeline fill and drain, in elements of K
     kernel_launch_s: float = 0.0
     host_sync_s: float = 0.0
     triton_tensor_flops: float = math.nan  # a Triton kernel's tl.dot tiles; nan: tensor_flops (set in __post_init__)
     row_pass_bytes_per_s: float = math.nan  # a pass over long logits rows; nan: hbm_bytes_per_s
+    l2_reduction_bytes_per_s: float = math.nan  # float32 atomics / reductions in L2; nan: l2_bytes_per_s
 
     def __post_init__(self) -> None:
         if math.isnan(self.triton_tensor_flops):
             object.__setattr__(self, "triton_tensor_flops", self.tensor_flops)
         if math.isnan(self.row_pass_bytes_per_s):
             object.__setattr__(self, "row_pass_bytes_per_s", self.hbm_bytes_per_s)
+        if math.isnan(self.l2_reduction_bytes_per_s):
+            object.__setattr__(self, "l2_reduction_bytes_per_s", self.l2_bytes_per_s)
 
 
 # Fitted to the project's first GPU run (benchmarks/results/h200.json, NVIDIA H200, torch 2.11, triton 3.6) by
 # `python -m benchmarks.model.calibrate`: cuBLAS's large-GEMM rate from the bare-GEMM floor cases, a Triton
 # kernel's tl.dot rate from Cut Cross-Entropy's log-probs, a row pass's bandwidth from the gemm and TRL cases,
-# the L2 bandwidth a streaming kernel achieves from the triton path's log-probs (its forward is L2-bound).
+# the rate of float32 atomics in L2 from Cut Cross-Entropy's loss cases; the L2 read rate from the second run's Triton
+# forward (below).
 MEASURED_TENSOR_FLOPS = 711e12
 MEASURED_TRITON_TENSOR_FLOPS = 514e12
 MEASURED_ROW_PASS_BYTES_PER_S = 1.5e12
-MEASURED_L2_BYTES_PER_S = 4.5e12
+# L2 -> SM reads: the least rate consistent with the second H200 run's Triton forward
+# (benchmarks/results/h200-second-run/triton-check.log: S1's no-grad log-probs, 159 GB of 128 x 128 tile loads in
+# 20.48 ms, compute-bound at the Triton tile rate): a lower bound. The first run's 4.5 TB/s was fitted to kernels
+# since replaced, which re-read W through 32-token tiles.
+MEASURED_L2_BYTES_PER_S = 7.8e12
+# float32 atomics / reductions resolved in L2, at 8 bytes an element added: fitted to Cut Cross-Entropy's loss cases
+# (its backward adds dE and dC by atomics; the operands' tile reads charged at the read rate above).
+MEASURED_L2_REDUCTION_BYTES_PER_S = 8.2e12
 _GEMM_SOURCE = ("bf16 711 TFLOP/s for cuBLAS, 514 for Triton tl.dot tiles, 1.5 TB/s for a pass over logits rows, "
-                "4.5 TB/s of L2: fitted to this project's H200 run (benchmarks/results/h200.json; datasheet 989 "
-                "dense; the same rates are charged on H100, the same die); a GEMM at other shapes: 128 x 256 tiles "
+                "8.2 TB/s of float32 atomics in L2 (8 bytes an element): fitted to this project's H200 run "
+                "(benchmarks/results/h200.json; datasheet 989 dense; the same rates are charged on H100, the same "
+                "die); L2 reads at least 7.8 TB/s: the second H200 run's Triton forward (159 GB of tile loads in "
+                "20.48 ms, compute-bound); a GEMM at other shapes: 128 x 256 tiles "
                 "in waves of one per SM, 128 elements of K per tile's fill and drain, split-K when the tiles do not "
                 "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed)")
 # What the two share (the GH100 die, the GEMM rule, the launch costs); they differ in HBM.
 _GH100 = dict(tensor_flops=MEASURED_TENSOR_FLOPS, triton_tensor_flops=MEASURED_TRITON_TENSOR_FLOPS,
               row_pass_bytes_per_s=MEASURED_ROW_PASS_BYTES_PER_S, l2_bytes_per_s=MEASURED_L2_BYTES_PER_S,
+              l2_reduction_bytes_per_s=MEASURED_L2_REDUCTION_BYTES_PER_S,
               fp32_flops=67e12, l2_bytes=50 * MIB, sms=132,
               gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,
               host_sync_s=HOST_SYNC_S)

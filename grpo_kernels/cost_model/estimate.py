@@ -1,7 +1,7 @@
 """The model's vocabulary: the problem, a phase of work, a path's estimate.
 
-Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 bytes / L2 bandwidth),
-plus each phase's kernel launches and host synchronisations: each phase is compute- or memory-bound, phases run
+Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 reads / L2 read bandwidth
++ L2 reductions / L2 reduction rate), plus each phase's kernel launches and host synchronisations: each phase is compute- or memory-bound, phases run
 one after another. A GEMM phase's arithmetic time is that of its shape (device.gemm_compute_seconds).
 """
 
@@ -71,7 +71,7 @@ class Phase:
     name: str
     flops: float = 0.0
     hbm_bytes: float = 0.0
-    l2_bytes: float = 0.0
+    l2_bytes: float = 0.0  # L2 -> SM reads (operand tiles a kernel re-reads from L2)
     fp32_matmul: bool = False  # FLOPs run at the float32 CUDA-core rate, not on tensor cores
     triton_matmul: bool = False  # FLOPs run by a Triton kernel's tl.dot tiles (rates.triton_tensor_flops)
     row_pass: bool = False  # a pass over [rows, V] logits rows: its bytes move at rates.row_pass_bytes_per_s
@@ -79,6 +79,8 @@ class Phase:
     gemm_shape: Optional[tuple[int, int, int]] = None  # (m, n, k) of a cuBLAS GEMM: its arithmetic at that shape
     launches: int = 0  # kernel launches per repetition
     host_syncs: int = 0  # host synchronisations per repetition
+    # float32 atomic adds / reductions resolved in L2 (8 bytes an element added: the line read and written there)
+    l2_reduction_bytes: float = 0.0
 
     def compute_seconds(self, rates: DeviceRates) -> float:
         """One repetition's arithmetic."""
@@ -88,10 +90,13 @@ class Phase:
             return gemm_compute_seconds(*self.gemm_shape, rate, rates)
         return self.flops / rate
 
+    def l2_seconds(self, rates: DeviceRates) -> float:
+        """Reads and reductions share the L2 slices: their times add."""
+        return self.l2_bytes / rates.l2_bytes_per_s + self.l2_reduction_bytes / rates.l2_reduction_bytes_per_s
+
     def seconds(self, rates: DeviceRates) -> float:
         bandwidth = rates.row_pass_bytes_per_s if self.row_pass else rates.hbm_bytes_per_s
-        bound = max(self.compute_seconds(rates), self.hbm_bytes / bandwidth,
-                    self.l2_bytes / rates.l2_bytes_per_s)
+        bound = max(self.compute_seconds(rates), self.hbm_bytes / bandwidth, self.l2_seconds(rates))
         return self.count * (bound + self.launches * rates.kernel_launch_s + self.host_syncs * rates.host_sync_s)
 
 
@@ -115,7 +120,8 @@ class Estimate:
 
     @property
     def l2_bytes(self) -> float:
-        return sum(p.l2_bytes * p.count for p in self.phases)
+        """Reads and reductions."""
+        return sum((p.l2_bytes + p.l2_reduction_bytes) * p.count for p in self.phases)
 
     @property
     def launches(self) -> int:
@@ -129,4 +135,5 @@ class Estimate:
         """Lower bound if memory-bound phases overlapped compute-bound ones (e.g. row kernels of one wave on a
         second stream beside the next wave's GEMM): max(all arithmetic, all HBM bytes, all L2 bytes)."""
         compute = sum(p.count * p.compute_seconds(rates) for p in self.phases)
-        return max(compute, self.hbm_bytes / rates.hbm_bytes_per_s, self.l2_bytes / rates.l2_bytes_per_s)
+        return max(compute, self.hbm_bytes / rates.hbm_bytes_per_s,
+                   sum(p.count * p.l2_seconds(rates) for p in self.phases))

@@ -19,6 +19,8 @@ from .estimate import Estimate, Phase, Problem
 # Per-token vectors an objective or a statistics pass reads and writes (logp, entropy, lse, old, ref,
 # advantage, mask, weight in; term, g, kl, clip out): a few dozen bytes, negligible beside [N, V] traffic.
 PER_TOKEN_BYTES = 64
+# L2 traffic of one float32 element added by an atomic / reduction: the line read and written in L2.
+REDUCTION_BYTES = 8
 # Small torch ops per wave of the GEMM path's token-level objective (g and e of the wave's tokens; assumed).
 OBJECTIVE_LAUNCHES = 10
 _HOPPER = GPU_CONFIGS["sm90"]
@@ -121,28 +123,82 @@ def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50
     walk their loop in step, so W comes from HBM once per wave of programs. The backward kernels recompute the
     logits; their accumulators round-trip once per tile, to HBM when the in-flight accumulators exceed L2.
     """
-    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     in_flight = programs_in_flight or 132
-    fwd, dh, dw = (_HOPPER[name][SIXTEEN_BIT] for name in ("forward", "grad_hidden", "grad_weight"))
+    phases = padding_phases(p) + [_triton_forward(p, in_flight)]
+    if p.operation == "loss":
+        phases += _owner_backward(p, in_flight, l2_bytes)
+    gemms = 1 + 2 * (p.hidden_needs_grad + p.weight_grad) * (p.operation == "loss")
+    return _triton_estimate("fused Triton streaming kernels", p, phases, gemms)
+
+
+def triton_tiles(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50 * MIB) -> Estimate:
+    """The same forward; a trained head's backward in one kernel (tile_backward.py): a program per [block_n,
+    block_v] tile recomputes it once and adds dz W into dH and dz^T h into dW with float32 atomics, charged as the
+    roofline charges Cut Cross-Entropy's backward (atomic_tile_backward). With one gradient, the owner kernel."""
+    in_flight = programs_in_flight or 132
+    phases = padding_phases(p) + [_triton_forward(p, in_flight)]
+    both = p.hidden_needs_grad and p.weight_grad
+    if p.operation == "loss" and both:
+        tiles = _HOPPER["grad_tiles"][SIXTEEN_BIT]
+        phases.append(atomic_tile_backward("backward: one kernel, recompute + dH + dW (atomics)", p.valid_tokens,
+                                           p.vocab, p.hidden, p.itemsize, tiles.block_n, tiles.block_v, True, True))
+    elif p.operation == "loss":
+        phases += _owner_backward(p, in_flight, l2_bytes)
+    gemms = 1 + (3 if both else 2 * (p.hidden_needs_grad + p.weight_grad)) * (p.operation == "loss")
+    return _triton_estimate("fused Triton kernels, one-kernel atomic backward", p, phases, gemms)
+
+
+def atomic_tile_backward(name: str, N: int, V: int, H: int, c: int, block_n: int, block_v: int, hidden_grad: bool,
+                         weight_grad: bool) -> Phase:
+    """A backward kernel over [block_n, block_v] tiles (Cut Cross-Entropy's, this library's tile_backward.py): each
+    tile's logits recomputed once from its two operand blocks read from L2, each needed gradient's contribution
+    formed from the other operand's block (dH from W's, dW from h's, read again) and added by float32 atomics,
+    which resolve in L2. HBM: the operands once, each float32 accumulator zeroed, read by the cast, and cast to c
+    bytes."""
+    tiles = math.ceil(N / block_n) * math.ceil(V / block_v)
+    recompute = (block_n + block_v) * H * c
+    contractions = (block_v * hidden_grad + block_n * weight_grad) * H * c
+    return Phase(name, flops=2 * (1 + hidden_grad + weight_grad) * N * V * H,
+                 hbm_bytes=(N + V) * H * c + (N * H * hidden_grad + V * H * weight_grad) * (4 + 4 + c),
+                 l2_bytes=tiles * (recompute + contractions),
+                 l2_reduction_bytes=tiles * (block_n * hidden_grad + block_v * weight_grad) * H * REDUCTION_BYTES,
+                 launches=1, triton_matmul=True)
+
+
+def _triton_forward(p: Problem, in_flight: int) -> Phase:
+    """linear_forward.py's statistics kernel and merge (the epilogue's too)."""
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    fwd = _HOPPER["forward"][SIXTEEN_BIT]
     token_blocks, vocab_blocks = math.ceil(N / fwd.block_n), math.ceil(V / fwd.block_v)
     token_waves = math.ceil(token_blocks / in_flight)
-    phases = padding_phases(p)
-    phases.append(Phase("forward: stream W, online softmax (+ epilogue)", flops=2 * N * V * H,
-                        hbm_bytes=N * H * c + token_waves * V * H * c + N * PER_TOKEN_BYTES,
-                        l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c, launches=2, triton_matmul=True))
-    grads = p.operation == "loss"
-    if grads and p.hidden_needs_grad:  # programs over token blocks, streaming the vocabulary
+    return Phase("forward: stream W, online softmax (+ epilogue)", flops=2 * N * V * H,
+                 hbm_bytes=N * H * c + token_waves * V * H * c + N * PER_TOKEN_BYTES,
+                 l2_bytes=token_blocks * V * H * c + vocab_blocks * N * H * c, launches=2, triton_matmul=True)
+
+
+def _owner_backward(p: Problem, in_flight: int, l2_bytes: int) -> list[Phase]:
+    """linear_backward.py's kernels, one per gradient needed."""
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    dh, dw = _HOPPER["grad_hidden"][SIXTEEN_BIT], _HOPPER["grad_weight"][SIXTEEN_BIT]
+    phases = []
+    if p.hidden_needs_grad:  # programs over token blocks, streaming the vocabulary
         phases.append(_streaming_backward("backward dH kernel: recompute + dZ W", N, dh.block_n, V, dh.block_v, H, c,
                                           in_flight, l2_bytes, streamed_reads=1))
-    if grads and p.weight_grad:  # programs over vocabulary blocks, streaming the tokens
+    if p.weight_grad:  # programs over vocabulary blocks, streaming the tokens
         phases.append(_streaming_backward("backward dW kernel: recompute + dZ^T h", V, dw.block_v, N, dw.block_n, H, c,
                                           in_flight, l2_bytes, streamed_reads=2))
-    gemms = 1 + 2 * (p.hidden_needs_grad + p.weight_grad) * grads
-    return Estimate("fused Triton streaming kernels", p, phases, gemms=gemms,
-                    peak_extra_bytes=(N * H * 4 if grads and p.hidden_needs_grad else 0) + N * PER_TOKEN_BYTES,
-                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
+    return phases
+
+
+def _triton_estimate(path: str, p: Problem, phases: list[Phase], gemms: int) -> Estimate:
+    grads = p.operation == "loss"
+    fwd = _HOPPER["forward"][SIXTEEN_BIT]
+    return Estimate(path, p, phases, gemms=gemms,
+                    peak_extra_bytes=(p.valid_tokens * p.hidden * 4 if grads and p.hidden_needs_grad else 0)
+                    + p.valid_tokens * PER_TOKEN_BYTES,
+                    fp32_weight_grad_bytes=p.vocab * p.hidden * 4 if p.weight_grad else 0,
                     assumptions=[f"forward blocks {fwd.block_n} tokens x {fwd.block_v} vocabulary; tensor cores at "
-                                 "cuBLAS's large-GEMM rate (optimistic for Triton)",
+                                 "the Triton tile rate",
                                  "padding rows dropped; no dW kernel for a frozen head"])
 
 
@@ -150,18 +206,18 @@ def _streaming_backward(name: str, rows: int, row_block: int, cols: int, col_blo
                         in_flight: int, l2_bytes: int, streamed_reads: int) -> Phase:
     """A backward kernel with one program per block of `rows` (tokens for dH, vocabulary rows for dW) that
     streams all `cols` in col_block tiles, recomputing the logits: each tile's contribution is added into its
-    float32 accumulator [row_block, H] by reductions in L2 (4 bytes an element from the SMs), whose lines go to HBM
+    float32 accumulator [row_block, H] by reductions in L2 (REDUCTION_BYTES an element), whose lines go to HBM
     and back once per tile (8 bytes) when the accumulators in flight exceed L2; the streamed operand comes from
     HBM once per wave of programs (`streamed_reads` times) and from L2 for the others."""
     row_blocks, col_blocks = math.ceil(rows / row_block), math.ceil(cols / col_block)
     waves_of_programs = math.ceil(row_blocks / in_flight)
-    added = row_blocks * col_blocks * row_block * H * 4
+    added = row_blocks * col_blocks * row_block * H  # float32 elements
     spills_l2 = min(in_flight, row_blocks) * row_block * H * 4 > l2_bytes
     return Phase(name, flops=4 * rows * cols * H,
                  hbm_bytes=rows * H * (4 + c + c) + streamed_reads * waves_of_programs * cols * H * c
-                 + 2 * added * spills_l2,
-                 l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c + added,
-                 launches=2, triton_matmul=True)
+                 + 2 * 4 * added * spills_l2,
+                 l2_bytes=2 * row_blocks * cols * H * c + col_blocks * rows * H * c,
+                 l2_reduction_bytes=added * REDUCTION_BYTES, launches=2, triton_matmul=True)
 
 
 def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -> Estimate:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .configs import GPU_CONFIGS, KernelConfig, dtype_class
 from .linear_forward import GROUP_N
+from .tile_backward import GROUP_N as TILE_GROUP_N
 
 DTYPES = ("fp32", "bf16", "fp16")
 ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled for (90 = sm_90a)
@@ -42,9 +43,9 @@ class CompileTarget:
         return ARCHS[self.arch]
 
     def jit_function(self):
-        from . import accumulate_mm, linear_backward, linear_forward, logits, rows
+        from . import accumulate_mm, linear_backward, linear_forward, logits, rows, tile_backward
 
-        for module in (linear_forward, linear_backward, logits, rows, accumulate_mm):
+        for module in (linear_forward, linear_backward, tile_backward, logits, rows, accumulate_mm):
             if hasattr(module, self.kernel):
                 return getattr(module, self.kernel)
         raise LookupError(f"no kernel named {self.kernel}")
@@ -154,6 +155,9 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         for table, owns_vocab in (("grad_hidden", False), ("grad_weight", True)):
             out += _targets("_grad_kernel", table, arch, dtype,
                             _grid(OWNS_VOCAB=[owns_vocab], HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True)
+        # the opt-in one-kernel backward (a trained head only)
+        out += _targets("_tile_grad_kernel", "grad_tiles", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap),
+                        True, fixed=dict(GROUP=TILE_GROUP_N))
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
         out += _gemm_path_targets(arch, dtype, bias, ent, cap)

@@ -56,17 +56,18 @@ class KernelConfig:
 
 
 # A table's entries: "forward" the partial-statistics kernel of both linear forwards (log-probs and the GRPO
-# epilogue), "merge" the split merge, "grad_hidden" / "grad_weight" the backward's two orientations, "logits" the
-# logits-input kernels.
+# epilogue), "merge" the split merge, "grad_hidden" / "grad_weight" the backward's two orientations, "grad_tiles"
+# the opt-in one-kernel backward (tile_backward.py), "logits" the logits-input kernels.
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
 
-def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple) -> dict[str, dict[str, KernelConfig]]:
+def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple, grad_tiles: tuple
+           ) -> dict[str, dict[str, KernelConfig]]:
     """One architecture's table from (16-bit, float32) entries of the linear kernels."""
-    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight}
+    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight, "grad_tiles": grad_tiles}
     table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
     return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
 
@@ -77,11 +78,14 @@ GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 32, num_warps=4, num_stages=2, split_tiles=32)),
                    grad_hidden=(KernelConfig(64, 128, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"]),
-                   grad_weight=(KernelConfig(128, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"])),
+                   grad_weight=(KernelConfig(128, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"]),
+                   grad_tiles=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3),
+                               KernelConfig(64, 64, 16, num_warps=8, num_stages=1))),
     "sm80": _table(forward=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
                    grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
-                   grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"])),
+                   grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
+                   grad_tiles=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"])),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
@@ -92,7 +96,7 @@ GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
 _INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
 INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
     "forward": KernelConfig(16, 32, 32, split_tiles=2),
-    "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR,
+    "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR, "grad_tiles": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
 }
 

@@ -95,19 +95,40 @@ def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entrop
                     needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
     """(grad_hidden, grad_weight, grad_bias); a gradient not needed is None and its kernel does not run
     (a frozen LM head costs no dW work and no V x H buffer). grad_bias follows needs_weight_grad."""
-    prepare(hidden.device)
-    _check_dtype(hidden, "hidden")
     from .linear_backward import linear_backward as launch_backward
 
-    upcast, precision = _linear_options(hidden.dtype)
     configs = (config_for("grad_hidden", hidden.dtype, hidden.device),
                config_for("grad_weight", hidden.dtype, hidden.device))
+    return _backward_padded(hidden, head, max(c.block_k for c in configs), lambda hidden, head, upcast, precision:
+                            launch_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy, configs,
+                                            upcast, precision, needs_hidden_grad, needs_weight_grad))
+
+
+def linear_backward_tiles(grad_logps, grad_entropy, hidden, head, targets, lse, entropy,
+                          needs_hidden_grad: bool = True, needs_weight_grad: bool = True):
+    """linear_backward's gradients, a trained head's by tile_backward.py's one kernel (each logits tile recomputed
+    once for dH and dW; float32 atomics: not bitwise repeatable run to run). With one gradient there is nothing
+    to share, and linear_backward's kernel runs."""
+    if not (needs_hidden_grad and needs_weight_grad):
+        return linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy, needs_hidden_grad,
+                               needs_weight_grad)
+    from .tile_backward import tile_backward
+
+    config = config_for("grad_tiles", hidden.dtype, hidden.device)
+    return _backward_padded(hidden, head, config.block_k, lambda hidden, head, upcast, precision:
+                            tile_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy, config,
+                                          upcast, precision))
+
+
+def _backward_padded(hidden, head, block_k: int, launch_backward):
+    """launch_backward(hidden, head, upcast, precision) with H padded to block_k; the padded columns' gradients go."""
+    prepare(hidden.device)
+    _check_dtype(hidden, "hidden")
+    upcast, precision = _linear_options(hidden.dtype)
     H = hidden.shape[1]
-    padded_hidden, padded_head = padded_to_block_k(hidden, head, max(c.block_k for c in configs))
-    grad_hidden, grad_weight, grad_bias = launch_backward(
-        grad_logps, grad_entropy, padded_hidden, padded_head, targets, lse, entropy, configs, upcast, precision,
-        needs_hidden_grad, needs_weight_grad)
-    if padded_hidden is not hidden:  # the zero columns' gradients go
+    padded_hidden, padded_head = padded_to_block_k(hidden, head, block_k)
+    grad_hidden, grad_weight, grad_bias = launch_backward(padded_hidden, padded_head, upcast, precision)
+    if padded_hidden is not hidden:
         grad_hidden = None if grad_hidden is None else grad_hidden[:, :H].contiguous()
         grad_weight = None if grad_weight is None else grad_weight[:, :H].contiguous()
     return grad_hidden, grad_weight, grad_bias

@@ -68,11 +68,15 @@ def test_case_list_puts_the_headline_first():
     for shape in SHAPE_SETS["gpu"]:
         assert f"{shape.id}-loss---floor" in ids and f"{shape.id}-loss-dapo_kl-gemm" in ids
     s1 = TARGET_SHAPES["S1"].id
-    # the headline: S1's token-level loss, then S1's no-grad log-probs, each floor first, then auto, gemm, the peers
+    # the headline: S1's token-level loss, then S1's no-grad log-probs, each floor first, then auto, gemm, the peers,
+    # then every backend of Triton kernels
+    assert "triton" in gpu_plan.TRITON_BACKENDS and len(gpu_plan.TRITON_BACKENDS) >= 2
     headline = [f"{s1}-{operation}-{case}-{path}" for operation in ("loss", "logprobs")
-                for case, path in [("-", "floor"), *(("dapo_kl", p) for p in ("auto", "gemm", "liger", "cce", "trl"))]]
+                for case, path in [("-", "floor"), *(("dapo_kl", p) for p in ("auto", "gemm", "liger", "cce", "trl",
+                                                                            *gpu_plan.TRITON_BACKENDS))]]
     assert ids[:len(headline)] == headline
-    assert [gpu_plan.is_headline(case) for case in cases] == [True] * len(headline) + [False] * (len(ids) - 12)
+    assert [gpu_plan.is_headline(case) for case in cases] == \
+        [True] * len(headline) + [False] * (len(ids) - len(headline))
     assert f"{s1}-loss-dapo_kl-reference" == ids[len(headline)]  # S1's rest follows on the same inputs
     # one shape after another: each shape's inputs are built once
     shapes = [case.shape for case in cases]

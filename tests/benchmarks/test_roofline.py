@@ -194,3 +194,37 @@ def test_docs_table_is_what_the_command_prints():
     expected = roofline.report(list(MODELS), list(DEVICES), 1.0, "targets")
     assert docs[begin + len("<!-- roofline:begin -->\n"):end] == expected, (
         "docs/benchmarks.md's roofline block is stale: paste `python -m benchmarks.model.roofline --section targets`")
+
+
+def test_docs_auto_against_trl_block_is_what_the_command_prints():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        docs = f.read()
+    begin, end = docs.index("<!-- auto-vs-trl:begin -->\n"), docs.index("<!-- auto-vs-trl:end -->")
+    assert docs[begin + len("<!-- auto-vs-trl:begin -->\n"):end] == roofline.auto_against_trl(), (
+        "docs/benchmarks.md's auto-vs-TRL block is stale: paste `python -m benchmarks.model.roofline --auto-vs-trl`")
+
+
+def test_auto_against_trl_counts_a_pair_only_when_time_and_memory_are_both_lower(monkeypatch):
+    """With TRL's model replaced by one that is twice auto's time and memory on every problem, every pair is ahead;
+    with one that is half, none is."""
+    import dataclasses
+
+    from benchmarks.model import roofline_paths
+
+    def scaled(factor):
+        def trl(p):
+            est = roofline.estimate("auto", p)
+            phases = [dataclasses.replace(ph, flops=ph.flops * factor, hbm_bytes=ph.hbm_bytes * factor,
+                                          l2_bytes=ph.l2_bytes * factor,
+                                          l2_reduction_bytes=ph.l2_reduction_bytes * factor,
+                                          launches=ph.launches * factor, host_syncs=ph.host_syncs * factor,
+                                          gemm_shape=None) for ph in est.phases]
+            return dataclasses.replace(est, phases=phases, peak_extra_bytes=est.peak_extra_bytes * factor + 1)
+        return trl
+
+    pairs = len(roofline.AGAINST_TRL) * 3
+    monkeypatch.setitem(roofline_paths.MODELS, "trl", scaled(4))
+    assert f"at {pairs} of {pairs} operation" in roofline.auto_against_trl()
+    monkeypatch.setitem(roofline_paths.MODELS, "trl", scaled(0.25))
+    assert f"at 0 of {pairs} operation" in roofline.auto_against_trl()

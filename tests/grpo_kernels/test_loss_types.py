@@ -104,7 +104,7 @@ def assert_matches_oracle(loss, grads, problem, loss_type: str, rows: slice = sl
 
 
 @pytest.mark.parametrize("loss_type", ["dppo_binary_tv", "geo_seq_mask"])
-@pytest.mark.parametrize("backend", with_triton_interpreted(["reference", "torch", "gemm", "triton"]))
+@pytest.mark.parametrize("backend", with_triton_interpreted(["reference", "torch", "gemm", "triton", "triton_atomic"]))
 def test_a_registered_loss_runs_on_every_backend_exact_against_float64(backend, loss_type):
     problem = make_problem(seed=31, B=3, T=6, H=16, V=40, logit_scale=2.0)
     assert_matches_oracle(*run_loss(problem, loss_type, backend), problem, loss_type)

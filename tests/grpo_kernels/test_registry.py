@@ -12,8 +12,8 @@ from grpo_testing import INTERPRETER, make_problem
 from repo_paths import ROOT
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs, reference, routing
-from grpo_kernels.backends import (BACKENDS, EPILOGUE, ONE_PASS, BackendSpec, backend_names, get_backend,
-                                   register_backend, token_level_route)
+from grpo_kernels.backends import (BACKENDS, EPILOGUE, ONE_PASS, BackendSpec, auto_candidates, backend_names,
+                                   get_backend, register_backend, token_level_route)
 from grpo_kernels.backends import gemm as gemm_module
 from grpo_kernels.backends import torch_streaming
 from grpo_kernels.backends.protocol import EpilogueBackend, LogprobBackend, OnePassBackend
@@ -89,6 +89,8 @@ def test_every_entry_implements_what_it_declares():
     (dict(second_order=True), "second_order=True needs materializes_logits=True"),
     (dict(materializes_logits=True), "declare vocab_shards=False"),
     (dict(token_level_route="one_pass"), "token_level_route must be ONE_PASS, EPILOGUE or None"),
+    (dict(auto=True, cost="grpo_kernels.cost_model.paths:triton", deterministic=False),
+     "auto=True needs deterministic=True"),
 ])
 def test_an_inconsistent_entry_is_refused(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -220,6 +222,43 @@ def test_an_undeclared_feature_is_refused_naming_the_backend_before_any_work(reg
     if call == "transform":
         linear_logprobs(p.hidden, p.weight, p.completion_ids, backend="recording", logit_transform=LogitTransform())
         assert RecordingBackend.calls == ["forward"]
+
+
+@pytest.fixture()
+def deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) for one test, then the setting as it was."""
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def test_a_non_deterministic_backend_is_refused_under_deterministic_algorithms(register, deterministic_algorithms):
+    """A caller who asked torch for bitwise repeatable results gets one line naming the backend before any work,
+    and `auto` never picks a non-deterministic backend at all (an entry declaring both is refused)."""
+    register(deterministic=False)
+    p = make_problem(seed=26, B=2, T=5, H=12, V=30)
+    message = (r"backend='recording' does not support torch.use_deterministic_algorithms\(True\) \(bitwise "
+               r"repeatable results\) \(deterministic=False in its registry entry\); use one of \['auto'")
+    for run in (lambda: _loss(p, "recording"),
+                lambda: linear_logprobs(p.hidden, p.weight, p.completion_ids, backend="recording")):
+        with pytest.raises(ValueError, match=message):
+            run()
+    assert RecordingBackend.calls == []
+    assert "recording" not in auto_candidates()
+    assert all(BACKENDS[name].deterministic for name in auto_candidates())
+    torch.use_deterministic_algorithms(False)
+    _loss(p, "recording")
+    assert RecordingBackend.calls == ["forward", "backward"]
+
+
+def test_the_opt_in_atomic_backward_is_declared_and_refused_where_repeatability_is_asked(deterministic_algorithms):
+    spec = get_backend("triton_atomic")
+    assert not spec.deterministic and not spec.auto and spec.triton_kernels
+    p = make_problem(seed=27, B=2, T=5, H=12, V=30)
+    with pytest.raises(ValueError, match=r"backend='triton_atomic' does not support torch.use_deterministic"):
+        _loss(p, "triton_atomic")
+    assert "triton" in [name for name, spec in BACKENDS.items() if spec.deterministic]
 
 
 def test_a_backend_without_vocabulary_shards_is_refused_for_a_sharded_head(register):

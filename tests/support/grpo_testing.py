@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from grpo_kernels import GRPOLossConfig
+from grpo_kernels.backends import BACKENDS
 from grpo_kernels.config import LossConfigWarning
 from grpo_kernels.losses import DEFAULT_LOSS_TYPE, get_loss_type
 
@@ -172,8 +173,12 @@ def triton_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def runs_triton(backend: str) -> bool:
+    return backend in BACKENDS and BACKENDS[backend].triton_kernels
+
+
 def device_of(backend: str) -> str:
-    return triton_device() if backend == "triton" else "cpu"
+    return triton_device() if runs_triton(backend) else "cpu"
 
 
 FUSED_BACKENDS = ["gemm", "torch", "triton"]
@@ -183,9 +188,9 @@ INTERPRETER = pytest.mark.interpreter
 
 
 def with_triton_interpreted(backends: list[str]) -> list:
-    """`backends` as parametrize values, "triton" marked `interpreter`: for a test that keeps its tensors on the
+    """`backends` as parametrize values, those running Triton marked `interpreter`: for a test that keeps its tensors on the
     CPU whatever the machine (one that follows `device_of(backend)` runs Triton on the GPU there instead)."""
-    return [pytest.param(backend, marks=INTERPRETER) if backend == "triton" else backend for backend in backends]
+    return [pytest.param(backend, marks=INTERPRETER) if runs_triton(backend) else backend for backend in backends]
 
 def kept_sets(targets: torch.Tensor, vocab: int, size: int, seed: int, without_set: float = 0.2,
               padding: float = 0.3) -> torch.Tensor:
