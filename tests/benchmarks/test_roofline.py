@@ -228,3 +228,20 @@ def test_auto_against_trl_counts_a_pair_only_when_time_and_memory_are_both_lower
     assert f"at {pairs} of {pairs} operation" in roofline.auto_against_trl()
     monkeypatch.setitem(roofline_paths.MODELS, "trl", scaled(0.25))
     assert f"at 0 of {pairs} operation" in roofline.auto_against_trl()
+
+
+def test_docs_kept_token_roofline_block_is_what_the_command_prints():
+    """benchmarks/model/kept_tokens_cost.py --roofline (each repeated phase counted as often as it runs)."""
+    from benchmarks.model.kept_tokens_cost import roofline_report, replace_count
+    from grpo_kernels.cost_model import Phase
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        docs = f.read()
+    begin, end = docs.index("<!-- kept-roofline:begin -->\n"), docs.index("<!-- kept-roofline:end -->")
+    assert docs[begin + len("<!-- kept-roofline:begin -->\n"):end] == "\n".join(roofline_report()[1:]) + "\n", (
+        "docs/benchmarks.md's kept-token roofline block is stale: paste "
+        "`python -m benchmarks.model.kept_tokens_cost --roofline`")
+    # a phase repeated keeps its kind: a cuBLAS GEMM stays at the cuBLAS rate, counted `count` times
+    phase = replace_count(Phase("gemm", flops=1e12, hbm_bytes=1e9), 7)
+    assert phase.count == 7 and not phase.triton_matmul and phase.flops == 1e12
