@@ -15,7 +15,7 @@ from grpo_testing import INTERPRETER, make_problem
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs
 from grpo_kernels.backends import backend_names, get_backend
 
-BACKENDS = ["reference", "torch", "triton", "gemm"]
+BACKENDS = ["reference", "torch", "triton", "triton_atomic", "gemm"]
 CONFIG = GRPOLossConfig(beta=0.04, entropy_coef=0.01)
 # Agreement between backends: float32 / float64 to their rounding; 16-bit inputs to the rounding of 16-bit logits
 # (the reference backend computes the logits in the input dtype, as the model's own head does; the streaming

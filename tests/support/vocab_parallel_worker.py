@@ -271,6 +271,10 @@ def triton_cases() -> dict[str, Callable[[], dict]]:
         "triton-gspo-entropy-scale-softcap-group": lambda: loss_case(
             problem(), GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", entropy_coef=0.02),
             "group", "triton", logit_transform=LogitTransform(scale=1.5, softcap=2.0)),
+        # the opt-in one-kernel backward on each rank's shard, with the whole vocabulary's statistics
+        "triton_atomic-dapo_kl-entropy-scale-softcap-group": lambda: loss_case(
+            problem(), GRPOLossConfig(beta=0.04, entropy_coef=0.02), "group", "triton_atomic",
+            logit_transform=LogitTransform(scale=1.5, softcap=2.0)),
     }
 
 
