@@ -6,17 +6,15 @@ deterministic=False)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from ..kernels import launch
 
-
-class _TileBackward:
-    """kernels/launch.py's functions, with the backward of tile_backward.py."""
-
-    linear_backward = staticmethod(launch.linear_backward_tiles)
-
-    def __getattr__(self, name: str):
-        return getattr(launch, name)
+# The Protocol's calls and the EPILOGUE route's, as plain attributes (isinstance against a runtime-checkable
+# Protocol looks them up statically from Python 3.12 on): kernels/launch.py's, the backward swapped.
+_BACKEND = SimpleNamespace(linear_forward=launch.linear_forward, linear_backward=launch.linear_backward_tiles,
+                           linear_grpo_forward=launch.linear_grpo_forward)
 
 
-def backend(workspace_bytes: int = 0):
-    return _TileBackward()
+def backend(workspace_bytes: int = 0) -> SimpleNamespace:
+    return _BACKEND
