@@ -1,8 +1,9 @@
 """The model's vocabulary: the problem, a phase of work, a path's estimate.
 
 Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 reads / L2 read bandwidth
-+ L2 reductions / L2 reduction rate), plus each phase's kernel launches and host synchronisations: each phase is compute- or memory-bound, phases run
-one after another. A GEMM phase's arithmetic time is that of its shape (device.gemm_compute_seconds).
++ L2 reductions / L2 reduction rate), plus each phase's kernel launches and host synchronisations: each phase is
+compute- or memory-bound, phases run one after another. A GEMM phase's arithmetic time is that of its shape
+(device.gemm_compute_seconds).
 """
 
 from __future__ import annotations

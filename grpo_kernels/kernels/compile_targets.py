@@ -156,8 +156,8 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
             out += _targets("_grad_kernel", table, arch, dtype,
                             _grid(OWNS_VOCAB=[owns_vocab], HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True)
         # the opt-in one-kernel backward (a trained head only)
-        out += _targets("_tile_grad_kernel", "grad_tiles", arch, dtype, _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap),
-                        True, fixed=dict(GROUP=TILE_GROUP_N))
+        out += _targets("_tile_grad_kernel", "grad_tiles", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True, fixed=dict(GROUP=TILE_GROUP_N))
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
         out += _gemm_path_targets(arch, dtype, bias, ent, cap)

@@ -188,8 +188,8 @@ INTERPRETER = pytest.mark.interpreter
 
 
 def with_triton_interpreted(backends: list[str]) -> list:
-    """`backends` as parametrize values, those running Triton marked `interpreter`: for a test that keeps its tensors on the
-    CPU whatever the machine (one that follows `device_of(backend)` runs Triton on the GPU there instead)."""
+    """`backends` as parametrize values, those running Triton marked `interpreter`: for a test that keeps its tensors
+    on the CPU whatever the machine (one that follows `device_of(backend)` runs Triton on the GPU there instead)."""
     return [pytest.param(backend, marks=INTERPRETER) if runs_triton(backend) else backend for backend in backends]
 
 def kept_sets(targets: torch.Tensor, vocab: int, size: int, seed: int, without_set: float = 0.2,
