@@ -5,11 +5,17 @@
 # pytest-benchmark, hypothesis) come at their newest. CI runs it (.ci/run).
 #
 #   scripts/test_oldest_stack.sh [pytest arguments]
+#   scripts/test_oldest_stack.sh --setup-only     # make or update the environment, check it, run no test
 #
 # VENV (default .venv-oldest, ignored by git) is created if missing and reused otherwise. torch's PyPI wheel is
 # a CUDA build (it also runs on a CPU): the environment takes about 5 GB and installs in about 75 s here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+setup_only=false
+if [ "${1:-}" = "--setup-only" ]; then
+    setup_only=true
+    shift
+fi
 if [ -z "${PYTHON:-}" ]; then   # a python3.12 that runs (a pyenv shim may exist without the version selected)
     for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python; do
         if "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))" >/dev/null 2>&1; then
@@ -60,4 +66,7 @@ for absent in trl liger_kernel datasets math_verify vllm; do
         exit 2
     fi
 done
+if $setup_only; then
+    exit 0
+fi
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
