@@ -6,16 +6,18 @@
 #
 #   scripts/test_oldest_stack.sh [pytest arguments]
 #   scripts/test_oldest_stack.sh --setup-only     # make or update the environment, check it, run no test
+#   scripts/test_oldest_stack.sh --tests-only [pytest arguments]   # check the environment as it is, run the tests
 #
 # VENV (default .venv-oldest, ignored by git) is created if missing and reused otherwise. torch's PyPI wheel is
 # a CUDA build (it also runs on a CPU): the environment takes about 5 GB and installs in about 75 s here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-setup_only=false
-if [ "${1:-}" = "--setup-only" ]; then
-    setup_only=true
-    shift
-fi
+setup=true
+tests=true
+case "${1:-}" in
+    --setup-only) tests=false; shift ;;
+    --tests-only) setup=false; shift ;;
+esac
 if [ -z "${PYTHON:-}" ]; then   # a python3.12 that runs (a pyenv shim may exist without the version selected)
     for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python; do
         if "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))" >/dev/null 2>&1; then
@@ -31,9 +33,10 @@ fi
 VENV=${VENV:-.venv-oldest}
 EXTRAS=${EXTRAS:-engine}   # the extras whose floors are pinned and installed (not trl: the GPU machines lack it)
 
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-constraints="$VENV/oldest-stack-constraints.txt"
-EXTRAS="$EXTRAS" "$VENV/bin/python" - >"$constraints" <<'PY'
+if $setup; then
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    constraints="$VENV/oldest-stack-constraints.txt"
+    EXTRAS="$EXTRAS" "$VENV/bin/python" - >"$constraints" <<'PY'
 import os
 import re
 import tomllib
@@ -53,9 +56,13 @@ pins["numpy"] = "2.5.*"
 pins["pyparsing"] = "3.1.*"
 print("\n".join(f"{name}=={version}" for name, version in pins.items()))
 PY
-echo "oldest stack: $(tr '\n' ' ' <"$constraints")"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[$EXTRAS]" \
-    "pytest>=8" "pytest-benchmark>=4" "hypothesis>=6"
+    echo "oldest stack: $(tr '\n' ' ' <"$constraints")"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[$EXTRAS]" \
+        "pytest>=8" "pytest-benchmark>=4" "hypothesis>=6"
+elif [ ! -x "$VENV/bin/python" ]; then
+    echo "test_oldest_stack.sh: --tests-only needs the environment $VENV; make it with --setup-only" >&2
+    exit 2
+fi
 "$VENV/bin/python" -m pip check
 "$VENV/bin/python" -c "import sys, torch, triton, transformers, accelerate, numpy
 print('Python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__,
@@ -66,7 +73,7 @@ for absent in trl liger_kernel datasets math_verify vllm; do
         exit 2
     fi
 done
-if $setup_only; then
+if ! $tests; then
     exit 0
 fi
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
