@@ -78,7 +78,8 @@ def case_problem(operation: str, config: str, hidden: int, vocab: int, tokens: i
                 or settings.top_entropy_quantile < 1.0):
             level = "sequence"
         frozen = case.frozen_head
-    valid = 1.0 if not valid_tokens else min(1.0, valid_tokens / tokens)
+    # the log-probs operation takes no mask: every position goes through the head
+    valid = 1.0 if not valid_tokens or operation == "logprobs" else min(1.0, valid_tokens / tokens)
     return Problem(tokens=tokens, hidden=hidden, vocab=vocab, dtype=dtype, operation=operation, level=level,
                    frozen_head=frozen, valid_fraction=valid)
 

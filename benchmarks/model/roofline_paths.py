@@ -102,16 +102,16 @@ def trl(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> Estima
     phases = [Phase("gather valid rows (hidden_states[mask])", hbm_bytes=2 * N * H * c)]
     for rows, cols, count in tiles:
         phases.append(_gemm("forward: tile = h W^T", rows, cols, H, c, c, count))
-        phases.append(Phase("forward: Triton fold (online lse, entropy)", hbm_bytes=rows * cols * c, count=count,
-                            row_pass=True))
+        phases.append(Phase("forward: Triton fold (online lse, entropy)", hbm_bytes=rows * cols * c,
+                            row_read_bytes=rows * cols * c, count=count))
     phases.append(Phase("per-token log-probs, entropy and TRL's loss", hbm_bytes=N * PER_TOKEN_BYTES))
     if grads:
         phases.append(Phase("zero the float32 accumulators",
                             hbm_bytes=4 * H * (N * p.hidden_needs_grad + V * p.weight_grad)))
         for rows, cols, count in tiles:
             phases.append(_gemm("backward: recompute tile", rows, cols, H, c, c, count))
-            phases.append(Phase("backward: Triton dZ in place", hbm_bytes=2 * rows * cols * c, count=count,
-                                row_pass=True))
+            phases.append(Phase("backward: Triton dZ in place", hbm_bytes=2 * rows * cols * c,
+                                row_read_bytes=rows * cols * c, count=count))
             if p.hidden_needs_grad:
                 dh = _gemm("dH[rows] += dZ W (fp32 out)", rows, H, cols, c, 4, count)
                 phases.append(replace(dh, hbm_bytes=dh.hbm_bytes + rows * H * 4))

@@ -23,9 +23,11 @@ from typing import Callable, Optional
 
 import torch
 
+from ..cost_model.paths import MIN_SEGMENT, row_segments
 from ..head import LMHead
 from .protocol import stats_dtype
-from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
+from .row_math import (OnlineSoftmaxStats, merge_segment_stats, softmax_grad_, target_in_range, target_logit,
+                       transform_logits_)
 from .wide_gemm import add_mm_wide_, gemm_dtype, mm_wide
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
@@ -89,15 +91,36 @@ class RowOps:
 TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
 
 
-def triton_rows(gpu_launch: Optional[bool] = None) -> RowOps:
-    """The Triton row kernels; gpu_launch=True launches them with the GPU's block size on any device (under the
+def segmented_stats(stats: Callable, min_segment: int = MIN_SEGMENT) -> Callable:
+    """The statistics pass `stats` over each row split into segments (cost_model.paths.row_segments): the row
+    kernels run a program per row and their loads are latency-bound, so a wave of a few hundred rows leaves HBM
+    mostly idle (the second H200 run: 1.75 TB/s with 512 programs a launch); k segments a row give k times the
+    programs. The segments are rows of a [rows * k, V / k] view of the workspace; their statistics are merged
+    exactly (row_math.merge_segment_stats)."""
+    def run(z, bias, targets, inv_tau, cap_scale):
+        rows, V = z.shape
+        k = row_segments(V, bias is not None, min_segment)
+        if k == 1 or not z.is_contiguous():
+            return stats(z, bias, targets, inv_tau, cap_scale)
+        width = V // k
+        offsets = torch.arange(0, V, width, device=z.device, dtype=targets.dtype)
+        segment_targets = (targets[:, None] - offsets).reshape(-1)  # a target lands in exactly one segment
+        lse, entropy, target_z = stats(z.view(rows * k, width), None, segment_targets, inv_tau, cap_scale)
+        return merge_segment_stats(lse.view(rows, k), entropy.view(rows, k), target_z.view(rows, k))
+    return run
+
+
+def triton_rows(gpu_launch: Optional[bool] = None, min_segment: int = MIN_SEGMENT) -> RowOps:
+    """The Triton row kernels, the statistics over row segments of at least `min_segment` columns
+    (segmented_stats); gpu_launch=True launches them with the GPU's block size on any device (under the
     interpreter on CPU), None picks by the tensors' device."""
     from functools import partial
 
     from ..kernels import launch, rows
 
     launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
-    return RowOps(partial(rows.row_stats, gpu_launch=gpu_launch), partial(rows.row_grad_, gpu_launch=gpu_launch))
+    return RowOps(segmented_stats(partial(rows.row_stats, gpu_launch=gpu_launch), min_segment),
+                  partial(rows.row_grad_, gpu_launch=gpu_launch))
 
 
 def default_rows(device: torch.device) -> RowOps:

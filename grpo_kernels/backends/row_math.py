@@ -34,6 +34,17 @@ class OnlineSoftmaxStats:
         return lse, lse - self.sum_exp_z / self.sum_exp
 
 
+def merge_segment_stats(lse: torch.Tensor, entropy: torch.Tensor, target_z: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[rows, segments] statistics of the segments of each row (lse, entropy, target logit: 0 in the segments
+    that do not hold the target) -> the rows' [rows]. A row's softmax is its segments' weighted by
+    w_s = exp(lse_s - lse): lse = logsumexp_s lse_s, and the mean logit sum_s w_s (lse_s - entropy_s)."""
+    total = torch.logsumexp(lse, dim=1)
+    weight = torch.exp(lse - total[:, None])
+    mean_z = (weight * (lse - entropy)).sum(1)
+    return total, total - mean_z, target_z.sum(1)
+
+
 def target_in_range(targets: torch.Tensor, v0: int, v1: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Which rows' target falls in [v0, v1), and its column within the range (0 where it does not).
     Targets outside the weight's vocabulary (a shard's foreign ids, -1) fall in no range."""

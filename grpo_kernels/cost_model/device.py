@@ -44,7 +44,10 @@ class DeviceRates:
     kernel_launch_s: float = 0.0
     host_sync_s: float = 0.0
     triton_tensor_flops: float = math.nan  # a Triton kernel's tl.dot tiles; nan: tensor_flops (set in __post_init__)
-    row_pass_bytes_per_s: float = math.nan  # a pass over long logits rows; nan: hbm_bytes_per_s
+    row_pass_bytes_per_s: float = math.nan  # a peer's (TRL's) row kernel's loads; nan: hbm_bytes_per_s
+    # what one program of this library's row kernels (kernels/rows.py: a program per row) loads per second; a
+    # launch loads at min(HBM, programs x this); nan: hbm_bytes_per_s (one program saturates HBM)
+    row_program_bytes_per_s: float = math.nan
     l2_reduction_bytes_per_s: float = math.nan  # float32 atomics / reductions in L2; nan: l2_bytes_per_s
 
     def __post_init__(self) -> None:
@@ -52,18 +55,28 @@ class DeviceRates:
             object.__setattr__(self, "triton_tensor_flops", self.tensor_flops)
         if math.isnan(self.row_pass_bytes_per_s):
             object.__setattr__(self, "row_pass_bytes_per_s", self.hbm_bytes_per_s)
+        if math.isnan(self.row_program_bytes_per_s):
+            object.__setattr__(self, "row_program_bytes_per_s", self.hbm_bytes_per_s)
         if math.isnan(self.l2_reduction_bytes_per_s):
             object.__setattr__(self, "l2_reduction_bytes_per_s", self.l2_bytes_per_s)
 
 
-# Fitted to the project's first GPU run (benchmarks/results/h200.json, NVIDIA H200, torch 2.11, triton 3.6) by
-# `python -m benchmarks.model.calibrate`: cuBLAS's large-GEMM rate from the bare-GEMM floor cases, a Triton
-# kernel's tl.dot rate from Cut Cross-Entropy's log-probs, a row pass's bandwidth from the gemm and TRL cases,
-# the rate of float32 atomics in L2 from Cut Cross-Entropy's loss cases; the L2 read rate from the second run's Triton
-# forward (below).
+# Fitted to the project's two GPU runs (benchmarks/results/h200.json and h200-second-run/, NVIDIA H200, torch 2.11,
+# triton 3.6) by `python -m benchmarks.model.calibrate`: cuBLAS's large-GEMM rate from the bare-GEMM floor cases, a
+# Triton kernel's tl.dot rate from Cut Cross-Entropy's log-probs, the rate of float32 atomics in L2 from Cut
+# Cross-Entropy's loss cases (first run); the row kernels' load rates from the second run's kernel profile
+# (h200-second-run/profile-s1.md, below); the L2 read rate from the second run's Triton forward (below).
 MEASURED_TENSOR_FLOPS = 711e12
 MEASURED_TRITON_TENSOR_FLOPS = 514e12
-MEASURED_ROW_PASS_BYTES_PER_S = 1.5e12
+# This library's row kernels (kernels/rows.py, a program per row, 4 warps) load at a rate proportional to the
+# programs in a launch until HBM saturates: the second run's profile at S1 (V 151936, float32 rows) measured the
+# statistics kernel at 1.75 TB/s with 512 programs a launch (16 launches, 8192 rows, 2.85 ms) and at 2.76 TB/s
+# with ~1000 (6 launches, 6004 rows, 1.32 ms), the gradient kernel's loads at 2.72 TB/s with ~1000 (1.34 ms): per
+# program 3.41, 2.76 and 2.72 GB/s, fitted 2.95 (latency-bound loads: Little's law, not a bandwidth ceiling).
+MEASURED_ROW_PROGRAM_BYTES_PER_S = 2.95e9
+# TRL's Triton row kernels (the forward fold and the dZ kernel, over [4096, 32768] 16-bit tiles): their loads in the
+# same profile: 2.37 TB/s (log-probs fold, 8192 rows), 1.58 (loss fold, 6004 rows), 1.72 (dZ kernel); fitted 1.86.
+MEASURED_ROW_PASS_BYTES_PER_S = 1.86e12
 # L2 -> SM reads: the least rate consistent with the second H200 run's Triton forward
 # (benchmarks/results/h200-second-run/triton-check.log: S1's no-grad log-probs, 159 GB of 128 x 128 tile loads in
 # 20.48 ms, compute-bound at the Triton tile rate): a lower bound. The first run's 4.5 TB/s was fitted to kernels
@@ -72,16 +85,19 @@ MEASURED_L2_BYTES_PER_S = 7.8e12
 # float32 atomics / reductions resolved in L2, at 8 bytes an element added: fitted to Cut Cross-Entropy's loss cases
 # (its backward adds dE and dC by atomics; the operands' tile reads charged at the read rate above).
 MEASURED_L2_REDUCTION_BYTES_PER_S = 8.2e12
-_GEMM_SOURCE = ("bf16 711 TFLOP/s for cuBLAS, 514 for Triton tl.dot tiles, 1.5 TB/s for a pass over logits rows, "
-                "8.2 TB/s of float32 atomics in L2 (8 bytes an element): fitted to this project's H200 run "
+_GEMM_SOURCE = ("bf16 711 TFLOP/s for cuBLAS, 514 for Triton tl.dot tiles, "
+                "8.2 TB/s of float32 atomics in L2 (8 bytes an element): fitted to this project's first H200 run "
                 "(benchmarks/results/h200.json; datasheet 989 dense; the same rates are charged on H100, the same "
                 "die); L2 reads at least 7.8 TB/s: the second H200 run's Triton forward (159 GB of tile loads in "
-                "20.48 ms, compute-bound); a GEMM at other shapes: 128 x 256 tiles "
-                "in waves of one per SM, 128 elements of K per tile's fill and drain, split-K when the tiles do not "
-                "fill a wave (assumed); 4 us per kernel launch, 20 us per host sync (assumed)")
+                "20.48 ms, compute-bound); row kernels' loads: 2.95 GB/s per program of this library's (up to HBM), "
+                "1.86 TB/s for TRL's: the second H200 run's kernel profile (h200-second-run/profile-s1.md); a GEMM "
+                "at other shapes: 128 x 256 tiles in waves of one per SM, 128 elements of K per tile's fill and "
+                "drain, split-K when the tiles do not fill a wave (assumed); 4 us per kernel launch, 20 us per host "
+                "sync (assumed)")
 # What the two share (the GH100 die, the GEMM rule, the launch costs); they differ in HBM.
 _GH100 = dict(tensor_flops=MEASURED_TENSOR_FLOPS, triton_tensor_flops=MEASURED_TRITON_TENSOR_FLOPS,
-              row_pass_bytes_per_s=MEASURED_ROW_PASS_BYTES_PER_S, l2_bytes_per_s=MEASURED_L2_BYTES_PER_S,
+              row_pass_bytes_per_s=MEASURED_ROW_PASS_BYTES_PER_S,
+              row_program_bytes_per_s=MEASURED_ROW_PROGRAM_BYTES_PER_S, l2_bytes_per_s=MEASURED_L2_BYTES_PER_S,
               l2_reduction_bytes_per_s=MEASURED_L2_REDUCTION_BYTES_PER_S,
               fp32_flops=67e12, l2_bytes=50 * MIB, sms=132,
               gemm_tile=HOPPER_GEMM_TILE, gemm_k_fill=GEMM_K_FILL, kernel_launch_s=KERNEL_LAUNCH_S,

@@ -1,8 +1,9 @@
 """The model's vocabulary: the problem, a phase of work, a path's estimate.
 
 Predicted time = sum over phases of max(arithmetic time, HBM bytes / HBM bandwidth, L2 reads / L2 read bandwidth
-+ L2 reductions / L2 reduction rate), plus each phase's kernel launches and host synchronisations: each phase is
-compute- or memory-bound, phases run one after another. A GEMM phase's arithmetic time is that of its shape
++ L2 reductions / L2 reduction rate, a row kernel's loads / the rate its programs in flight reach), plus each
+phase's kernel launches and host synchronisations: each phase is compute- or memory-bound, phases run one after
+another. A GEMM phase's arithmetic time is that of its shape
 (device.gemm_compute_seconds).
 """
 
@@ -75,7 +76,12 @@ class Phase:
     l2_bytes: float = 0.0  # L2 -> SM reads (operand tiles a kernel re-reads from L2)
     fp32_matmul: bool = False  # FLOPs run at the float32 CUDA-core rate, not on tensor cores
     triton_matmul: bool = False  # FLOPs run by a Triton kernel's tl.dot tiles (rates.triton_tensor_flops)
-    row_pass: bool = False  # a pass over [rows, V] logits rows: its bytes move at rates.row_pass_bytes_per_s
+    # A row kernel's loads: a pass over [rows, V] logits rows whose programs each walk a row, so its loads are
+    # latency-bound: `row_programs` programs per launch (this library's row kernels) load at
+    # min(HBM, programs x rates.row_program_bytes_per_s); 0 programs: a peer's row kernel, at
+    # rates.row_pass_bytes_per_s. Its bytes are in hbm_bytes too (stores and loads at the HBM rate).
+    row_read_bytes: float = 0.0
+    row_programs: int = 0
     count: int = 1  # identical repetitions (waves, chunks)
     gemm_shape: Optional[tuple[int, int, int]] = None  # (m, n, k) of a cuBLAS GEMM: its arithmetic at that shape
     launches: int = 0  # kernel launches per repetition
@@ -95,9 +101,17 @@ class Phase:
         """Reads and reductions share the L2 slices: their times add."""
         return self.l2_bytes / rates.l2_bytes_per_s + self.l2_reduction_bytes / rates.l2_reduction_bytes_per_s
 
+    def row_seconds(self, rates: DeviceRates) -> float:
+        """One repetition's row-kernel loads at the rate their programs in flight reach."""
+        if not self.row_read_bytes:
+            return 0.0
+        rate = min(rates.hbm_bytes_per_s, self.row_programs * rates.row_program_bytes_per_s) if self.row_programs \
+            else rates.row_pass_bytes_per_s
+        return self.row_read_bytes / rate
+
     def seconds(self, rates: DeviceRates) -> float:
-        bandwidth = rates.row_pass_bytes_per_s if self.row_pass else rates.hbm_bytes_per_s
-        bound = max(self.compute_seconds(rates), self.hbm_bytes / bandwidth, self.l2_seconds(rates))
+        bound = max(self.compute_seconds(rates), self.hbm_bytes / rates.hbm_bytes_per_s, self.l2_seconds(rates),
+                    self.row_seconds(rates))
         return self.count * (bound + self.launches * rates.kernel_launch_s + self.host_syncs * rates.host_sync_s)
 
 
@@ -137,4 +151,5 @@ class Estimate:
         second stream beside the next wave's GEMM): max(all arithmetic, all HBM bytes, all L2 bytes)."""
         compute = sum(p.count * p.compute_seconds(rates) for p in self.phases)
         return max(compute, self.hbm_bytes / rates.hbm_bytes_per_s,
+                   sum(p.count * p.row_seconds(rates) for p in self.phases),
                    sum(p.count * p.l2_seconds(rates) for p in self.phases))

@@ -23,6 +23,25 @@ PER_TOKEN_BYTES = 64
 REDUCTION_BYTES = 8
 # Small torch ops per wave of the GEMM path's token-level objective (g and e of the wave's tokens; assumed).
 OBJECTIVE_LAUNCHES = 10
+# The GEMM path's statistics pass splits each row of a head without bias into up to MAX_ROW_SEGMENTS equal
+# segments of at least MIN_SEGMENT columns, a row-kernel program each, and merges the segments' (lse, entropy,
+# target logit): its loads are latency-bound (DeviceRates.row_program_bytes_per_s), so programs in flight set the
+# rate. The merge: the segments' targets and a log-sum-exp fold over [rows, segments] (SEGMENT_MERGE_LAUNCHES ops).
+MAX_ROW_SEGMENTS = 8
+MIN_SEGMENT = 4096
+SEGMENT_MERGE_LAUNCHES = 10
+
+
+def row_segments(vocab: int, has_bias: bool = False, min_segment: int = MIN_SEGMENT) -> int:
+    """Segments per row of the GEMM path's statistics pass: the most (a power of two up to MAX_ROW_SEGMENTS)
+    that divide the vocabulary into segments of at least `min_segment` columns; 1 with a bias (the row kernel
+    indexes the bias by the column within its row)."""
+    if has_bias:
+        return 1
+    k = MAX_ROW_SEGMENTS
+    while k > 1 and (vocab % k or vocab // k < min_segment):
+        k //= 2
+    return k
 _HOPPER = GPU_CONFIGS["sm90"]
 
 
@@ -66,12 +85,16 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
     two_pass = grads and p.level == "sequence"
     phases = padding_phases(p)
 
+    segments = row_segments(V)
+
     def logits_and_stats(tag: str) -> list[Phase]:
         out = []
         for rows, count in wave_list:
             out.append(gemm_phase(f"{tag}GEMM1 Z = h W^T (fp32 out)", rows, V, H, c, 4, count))
-            out.append(Phase(f"{tag}row statistics", hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, count=count,
-                             launches=1, row_pass=True))
+            out.append(Phase(f"{tag}row statistics ({segments} segments a row)",
+                             hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, row_read_bytes=rows * V * 4,
+                             row_programs=rows * segments, count=count,
+                             launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
         return out
 
     phases += logits_and_stats("pass 1: " if two_pass else "")
@@ -83,8 +106,8 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
             phases += [ph for ph in logits_and_stats("pass 2: ") if "statistics" not in ph.name]
         first = True
         for rows, count in wave_list:
-            phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c), count=count,
-                                launches=1, row_pass=True))
+            phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c),
+                                row_read_bytes=rows * V * 4, row_programs=rows, count=count, launches=1))
             if p.hidden_needs_grad:
                 phases.append(gemm_phase("GEMM2 dH = dZ W", rows, H, V, c, c, count))
             if p.weight_grad:
@@ -111,7 +134,7 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
                     peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
-                                 "padding rows dropped before the head"])
+                                 "padding rows dropped before the head", "a head without bias"])
 
 
 def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50 * MIB) -> Estimate:

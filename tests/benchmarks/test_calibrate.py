@@ -17,13 +17,15 @@ def fitted():
 @pytest.mark.parametrize("name,constant", [
     ("tensor_flops", device.MEASURED_TENSOR_FLOPS),
     ("triton_tensor_flops", device.MEASURED_TRITON_TENSOR_FLOPS),
+    ("l2_reduction_bytes_per_s", device.MEASURED_L2_REDUCTION_BYTES_PER_S),
+    ("row_program_bytes_per_s", device.MEASURED_ROW_PROGRAM_BYTES_PER_S),
     ("row_pass_bytes_per_s", device.MEASURED_ROW_PASS_BYTES_PER_S),
 ])
 def test_each_measured_rate_is_the_fit_to_the_committed_h200_run(fitted, name, constant):
     assert getattr(fitted, name) == pytest.approx(constant, rel=0.03)
 
 
-def test_the_fitted_model_predicts_the_headline_within_a_quarter_but_for_the_known_log_prob_gap(fitted):
+def test_the_fitted_model_predicts_the_headline_within_a_quarter(fitted):
     run = load_run("benchmarks/results/h200.json")
     headline = [r for r in run.results if r.head == "S1" and r.path in ("floor", "gemm", "auto", "trl", "cce")
                 and (r.operation == "logprobs" or r.config == "dapo_kl" or r.path == "floor")]
@@ -34,9 +36,28 @@ def test_the_fitted_model_predicts_the_headline_within_a_quarter_but_for_the_kno
     headline = [r for r in headline if calibrate.modelled(run, r)]
     off = {(r.path, r.operation) for r in headline
            if abs(math.log(r.median_ms / calibrate.predicted_ms(r, fitted))) > math.log(1.25)}
-    # the no-grad log-probs of the cuBLAS-and-row-pass paths take 1.3-1.5x what the four rates explain
-    # (docs/benchmarks.md, "The first GPU run"): stated here so that a change of it shows
-    assert off == {("gemm", "logprobs"), ("auto", "logprobs"), ("trl", "logprobs")}
+    assert off == set()
+
+
+def test_every_case_is_within_a_quarter_or_has_its_reason(fitted):
+    """The H200 tables: each case predicted within 25%, or the reason (code since replaced, what the model leaves
+    out) printed beside it."""
+    run = load_run("benchmarks/results/h200.json")
+    lines = calibrate.case_lines(run, fitted)
+    assert len(lines) > 60
+    assert not [line for line in lines if "NOT EXPLAINED" in line]
+    # TRL's head, the yardstick of `auto`, is predicted within a quarter at every case
+    trl = [r for r in run.results if r.path == "trl"]
+    assert trl and all(abs(math.log(r.median_ms / calibrate.predicted_ms(r, fitted))) < math.log(1.25) for r in trl)
+
+
+def test_the_row_kernel_rates_are_read_from_the_profile():
+    with open(calibrate.SECOND_RUN_PROFILE) as profile:
+        rates = calibrate.row_kernel_rates(profile.read())
+    # S1 log-probs: 8192 rows x 151936 float32 in 2.852 ms over 16 launches of 512 programs
+    assert 8192 * 151936 * 4 / 2.852e-3 / 512 == pytest.approx(3.41e9, rel=0.01)
+    assert rates["row_program_bytes_per_s"] == pytest.approx(2.95e9, rel=0.02)
+    assert rates["row_pass_bytes_per_s"] == pytest.approx(1.86e12, rel=0.02)
 
 
 def test_a_cpu_run_is_refused_with_a_reason():

@@ -63,6 +63,55 @@ def test_triton_row_kernels_match_torch_rows(with_bias, temperature, transform):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("transform", [IDENTITY, SOFTCAPPED], ids=["plain", "softcapped"])
+def test_segmented_row_statistics_match_float64(transform):
+    """The statistics pass over row segments (more programs a launch) against float64 whole-row statistics:
+    a peaked and a flat row, targets in every segment, at a segment edge, foreign (-1, >= V)."""
+    from grpo_kernels.cost_model.paths import row_segments
+
+    gen = torch.Generator().manual_seed(11)
+    R, V = 6, 1024
+    z = torch.randn(R, V, generator=gen) * 3
+    z[0, 700] = 40.0  # one token takes nearly all the mass, in the sixth segment
+    z[1] = 0.01 * z[1]  # nearly flat
+    targets = torch.tensor([700, 5, 128, 1023, -1, V + 3])
+    stats = triton_rows(min_segment=128).stats
+    assert row_segments(V, min_segment=128) == 8
+    inv_tau, cap = LMHead(torch.zeros(V, 4), None, 0.8, transform).logit_constants
+    lse, entropy, target_z = stats(z.clone(), None, targets, inv_tau, cap)
+    logits = z.double()
+    logits = torch.tanh(logits * cap) * inv_tau if cap is not None else logits * inv_tau
+    ref_lse = torch.logsumexp(logits, 1)
+    log_p = logits - ref_lse[:, None]
+    ref_entropy = -(log_p.exp() * log_p).sum(1)
+    inside = (targets >= 0) & (targets < V)
+    ref_target = torch.where(inside, logits.gather(1, targets.clamp(0, V - 1)[:, None]).squeeze(1), 0.0)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=0, atol=2e-5)
+    torch.testing.assert_close(entropy.double(), ref_entropy, rtol=0, atol=2e-5)
+    torch.testing.assert_close(target_z.double(), ref_target, rtol=0, atol=2e-5)
+    # with a bias, one segment (the kernel indexes the bias by the column): the whole-row kernel's answer
+    assert row_segments(V, has_bias=True, min_segment=128) == 1
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("config", [TOKEN_LEVEL, SEQUENCE_LEVEL], ids=["token", "sequence"])
+def test_segmented_statistics_loss_matches_float64(monkeypatch, config):
+    """The loss and its gradients (hidden, weight) through the GEMM path with segmented Triton statistics."""
+    import functools
+
+    merged = []
+    merge = gemm_path.merge_segment_stats
+    monkeypatch.setattr(gemm_path, "merge_segment_stats", lambda *stats: merged.append(1) or merge(*stats))
+    monkeypatch.setattr(gemm_path, "GemmBackend", functools.partial(GemmBackend, rows=triton_rows(min_segment=64)))
+    problem = make_problem(seed=8, B=2, T=5, H=16, V=512, dtype=torch.float32, importance_ratio="token",
+                           with_bias=False)
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="gemm", workspace_bytes=4 * 4 * 512)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, torch.float32)
+    assert len(merged) >= 2  # each of the waves (4 rows a wave) went through 8 segments a row
+
+
+@pytest.mark.interpreter
 def test_triton_row_grad_narrows_to_bf16_in_place():
     """dZ written as bf16 over the float32 logits it reads, row by row, equals dZ computed out of place."""
     from grpo_kernels.kernels import rows
