@@ -28,6 +28,8 @@ class TokenLayout:
         """[B, T] input. `compact` drops the masked rows (a data-dependent shape: off under torch.compile)."""
         mask = completion_mask.to(torch.float32)
         rows = torch.nonzero(mask.reshape(-1)).squeeze(-1) if compact else None
+        if rows is not None and rows.numel() == mask.numel():
+            rows = None  # every row scored: the head reads hidden in place (no [N, H] copy, no dH scatter)
         return cls(tuple(mask.shape), mask, rows, rows)
 
     @classmethod

@@ -31,8 +31,14 @@ from .row_math import (OnlineSoftmaxStats, merge_segment_stats, softmax_grad_, t
 from .wide_gemm import add_mm_wide_, gemm_dtype, mm_wide
 
 DEFAULT_WORKSPACE_BYTES = 1 << 30
-# The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
+# The CPU row pass works on at most ROW_CHUNK rows at a time, and on at most 1 / ROW_CHUNK_FRACTION of the
+# wave's: its temporaries ([rows, V], one or two) stay a few percent of the workspace, as the model counts none.
 ROW_CHUNK = 64
+ROW_CHUNK_FRACTION = 32
+
+
+def _row_chunk(rows: int) -> int:
+    return max(1, min(ROW_CHUNK, rows // ROW_CHUNK_FRACTION))
 
 TokenGrads = Callable[[int, int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Optional[torch.Tensor]]]
 # (lse, entropy, target logit) of a wave -> the same three over the whole vocabulary of a sharded head
@@ -52,8 +58,9 @@ def wave_rows(vocab_size: int, workspace_bytes: int) -> int:
 def _torch_row_stats(z, bias, targets, inv_tau, cap_scale):
     lse, entropy, target_z = (torch.empty(z.shape[0], dtype=z.dtype, device=z.device) for _ in range(3))
     unchanged = bias is None and inv_tau == 1.0 and cap_scale is None
-    for r0 in range(0, z.shape[0], ROW_CHUNK):
-        r1 = min(r0 + ROW_CHUNK, z.shape[0])
+    chunk = _row_chunk(z.shape[0])
+    for r0 in range(0, z.shape[0], chunk):
+        r1 = min(r0 + chunk, z.shape[0])
         scaled = z[r0:r1] if unchanged else _transformed(z[r0:r1].clone(), bias, inv_tau, cap_scale)
         stats = OnlineSoftmaxStats(r1 - r0, z.dtype, z.device)
         stats.update(scaled)
@@ -64,8 +71,9 @@ def _torch_row_stats(z, bias, targets, inv_tau, cap_scale):
 
 
 def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype):
-    for r0 in range(0, z.shape[0], ROW_CHUNK):
-        r1 = min(r0 + ROW_CHUNK, z.shape[0])
+    chunk = _row_chunk(z.shape[0])
+    for r0 in range(0, z.shape[0], chunk):
+        r1 = min(r0 + chunk, z.shape[0])
         inside, column = target_in_range(targets[r0:r1], 0, z.shape[1])
         softmax_grad_(_transformed(z[r0:r1], bias, inv_tau, cap_scale), lse[r0:r1], entropy[r0:r1], g[r0:r1],
                       None if e is None else e[r0:r1], inside, column, inv_tau, cap_scale)

@@ -100,6 +100,7 @@ def linear_backward(grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tenso
                 grad_weight[v0:v1] += dz.T @ h_c
             if grad_bias is not None:
                 grad_bias[v0:v1] += dz.sum(0)
+            del z, dz  # else this tile stays alive beside the next tile and its exp: three tiles, not two
         if grad_hidden is not None:
             grad_hidden[n0:n1] = dh.to(hidden.dtype)
     return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),

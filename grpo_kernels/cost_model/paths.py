@@ -269,12 +269,29 @@ def torch_chunked(p: Problem, token_chunk: int = 256, vocab_chunk: int = 4096) -
                             hbm_bytes=chunks * w_bytes + N * H * (8 + c), fp32_matmul=True,
                             launches=2 * contractions * tiles))
     gemms = 1 + grads * (1 + p.hidden_needs_grad + p.weight_grad)
-    tile_bytes = 2 * token_chunk * vocab_chunk * 4
     return Estimate("torch chunks", p, phases, gemms=gemms,
-                    peak_extra_bytes=tile_bytes + vocab_chunk * H * 8 + N * H * 4 * grads + N * PER_TOKEN_BYTES,
+                    peak_extra_bytes=_torch_chunked_peak(p, token_chunk, vocab_chunk) + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=["padding rows dropped; dW skipped for a frozen head",
                                  "torch's default float32 matmul (no TF32) for dH, dW"])
+
+
+def _torch_chunked_peak(p: Problem, token_chunk: int, vocab_chunk: int) -> int:
+    """The most torch_streaming.py holds at once besides the gradients: the forward's logits tile and its exp; in
+    the backward the dZ tile, the chunk's float32 dH, (16-bit inputs) the chunk's float32 hidden, and then either
+    the tile's exp, or dZ W's product with (16-bit) the float32 W chunk, or dZ^T h's [vocab_chunk, H] product."""
+    H, c = p.hidden, p.itemsize
+    tile, rows, vocab_rows = token_chunk * vocab_chunk * 4, token_chunk * H * 4, vocab_chunk * H * 4
+    cast = c != 4
+    peak = 2 * tile
+    if p.operation == "loss":
+        held = tile + rows + rows * cast
+        peak = max(peak, held + tile)
+        if p.hidden_needs_grad:
+            peak = max(peak, held + rows + vocab_rows * cast)
+        if p.weight_grad:
+            peak = max(peak, held + vocab_rows)
+    return peak
 
 
 def reference(p: Problem) -> Estimate:

@@ -1,0 +1,101 @@
+"""Memory as the cost model says: each path's peak extra memory, measured on the CPU at a head of 100 MB
+(V 25600 x H 1024, float32), within 10% of the model's estimate (cost_model/paths.py), forward and backward.
+
+The instrument is torch's allocator as the profiler records it (every [memory] event, in order): what a GPU's
+torch.cuda.max_memory_allocated counts, so head-sized temporaries show here as they would there. Peak extra =
+the highest allocation during the step beyond what was allocated before it, less the gradients it returns (the
+model's estimate leaves out the inputs, the gradients and, for 16-bit heads, the float32 dW copy; float32 heads
+accumulate into dW itself). The Triton path is not measured here: under the interpreter a step at this head takes
+minutes on a CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs
+from grpo_kernels.backends import get_backend
+from grpo_kernels.cost_model import Problem
+from grpo_kernels.routing import DeviceSpec, operation_of, problem_for, route
+
+pytestmark = pytest.mark.slow
+
+V, H = 25600, 1024  # 100 MiB of float32 head
+B, T = 2, 512
+WAVE_ROWS = 256  # the gemm path's workspace: four waves of 256 rows (25 MiB)
+MIB = 2**20
+
+
+def _peak_allocated(step) -> tuple[int, object]:
+    """(the highest allocation during step() beyond what was allocated before it, step's result)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = step()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    running = peak = 0
+    for event in events:
+        running += event.nbytes()
+        peak = max(peak, running)
+    return peak, result
+
+
+def _inputs(operation: str, valid_rows: int):
+    gen = torch.Generator().manual_seed(7)
+    hidden = (torch.randn(B, T, H, generator=gen) * 0.5).requires_grad_(operation != "logprobs")
+    weight = (torch.randn(V, H, generator=gen) * 0.02).requires_grad_(operation == "loss")
+    ids = torch.randint(0, V, (B, T), generator=gen)
+    mask = (torch.arange(B * T) < valid_rows).long().view(B, T)
+    return hidden, weight, ids, mask
+
+
+def _measured_extra(path: str, operation: str, valid_rows: int, workspace_bytes: Optional[int]) -> int:
+    hidden, weight, ids, mask = _inputs(operation, valid_rows)
+    gen = torch.Generator().manual_seed(8)
+    advantages, old = torch.randn(B, generator=gen), -torch.rand(B, T, generator=gen) * 5
+
+    def step():
+        if operation == "logprobs":
+            with torch.no_grad():
+                return linear_logprobs(hidden.view(-1, H), weight, ids.view(-1), backend=path,
+                                       workspace_bytes=workspace_bytes)
+        out = fused_linear_grpo_loss(hidden, weight, ids, mask, advantages, old_logps=old,
+                                     config=GRPOLossConfig(loss_type="dapo", beta=0.0), backend=path,
+                                     workspace_bytes=workspace_bytes)
+        out.loss.backward()
+        return out
+
+    peak, _ = _peak_allocated(step)
+    gradients = sum(x.grad.numel() * x.grad.element_size() for x in (hidden, weight) if x.grad is not None)
+    return peak - gradients
+
+
+def _modelled_extra(path: str, operation: str, valid_rows: int, workspace_bytes: Optional[int]) -> int:
+    """The model's estimate for the backend the call runs: for `auto`, the route it takes on a CPU."""
+    modelled_operation = operation_of(operation != "logprobs", True, operation == "loss")
+    backend, workspace = path, workspace_bytes
+    if path == "auto":
+        chosen = route(modelled_operation, B * T, H, V, "float32", DeviceSpec("cpu"))
+        backend, workspace = chosen.backend, chosen.workspace_bytes
+    p = problem_for(modelled_operation, B * T, H, V, "float32", workspace or 1 << 30)
+    valid = valid_rows / (B * T) if operation != "logprobs" else 1.0  # log-probs take no mask: every row
+    p = Problem(**{**p.__dict__, "valid_fraction": valid})
+    return get_backend(backend).cost_model()(p).peak_extra_bytes
+
+
+@pytest.mark.parametrize("operation", ["loss", "frozen", "logprobs"])
+@pytest.mark.parametrize("path,valid_rows,workspace_bytes", [
+    ("gemm", B * T, WAVE_ROWS * 4 * V),
+    ("gemm", 3 * B * T // 4, WAVE_ROWS * 4 * V),  # padding dropped: the valid rows gathered
+    ("auto", B * T, None),
+    ("torch", B * T, None),
+], ids=["gemm", "gemm-padded", "auto", "torch_streaming"])
+def test_peak_extra_memory_is_the_models_within_ten_percent(path, valid_rows, workspace_bytes, operation):
+    measured = _measured_extra(path, operation, valid_rows, workspace_bytes)
+    modelled = _modelled_extra(path, operation, valid_rows, workspace_bytes)
+    assert modelled > 4 * MIB  # a head-sized term would not hide in the tolerance
+    assert abs(measured - modelled) <= 0.10 * modelled, (
+        f"{path} {operation}: measured {measured / MIB:.1f} MiB beyond the gradients, modelled {modelled / MIB:.1f}")
