@@ -10,8 +10,9 @@ from typing import Any, Optional
 import yaml
 
 from ..config import SHARED_SETTINGS, EngineConfig, config_yaml, parse_yaml
-from ..config.strict_yaml import StrictDumper
+from ..config.strict_yaml import MAX_CONFIG_BYTES, StrictDumper
 from . import checkpoint as ckpt
+from .bounded_read import read_bounded_bytes
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE, SAMPLES_FILE
 
@@ -66,7 +67,8 @@ def check_nothing_to_overwrite(config: EngineConfig, run_dir: Path) -> None:
     """A fresh run in a directory that already holds files of a run's names it did not write refuses to start:
     the user's own config.yaml (comments and all), notes or model there would be replaced."""
     config_file = run_dir / "config.yaml"
-    own_start = config_file.is_file() and config_file.read_text(errors="replace") == config_yaml(config)
+    own_start = config_file.is_file() and read_bounded_bytes(
+        config_file, MAX_CONFIG_BYTES, "a run's config.yaml").decode(errors="replace") == config_yaml(config)
     foreign = []
     for name in RUN_FILES:
         path = run_dir / name
