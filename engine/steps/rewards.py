@@ -264,7 +264,8 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with reward_fence(f"reward module {module_name!r} (imported for {spec!r})"):
+            module = importlib.import_module(module_name)
     except Exception as exc:  # any error while the user's module runs: one line naming where it happened
         raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r}: "
                                   f"{import_failure(exc)}") from None
@@ -354,7 +355,7 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
         try:
             arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
                                          **columns)
-            with reward_fence(), time_limit(reward.timeout):
+            with reward_fence(f"reward function {reward.name!r}"), time_limit(reward.timeout):
                 values = reward.fn(**arguments)
         except RewardTimeout:
             raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
