@@ -6,6 +6,7 @@ other column is handed to the reward functions, as TRL does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -241,3 +242,13 @@ def reward_columns(rows: list[dict[str, Any]], prompt_column: str) -> dict[str, 
     """Every non-prompt column as a list aligned with `rows` (missing values become None)."""
     names = sorted({key for row in rows for key in row if key != prompt_column})
     return {name: [row.get(name) for row in rows] for name in names}
+
+
+def data_fingerprint(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """What a checkpoint keeps of the rows it trained on: their count and a SHA-256 of their content in order
+    (row by row, keys sorted), so a resume can tell the same data from data regenerated at the same path."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, default=repr, ensure_ascii=False).encode("utf-8", "replace"))
+        digest.update(b"\n")
+    return {"source": source, "rows": len(rows), "sha256": digest.hexdigest()}

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -32,9 +31,10 @@ from ..model.tensor_parallel import is_tensor_parallel
 from ..config.strict_yaml import MAX_CONFIG_BYTES
 from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
+from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .metrics import save_history
 
-PREFIX = "checkpoint-"
+PREFIX = CHECKPOINT_PREFIX
 STATE_FILE = "trainer_state.json"
 MANIFEST_FILE = "checksums.json"
 CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
@@ -43,12 +43,6 @@ SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weight
 
 def checkpoint_root(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
-
-
-# The names the engine gives its checkpoints: checkpoint-NNNNNN (six digits or more). Anything else under
-# checkpoints/ (a backup copy `checkpoint-000002-keep`, `checkpoint-2`, a user's notes) is not one of them: never
-# resumed from, never rotated away.
-CHECKPOINT_NAME = re.compile(rf"{PREFIX}(\d{{6,}})")
 
 
 def checkpoint_step(path: Path) -> Optional[int]:

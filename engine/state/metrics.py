@@ -18,6 +18,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json
+from .run_files import logged_step
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
@@ -83,12 +84,6 @@ def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
     """NaN and infinities become None (JSON null): `json.dumps` would write NaN, which is not JSON."""
     return {name: None if isinstance(value, float) and not math.isfinite(value) else value
             for name, value in metrics.items()}
-
-
-def logged_step(row: dict[str, Any]) -> Optional[int]:
-    """The step of a row as the engine writes it (an integer >= 0), or None for a row it did not write."""
-    step = row.get("step")
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
 
 
 def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
