@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -205,6 +206,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
+    function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
+    code = _command(argv)
+    fence = sys.modules.get("engine.steps.reward_fence")  # loaded only if a reward function ran
+    left = fence.threads_left_running() if fence is not None else []
+    if argv is None and left:
+        print(f"grpo-engine: ending without waiting for {len(left)} thread(s) a reward function left running: "
+              f"{', '.join(left[:3])}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _command(argv: Optional[Sequence[str]]) -> int:
     missing = missing_engine_packages()
     if missing:
         print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",

@@ -20,11 +20,12 @@ from torch import nn
 from .config import EngineConfig, config_from_dict, config_yaml, validate
 from .config.applicability import inapplicable_settings
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
-from .data.prompts import PromptSampler, load_prompt_rows, render_prompt
+from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompt
 from .data.warm_start import supervised_warm_start
 from .hub import resolve_model
 from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
-from .model.limits import check_prompts_fit, check_tokenizer_fits, restrict_vocabulary, scored_vocab_size
+from .model.limits import (ModelFitError, check_prompts_fit, check_tokenizer_fits, restrict_vocabulary,
+                           scored_vocab_size)
 from .model.loading import (
     HiddenStatePolicy,
     add_lora,
@@ -45,6 +46,7 @@ from .state import checkpoint as ckpt
 from .state.health import RunHealth
 from .state.metrics import MetricsLogger
 from .state.resume import start_point
+from .state.run_files import record_own
 from .steps.packing import check_packed_attention
 from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
 
@@ -64,6 +66,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     rewards: list[NamedReward]
     rows: list[dict[str, Any]]
+    data: dict[str, dict[str, Any]]  # the fingerprints of the training (and evaluation) rows, kept in checkpoints
     prompts: list[str]  # rendered prompt text per row
     eval_rows: list[dict[str, Any]]
     eval_prompts: list[str]
@@ -97,7 +100,7 @@ class Run:
         return self.accelerator.unwrap_model(self.policy)
 
     def trainer_state(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "num_tokens": self.num_tokens}
+        return {"sampler": self.sampler.state_dict(), "num_tokens": self.num_tokens, "data": self.data}
 
 
 def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
@@ -140,6 +143,7 @@ def _builtin_base_model(config: EngineConfig, accelerator: Accelerator, base_dir
                   f"answers {warm.answer_probability:.3f}")
         lm.save_pretrained(base_dir)
         tokenizer.save_pretrained(base_dir)
+        record_own(base_dir.parent, base_dir.name)
     accelerator.wait_for_everyone()
 
 
@@ -160,11 +164,35 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
 
 def check_model_takes_the_data(config: EngineConfig, tokenizer: Any, lm: nn.Module, path: str, prompts: list[str],
                                eval_prompts: list[str]) -> None:
-    """The tokenizer's ids inside the model's vocabulary and every prompt inside its positions, before step 1."""
-    check_tokenizer_fits(tokenizer, lm, path)
-    for texts, source in ((prompts, config.data.path), (eval_prompts, config.data.eval_path)):
-        check_prompts_fit(texts, tokenizer, lm, config.data.max_prompt_length, config.rollout.max_new_tokens,
-                          f"dataset {source!r}" if source else "the built-in task")
+    """The tokenizer's ids inside the model's vocabulary and every prompt inside its positions, before step 1. A
+    refusal that names a setting the demo's preset sets, where naming a model dropped that preset, says so."""
+    try:
+        check_tokenizer_fits(tokenizer, lm, path)
+        for texts, source in ((prompts, config.data.path), (eval_prompts, config.data.eval_path)):
+            check_prompts_fit(texts, tokenizer, lm, config.data.max_prompt_length, config.rollout.max_new_tokens,
+                              f"dataset {source!r}" if source else "the built-in task")
+    except ModelFitError as exc:
+        note = dropped_preset_note(config, str(exc))
+        if not note:
+            raise
+        raise ModelFitError(f"{exc} ({note})") from None
+
+
+def dropped_preset_note(config: EngineConfig, message: str) -> str:
+    """What naming a model changed among the settings `message` names: each one the demo's preset sets that is at
+    the schema's default in this run (the preset applies only to the built-in model)."""
+    from .data.demo_task import DEMO_PRESET
+
+    if config.model.name_or_path is None:
+        return ""
+    defaults, now = config_from_dict({}).model_dump(), config.model_dump()
+    dropped = [f"{section}.{key} is {now[section][key]!r}, the default, where the demo's preset has {value!r}"
+               for section, keys in DEMO_PRESET.items() for key, value in keys.items()
+               if f"{section}.{key}" in message and now[section][key] == defaults[section][key] != value]
+    if not dropped:
+        return ""
+    return (f"naming a model (--model) drops the demo's preset: {'; '.join(dropped)}; set "
+            f"{' '.join('--' + d.split(' is ')[0] + ' VALUE' for d in dropped)}")
 
 
 def run_defaults(config: EngineConfig) -> EngineConfig:
@@ -210,12 +238,17 @@ def setup_run(config: EngineConfig) -> Run:
     with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
         base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
     run_dir = Path(config.run.output_dir)
-    resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
+    data = {"train": data_fingerprint(rows, repr(config.data.path) if config.data.path else "of the built-in task")}
+    if eval_rows:
+        data["eval"] = data_fingerprint(eval_rows, repr(config.data.eval_path) if config.data.eval_path
+                                        else "of the built-in task")
+    resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data)
     resume_from = None if resume_point is None else resume_point.path
     if accelerator.is_main_process:
         # Written only once the run is known to use this config (a refused resume leaves the old one).
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(config_yaml(config))
+        record_own(run_dir, "config.yaml")  # a start that fails leaves nothing in the corrected command's way
     set_seed(config.run.seed)  # identical model init on every process
 
     if base_path is None:
@@ -298,6 +331,6 @@ def setup_run(config: EngineConfig) -> Run:
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=config.model_dump(), resume_step=start_step if resume_from else None,
                            resume_checkpoint=resume_from)
-    return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
+    return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows, data,
                prompts, eval_rows, eval_prompts, sampler, logger, start_step,
                config_yaml(config), backend, num_tokens)

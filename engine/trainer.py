@@ -50,6 +50,7 @@ def train(config: EngineConfig) -> TrainSummary:
         run = setup_run(config)
         cfg = run.config
         eval_before = evaluate(run) if run.start_step == 0 else None
+        log_eval(run, 0, eval_before)  # the accuracy before training, kept in metrics.jsonl as step 0
         bar = tqdm(total=cfg.run.max_steps, initial=run.start_step, desc="grpo", disable=not (
             cfg.run.progress_bar and run.accelerator.is_main_process))
         pipeline = RolloutPipeline(run)

@@ -26,8 +26,10 @@ METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_
 def nanquantile(values: torch.Tensor, q: float) -> torch.Tensor:
     """`torch.nanquantile(values.flatten(), q)` (linear interpolation), value for value, in ops that
     torch.compile traces whole: torch 2.11's own turns a data-dependent check into a graph break, which
-    `fullgraph=True` refuses. NaN when every value is NaN."""
-    ordered = values.flatten().sort().values  # NaNs sort last
+    `fullgraph=True` refuses. NaN when every value is NaN, and when there are none (an empty batch): one NaN is
+    appended, which sorts last and is read only when no value is valid."""
+    flat = values.flatten()
+    ordered = torch.cat([flat, flat.new_full((1,), float("nan"))]).sort().values  # NaNs sort last
     rank = (((~ordered.isnan()).sum() - 1).to(ordered.dtype) * q).clamp(min=0)  # in the values' dtype, as torch's
     below = rank.long()
     lo, hi = ordered.gather(0, below.view(1)), ordered.gather(0, rank.ceil().long().view(1))

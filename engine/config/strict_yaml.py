@@ -68,10 +68,94 @@ class StrictDumper(yaml.SafeDumper):
 StrictDumper.add_representer(str, StrictDumper.represent_str)
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """The value `text` holds; a syntax error or a repeated key is one line naming `source` and the line."""
+# The reader's bounds: a config file (or a flag's value, or a saved config.yaml) holds a few hundred values in
+# sections a few levels deep. Aliases can make a few hundred bytes stand for billions of values ("a billion
+# laughs": PyYAML builds them as shared objects quickly, but whatever walks the result, the schema included, pays
+# for every copy), so the values are counted as the aliases expand them before anything is built from them.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_EXPANDED_VALUES = 100_000
+MAX_NESTING = 32
+
+
+def _check_node_bounds(root: yaml.Node, source: str) -> None:
+    """Every value the node graph expands to is counted (an alias as often as it is used: once per node, by
+    memoisation, so the count itself takes time linear in the text) and its depth measured; past a bound, or an
+    alias that contains itself, one line naming `source` and the bound."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    # iterative post-order walk: a deep text must not overflow Python's own stack here
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        children = [] if isinstance(node, yaml.ScalarNode) else (
+            [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else list(node.value))
+        if not children_done:
+            if key in open_nodes:
+                raise ConfigError(f"{source} line {node.start_mark.line + 1}: an alias refers to the value that "
+                                  f"contains it (a recursive structure); write the values out")
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        open_nodes.discard(key)
+        sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+        depths[key] = 1 + max((depths[id(child)] for child in children), default=0)
+        if sizes[key] > MAX_EXPANDED_VALUES:
+            raise ConfigError(f"{source} line {node.start_mark.line + 1}: its aliases expand to more than "
+                              f"{MAX_EXPANDED_VALUES:,} values (the config reader's bound); write the values out")
+        if depths[key] > MAX_NESTING:
+            raise ConfigError(f"{source} line {node.start_mark.line + 1}: nested more than {MAX_NESTING} levels "
+                              f"deep (the config reader's bound; a config is sections of keys)")
+
+
+_OPENING = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockSequenceStartToken,
+            yaml.BlockMappingStartToken)
+_CLOSING = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _check_token_depth(text: str, source: str) -> None:
+    """The nesting bound on the token stream, before any node is composed: PyYAML's parser slows down with the
+    depth of a flow collection (`[[[[...` of 3000 levels took seconds) and its composer recurses once per level."""
+    scanner = StrictLoader(text)
     try:
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+        depth = 0
+        while not scanner.check_token(yaml.StreamEndToken):
+            token = scanner.get_token()
+            depth += isinstance(token, _OPENING) - isinstance(token, _CLOSING)
+            if depth >= MAX_NESTING:
+                raise ConfigError(f"{source} line {token.start_mark.line + 1}: nested more than {MAX_NESTING} "
+                                  f"levels deep (the config reader's bound; a config is sections of keys)")
+    finally:
+        scanner.dispose()
+
+
+def _bounded_load(text: str, source: str) -> Any:
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source} is longer than {MAX_CONFIG_BYTES:,} characters (the config reader's bound)")
+    _check_token_depth(text, source)
+    loader = StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_node_bounds(root, source)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The value `text` holds; a syntax error, a repeated key or a value past the reader's bounds (size, aliases,
+    nesting) is one line naming `source` and the line."""
+    try:
+        return _bounded_load(text, source)
+    except RecursionError:  # the composer recurses once per level of a flow collection: `[[[[...`
+        raise ConfigError(f"{source}: nested more than {MAX_NESTING} levels deep (the config reader's bound; a "
+                          f"config is sections of keys)") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -90,9 +174,13 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"{source} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{source} is larger than {MAX_CONFIG_BYTES:,} bytes (the config reader's bound)")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        line = data[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{source} line {line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as "
                           "UTF-8") from None
     except OSError as exc:

@@ -6,6 +6,7 @@ other column is handed to the reward functions, as TRL does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -15,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..config import is_hub_id
 from ..hub import load_hub_dataset
+from ..state.bounded_read import DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes
 
 
 class DataError(ValueError):
@@ -63,32 +65,50 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, An
 
 def _parse_json(text: str, where: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
+        return parse_json(text, where, object_pairs_hook=_object_without_duplicate_keys)
     except _DuplicateKey as exc:
         raise DataError(f"{where}: the key {exc.args[0]!r} appears twice in one object") from None
+    except FileBoundError as exc:
+        raise DataError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise DataError(f"{where}: invalid JSON ({exc.msg})") from exc
 
 
 def _load_json(source: Path) -> list[dict[str, Any]]:
-    text = _read_utf8(source)
-    if source.suffix == ".json" and text.lstrip().startswith("["):
+    """A JSONL file row by row, each line read within DATA_LINE_BYTES (a runaway line is refused when reading
+    reaches the bound, not after it filled memory); a .json file holding one array, within the same bound."""
+    if source.suffix == ".json" and _starts_an_array(source):
+        try:
+            text = _utf8(read_bounded_bytes(source, DATA_LINE_BYTES, "a JSON dataset read whole"), source, 1)
+        except FileBoundError as exc:
+            raise DataError(f"{exc}; write it as JSONL (one row a line)") from None
         rows = _parse_json(text, str(source))
+        if not isinstance(rows, list):
+            raise DataError(f"{source}: a JSON dataset must hold an array of rows")
     else:
-        rows = [_parse_json(line, f"{source}:{line_no}") for line_no, line in enumerate(text.splitlines(), 1)
-                if line.strip()]
+        try:
+            lines = [(number, _utf8(raw, source, number))
+                     for number, raw in bounded_lines(source, DATA_LINE_BYTES, "a row of a JSONL dataset")]
+        except FileBoundError as exc:
+            raise DataError(str(exc)) from None
+        rows = [_parse_json(line, f"{source}:{number}") for number, line in lines if line.strip()]
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise DataError(f"{source}: row {i} is not a JSON object")
     return rows
 
 
-def _read_utf8(source: Path) -> str:
-    data = source.read_bytes()
+def _starts_an_array(source: Path) -> bool:
+    with source.open("rb") as file:
+        return file.read(4096).lstrip().startswith(b"[")
+
+
+def _utf8(data: bytes, source: Path, first_line: int) -> str:
+    """`data` (starting at line `first_line` of `source`) as text; not UTF-8: one line with the line and column."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = first_line + data.count(b"\n", 0, exc.start)
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise DataError(f"{source}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
                         f"save the file as UTF-8") from None
@@ -222,3 +242,13 @@ def reward_columns(rows: list[dict[str, Any]], prompt_column: str) -> dict[str, 
     """Every non-prompt column as a list aligned with `rows` (missing values become None)."""
     names = sorted({key for row in rows for key in row if key != prompt_column})
     return {name: [row.get(name) for row in rows] for name in names}
+
+
+def data_fingerprint(rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """What a checkpoint keeps of the rows it trained on: their count and a SHA-256 of their content in order
+    (row by row, keys sorted), so a resume can tell the same data from data regenerated at the same path."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, default=repr, ensure_ascii=False).encode("utf-8", "replace"))
+        digest.update(b"\n")
+    return {"source": source, "rows": len(rows), "sha256": digest.hexdigest()}

@@ -17,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -27,10 +28,13 @@ from accelerate import Accelerator
 
 from ..model.fsdp import full_state_dict, is_fully_sharded, save_sharded_state
 from ..model.tensor_parallel import is_tensor_parallel
+from ..config.strict_yaml import MAX_CONFIG_BYTES
+from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
+from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .metrics import save_history
 
-PREFIX = "checkpoint-"
+PREFIX = CHECKPOINT_PREFIX
 STATE_FILE = "trainer_state.json"
 MANIFEST_FILE = "checksums.json"
 CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
@@ -41,13 +45,33 @@ def checkpoint_root(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def checkpoint_step(path: Path) -> Optional[int]:
+    """The step in a checkpoint's name, or None for a name the engine does not write."""
+    match = CHECKPOINT_NAME.fullmatch(path.name)
+    return None if match is None else int(match.group(1))
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+    """Complete checkpoints, oldest first: directories (or links to directories: a checkpoint moved to another disk
+    and linked back) of the engine's names."""
     root = checkpoint_root(run_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+    found = [p for p in root.iterdir()
+             if checkpoint_step(p) is not None and p.is_dir() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Rotation: a checkpoint directory is deleted; a link to one (moved elsewhere by its user) is unlinked, and
+    what it points to is left where the user put it, said in one line."""
+    if path.is_symlink():
+        target = path.resolve()
+        path.unlink()
+        print(f"note: {path} was a link to {target}; rotation (run.save_total_limit) removed the link and left "
+              f"{target} where it is", file=sys.stderr)
+    else:
+        shutil.rmtree(path)
 
 
 def file_sha256(path: Path) -> str:
@@ -65,11 +89,15 @@ def checkpoint_problems(path: Path) -> list[str]:
     """What is wrong with a checkpoint, one entry per damaged file; empty when it is intact."""
     problems = []
     try:
-        json.loads((path / STATE_FILE).read_text())
+        state = read_json_file(path / STATE_FILE, "a checkpoint's trainer state")
+        step, named = state.get("step") if isinstance(state, dict) else None, checkpoint_step(path)
+        if named is not None and step != named:
+            problems.append(f"{STATE_FILE} holds step {step!r}, not the {named} of the directory's name (a copy "
+                            f"renamed?)")
     except (OSError, ValueError) as exc:
         problems.append(f"{STATE_FILE} is unreadable ({exc})")
     try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text())
+        manifest = read_json_file(path / MANIFEST_FILE, "a checkpoint's manifest")
     except FileNotFoundError:
         return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
     except (OSError, ValueError) as exc:
@@ -150,7 +178,11 @@ def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
 
 
 def _step(path: Path) -> int:
-    return int(json.loads((path / STATE_FILE).read_text())["step"])
+    step = read_json_file(path / STATE_FILE, "a checkpoint's trainer state").get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"{path / STATE_FILE}: \"step\" is {step!r}, not a step the engine writes (an "
+                              f"integer >= 0); resume from another checkpoint")
+    return step
 
 
 def rng_state() -> dict[str, Any]:
@@ -263,11 +295,11 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
             stale = root / f".old-{PREFIX}{step:06d}"
             os.replace(final, stale)
             os.replace(tmp, final)
-            shutil.rmtree(stale)
+            remove_checkpoint(stale)
         else:
             os.replace(tmp, final)
         for old in list_checkpoints(run_dir)[:-keep_last]:
-            shutil.rmtree(old)
+            remove_checkpoint(old)
     accelerator.wait_for_everyone()
     return final
 
@@ -300,7 +332,8 @@ def load_training_state(path: Path, process_index: int, optimizer_shard: Optiona
     state = {}
     for key, file in files.items():
         try:
-            state[key] = json.loads(file.read_text()) if key == "trainer" else torch.load(file, weights_only=False)
+            state[key] = (read_json_file(file, "a checkpoint's trainer state") if key == "trainer"
+                          else torch.load(file, weights_only=False))
         except Exception as exc:  # torch.load raises many types on a damaged file; the name is what matters
             raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
     return state
@@ -308,7 +341,7 @@ def load_training_state(path: Path, process_index: int, optimizer_shard: Optiona
 
 def saved_config(path: Path) -> str:
     """The config.yaml text a checkpoint was saved with (its manifest guarantees it is there)."""
-    return (path / CONFIG_FILE).read_text()
+    return read_bounded_bytes(path / CONFIG_FILE, MAX_CONFIG_BYTES, "a saved config").decode(errors="replace")
 
 
 def model_dir(path: Optional[Path]) -> Optional[str]:

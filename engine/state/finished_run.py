@@ -34,8 +34,9 @@ def report(run_dir: Path, point: ckpt.ResumePoint, config: EngineConfig) -> str:
     evals = [row for row in rows if "eval_accuracy" in row]
     last_eval = None if not evals else {"accuracy": evals[-1]["eval_accuracy"],
                                         "num_prompts": evals[-1].get("eval_num_prompts", 0)}
+    first_eval = {"accuracy": evals[0]["eval_accuracy"]} if evals and evals[0]["step"] == 0 else None
     lines = [f"{run_dir} holds this run, finished: step {point.step} of {point.step} ({point.path.name})",
-             *summary_lines(rewards, None, last_eval, config),
+             *summary_lines(rewards, first_eval, last_eval, config),
              f"run directory: {run_dir} (metrics.jsonl, samples.jsonl, curves.png, checkpoints/)",
              f"to train it on: the same command with --resume --run.max_steps N (N > {point.step}); for a fresh "
              f"run: another --output-dir"]

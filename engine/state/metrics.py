@@ -17,6 +17,9 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json
+from .run_files import logged_step
+
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 
@@ -84,24 +87,35 @@ def json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
-    """(row, its line) of each line of a JSONL file. A last line cut off mid-write (what a kill during a write
-    leaves) is left out with a warning; an unreadable line anywhere else is an error naming it."""
-    lines = [(number, line) for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-             if line.strip()]
+    """(row, its line) of each line of a run's JSONL file, each line read within RUN_LOG_LINE_BYTES. A last line
+    cut off mid-write (what a kill during a write leaves) is left out with a warning; an unreadable line anywhere
+    else is an error naming it. A row the engine did not write as it is (its "step" not an integer >= 0: a hand
+    edit such as `"step": "3"`) is left out with a warning naming its line: the checkpoints' history copies hold
+    the run's own lines, and a resume keeps the file as it was beside the rebuilt one."""
+    lines = [(number, raw.decode(errors="replace"))
+             for number, raw in bounded_lines(path, RUN_LOG_LINE_BYTES, "a line of a run's log") if raw.strip()]
     rows = []
     for index, (number, line) in enumerate(lines):
         try:
-            row = json.loads(line)
+            row = parse_json(line, f"{path}:{number}")
         except json.JSONDecodeError:
             row = None
-        if isinstance(row, dict):
+        if isinstance(row, dict) and logged_step(row) is not None:
             rows.append((row, line))
+        elif isinstance(row, dict):
+            print(f"warning: {path}: line {number} has \"step\" {_shown(row.get('step'))}, which the engine never "
+                  f"writes (an integer >= 0); the line is left out", file=sys.stderr)
         elif index == len(lines) - 1:
             print(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out",
                   file=sys.stderr)
         else:
             raise ValueError(f"{path}: line {number} is not a JSON object: {line[:80]!r}")
     return rows
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 HISTORY_DIR = "history"  # in each checkpoint: the run's metrics and samples lines up to its step
@@ -112,7 +126,7 @@ def lines_up_to(path: Path, last_step: int) -> list[str]:
     """The whole lines of a JSONL file whose step is <= last_step (none when the file does not exist)."""
     if not path.is_file():
         return []
-    return [line for row, line in jsonl_rows(path) if row.get("step", 0) <= last_step]
+    return [line for row, line in jsonl_rows(path) if row["step"] <= last_step]
 
 
 def save_history(run_dir: Path, checkpoint_dir: Path, step: int) -> None:
@@ -133,11 +147,11 @@ def restore_history(path: Path, last_step: int, checkpoint_dir: Optional[Path]) 
     saved = checkpoint_dir / HISTORY_DIR / path.name if checkpoint_dir is not None else None
     current = lines_up_to(path, last_step)
     if saved is not None and saved.is_file():
-        copy = saved.read_text().splitlines()
+        copy = [line for _, line in jsonl_rows(saved)]  # verified by the checkpoint's checksums
         known = set(copy)
         lines = copy + [line for line in current if line not in known]
         # by step, then the copy's order (a stable sort)
-        kept = [line for _, _, line in sorted((json.loads(line).get("step", 0), i, line)
+        kept = [line for _, _, line in sorted((logged_step(json.loads(line)), i, line)
                                               for i, line in enumerate(lines))]
     else:
         kept = current

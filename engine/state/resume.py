@@ -10,8 +10,10 @@ from typing import Any, Optional
 import yaml
 
 from ..config import SHARED_SETTINGS, EngineConfig, config_yaml, parse_yaml
-from ..config.strict_yaml import StrictDumper
+from ..config.strict_yaml import MAX_CONFIG_BYTES, StrictDumper
 from . import checkpoint as ckpt
+from .bounded_read import read_bounded_bytes, read_json_file
+from .run_files import is_own
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE, SAMPLES_FILE
 
@@ -66,14 +68,15 @@ def check_nothing_to_overwrite(config: EngineConfig, run_dir: Path) -> None:
     """A fresh run in a directory that already holds files of a run's names it did not write refuses to start:
     the user's own config.yaml (comments and all), notes or model there would be replaced."""
     config_file = run_dir / "config.yaml"
-    own_start = config_file.is_file() and config_file.read_text(errors="replace") == config_yaml(config)
+    own_start = config_file.is_file() and read_bounded_bytes(
+        config_file, MAX_CONFIG_BYTES, "a run's config.yaml").decode(errors="replace") == config_yaml(config)
     foreign = []
     for name in RUN_FILES:
         path = run_dir / name
         if not path.exists() or (path.is_dir() and not any(path.iterdir())) or (path.is_file() and
                                                                                  not path.stat().st_size):
             continue
-        if not own_start:
+        if not own_start and not is_own(run_dir, name):
             foreign.append(name + "/" * path.is_dir())
     if foreign:
         raise ckpt.CheckpointError(f"{run_dir} already holds {', '.join(foreign)}, which this run did not write and "
@@ -115,8 +118,34 @@ def check_finished_run(config: EngineConfig, run_dir: Path) -> None:
     raise RunFinished(report(run_dir, point, saved))
 
 
-def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional[ckpt.ResumePoint]:
-    """None for a fresh run; else the checkpoint to resume from, after checking its config against this one."""
+def check_same_data(point: ckpt.ResumePoint, data: dict[str, dict[str, Any]], announce: bool) -> None:
+    """The data a run resumes on is the data its checkpoint was saved with (by the fingerprints of its rows): the
+    saved position in the data means nothing over other rows. Changed evaluation rows only make evaluations
+    incomparable: a warning. Checkpoints saved before fingerprints were kept are not checked."""
+    saved = read_json_file(point.path / ckpt.STATE_FILE, "a checkpoint's trainer state").get("data")
+    if not isinstance(saved, dict):
+        return
+    for role, now in data.items():
+        then = saved.get(role)
+        if not isinstance(then, dict) or then.get("sha256") == now["sha256"]:
+            continue
+        source = now["source"]
+        counts = f"{then.get('rows', '?')} rows then, {now['rows']} now"
+        if role == "train":
+            raise ckpt.CheckpointError(
+                f"cannot resume {point.path}: the training data {source} changed since that checkpoint was saved "
+                f"({counts}; its fingerprint differs), and the run would go on from the saved position over other "
+                f"rows. Restore the data it was saved with, or train on the new data in a new run (another "
+                f"--output-dir)")
+        if announce:
+            print(f"warning: the evaluation data {source} changed since {point.path} was saved ({counts}): "
+                  f"evaluations after the resume are not comparable with the earlier ones")
+
+
+def start_point(config: EngineConfig, run_dir: Path, announce: bool,
+                data: Optional[dict[str, dict[str, Any]]] = None) -> Optional[ckpt.ResumePoint]:
+    """None for a fresh run; else the checkpoint to resume from, after checking its config against this one and
+    its data's fingerprints against `data` ({"train" / "eval": data_fingerprint(...)})."""
     if not config.run.resume:
         check_finished_run(config, run_dir)
         check_fresh_directory(run_dir)
@@ -132,6 +161,7 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
             f"cannot resume {point.path} with different options: {_listing(changed)}. A resumed run keeps the options it "
             f"was started with, except {', '.join(MAY_CHANGE_ON_RESUME)}: to resume it, give the saved values "
             f"({_saved_flags(changed)}); to train with new options, start a new run in another --output-dir")
+    check_same_data(point, data or {}, announce)
     if point.step >= config.run.max_steps:
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
                                    f"leaves nothing to do (raise --run.max_steps to train on)")

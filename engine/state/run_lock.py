@@ -23,6 +23,8 @@ try:
 except ImportError:  # Windows: no flock; runs there are not protected against a second run
     fcntl = None
 
+from .run_files import has_progress, remove_own_start
+
 LOCK_FILE = ".grpo-engine.lock"
 
 
@@ -125,8 +127,16 @@ def hold_run_directory(run_dir: str | Path) -> Iterator[Optional[RunLock]]:
     """The run directory, checked and held for the duration (by the main process; without flock, checked only)."""
     check_output_dir(run_dir)
     lock = RunLock.acquire(run_dir) if fcntl is not None and _is_main_process() else None
+    progress_before = lock is not None and has_progress(lock.run_dir)
+    present_before = {p.name for p in lock.run_dir.iterdir()} if lock is not None else set()
     try:
         yield lock
+    except BaseException:
+        # A start that failed before its first step, where no run had got anywhere: what it wrote would only stand
+        # in the way of the corrected command (a config.yaml of other options, the demo's base_model/).
+        if lock is not None and not progress_before and not has_progress(lock.run_dir):
+            remove_own_start(lock.run_dir, present_before)
+        raise
     finally:
         if lock is not None:
             lock.release()

@@ -14,6 +14,13 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
   `disable` level.
 
+The same fence stands around the import of a reward module (`module:function`): a module that switches grad mode
+off at import is put back like a call that does. Whatever the fence puts back is said once, in one line naming the
+function (or module) and what it changed, so a function that relies on its change learns that it did not hold.
+What the fence cannot put back is named the same way: a thread it leaves running that is not a daemon (which
+would keep the process alive after the run ended: the CLI ends the process without waiting for such threads,
+naming them), torch's inter-op thread count (settable once per process).
+
 docs/engine.md ("What the engine guarantees") keeps this list for users. What is not fenced: a function can
 still end the process from C (`os._exit`), block in C code past its time limit, or change objects it reaches by
 import (a module's globals, including the engine's); those are the user's to keep.
@@ -75,43 +82,51 @@ def _restore_environment(saved: dict[str, str]) -> None:
             os.environ[key] = value
 
 
-def _torch_switches() -> list[tuple[Callable[[], Any], Callable[[Any], Any]]]:
-    """(read, write) pairs of torch's process-wide settings a function could flip."""
+def _torch_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]]]:
+    """(name, read, write) of torch's process-wide settings a function could flip."""
     switches = [
-        (torch.is_grad_enabled, torch.set_grad_enabled),
-        (torch.get_default_dtype, torch.set_default_dtype),
-        (torch.get_num_threads, torch.set_num_threads),
-        (torch.are_deterministic_algorithms_enabled, lambda on: torch.use_deterministic_algorithms(on)),
-        (torch.is_deterministic_algorithms_warn_only_enabled,
+        ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
+        ("default dtype", torch.get_default_dtype, torch.set_default_dtype),
+        ("thread count", torch.get_num_threads, torch.set_num_threads),
+        ("deterministic-algorithms mode", torch.are_deterministic_algorithms_enabled,
+         lambda on: torch.use_deterministic_algorithms(on)),
+        ("deterministic-algorithms warn-only flag", torch.is_deterministic_algorithms_warn_only_enabled,
          lambda warn: torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
                                                          warn_only=warn)),
-        (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
-        (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
-        (lambda: torch.backends.cuda.matmul.allow_tf32, lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
-        (lambda: torch.backends.cudnn.allow_tf32, lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
-        (lambda: torch.backends.cudnn.benchmark, lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
-        (lambda: torch.backends.cudnn.deterministic, lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
-        (torch.get_default_device, torch.set_default_device),
+        ("anomaly detection", torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+        ("float32 matmul precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        ("CUDA matmul TF32 flag", lambda: torch.backends.cuda.matmul.allow_tf32,
+         lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+        ("cuDNN TF32 flag", lambda: torch.backends.cudnn.allow_tf32,
+         lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+        ("cuDNN benchmark flag", lambda: torch.backends.cudnn.benchmark,
+         lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+        ("cuDNN deterministic flag", lambda: torch.backends.cudnn.deterministic,
+         lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+        ("default device", torch.get_default_device, torch.set_default_device),
     ]
     return switches
 
 
 @contextmanager
-def _torch_state() -> Iterator[None]:
-    saved = [(read, write, read()) for read, write in _torch_switches()]
+def _torch_state(changed: list[str]) -> Iterator[None]:
+    saved = [(name, read, write, read()) for name, read, write in _torch_switches()]
     interop = torch.get_num_interop_threads()
     try:
         yield
     finally:
-        for read, write, value in saved:
-            if read() != value:  # only what changed: setting a default device, even the same, adds a torch mode
+        for name, read, write, value in saved:
+            now = read()
+            if now != value:  # only what changed: setting a default device, even the same, adds a torch mode
+                changed.append(f"changed torch's {name} ({value} -> {now}); the engine put it back")
                 write(value)
         if torch.get_num_interop_threads() != interop:  # settable once per process: a change cannot be undone
-            warnings.warn("a reward function changed torch's inter-op thread count", RuntimeWarning, stacklevel=1)
+            changed.append("changed torch's inter-op thread count, which cannot be set back (once per process)")
 
 
 @contextmanager
 def _random_state() -> Iterator[None]:
+    """Drawing numbers is a reward's right (sampling, tie-breaking): put back without a word."""
     python_state = random.getstate()
     numpy_state = np.random.get_state()
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
@@ -124,7 +139,7 @@ def _random_state() -> Iterator[None]:
 
 
 @contextmanager
-def _process_state() -> Iterator[None]:
+def _process_state(changed: list[str]) -> Iterator[None]:
     cwd = os.getcwd()
     environment = dict(os.environ)
     umask = os.umask(0o022)
@@ -136,21 +151,78 @@ def _process_state() -> Iterator[None]:
     try:
         yield
     finally:
+        if os.getcwd() != cwd:
+            changed.append(f"changed the working directory (to {os.getcwd()}); the engine put it back")
         os.chdir(cwd)
+        names = sorted(key for key in set(os.environ) | set(environment) if os.environ.get(key) != environment.get(key))
+        if names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            changed.append(f"changed the environment ({shown}); the engine put it back")
         _restore_environment(environment)
-        os.umask(umask)
+        if os.umask(umask) != umask:
+            changed.append("changed the umask; the engine put it back")
+        if _signal_handlers() != handlers:
+            changed.append("changed signal handlers; the engine put it back")
         _restore_signal_handlers(handlers)
+        if (sys.stdout, sys.stderr, sys.stdin) != streams:
+            changed.append("changed sys.stdout / sys.stderr / sys.stdin; the engine put it back")
         sys.stdout, sys.stderr, sys.stdin = streams
+        if sys.getrecursionlimit() != recursion_limit:
+            changed.append("changed the recursion limit; the engine put it back")
         sys.setrecursionlimit(recursion_limit)
+        if logging.root.manager.disable != logging_disabled:
+            changed.append("changed logging's disable level; the engine put it back")
         logging.disable(logging_disabled)
 
 
+# Threads a fenced call or import left running that are not daemons, with whose they are: the CLI ends the
+# process without waiting for them (threading would join them at exit: a reward's loop would keep the finished
+# run alive).
+LEFT_RUNNING: dict[threading.Thread, str] = {}
+_SAID: set[str] = set()
+
+
 @contextmanager
-def reward_fence() -> Iterator[None]:
-    """Run the body (one reward-function call) with the process state it may change restored afterwards."""
-    with ExitStack() as stack:
-        stack.enter_context(_process_state())
-        stack.enter_context(warnings.catch_warnings())
-        stack.enter_context(_random_state())
-        stack.enter_context(_torch_state())
+def _threads(changed: list[str], owner: str) -> Iterator[None]:
+    before = set(threading.enumerate())
+    try:
         yield
+    finally:
+        left = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
+        for thread in left:
+            LEFT_RUNNING[thread] = owner
+        if left:
+            changed.append(f"left {len(left)} thread{'s' if len(left) > 1 else ''} running that "
+                           f"{'are not daemons' if len(left) > 1 else 'is not a daemon'} "
+                           f"({', '.join(repr(t.name) for t in left[:3])}), which the run will not wait for at exit")
+
+
+def threads_left_running() -> list[str]:
+    """'name' (by whom) of each non-daemon thread a reward started that is still alive."""
+    return [f"{thread.name!r} (started by {owner})" for thread, owner in LEFT_RUNNING.items() if thread.is_alive()]
+
+
+def _say(owner: str, changed: list[str]) -> None:
+    """One line per reward function (or module) and kind of change, the first time it happens."""
+    for change in changed:
+        key = f"{owner}\0{change.split(' (')[0]}"
+        if key not in _SAID:
+            _SAID.add(key)
+            print(f"warning: {owner} {change}", file=sys.stderr)
+
+
+@contextmanager
+def reward_fence(owner: str = "a reward function") -> Iterator[None]:
+    """Run the body (one reward-function call, or the import of a reward module; `owner` names it in a warning)
+    with the process state it may change restored afterwards, and what it changed said once."""
+    changed: list[str] = []
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(_threads(changed, owner))
+            stack.enter_context(_process_state(changed))
+            stack.enter_context(warnings.catch_warnings())
+            stack.enter_context(_random_state())
+            stack.enter_context(_torch_state(changed))
+            yield
+    finally:
+        _say(owner, changed)

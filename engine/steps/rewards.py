@@ -264,7 +264,8 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with reward_fence(f"reward module {module_name!r} (imported for {spec!r})"):
+            module = importlib.import_module(module_name)
     except Exception as exc:  # any error while the user's module runs: one line naming where it happened
         raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r}: "
                                   f"{import_failure(exc)}") from None
@@ -302,20 +303,43 @@ def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[Na
             for name, spec, w in zip(reward_names(list(config.functions)), config.functions, weights)]
 
 
+class NotAReward(TypeError):
+    """A returned value that is not a reward: (what it is, in a bounded number of characters; what was expected)."""
+
+
+def shown_value(value: Any, limit: int = 60) -> str:
+    """What a returned value is, in at most about `limit` characters: its type and the start of its repr (an
+    integer by its size: the repr of 10**5000 is refused by Python itself), never the user's whole object."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        number = int(value)
+        if abs(number) > 10**18:
+            return f"an integer of {number.bit_length()} bits (about 10**{int(number.bit_length() * 0.30103)})"
+    try:
+        text = repr(value)
+    except Exception as exc:  # a user's __repr__ that raises
+        text = f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
+    text = " ".join(text[:4 * limit].split())  # one line: a tensor's or a user's repr may span several
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__})"
+
+
 def _as_reward(value: Any) -> Optional[float]:
     """TRL's reading of one returned value: None or NaN is "not scored"; bools and numpy / 0-d tensor
-    scalars are numbers. Anything else (or an infinity) is a TypeError."""
+    scalars are numbers. Anything else, an infinity, or a number past float64's range is a NotAReward."""
     if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0:
         value = value.item()
     if value is None:
         return None
-    if isinstance(value, (bool, np.bool_, numbers.Real)):
-        value = float(value)
-        if math.isnan(value):
-            return None
-        if math.isfinite(value):
-            return value
-    raise TypeError
+    if not isinstance(value, (bool, np.bool_, numbers.Real)):
+        raise NotAReward(shown_value(value), "a finite number")
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, TypeError, ArithmeticError):  # 10**400, a Fraction of such, a broken __float__
+        raise NotAReward(shown_value(value), "a finite number within float64's range (about 1.8e308)") from None
+    if math.isnan(number):
+        return None
+    if not math.isfinite(number):
+        raise NotAReward(shown_value(value), "a finite number")
+    return number
 
 
 def score_completions(rewards: list[NamedReward], prompts: list[str], completions: list[str],
@@ -331,7 +355,7 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
         try:
             arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
                                          **columns)
-            with reward_fence(), time_limit(reward.timeout):
+            with reward_fence(f"reward function {reward.name!r}"), time_limit(reward.timeout):
                 values = reward.fn(**arguments)
         except RewardTimeout:
             raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
@@ -344,18 +368,27 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
             # The user's bug is inside the function: keep its frames, without this caller's.
             error.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
             raise error from exc
-        if isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim == 1:
-            values = list(values)
-        if not isinstance(values, (list, tuple)) or len(values) != n:
-            got = f"{len(values)} values" if isinstance(values, (list, tuple)) else repr(type(values).__name__)
-            raise RewardFunctionError(f"reward function {reward.name!r} must return a list of {n} floats "
-                                      f"(one per completion), got {got}")
-        for i, value in enumerate(values):
-            try:
-                score = _as_reward(value)
-            except TypeError:
-                raise RewardFunctionError(f"reward function {reward.name!r} returned {value!r} for completion {i}; "
-                                          f"expected a finite number, a bool or None") from None
+        for i, score in enumerate(_returned_scores(reward.name, values, n)):
             if score is not None:
                 table[i, j] = score
     return table
+
+
+def _returned_scores(name: str, values: Any, n: int) -> list[Optional[float]]:
+    """The n scores a function returned (a list, tuple, numpy array or 1-D tensor, as TRL accepts), each read by
+    `_as_reward`; anything else is one line naming the function, what it returned and what was expected."""
+    if isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim == 1:
+        values = list(values)
+    if not isinstance(values, (list, tuple)) or len(values) != n:
+        got = f"{len(values)} values" if isinstance(values, (list, tuple)) else shown_value(values)
+        raise RewardFunctionError(f"reward function {name!r} must return a list of {n} floats (one per "
+                                  f"completion), got {got}")
+    scores = []
+    for i, value in enumerate(values):
+        try:
+            scores.append(_as_reward(value))
+        except NotAReward as exc:
+            shown, expected = exc.args
+            raise RewardFunctionError(f"reward function {name!r} returned {shown} for completion {i}; expected "
+                                      f"{expected}, a bool or None") from None
+    return scores

@@ -1,0 +1,106 @@
+"""What the engine knows it wrote into a run directory: a manifest of its own files with their fingerprints.
+
+A fresh run writes over no file it did not write (resume.check_nothing_to_overwrite); with the manifest it tells
+its own earlier files (a start that failed: config.yaml, the demo's base_model/) from a user's, whatever the
+config now is, by their fingerprints: a file edited since is the user's. A start that fails before its first step
+in a directory that held no run's progress removes what it wrote (files that still match the manifest), so the
+corrected command finds the directory as it was. Imports no torch: the CLI checks the run directory first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from .bounded_read import RUN_LOG_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_json_file
+
+MANIFEST = ".grpo-engine-files.json"
+CHECKPOINT_PREFIX = "checkpoint-"
+# The names the engine gives its checkpoints: checkpoint-NNNNNN (six digits or more). Anything else under
+# checkpoints/ (a backup copy `checkpoint-000002-keep`, `checkpoint-2`, a user's notes) is not one of them: never
+# resumed from, never rotated away.
+CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d{{6,}})")
+LOG_FILES = ("metrics.jsonl", "samples.jsonl")
+
+
+def logged_step(row: dict[str, Any]) -> Optional[int]:
+    """The step of a log row as the engine writes it (an integer >= 0), or None for a row it did not write."""
+    step = row.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
+def fingerprint(path: Path) -> str:
+    """SHA-256 of a file, or of a directory's relative file names and contents."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as f:
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
+
+
+def _manifest(run_dir: Path) -> dict[str, str]:
+    try:
+        entries = read_json_file(run_dir / MANIFEST, "the run directory's manifest")
+    except (OSError, ValueError):
+        return {}  # none, or not one the engine wrote: nothing is known to be the engine's
+    return {k: v for k, v in entries.items() if isinstance(v, str)} if isinstance(entries, dict) else {}
+
+
+def record_own(run_dir: Path, name: str) -> None:
+    """Enter `name` (a file or directory under run_dir, just written by the engine) into the manifest."""
+    entries = _manifest(run_dir)
+    entries[name] = fingerprint(run_dir / name)
+    (run_dir / MANIFEST).write_text(json.dumps(entries, indent=1))
+
+
+def is_own(run_dir: Path, name: str) -> bool:
+    """`name` is as the engine wrote it: in the manifest, its fingerprint unchanged."""
+    path = run_dir / name
+    expected = _manifest(run_dir).get(name)
+    return expected is not None and path.exists() and not path.is_symlink() and fingerprint(path) == expected
+
+
+def has_progress(run_dir: Path) -> bool:
+    """A run got somewhere here: a checkpoint (of the engine's names), or a logged row of a step >= 1."""
+    root = run_dir / "checkpoints"
+    if root.is_dir() and any(CHECKPOINT_NAME.fullmatch(p.name) for p in root.iterdir()):
+        return True
+    for name in LOG_FILES:
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        try:
+            for _, line in bounded_lines(path, RUN_LOG_LINE_BYTES, "a line of a run's log"):
+                try:
+                    row = parse_json(line, str(path))
+                except ValueError:
+                    return True  # a line the engine cannot read: keep everything
+                if not isinstance(row, dict) or (logged_step(row) or 0) >= 1:
+                    return True
+        except FileBoundError:
+            return True
+    return False
+
+
+def remove_own_start(run_dir: Path, present_before: set[str]) -> list[str]:
+    """After a start that failed before step 1 where no run had progress: remove what it wrote and is unchanged
+    (manifest entries, and the run logs it created, which then hold no step past 0; `present_before`: the names
+    the directory held when the start began, none of which is the start's); returns the names removed."""
+    removed = []
+    for name in list(_manifest(run_dir)):
+        if is_own(run_dir, name):
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            removed.append(name)
+    for name in LOG_FILES:
+        if name not in present_before and (run_dir / name).is_file():
+            (run_dir / name).unlink()
+            removed.append(name)
+    (run_dir / MANIFEST).unlink(missing_ok=True)
+    return removed

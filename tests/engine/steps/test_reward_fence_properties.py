@@ -1,0 +1,123 @@
+"""The fence around reward functions, over generated combinations of what user code can change, at import and at
+each call: the process state is as before, and each change is said once in one line naming the function or module
+(drawing random numbers is a reward's right: put back without a word). A non-daemon thread it leaves running is
+named and recorded, and the CLI ends the process without waiting for it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from engine.config import RewardsConfig
+from engine.steps import reward_fence
+from engine.steps.rewards import NamedReward, load_reward_functions, score_completions
+from repo_paths import SUPPORT
+from test_reward_fence import process_state
+
+# torch sets an environment variable (its inductor cache directory) the first time deterministic algorithms are
+# switched on: done here, outside the fence, so that a case switching them on changes only what it names.
+torch.use_deterministic_algorithms(True)
+torch.use_deterministic_algorithms(False)
+RELEASE = threading.Event()  # lets the non-daemon threads the tests start end with the test
+
+# what user code does -> (the statement, the words the warning carries; None: no warning)
+MEDDLES = {
+    "grad off": ("torch.set_grad_enabled(False)", "torch's grad mode (True -> False)"),
+    "float64 default": ("torch.set_default_dtype(torch.float64)", "torch's default dtype"),
+    "threads": ("torch.set_num_threads(torch.get_num_threads() + 1)", "torch's thread count"),
+    "deterministic": ("torch.use_deterministic_algorithms(True)", "torch's deterministic-algorithms mode"),
+    "matmul precision": ("torch.set_float32_matmul_precision('medium')", "torch's float32 matmul precision"),
+    "chdir": ("os.chdir(tempfile.gettempdir())", "the working directory"),
+    "set env": ("os.environ['GRPO_FENCE_TEST'] = '1'", "the environment (GRPO_FENCE_TEST)"),
+    "drop env": ("os.environ.pop('HOME', None)", "the environment (HOME)"),
+    "umask": ("os.umask(0o077)", "the umask"),
+    "signal": ("signal.signal(signal.SIGUSR2, lambda *a: None)", "signal handlers"),
+    "recursion": ("sys.setrecursionlimit(sys.getrecursionlimit() + 7)", "the recursion limit"),
+    "logging": ("logging.disable(logging.CRITICAL)", "logging's disable level"),
+    "stdout": ("sys.stdout = io.StringIO()", "sys.stdout / sys.stderr / sys.stdin"),
+    "random draws": ("random.random(); numpy.random.rand(); torch.rand(3); torch.manual_seed(5)", None),
+    "daemon thread": ("threading.Thread(target=RELEASE.wait, daemon=True).start()", None),
+    "non-daemon thread": ("threading.Thread(target=RELEASE.wait, name='scorer-loop').start()",
+                          "left 1 thread running that is not a daemon ('scorer-loop')"),
+}
+PREAMBLE = ("import io, logging, os, random, signal, sys, tempfile, threading\nimport numpy, torch\n"
+            "from test_reward_fence_properties import RELEASE\n")
+COUNTER = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _release_threads():
+    yield
+    RELEASE.set()
+    reward_fence.LEFT_RUNNING.clear()
+
+
+def _module(tmp_path, body: str, at_import: bool) -> str:
+    name = f"fence_case_{next(COUNTER)}"
+    call = "    pass\n" if at_import else "".join(f"    {line}\n" for line in body.splitlines())
+    module = PREAMBLE + (body + "\n" if at_import else "") + \
+        f"def score(prompts, completions, **kwargs):\n{call}    return [1.0] * len(completions)\n"
+    (tmp_path / f"{name}.py").write_text(module)
+    return name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chosen=st.lists(st.sampled_from(sorted(MEDDLES)), min_size=1, max_size=5, unique=True),
+       at_import=st.booleans())
+def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, at_import, tmp_path, monkeypatch,
+                                                                      capsys):
+    global RELEASE
+    RELEASE.set()  # the threads of the previous example end
+    RELEASE = threading.Event()
+    reward_fence.LEFT_RUNNING.clear()
+    reward_fence._SAID.clear()  # each example's warnings are its own
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    name = _module(tmp_path, "\n".join(MEDDLES[m][0] for m in chosen), at_import)
+    capsys.readouterr()
+    before = process_state()
+    rewards = load_reward_functions(RewardsConfig(functions=[f"{name}:score"]), 16)
+    for _ in range(2):  # said once, however often it happens
+        score_completions(rewards, ["p"] * 2, ["a"] * 2, {}, [[1]] * 2)
+    after = process_state()
+    assert {key for key in before if before[key] != after[key]} == set()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    owner = f"reward module '{name}'" if at_import else "reward function 'score'"
+    expected = [MEDDLES[m][1] for m in chosen if MEDDLES[m][1] is not None]
+    assert len(lines) == len(expected), lines
+    for words in expected:
+        assert any(line.startswith(f"warning: {owner}") and words in line for line in lines), (words, lines)
+    left = reward_fence.threads_left_running()
+    assert bool(left) == ("non-daemon thread" in chosen), left
+
+
+def test_the_cli_ends_without_waiting_for_a_thread_a_reward_left_running(tmp_path):
+    """End to end: the process exits with the run's status, naming the thread, instead of hanging."""
+    (tmp_path / "thread_reward.py").write_text(
+        "import threading, time\n"
+        "def score(prompts, completions, **kwargs):\n"
+        "    threading.Thread(target=time.sleep, args=(3600,), name='forever').start()\n"
+        "    return [float(len(c) % 2) for c in completions]\n")
+    args = [sys.executable, "-m", "engine", "train", "--output-dir", str(tmp_path / "run"), "--run.max_steps", "1",
+            "--run.warm_start_steps", "2", "--run.progress_bar", "false", "--run.plot", "false",
+            "--data.builtin_max_operand", "2", "--data.builtin_eval_size", "2", "--rollout.num_generations", "4",
+            "--rollout.max_new_tokens", "4", "--optim.per_device_train_batch_size", "8",
+            "--run.loss_backend", "torch", "--rewards.functions", "[thread_reward:score]"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    start = time.monotonic()
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ending = [line for line in done.stderr.splitlines() if line.startswith("grpo-engine: ending without waiting")]
+    assert len(ending) == 1 and "a reward function left running: 'forever' (started by reward function 'score')" \
+        in ending[0], done.stderr[-2000:]
+    assert "warning: reward function 'score' left 1 thread running that is not a daemon ('forever')" in done.stderr
+    assert time.monotonic() - start < 300

@@ -1,0 +1,102 @@
+"""Whatever a reward function returns is read as a score or refused in one bounded line naming the function and what
+was expected: numbers of any size and kind, non-numbers, objects whose repr misbehaves (hypothesis)."""
+
+from __future__ import annotations
+
+import decimal
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from engine.steps.rewards import NamedReward, RewardFunctionError, score_completions
+
+FLOAT64_MAX = np.finfo(np.float64).max
+
+
+class BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class HugeRepr:
+    def __repr__(self) -> str:
+        return "x" * 10**6
+
+
+def _expected_score(value):
+    """The score the engine must take from `value`, NaN for "not scored", or None when it must refuse it."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        if value.ndim:
+            return None
+        value = value.item()
+    if value is None:
+        return math.nan
+    if isinstance(value, (bool, np.bool_, int, float, Fraction, np.integer, np.floating)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return number if math.isfinite(number) or math.isnan(number) else None
+    return None
+
+
+numbers = st.one_of(
+    st.integers(min_value=-(2**1100), max_value=2**1100),
+    st.integers(min_value=1, max_value=5000).map(lambda e: 10**e), st.integers(min_value=1, max_value=5000).map(
+        lambda e: -(10**e)),
+    st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
+    st.fractions(max_denominator=10**6), st.integers(min_value=300, max_value=2000).map(lambda e: Fraction(10**e, 7)),
+    st.floats(allow_nan=False, allow_infinity=True, width=32).map(np.float32),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1).map(np.int64),
+    st.floats(allow_infinity=True).map(lambda x: torch.tensor(x, dtype=torch.float64)),
+)
+non_numbers = st.one_of(
+    st.text(max_size=5000), st.binary(max_size=50), st.complex_numbers(), st.just(decimal.Decimal("1.5")),
+    st.lists(st.integers(), max_size=3000), st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
+    st.just(BrokenRepr()), st.just(HugeRepr()), st.just(object()), st.just(np.zeros(3)), st.just(torch.zeros(2, 2)),
+)
+
+
+def _score(values, n):
+    reward = NamedReward("my_reward", lambda prompts, completions, **_: values, 1.0)
+    return score_completions([reward], ["p"] * n, ["c"] * n, {}, [[1]] * n)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(numbers, non_numbers), min_size=1, max_size=4))
+def test_every_returned_value_is_a_score_or_one_bounded_line(values):
+    expected = [_expected_score(v) for v in values]
+    if all(e is not None for e in expected):
+        table = _score(values, len(values))
+        assert all((math.isnan(e) and math.isnan(s)) or s == e for e, s in zip(expected, table[:, 0].tolist()))
+        return
+    with pytest.raises(RewardFunctionError) as caught:
+        _score(values, len(values))
+    message = str(caught.value)
+    first_bad = next(i for i, e in enumerate(expected) if e is None)
+    assert "\n" not in message and len(message) < 400, message
+    assert message.startswith("reward function 'my_reward' returned ")
+    assert f"for completion {first_bad}; expected a finite number" in message
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.one_of(non_numbers, st.integers(min_value=2, max_value=9).map(lambda k: [0.0] * k), numbers))
+def test_a_return_that_is_not_one_value_per_completion_is_one_bounded_line(returned):
+    with pytest.raises(RewardFunctionError) as caught:
+        _score(returned, 1) if not isinstance(returned, (list, tuple)) else _score(returned, len(returned) + 1)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 400, message
+    assert message.startswith("reward function 'my_reward' must return a list of")
+
+
+@pytest.mark.parametrize("value, shown", [(10**400, "an integer of 1329 bits (about 10**400)"),
+                                          (Fraction(10**400, 3), "Fraction(1000"), (float("inf"), "inf")])
+def test_a_number_past_float64_is_named_with_its_size(value, shown):
+    with pytest.raises(RewardFunctionError, match="expected a finite number") as caught:
+        _score([value], 1)
+    assert shown in str(caught.value)
+    assert 2.0**1023 < FLOAT64_MAX  # the bound the message names (about 1.8e308)
