@@ -160,12 +160,21 @@ class Section(BaseModel):
         # Every text setting of every section but free text (FREE_TEXT): an empty or blank string names nothing.
         # As a path it would be the working directory (Path('') is '.': a run writing into it, a model or data read
         # from it), as a name or a column nothing at all. A key that may be null is unset with null.
+        # Every text setting, free text too: Unicode (a lone UTF-16 surrogate, from a flag of bytes that are not
+        # UTF-8 or a YAML escape, is text no file or tokenizer can encode).
+        texts = value if isinstance(value, list) else (value,)
+        if any(isinstance(text, str) and _lone_surrogate(text) for text in texts):
+            raise ValueError("expected Unicode text (it holds a lone UTF-16 surrogate, which no file or tokenizer "
+                             "can encode)")
         if (cls.model_fields[info.field_name].json_schema_extra or {}).get("free_text"):
             return value
-        texts = value if isinstance(value, list) else (value,)
         if any(isinstance(text, str) and not text.strip() for text in texts):
             raise ValueError("expected a non-empty text (null unsets a key that may be null)")
         return value
+
+
+def _lone_surrogate(text: str) -> bool:
+    return any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> AfterValidator:
