@@ -341,8 +341,17 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string (a loss_type value), got {name!r}")
+    # Names are compared case-insensitively: 'GRPO' beside 'grpo' would be two objectives one letter apart.
     if name in BUILTIN_LOSS_TYPES:
         raise ValueError(f"{name!r} is a built-in loss type; pick another name")
+    builtin = next((other for other in BUILTIN_LOSS_TYPES if other.lower() == name.lower()), None)
+    if builtin is not None:
+        raise ValueError(f"{name!r} differs from the built-in loss type {builtin!r} only in case (names are compared "
+                         f"case-insensitively); pick another name")
+    taken = next((other for other in _REGISTRY if other.lower() == name.lower() and other != name), None)
+    if taken is not None:
+        raise ValueError(f"{name!r} differs from the registered loss type {taken!r} only in case (names are compared "
+                         f"case-insensitively); pick another name, or unregister_loss_type({taken!r}) first")
     if name in _REGISTRY and not replace:
         raise ValueError(f"loss type {name!r} is already registered; pass replace=True to replace it "
                          f"(or unregister_loss_type({name!r}) first)")
