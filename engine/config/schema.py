@@ -15,15 +15,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import GRPOLossConfig
-from grpo_kernels.losses import TRUST_REGION, get_loss_type, loss_type_names
+from grpo_kernels.config import GRPOLossConfig, LossSetting
+from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
 
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
 from .loss_params import check_loss_params
@@ -116,8 +117,6 @@ BUILTIN_TASK = ReadWhen("data.path null (the built-in addition task)", lambda c:
 DATA_FILE = ReadWhen("data.path set", lambda c: c.data.path is not None, {"data.path": "org/train"}, {})
 MATH_REWARD = read_when_listed("rewards.functions", "math_accuracy", "length")
 WARM_START = read_when_positive("run.warm_start_steps")
-SAPO = read_when_is("loss.loss_type", "sapo", otherwise="grpo")
-VESPO = read_when_is("loss.loss_type", "vespo", otherwise="grpo")
 # NumPy's seed domain (accelerate's set_seed seeds NumPy, Python's and torch's RNGs with the run's seed)
 MAX_SEED = 2**32 - 1
 EVALUATION_DATA = read_when_any(
@@ -141,6 +140,10 @@ SHARED_SETTINGS = {
     "loss.max_completion_length": "the loss types with a fixed normaliser divide by the longest possible "
                                   "completion: set rollout.max_new_tokens",
 }
+# TRL's names of a loss type's own hyper-parameters: here they are loss.params, by their declared names.
+SHARED_SETTINGS.update({
+    f"loss.{alias}": f"a hyper-parameter of loss type {owner!r}: set loss.params.{param} (with loss.loss_type {owner})"
+    for alias, (owner, param) in loss_param_aliases().items()})
 
 
 # Marks a text setting taken as written, empty included (a system prompt may be ''); every other text setting
@@ -423,64 +426,59 @@ class RewardsConfig(Section):
         return self
 
 
-def _kernel_default(name: str) -> Any:
-    return {f.name: f.default for f in dataclasses.fields(GRPOLossConfig)}[name]
-
-
 def _loss_type(name: str) -> str:
     if name not in loss_type_names():
         raise ValueError(f"expected one of {', '.join(loss_type_names())} (grpo_kernels.register_loss_type adds one)")
     return name
 
 
-class LossConfig(Section):
-    """The kernels' GRPOLossConfig, less the settings the rollout owns (SHARED_SETTINGS), plus the declared
-    hyper-parameters of a registered loss type."""
-
-    loss_type: Annotated[str, AfterValidator(_loss_type)] = Field(
-        _kernel_default("loss_type"), description="the objective, by TRL's names; grpo_kernels.register_loss_type "
-                                                  "adds one")
-    beta: NonNegativeFloat = Field(_kernel_default("beta"),
-                        description="KL coefficient against the starting model (0: no reference model)")
-    epsilon: NonNegativeFloat = Field(_kernel_default("epsilon"),
-                                      description="lower clipping range of the importance ratio (1 - epsilon)")
-    epsilon_high: Optional[NonNegativeFloat] = Field(_kernel_default("epsilon_high"),
-                                                     description="upper clipping range (1 + epsilon_high; null: epsilon)")
-    delta: Annotated[Optional[Annotated[float, Field(gt=1)]], ReadWhen(
-        "a loss.loss_type that clips to a trust region (grpo, bnpo, dr_grpo, dapo, luspo)",
-        lambda c: get_loss_type(c.loss.loss_type).clip == TRUST_REGION, {"loss.loss_type": "grpo"},
-        {"loss.loss_type": "cispo"})] = Field(
-        _kernel_default("delta"), description="two-sided clipping: cap on the importance ratio (> 1; null: off)")
-    importance_sampling_level: Literal["token", "sequence"] = Field(
-        _kernel_default("importance_sampling_level"),
-        description="importance ratio per token or per sequence (GSPO)")
-    use_bias_correction_kl: Annotated[bool, ReadWhen("loss.beta != 0", lambda c: c.loss.beta != 0,
-                                                     {"loss.beta": 0.04}, {"loss.beta": 0.0})] = Field(_kernel_default("use_bias_correction_kl"),
-                                         description="weight the KL by the importance ratio (off-policy correction)")
-    sapo_temperature_pos: Annotated[PositiveFloat, SAPO] = Field(_kernel_default("sapo_temperature_pos"),
-                                                description="sapo: gate temperature for positive advantages")
-    sapo_temperature_neg: Annotated[PositiveFloat, SAPO] = Field(_kernel_default("sapo_temperature_neg"),
-                                                description="sapo: gate temperature for negative advantages")
-    vespo_k_pos: Annotated[float, VESPO] = Field(_kernel_default("vespo_k_pos"), description="vespo: shape k for positive advantages")
-    vespo_lambda_pos: Annotated[float, VESPO] = Field(_kernel_default("vespo_lambda_pos"),
-                                    description="vespo: rate lambda for positive advantages")
-    vespo_k_neg: Annotated[float, VESPO] = Field(_kernel_default("vespo_k_neg"), description="vespo: shape k for negative advantages")
-    vespo_lambda_neg: Annotated[float, VESPO] = Field(_kernel_default("vespo_lambda_neg"),
-                                    description="vespo: rate lambda for negative advantages")
-    entropy_coef: float = Field(_kernel_default("entropy_coef"), description="entropy bonus coefficient (0: off)")
-    top_entropy_quantile: Fraction = Field(
-        _kernel_default("top_entropy_quantile"),
-        description="train only on the highest-entropy fraction of tokens (1: all)")
-    params: dict[str, Any] = Field(
-        default_factory=dict, description="the hyper-parameters a registered loss type declares, by name (the "
-                                          "built-in types declare none); unset ones take the declared defaults")
+class LossSection(Section):
+    """The base of the `loss` section: the declared hyper-parameters of the loss type, checked and filled in."""
 
     @model_validator(mode="after")
-    def _declared_params(self) -> "LossConfig":
+    def _declared_params(self) -> "LossSection":
         filled = check_loss_params(self.loss_type, self.params)
         if filled != self.params:
             object.__setattr__(self, "params", filled)  # no re-validation loop through validate_assignment
         return self
+
+
+def _setting_type(name: str, annotation: Any, declaration: LossSetting) -> Any:
+    """The pydantic type of a declared loss setting: its field's type, with its bounds and read condition."""
+    bounds = {key: getattr(declaration, key) for key in ("ge", "gt", "le") if getattr(declaration, key) is not None}
+    args = typing.get_args(annotation)
+    nullable = type(None) in args and typing.get_origin(annotation) is not Literal
+    base = next(arg for arg in args if arg is not type(None)) if nullable else annotation
+    if name == "loss_type":
+        base = Annotated[str, AfterValidator(_loss_type)]
+    elif bounds:
+        base = Annotated[base, Field(**bounds)]
+    typed = Optional[base] if nullable else base
+    condition = declaration.read_when
+    if condition is None:
+        return typed
+    return Annotated[typed, ReadWhen(f"loss.{condition.text}", lambda c: condition.holds(c.loss),
+                                     {f"loss.{k}": v for k, v in condition.when_true.items()},
+                                     {f"loss.{k}": v for k, v in condition.when_false.items()})]
+
+
+def loss_section(config_class: type = GRPOLossConfig) -> type[LossSection]:
+    """The engine's `loss` section, derived from the kernels' declarations (grpo_kernels/config.py: each setting's
+    type, bounds, default and meaning), less the settings the rollout owns (SHARED_SETTINGS), plus `params`."""
+    hints = typing.get_type_hints(config_class)
+    declared = {
+        f.name: (_setting_type(f.name, hints[f.name], f.metadata["setting"]),
+                 Field(f.default, description=f.metadata["setting"].help))
+        for f in dataclasses.fields(config_class)
+        if "setting" in f.metadata and f"loss.{f.name}" not in SHARED_SETTINGS}
+    params = (dict[str, Any], Field(default_factory=dict, description=(
+        "a loss type's own hyper-parameters by name (sapo: temperature_pos, temperature_neg; vespo: k_pos, "
+        "lambda_pos, k_neg, lambda_neg; a registered type's as it declares them); unset ones take the declared "
+        "defaults")))
+    return create_model("LossConfig", __base__=LossSection, __module__=__name__, **declared, params=params)
+
+
+LossConfig = loss_section()
 
 
 class OptimConfig(Section):
