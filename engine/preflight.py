@@ -10,7 +10,8 @@ fail later on any of these:
   surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses) and has at least one token;
 - the longest prompt in tokens (truncated to data.max_prompt_length) plus rollout.max_new_tokens fits the
   model's positions, the packing budget (optim.max_tokens_per_micro_batch) and vLLM's rollout.vllm.max_model_len;
-- the seeds derived from run.seed (one per colocated vLLM engine) stay in the RNGs' domain.
+- (the seeds: run.seed's domain is the schema's; a backend that derives more seeds from it checks them in its
+  registry entry's `check`, which runs before this.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from .config import EngineConfig
-from .config.schema import MAX_SEED
+from .rollout.registry import rollout_backend
 
 
 class PreflightError(ValueError):
@@ -97,7 +98,7 @@ def longest_sequence_limits(config: EngineConfig, positions: Optional[int]) -> l
     budget = config.optim.max_tokens_per_micro_batch
     if config.optim.padding_free and budget is not None:
         limits.append((budget, "optim.max_tokens_per_micro_batch (one pack)"))
-    if config.rollout.backend == "vllm" and config.rollout.vllm.max_model_len is not None:
+    if rollout_backend(config.rollout.backend).section == "vllm" and config.rollout.vllm.max_model_len is not None:
         limits.append((config.rollout.vllm.max_model_len, "rollout.vllm.max_model_len"))
     return limits
 
@@ -117,20 +118,11 @@ def check_sequences_fit(config: EngineConfig, lengths: list[int], positions: Opt
                 f"data.max_prompt_length (prompts keep their end) or lower rollout.max_new_tokens")
 
 
-def check_seeds(config: EngineConfig, num_processes: int) -> None:
-    """Each colocated vLLM engine samples from run.seed + its index: the last one must stay in the domain."""
-    if config.rollout.backend == "vllm" and config.run.seed + num_processes - 1 > MAX_SEED:
-        raise PreflightError(f"run.seed ({config.run.seed}) + {num_processes - 1} (one seed per vLLM engine) passes "
-                             f"{MAX_SEED}, the RNGs' largest seed: set a smaller run.seed")
-
-
-def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str],
-              num_processes: int = 1) -> None:
+def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str]) -> None:
     """Every constraint between settings, data and machine, before any weight loads. `base_path`: the model
     directory (None: the built-in model, built in code later)."""
     from .data.prompts import render_prompt
 
-    check_seeds(config, num_processes)
     tokenizer = _tokenizer(base_path)
     positions = model_positions(_model_config(base_path, tokenizer))
     d = config.data

@@ -210,7 +210,7 @@ def setup_run(config: EngineConfig) -> Run:
     hub_model = config.model.name_or_path
     with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
         base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
-    preflight(config, rows, eval_rows, base_path, world.num_processes)  # settings x data x machine, no weights yet
+    preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
     run_dir = Path(config.run.output_dir)
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process)
     resume_from = None if resume_point is None else resume_point.path

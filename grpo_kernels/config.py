@@ -74,8 +74,8 @@ def _trust_region(config: Any) -> bool:
 class GRPOLossConfig:
     loss_type: str = setting(DEFAULT_LOSS_TYPE, "the objective, by TRL's names; grpo_kernels.register_loss_type "
                                                 "adds one")
-    beta: float = setting(0.0, "KL coefficient against the starting model (0: no reference model; below 0 the loss "
-                               "would reward drifting from it)", ge=0.0)
+    # >= 0: below 0 the KL term would reward drifting from the reference
+    beta: float = setting(0.0, "KL coefficient against the starting model (0: no reference model)", ge=0.0)
     epsilon: float = setting(0.2, "lower clipping range of the importance ratio (1 - epsilon)", ge=0.0)
     epsilon_high: Optional[float] = setting(None, "upper clipping range (1 + epsilon_high; null: epsilon)", ge=0.0)
     delta: Optional[float] = setting(None, "two-sided clipping: cap on the importance ratio (> 1; null: off)", gt=1.0,

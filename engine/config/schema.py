@@ -27,6 +27,8 @@ from grpo_kernels.config import GRPOLossConfig, LossSetting
 from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
 
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
+from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
+                                rollout_backend_names)
 from .loss_params import check_loss_params
 
 # ----------------------------------------------------------------------------------------------- value types
@@ -110,6 +112,14 @@ def read_when_hub(*keys: str) -> ReadWhen:
                     {keys[0]: "org/name"}, {key: None for key in keys})
 
 
+def read_with_section(section: str) -> ReadWhen:
+    """A rollout section's settings are read by the backends whose registry entry declares that section."""
+    owners = backends_with(section=section)
+    return ReadWhen(f"rollout.backend {' or '.join(owners)}",
+                    lambda c: rollout_backend(c.rollout.backend).section == section,
+                    {"rollout.backend": owners[0]}, {"rollout.backend": DEFAULT_ROLLOUT_BACKEND})
+
+
 LORA_ON = read_when_is("model.lora.enabled", True, otherwise=False)
 # Evaluation runs on data.eval_path, or on the built-in task's problems (held out, or its training ones).
 BUILTIN_TASK = ReadWhen("data.path null (the built-in addition task)", lambda c: c.data.path is None, {},
@@ -128,7 +138,7 @@ EVALUATION_DATA = read_when_any(
 # The kernels' backends: the registry's names (grpo_kernels.backends imports no torch). "auto" routes each call
 # by the cost model.
 LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
-ROLLOUT_BACKENDS = ("hf", "vllm", "vllm_server")
+# The rollout backends: engine/rollout/registry.py's entries (a backend registered later is a valid choice).
 # The off-policy correction's modes (TRL's vLLM importance-sampling names, and auto / off).
 ImportanceSampling = Literal["auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 BUILTIN_REWARDS = ("math_accuracy", "format", "length")
@@ -335,11 +345,9 @@ class ServerConfig(Section):
 
 
 class RolloutConfig(Section):
-    backend: Annotated[str, _choice(ROLLOUT_BACKENDS)] = Field(
-        "hf", description="hf: Hugging Face generate on the policy itself; vllm: a vLLM engine in the training "
-                          "process, given the policy's weights after every optimizer step (pip install vllm); "
-                          "vllm_server: vLLM servers reached over HTTP (rollout.server), given the weights after "
-                          "every optimizer step")
+    backend: Annotated[str, _choice(rollout_backend_names)] = Field(
+        DEFAULT_ROLLOUT_BACKEND, description="; ".join(f"{name}: {spec.summary}"
+                                                       for name, spec in ROLLOUT_BACKENDS.items()))
     num_generations: Annotated[int, Field(ge=2)] = Field(
         8, description="completions per prompt (G): advantages compare each with its group, so at least 2")
     max_new_tokens: PositiveInt = Field(
@@ -363,10 +371,8 @@ class RolloutConfig(Section):
         False, description="sample (and score) the vocabulary rows past the tokenizer's last token, which a model "
                            "padded its vocabulary with (Qwen2.5) and which decode to nothing (false: never sampled, "
                            "left out of the log-probs)")
-    vllm: Annotated[VLLMConfig, read_when_is("rollout.backend", "vllm", otherwise="hf")] = Field(
-        default_factory=VLLMConfig)
-    server: Annotated[ServerConfig, read_when_is("rollout.backend", "vllm_server", otherwise="hf")] = Field(
-        default_factory=ServerConfig)
+    vllm: Annotated[VLLMConfig, read_with_section("vllm")] = Field(default_factory=VLLMConfig)
+    server: Annotated[ServerConfig, read_with_section("server")] = Field(default_factory=ServerConfig)
     max_staleness: NonNegativeInt = Field(
         0, description="vllm_server: 0 generates each batch from the policy it trains (on-policy); k >= 1 generates "
                        "the next batches while this one trains, from a policy up to k optimizer steps older; older "
@@ -576,7 +582,8 @@ class EngineConfig(Section):
     def pushes_lora_adapters(self) -> bool:
         """Whether the vllm_server backend sends the servers LoRA adapters rather than whole weights."""
         transfer = self.rollout.server.lora_transfer
-        return self.rollout.backend == "vllm_server" and self.model.lora.enabled and transfer != "merged"
+        return rollout_backend(self.rollout.backend).lora_adapters and self.model.lora.enabled and \
+            transfer != "merged"
 
     @model_validator(mode="after")
     def _rules_across_sections(self) -> "EngineConfig":
@@ -589,13 +596,16 @@ class EngineConfig(Section):
         if v.max_model_len is not None and v.max_model_len < (longest or r.max_new_tokens + 1):
             raise ValueError(f"rollout.vllm.max_model_len ({v.max_model_len}) must hold the longest sequence, "
                              f"data.max_prompt_length + rollout.max_new_tokens = {longest or r.max_new_tokens + 1}")
-        if r.max_staleness > 0 and r.backend != "vllm_server":
-            raise ValueError(f"rollout.max_staleness ({r.max_staleness}) needs rollout.backend vllm_server: the other "
-                             f"backends generate on the training processes, in turn with the update")
-        if r.backend == "vllm_server" and r.replays_kept_tokens():
-            raise ValueError("rollout.replay_kept_tokens: a vLLM server's HTTP API does not return the kept-token sets "
-                             "of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the whole "
-                             "vocabulary), drop top_p / top_k, or use rollout.backend hf")
+        backend = rollout_backend(r.backend)
+        if r.max_staleness > 0 and not backend.generates_ahead:
+            raise ValueError(f"rollout.max_staleness ({r.max_staleness}) needs rollout.backend "
+                             f"{' or '.join(backends_with(generates_ahead=True))}: the other backends generate on the "
+                             f"training processes, in turn with the update")
+        if not backend.kept_token_sets and r.replays_kept_tokens():
+            raise ValueError(f"rollout.replay_kept_tokens: rollout.backend {r.backend} does not return the kept-token "
+                             f"sets of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the "
+                             f"whole vocabulary), drop top_p / top_k, or use rollout.backend "
+                             f"{' or '.join(backends_with(kept_token_sets=True))}")
         s = r.server
         if s.lora_transfer == "adapter" and not self.model.lora.enabled:
             raise ValueError("rollout.server.lora_transfer adapter needs model.lora.enabled true (without LoRA the "

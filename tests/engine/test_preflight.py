@@ -124,6 +124,14 @@ def test_the_built_in_task_is_checked_from_the_built_in_tokenizer_without_buildi
     assert message.startswith("the built-in task row ") and "max_position_embeddings (128)" in message
 
 
+def test_the_vllm_engines_derived_seeds_stay_in_the_rngs_domain():
+    from engine.rollout.vllm import check
+
+    config = load_config(overrides={"run.seed": 2**32 - 2, "rollout.vllm.kv_cache_mb": 16})
+    with pytest.raises(ConfigError, match="the vLLM engines sample from run.seed \\+ their index, up to 4294967297"):
+        check(config, None, num_processes=4)
+
+
 def test_the_preflight_itself_passes_data_that_fits(tiny_model_dir):
     config = load_config(overrides={"model.name_or_path": str(tiny_model_dir), "rollout.max_new_tokens": 16})
     preflight(config, [{"prompt": "1+1="}], [{"prompt": "2+2="}], str(tiny_model_dir))
