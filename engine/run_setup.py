@@ -40,6 +40,7 @@ from .model.loading import (
     resolve_device,
 )
 from .model.packed_attention import use_per_sequence_attention
+from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
@@ -237,6 +238,7 @@ def setup_run(config: EngineConfig) -> Run:
     hub_model = config.model.name_or_path
     with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
         base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
+    preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
     run_dir = Path(config.run.output_dir)
     data = {"train": data_fingerprint(rows, repr(config.data.path) if config.data.path else "of the built-in task")}
     if eval_rows:

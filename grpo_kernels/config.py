@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 import sys
 import warnings
+import typing
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Mapping, Optional
+from functools import lru_cache
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional
 
-from .losses import DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, get_loss_type, validate_loss_params
+from .losses import (DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type, loss_param_aliases,
+                     validate_loss_params)
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
@@ -25,67 +28,88 @@ class LossConfigWarning(UserWarning):
 OWN_FIELDS = ("loss_params",)
 
 
+class ReadCondition(NamedTuple):
+    text: str
+    holds: Callable[[Any], bool]
+    when_true: Mapping[str, Any]
+    when_false: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LossSetting:
+    """The declaration of one loss setting, beside its field: its meaning and its bounds (the type is the field's).
+    GRPOLossConfig checks every value against it; the engine's `loss` section, FusedLinearGRPOLoss's constructor
+    and the docs are derived from it."""
+
+    help: str
+    ge: Optional[float] = None  # bounds of a number: >=, >, <=
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    # When the objective reads it (None: always): what a user sets ("beta != 0"), a predicate of the config, and
+    # settings that make it hold / fail ({"beta": 0.04} / {"beta": 0.0}).
+    read_when: Optional[ReadCondition] = None
+
+    def bounds_text(self) -> str:
+        low = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else ""
+        if self.le is not None:
+            return f"in {'[' if self.ge is not None else '('}{self.ge if self.ge is not None else self.gt:g}, " \
+                   f"{self.le:g}]" if low else f"<= {self.le:g}"
+        return low
+
+
+def setting(default: Any, help: str, **declaration: Any) -> Any:
+    """A GRPOLossConfig field with its declaration (LossSetting)."""
+    return field(default=default, metadata={"setting": LossSetting(help, **declaration)})
+
+
+def _kl_on(config: Any) -> bool:
+    return config.beta != 0
+
+
+def _trust_region(config: Any) -> bool:
+    return get_loss_type(config.loss_type).clip == TRUST_REGION
+
+
 @dataclass(frozen=True)
 class GRPOLossConfig:
-    loss_type: str = DEFAULT_LOSS_TYPE  # a registered loss type (losses.py: TRL's, and any register_loss_type adds)
-    beta: float = 0.0
-    epsilon: float = 0.2
-    epsilon_high: Optional[float] = None
-    delta: Optional[float] = None
-    importance_sampling_level: Literal["token", "sequence"] = "token"
-    temperature: float = 1.0
-    max_completion_length: Optional[int] = 512  # only dr_grpo reads it (its fixed normaliser)
-    use_bias_correction_kl: bool = True  # TRL's default since 1.10 (DeepSeek-V3.2's importance-weighted KL)
-    sapo_temperature_pos: float = 1.0
-    sapo_temperature_neg: float = 1.05
-    vespo_k_pos: float = 2.0
-    vespo_lambda_pos: float = 3.0
-    vespo_k_neg: float = 3.0
-    vespo_lambda_neg: float = 2.0
-    entropy_coef: float = 0.0
-    top_entropy_quantile: float = 1.0
-    # A registered loss type's own hyper-parameters (register_loss_type(params=...)), not TRL's: checked against
-    # its declaration and completed with its defaults, so the saved and logged config holds every value.
+    loss_type: str = setting(DEFAULT_LOSS_TYPE, "the objective, by TRL's names; grpo_kernels.register_loss_type "
+                                                "adds one")
+    # >= 0: below 0 the KL term would reward drifting from the reference
+    beta: float = setting(0.0, "KL coefficient against the starting model (0: no reference model)", ge=0.0)
+    epsilon: float = setting(0.2, "lower clipping range of the importance ratio (1 - epsilon)", ge=0.0)
+    epsilon_high: Optional[float] = setting(None, "upper clipping range (1 + epsilon_high; null: epsilon)", ge=0.0)
+    delta: Optional[float] = setting(None, "two-sided clipping: cap on the importance ratio (> 1; null: off)", gt=1.0,
+                                     read_when=ReadCondition("a loss_type that clips to a trust region (grpo, bnpo, "
+                                                             "dr_grpo, dapo, luspo)", _trust_region,
+                                                             {"loss_type": "grpo"}, {"loss_type": "cispo"}))
+    importance_sampling_level: Literal["token", "sequence"] = setting(
+        "token", "importance ratio per token or per sequence (GSPO)")
+    temperature: float = setting(1.0, "the temperature the completions were sampled at (the log-probs are taken "
+                                      "at it)", gt=0.0)
+    max_completion_length: Optional[int] = setting(512, "the longest completion: the fixed normaliser of the "
+                                                        "loss types that divide by it (dr_grpo)", ge=1)
+    use_bias_correction_kl: bool = setting(True, "weight the KL by the importance ratio (off-policy correction; "
+                                                 "TRL's default since 1.10)",
+                                           read_when=ReadCondition("beta != 0", _kl_on, {"beta": 0.04}, {"beta": 0.0}))
+    entropy_coef: float = setting(0.0, "entropy bonus coefficient (0: off)")
+    top_entropy_quantile: float = setting(1.0, "train only on the highest-entropy fraction of tokens (1: all)",
+                                          gt=0.0, le=1.0)
+    # A loss type's own hyper-parameters (sapo's, vespo's, register_loss_type(params=...)'s), not TRL's fields:
+    # checked against its declaration and completed with its defaults, so the saved and logged config holds every
+    # value. TRL's names of sapo's and vespo's (sapo_temperature_pos, ...) are accepted as keywords (their
+    # LossParam aliases) and read back as attributes.
     loss_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         loss = get_loss_type(self.loss_type)
+        hints = _field_types(type(self))
+        for f in fields(self):
+            declaration = f.metadata.get("setting")
+            if declaration is not None:
+                _check_setting(f.name, getattr(self, f.name), hints[f.name], declaration)
         object.__setattr__(self, "loss_params", validate_loss_params(self.loss_type, self.loss_params))
-        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-            raise ValueError(
-                f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
-                f"got {self.importance_sampling_level!r}"
-            )
-        for name in ("beta", "epsilon", "temperature", "sapo_temperature_pos", "sapo_temperature_neg",
-                     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "entropy_coef",
-                     "top_entropy_quantile"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise TypeError(f"{name} must be a finite number, got {value!r}")
-        for name in ("epsilon_high", "delta"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value)):
-                raise TypeError(f"{name} must be None or a finite number, got {value!r}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
-            raise ValueError("epsilon and epsilon_high must be >= 0")
-        if self.delta is not None and self.delta <= 1.0:
-            # TRL's two-sided clipping caps the ratio at delta; a cap at or below 1 would clip on-policy tokens.
-            raise ValueError(f"delta must be > 1 (it caps the importance ratio), got {self.delta}")
-        if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
-            raise ValueError("sapo_temperature_pos and sapo_temperature_neg must be > 0")
-        if not 0.0 < self.top_entropy_quantile <= 1.0:
-            raise ValueError(f"top_entropy_quantile must be in (0, 1], got {self.top_entropy_quantile}")
         if loss.aggregation.reads_max_completion_length and self.max_completion_length is None:
             raise ValueError(f"loss_type={self.loss_type!r} needs max_completion_length (its fixed normaliser)")
-        if self.max_completion_length is not None and (
-            isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
-            or self.max_completion_length <= 0
-        ):
-            raise ValueError(f"max_completion_length must be a positive int, got {self.max_completion_length!r}")
-
         self._warn_like_trl(loss)
 
     def _warn_like_trl(self, loss) -> None:
@@ -110,12 +134,93 @@ class GRPOLossConfig:
     def epsilon_high_value(self) -> float:
         return float(self.epsilon if self.epsilon_high is None else self.epsilon_high)
 
+    def __getattr__(self, name: str) -> Any:
+        """TRL's name of a loss type's hyper-parameter (sapo_temperature_pos): its value for this config's loss type,
+        else the declared default (which the objective does not read)."""
+        alias = loss_param_aliases().get(name)
+        if alias is None or "loss_params" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        loss_type, param = alias
+        if loss_type == self.__dict__["loss_type"]:
+            return self.__dict__["loss_params"][param]
+        return get_loss_type(loss_type).params[param].default
+
     @classmethod
     def from_trl(cls, trl_config: object) -> "GRPOLossConfig":
         """Build from any object with TRL GRPOConfig attribute names (missing ones keep our defaults)."""
-        kwargs = {f.name: getattr(trl_config, f.name) for f in fields(cls)
-                  if f.name not in OWN_FIELDS and hasattr(trl_config, f.name)}
-        return cls(**kwargs)
+        names = [f.name for f in fields(cls) if f.name not in OWN_FIELDS] + list(loss_param_aliases())
+        return cls(**{name: getattr(trl_config, name) for name in names if hasattr(trl_config, name)})
+
+
+_dataclass_init = GRPOLossConfig.__init__
+
+
+def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
+    """The dataclass's __init__, taking TRL's names of loss-type hyper-parameters (sapo_temperature_pos=...) as
+    keywords at this boundary: each goes into loss_params under its declared name when it belongs to the chosen
+    loss type, and is not read otherwise (as in TRL, where every loss type's options are set and one is read)."""
+    aliases = loss_param_aliases()
+    given = {name: kwargs.pop(name) for name in list(kwargs) if name in aliases}
+    if given:
+        loss_type = args[0] if args else kwargs.get("loss_type", DEFAULT_LOSS_TYPE)
+        params = dict(kwargs.get("loss_params") or {})
+        for name, value in given.items():
+            owner, param = aliases[name]
+            if owner != loss_type:
+                continue
+            if param in params and params[param] != value:
+                raise ValueError(f"{name}={value!r} and loss_params[{param!r}]={params[param]!r} set the same "
+                                 f"hyper-parameter of loss_type {loss_type!r}; give one")
+            params[param] = value
+        kwargs["loss_params"] = params
+    _dataclass_init(self, *args, **kwargs)
+
+
+GRPOLossConfig.__init__ = _init_with_aliases  # type: ignore[method-assign]
+
+
+@lru_cache(maxsize=None)
+def _field_types(config_class: type) -> dict[str, Any]:
+    return typing.get_type_hints(config_class)
+
+
+def _allowed(annotation: Any) -> tuple[Optional[type], bool, Optional[tuple]]:
+    """(the value's type, whether None is allowed, the allowed values of a Literal) of a field's annotation."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return str, False, args
+    if type(None) in args:
+        kind, _, choices = _allowed(next(arg for arg in args if arg is not type(None)))
+        return kind, True, choices
+    return annotation, False, None
+
+
+def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSetting) -> None:
+    """`value` against the field's type and its declaration: TypeError for another type, ValueError past a bound."""
+    kind, nullable, choices = _allowed(annotation)
+    if value is None and nullable:
+        return
+    if choices is not None:
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        return
+    if kind is bool or kind is str:
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be {'True or False' if kind is bool else 'a string'}, got {value!r}")
+        return
+    number = not isinstance(value, bool) and isinstance(value, int if kind is int else (int, float))
+    if kind is float and number and not math.isfinite(value):
+        number = False
+    bounds = declaration.bounds_text()
+    within = number and (declaration.ge is None or value >= declaration.ge) and (
+        declaration.gt is None or value > declaration.gt) and (declaration.le is None or value <= declaration.le)
+    if kind is int and not within:
+        raise ValueError(f"{name} must be a positive int, got {value!r}" if declaration.ge == 1 else
+                         f"{name} must be an int {bounds}, got {value!r}")
+    if not number:
+        raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number, got {value!r}")
+    if not within:
+        raise ValueError(f"{name} must be {bounds}, got {value!r}")
 
 
 def _warn_at_caller(message: str) -> None:

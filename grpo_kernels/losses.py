@@ -131,6 +131,10 @@ class LossParam:
     maximum: Optional[float] = None
     choices: Optional[tuple] = None  # the allowed values, when only some are
     help: str = ""
+    above: Optional[float] = None  # an exclusive lower bound (a rate, a temperature: > 0)
+    # The keyword TRL's GRPOConfig and Liger's constructor give it (sapo_temperature_pos for sapo's
+    # temperature_pos): accepted there, at those boundaries, and read back as an attribute of GRPOLossConfig.
+    alias: Optional[str] = None
 
     @property
     def kind(self) -> type:
@@ -138,7 +142,8 @@ class LossParam:
 
     def describe(self) -> str:
         kind = {bool: "true/false", int: "an integer", float: "a finite number", str: "a string"}[self.kind]
-        bounds = [f">= {self.minimum:g}" if self.minimum is not None else "",
+        bounds = [f"> {self.above:g}" if self.above is not None else "",
+                  f">= {self.minimum:g}" if self.minimum is not None else "",
                   f"<= {self.maximum:g}" if self.maximum is not None else "",
                   f"one of {list(self.choices)}" if self.choices is not None else ""]
         return " ".join([kind, *[b for b in bounds if b]])
@@ -152,7 +157,8 @@ class LossParam:
         if fits and kind is float:
             fits = math.isfinite(value)
         if fits and kind in (int, float):
-            fits = (self.minimum is None or value >= self.minimum) and (self.maximum is None or value <= self.maximum)
+            fits = (self.minimum is None or value >= self.minimum) and (self.maximum is None or value <= self.maximum) \
+                and (self.above is None or value > self.above)
         if fits and self.choices is not None:
             fits = value in self.choices
         if not fits:
@@ -216,8 +222,8 @@ def sapo_term(x: TermInputs):
     """-(4 / k) sigmoid(k (r - 1)) A, k the temperature of A's sign."""
     import torch
 
-    c = x.config
-    k = torch.where(x.advantages > 0, c.sapo_temperature_pos, c.sapo_temperature_neg).to(x.logps.dtype)
+    p = x.config.loss_params
+    k = torch.where(x.advantages > 0, p["temperature_pos"], p["temperature_neg"]).to(x.logps.dtype)
     return -(4.0 / k) * torch.sigmoid(k * (x.ratio - 1)) * x.advantages
 
 
@@ -229,7 +235,7 @@ def vespo_weights(x: TermInputs):
     """VESPO's per-sequence gamma weight phi (no gradient), [B, 1] (or [B, T] if A is)."""
     import torch
 
-    c = x.config
+    p = x.config.loss_params
     with torch.no_grad():
         log_min, log_max = LOG_RATIO_RANGE
         log_w = (x.mask * x.log_ratio.detach().clamp(-20.0, 20.0)).sum(-1, keepdim=True)
@@ -240,8 +246,8 @@ def vespo_weights(x: TermInputs):
             log_w = log_w + torch.where(x.mask > 0, log_rho, 0.0).sum(-1, keepdim=True)
         log_w = log_w.clamp(min=log_min, max=log_max)
         positive = x.advantages >= 0
-        k = torch.where(positive, c.vespo_k_pos, c.vespo_k_neg)
-        lam = torch.where(positive, c.vespo_lambda_pos, c.vespo_lambda_neg)
+        k = torch.where(positive, p["k_pos"], p["k_neg"])
+        lam = torch.where(positive, p["lambda_pos"], p["lambda_neg"])
         phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
         return torch.where(torch.isfinite(phi), phi, torch.zeros_like(phi))
 
@@ -266,15 +272,33 @@ def _ppo(name: str, aggregation: Aggregation, **traits) -> LossType:
                          epilogue=Epilogue.PPO_CLIP, **traits))
 
 
+# sapo's and vespo's own hyper-parameters, declared as any registered type's (TRL's names are their aliases).
+SAPO_PARAMS = {
+    "temperature_pos": LossParam(1.0, float, above=0.0, alias="sapo_temperature_pos",
+                                 help="sapo: gate temperature for positive advantages"),
+    "temperature_neg": LossParam(1.05, float, above=0.0, alias="sapo_temperature_neg",
+                                 help="sapo: gate temperature for negative advantages"),
+}
+# phi = w^k exp(lam (1 - w)), a gamma-shaped weight of the sequence's ratio w: a shape k >= 0 and a rate lam > 0
+# keep it bounded (lam <= 0 grows without bound in w; TRL clamps lam at 1e-4)
+VESPO_PARAMS = {
+    "k_pos": LossParam(2.0, float, minimum=0.0, alias="vespo_k_pos", help="vespo: shape k for positive advantages"),
+    "lambda_pos": LossParam(3.0, float, above=0.0, alias="vespo_lambda_pos",
+                            help="vespo: rate lambda for positive advantages"),
+    "k_neg": LossParam(3.0, float, minimum=0.0, alias="vespo_k_neg", help="vespo: shape k for negative advantages"),
+    "lambda_neg": LossParam(2.0, float, above=0.0, alias="vespo_lambda_neg",
+                            help="vespo: rate lambda for negative advantages"),
+}
 GSPO_LOSS_TYPE = _ppo("grpo", SEQUENCE_MEAN).name  # GSPO: this type with importance_sampling_level="sequence"
 _ppo("bnpo", LOCAL_TOKEN_MEAN, warns_sequence_level=True)
 _ppo("dr_grpo", FIXED_LENGTH, warns_sequence_level=True)
 DEFAULT_LOSS_TYPE = _ppo("dapo", GLOBAL_TOKEN_MEAN, warns_sequence_level=True).name
 _add(LossType("cispo", cispo_term, GLOBAL_TOKEN_MEAN, clip=RATIO_CAP, token_level=True, epilogue=Epilogue.CISPO,
               warns_sequence_level=True))
-_add(LossType("sapo", sapo_term, SEQUENCE_MEAN, token_level=True, epilogue=Epilogue.SAPO))
+_add(LossType("sapo", sapo_term, SEQUENCE_MEAN, token_level=True, epilogue=Epilogue.SAPO, params=SAPO_PARAMS))
 _ppo("luspo", SEQUENCE_SUM, paper_importance_sampling_level="sequence")
-_add(LossType("vespo", vespo_term, GLOBAL_TOKEN_MEAN, folds_importance_ratio=True, sequence_weight=vespo_weights))
+_add(LossType("vespo", vespo_term, GLOBAL_TOKEN_MEAN, folds_importance_ratio=True, sequence_weight=vespo_weights,
+              params=VESPO_PARAMS))
 BUILTIN_LOSS_TYPES = tuple(_REGISTRY)
 
 
@@ -290,6 +314,12 @@ def get_loss_type(name: object) -> LossType:
         raise ValueError(f"loss_type must be one of the registered loss types {loss_type_names()}, got {name!r} "
                          "(grpo_kernels.register_loss_type adds one)")
     return loss
+
+
+def loss_param_aliases() -> dict[str, tuple[str, str]]:
+    """{alias: (loss type, hyper-parameter)} of every declared hyper-parameter that has one (TRL's names)."""
+    return {param.alias: (loss.name, name) for loss in _REGISTRY.values() for name, param in loss.params.items()
+            if param.alias is not None}
 
 
 def validate_loss_params(loss_type: str, params: Optional[Mapping[str, Any]], key: str = "loss_params"
@@ -341,8 +371,17 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string (a loss_type value), got {name!r}")
+    # Names are compared case-insensitively: 'GRPO' beside 'grpo' would be two objectives one letter apart.
     if name in BUILTIN_LOSS_TYPES:
         raise ValueError(f"{name!r} is a built-in loss type; pick another name")
+    builtin = next((other for other in BUILTIN_LOSS_TYPES if other.lower() == name.lower()), None)
+    if builtin is not None:
+        raise ValueError(f"{name!r} differs from the built-in loss type {builtin!r} only in case (names are compared "
+                         f"case-insensitively); pick another name")
+    taken = next((other for other in _REGISTRY if other.lower() == name.lower() and other != name), None)
+    if taken is not None:
+        raise ValueError(f"{name!r} differs from the registered loss type {taken!r} only in case (names are compared "
+                         f"case-insensitively); pick another name, or unregister_loss_type({taken!r}) first")
     if name in _REGISTRY and not replace:
         raise ValueError(f"loss type {name!r} is already registered; pass replace=True to replace it "
                          f"(or unregister_loss_type({name!r}) first)")

@@ -9,58 +9,84 @@ over the vocabulary whatever they say.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from typing import Optional
 
 import torch
 
-from .api import Backend, fused_linear_grpo_loss, linear_logprobs
+from .api import fused_linear_grpo_loss, linear_logprobs
 from .config import GRPOLossConfig
-from .losses import DEFAULT_LOSS_TYPE, get_loss_type
+from .losses import get_loss_type, loss_param_aliases
+
+
+# Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
+# GRPOLossConfig's epsilon; TRL's names of sapo's / vespo's hyper-parameters) and its defaults where they differ
+# from TRL's. Every other loss setting follows from GRPOLossConfig's declarations (liger_signature).
+LIGER_ORDER = ("beta", "compiled", "use_ref_model", "chunk_size", "epsilon_low", "epsilon_high", "loss_type",
+               "max_completion_length", "importance_sampling_level", "sapo_temperature_pos", "sapo_temperature_neg",
+               "temperature")
+LIGER_NAMES = {"epsilon_low": "epsilon"}  # Liger's name -> GRPOLossConfig's
+LIGER_DEFAULTS = {"beta": 0.04, "epsilon_high": 0.2, "max_completion_length": None, "use_bias_correction_kl": False}
+# Liger's performance knobs and reference switch (not loss settings), then this module's own options.
+MODULE_OPTIONS = {"compiled": True, "use_ref_model": True, "chunk_size": 1, "backend": "auto",
+                  "workspace_bytes": None, "process_group": None}
+
+
+def liger_signature(config_class: type = GRPOLossConfig) -> inspect.Signature:
+    """The constructor's parameters: Liger's in its order, then every other setting `config_class` declares and
+    every loss-type hyper-parameter TRL names (aliases), `loss_params`, and this module's options."""
+    settings = {f.name: f.default for f in dataclasses.fields(config_class) if "setting" in f.metadata}
+    aliases = {alias: get_loss_type(owner).params[param].default
+               for alias, (owner, param) in loss_param_aliases().items()}
+    liger_to_ours = {name: LIGER_NAMES.get(name, name) for name in LIGER_ORDER}
+    names = list(LIGER_ORDER) + [name for name in [*settings, *aliases]
+                                 if name not in liger_to_ours.values() and name not in LIGER_ORDER]
+
+    def default(name: str) -> object:
+        if name in MODULE_OPTIONS:
+            return MODULE_OPTIONS[name]
+        ours = liger_to_ours.get(name, name)
+        return LIGER_DEFAULTS.get(ours, settings.get(ours, aliases.get(ours)))
+
+    parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default(name))
+                  for name in names]
+    parameters += [inspect.Parameter("loss_params", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+    parameters += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=value)
+                   for name, value in MODULE_OPTIONS.items() if name not in LIGER_ORDER]
+    return inspect.Signature(parameters)
+
+
+def liger_config(config_class: type, signature: inspect.Signature, *args: object, **kwargs: object
+                 ) -> tuple[GRPOLossConfig, dict[str, object]]:
+    """(the loss config, the module's options) of a constructor call by Liger's names."""
+    bound = signature.bind(*args, **kwargs)
+    given = set(bound.arguments)
+    bound.apply_defaults()
+    # a loss type's hyper-parameter by TRL's name only when given: its default is the declaration's, in loss_params
+    values = {name: value for name, value in bound.arguments.items()
+              if name in given or name not in loss_param_aliases()}
+    options = {name: values.pop(name) for name in MODULE_OPTIONS}
+    loss_params = values.pop("loss_params")
+    config = config_class(**{LIGER_NAMES.get(name, name): value for name, value in values.items()},
+                          loss_params=loss_params or {})
+    return config, options
 
 
 class FusedLinearGRPOLoss(torch.nn.Module):
-    def __init__(
-        self,
-        beta: float = 0.04,
-        compiled: bool = True,
-        use_ref_model: bool = True,
-        chunk_size: int = 1,
-        epsilon_low: float = 0.2,
-        epsilon_high: float = 0.2,
-        loss_type: str = DEFAULT_LOSS_TYPE,
-        max_completion_length: Optional[int] = None,
-        importance_sampling_level: str = "token",
-        sapo_temperature_pos: float = 1.0,
-        sapo_temperature_neg: float = 1.05,
-        temperature: float = 1.0,
-        delta: Optional[float] = None,
-        use_bias_correction_kl: bool = False,
-        vespo_k_pos: float = 2.0,
-        vespo_lambda_pos: float = 3.0,
-        vespo_k_neg: float = 3.0,
-        vespo_lambda_neg: float = 2.0,
-        entropy_coef: float = 0.0,
-        top_entropy_quantile: float = 1.0,
-        backend: Backend = "auto",
-        workspace_bytes: Optional[int] = None,
-        process_group: Optional[object] = None,
-    ):
-        """`process_group`: the group over which `lin_weight` (and `bias`) hold vocabulary shards, when they are
+    _signature = liger_signature()
+
+    def __init__(self, *args: object, **kwargs: object):
+        """Liger's LigerFusedLinearGRPOLoss constructor (its names, order and defaults; the loss settings as
+        GRPOLossConfig declares them). `loss_params`: a loss type's own hyper-parameters by their declared names.
+        `process_group`: the group over which `lin_weight` (and `bias`) hold vocabulary shards, when they are
         this rank's rows of the head (a DTensor head sharded on dim 0 needs none)."""
         super().__init__()
-        self.config = GRPOLossConfig(
-            loss_type=loss_type, beta=beta, epsilon=epsilon_low, epsilon_high=epsilon_high, delta=delta,
-            importance_sampling_level=importance_sampling_level, temperature=temperature,
-            max_completion_length=max_completion_length, use_bias_correction_kl=use_bias_correction_kl,
-            sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
-            vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
-            vespo_lambda_neg=vespo_lambda_neg, entropy_coef=entropy_coef, top_entropy_quantile=top_entropy_quantile,
-        )
-        self.use_ref_model = use_ref_model
-        self.backend = backend
-        self.workspace_bytes = workspace_bytes  # the GEMM path's logits workspace (None: 1 GiB)
-        self.process_group = process_group
+        self.config, options = liger_config(GRPOLossConfig, self._signature, *args, **kwargs)
+        self.use_ref_model = options["use_ref_model"]
+        self.backend = options["backend"]
+        self.workspace_bytes = options["workspace_bytes"]  # the GEMM path's logits workspace (None: 1 GiB)
+        self.process_group = options["process_group"]
 
     def forward(
         self,
@@ -166,3 +192,8 @@ def _per_sequence_or_token_ratio(vllm_is_ratio: Optional[torch.Tensor], B: int, 
         return vllm_is_ratio
     raise ValueError(f"vllm_is_ratio must have shape [B]=[{B}], [B, 1]=[{B}, 1] or [B, T]=[{B}, {T}], "
                      f"got {list(shape)}")
+
+
+FusedLinearGRPOLoss.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+     *FusedLinearGRPOLoss._signature.parameters.values()])

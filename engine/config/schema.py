@@ -13,16 +13,22 @@ loss types with a fixed normaliser divide by `rollout.max_new_tokens` (SHARED_SE
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import GRPOLossConfig
-from grpo_kernels.losses import get_loss_type, loss_type_names
+from grpo_kernels.config import GRPOLossConfig, LossSetting
+from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
 
+from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
+from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
+                                rollout_backend_names)
 from .loss_params import check_loss_params
 
 # ----------------------------------------------------------------------------------------------- value types
@@ -42,13 +48,22 @@ def is_hub_id(name: str) -> bool:
     return bool(_HUB_ID.match(name)) and "--" not in name and ".." not in name and not name.endswith((".", "-"))
 
 
+def expand_user(name: str) -> str:
+    """`name` with a leading ~ or ~user expanded (the shell's meaning); as written where that user has no home
+    (then it names no file, and the key's own check refuses it)."""
+    return os.path.expanduser(name)
+
+
 def user_path(name: str) -> Path:
-    """`name` with a leading ~ or ~user expanded; as written where that user has no home (then it names no file,
-    and the key's own check refuses it) rather than a RuntimeError from inside pathlib."""
-    try:
-        return Path(name).expanduser()
-    except RuntimeError:
-        return Path(name)
+    return Path(expand_user(name))
+
+
+class PathSetting:
+    """Marks a setting that names a file or directory: its value is stored with ~ expanded, so that every path
+    setting means the same by `~` (the shell's home), whoever reads it (a run directory, a data file, a model)."""
+
+
+PATH = PathSetting()
 
 
 def _model_location(name: str) -> str:
@@ -63,13 +78,67 @@ def _data_location(name: str) -> str:
     return name
 
 
-ModelLocation = Annotated[str, AfterValidator(_model_location)]
-DataLocation = Annotated[str, AfterValidator(_data_location)]
+FilePath = Annotated[str, AfterValidator(expand_user), PATH]
+ModelLocation = Annotated[str, AfterValidator(_model_location), AfterValidator(expand_user), PATH]
+DataLocation = Annotated[str, AfterValidator(_data_location), AfterValidator(expand_user), PATH]
+
+
+def _one_as_list(value: Any) -> Any:
+    """A list setting given one value (`--rollout.server.urls http://host:8000`) takes it as a list of one."""
+    return [value] if isinstance(value, (str, int, float)) else value
+
+
+def ListOf(item: Any, min_length: int = 0) -> Any:
+    """A list setting: a list of `item`s, or one item alone as a list of one."""
+    return Annotated[list[item], Field(min_length=min_length), BeforeValidator(_one_as_list)]
+
+
+def _module_names(value: Any) -> Any:
+    """model.lora.target_modules: all-linear, or module names (one name alone is a list of one)."""
+    return [value] if isinstance(value, str) and value != ALL_LINEAR else value
+
+
+ALL_LINEAR = "all-linear"
+
+
+def _is_hub_read(name: Optional[str]) -> bool:
+    """Whether a model / data setting names a Hub repository (rather than a local path)."""
+    return name is not None and not user_path(name).exists() and is_hub_id(name)
+
+
+def read_when_hub(*keys: str) -> ReadWhen:
+    """Read when one of the location settings `keys` names a Hub repository."""
+    return ReadWhen(f"{' or '.join(keys)} a Hub id", lambda c: any(_is_hub_read(value_at(c, k)) for k in keys),
+                    {keys[0]: "org/name"}, {key: None for key in keys})
+
+
+def read_with_section(section: str) -> ReadWhen:
+    """A rollout section's settings are read by the backends whose registry entry declares that section."""
+    owners = backends_with(section=section)
+    return ReadWhen(f"rollout.backend {' or '.join(owners)}",
+                    lambda c: rollout_backend(c.rollout.backend).section == section,
+                    {"rollout.backend": owners[0]}, {"rollout.backend": DEFAULT_ROLLOUT_BACKEND})
+
+
+LORA_ON = read_when_is("model.lora.enabled", True, otherwise=False)
+# Evaluation runs on data.eval_path, or on the built-in task's problems (held out, or its training ones).
+BUILTIN_TASK = ReadWhen("data.path null (the built-in addition task)", lambda c: c.data.path is None, {},
+                        {"data.path": "org/train"})
+DATA_FILE = ReadWhen("data.path set", lambda c: c.data.path is not None, {"data.path": "org/train"}, {})
+MATH_REWARD = read_when_listed("rewards.functions", "math_accuracy", "length")
+WARM_START = read_when_positive("run.warm_start_steps")
+# NumPy's seed domain (accelerate's set_seed seeds NumPy, Python's and torch's RNGs with the run's seed)
+MAX_SEED = 2**32 - 1
+EVALUATION_DATA = read_when_any(
+    "data.eval_path set (or data.path null: the built-in task)",
+    ReadWhen("data.eval_path set", lambda c: c.data.eval_path is not None, {"data.eval_path": "org/eval"},
+             {"data.eval_path": None}),
+    ReadWhen("data.path null", lambda c: c.data.path is None, {}, {"data.path": "org/train"}))
 
 # The kernels' backends: the registry's names (grpo_kernels.backends imports no torch). "auto" routes each call
 # by the cost model.
 LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
-ROLLOUT_BACKENDS = ("hf", "vllm", "vllm_server")
+# The rollout backends: engine/rollout/registry.py's entries (a backend registered later is a valid choice).
 # The off-policy correction's modes (TRL's vLLM importance-sampling names, and auto / off).
 ImportanceSampling = Literal["auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 BUILTIN_REWARDS = ("math_accuracy", "format", "length")
@@ -81,6 +150,10 @@ SHARED_SETTINGS = {
     "loss.max_completion_length": "the loss types with a fixed normaliser divide by the longest possible "
                                   "completion: set rollout.max_new_tokens",
 }
+# TRL's names of a loss type's own hyper-parameters: here they are loss.params, by their declared names.
+SHARED_SETTINGS.update({
+    f"loss.{alias}": f"a hyper-parameter of loss type {owner!r}: set loss.params.{param} (with loss.loss_type {owner})"
+    for alias, (owner, param) in loss_param_aliases().items()})
 
 
 # Marks a text setting taken as written, empty included (a system prompt may be ''); every other text setting
@@ -100,12 +173,21 @@ class Section(BaseModel):
         # Every text setting of every section but free text (FREE_TEXT): an empty or blank string names nothing.
         # As a path it would be the working directory (Path('') is '.': a run writing into it, a model or data read
         # from it), as a name or a column nothing at all. A key that may be null is unset with null.
+        # Every text setting, free text too: Unicode (a lone UTF-16 surrogate, from a flag of bytes that are not
+        # UTF-8 or a YAML escape, is text no file or tokenizer can encode).
+        texts = value if isinstance(value, list) else (value,)
+        if any(isinstance(text, str) and _lone_surrogate(text) for text in texts):
+            raise ValueError("expected Unicode text (it holds a lone UTF-16 surrogate, which no file or tokenizer "
+                             "can encode)")
         if (cls.model_fields[info.field_name].json_schema_extra or {}).get("free_text"):
             return value
-        texts = value if isinstance(value, list) else (value,)
         if any(isinstance(text, str) and not text.strip() for text in texts):
             raise ValueError("expected a non-empty text (null unsets a key that may be null)")
         return value
+
+
+def _lone_surrogate(text: str) -> bool:
+    return any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> AfterValidator:
@@ -124,11 +206,12 @@ def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> A
 
 class LoraConfig(Section):
     enabled: bool = Field(False, description="train LoRA adapters (peft) instead of every weight")
-    r: PositiveInt = Field(16, description="adapter rank")
-    alpha: PositiveInt = Field(32, description="adapter scale numerator (the update is scaled by alpha / r)")
-    dropout: Annotated[float, Field(ge=0, lt=1)] = Field(0.05, description="dropout on the adapters' input")
-    target_modules: Union[str, Annotated[list[str], Field(min_length=1)]] = Field(
-        "all-linear", description="module names to adapt, or all-linear")
+    r: Annotated[PositiveInt, LORA_ON] = Field(16, description="adapter rank")
+    alpha: Annotated[PositiveInt, LORA_ON] = Field(32, description="adapter scale numerator (the update is scaled by alpha / r)")
+    dropout: Annotated[float, Field(ge=0, lt=1), LORA_ON] = Field(0.05, description="dropout on the adapters' input")
+    target_modules: Annotated[Union[str, Annotated[list[str], Field(min_length=1)]], BeforeValidator(_module_names),
+                              LORA_ON] = Field(
+        ALL_LINEAR, description="module names to adapt (one name alone is a list of one), or all-linear")
 
 
 class ModelConfig(Section):
@@ -136,7 +219,7 @@ class ModelConfig(Section):
         None, description="a local Hugging Face causal-LM directory or a Hub id ORG/NAME (downloaded once into the "
                           "Hugging Face cache; HF_HUB_OFFLINE=1 reads the cache only); null builds the tiny built-in "
                           "demo model in code")
-    revision: Optional[str] = Field(None, description="a Hub id's branch, tag or commit (null: main)")
+    revision: Annotated[Optional[str], read_when_hub("model.name_or_path")] = Field(None, description="a Hub id's branch, tag or commit (null: main)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bf16 on CUDA, fp32 on CPU")
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = Field(
@@ -172,24 +255,24 @@ class DataConfig(Section):
                           "YAML file is read next to that file")
     eval_path: Optional[DataLocation] = Field(
         None, description="prompts for evaluation before / after / every run.eval_steps (same forms)")
-    config: Optional[str] = Field(
+    config: Annotated[Optional[str], read_when_hub("data.path", "data.eval_path")] = Field(
         None, description="a Hub dataset's configuration (GSM8K: main); null: its only or default one")
-    split: str = Field("train", description="the split of a Hub dataset path to train on")
-    eval_split: str = Field("test", description="the split of a Hub dataset eval_path to evaluate on")
+    split: Annotated[str, read_when_hub("data.path")] = Field("train", description="the split of a Hub dataset path to train on")
+    eval_split: Annotated[str, read_when_hub("data.eval_path")] = Field("test", description="the split of a Hub dataset eval_path to evaluate on")
     prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
     system_prompt: Optional[str] = Field(
         None, json_schema_extra=FREE_TEXT, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "
                           "is applied")
     max_prompt_length: Optional[PositiveInt] = Field(
         512, description="longer prompts keep their last tokens (TRL default 512)")
-    max_prompt_chars: Optional[PositiveInt] = Field(
+    max_prompt_chars: Annotated[Optional[PositiveInt], DATA_FILE] = Field(
         100_000, description="prompts longer than this many characters are refused when the data loads (null: no "
                              "bound): a tokenizer reads every character before it truncates, so one runaway line of "
                              "megabytes would stall the run")
     shuffle: bool = Field(True, description="a fresh seeded permutation of the prompts each epoch")
-    builtin_max_operand: PositiveInt = Field(
+    builtin_max_operand: Annotated[PositiveInt, BUILTIN_TASK] = Field(
         9, description="the built-in addition task (used when path is null): operands 0..builtin_max_operand")
-    builtin_eval_size: NonNegativeInt = Field(
+    builtin_eval_size: Annotated[NonNegativeInt, BUILTIN_TASK] = Field(
         0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones); fewer "
                        "than its (builtin_max_operand + 1)^2 problems")
 
@@ -225,7 +308,7 @@ def _server_url(url: str) -> str:
 
 
 class ServerConfig(Section):
-    urls: Annotated[list[Annotated[str, AfterValidator(_server_url)]], Field(min_length=1)] = Field(
+    urls: ListOf(Annotated[str, AfterValidator(_server_url)], min_length=1) = Field(
         default_factory=lambda: ["http://127.0.0.1:8000"],
         description="vllm_server: the base URLs of the vLLM servers (vLLM's OpenAI-compatible server, e.g. from "
                     "grpo-engine serve); training process i generates on the (i mod len(urls))-th, the weights go "
@@ -251,7 +334,7 @@ class ServerConfig(Section):
                             "--enable-lora, --max-lora-rank >= model.lora.r, VLLM_ALLOW_RUNTIME_LORA_UPDATING), "
                             "merged (the adapter merged into the whole weights, sent by weight_transfer); auto: "
                             "adapter when LoRA is on")
-    weights_dir: Optional[str] = Field(
+    weights_dir: Optional[FilePath] = Field(
         None, description="reload and adapter: the directory the weights or adapters are written to, which every "
                           "server must read (a shared filesystem past one machine; null: "
                           "run.output_dir/server_weights)")
@@ -262,11 +345,9 @@ class ServerConfig(Section):
 
 
 class RolloutConfig(Section):
-    backend: Annotated[str, _choice(ROLLOUT_BACKENDS)] = Field(
-        "hf", description="hf: Hugging Face generate on the policy itself; vllm: a vLLM engine in the training "
-                          "process, given the policy's weights after every optimizer step (pip install vllm); "
-                          "vllm_server: vLLM servers reached over HTTP (rollout.server), given the weights after "
-                          "every optimizer step")
+    backend: Annotated[str, _choice(rollout_backend_names)] = Field(
+        DEFAULT_ROLLOUT_BACKEND, description="; ".join(f"{name}: {spec.summary}"
+                                                       for name, spec in ROLLOUT_BACKENDS.items()))
     num_generations: Annotated[int, Field(ge=2)] = Field(
         8, description="completions per prompt (G): advantages compare each with its group, so at least 2")
     max_new_tokens: PositiveInt = Field(
@@ -278,7 +359,9 @@ class RolloutConfig(Section):
     top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
     repetition_penalty: PositiveFloat = Field(
         1.0, description="transformers' repetition penalty in generate (1: off)")
-    replay_kept_tokens: bool = Field(
+    replay_kept_tokens: Annotated[bool, ReadWhen(
+        "rollout.top_p < 1 or rollout.top_k > 0", lambda c: c.rollout.top_p < 1 or c.rollout.top_k > 0,
+        {"rollout.top_k": 5}, {"rollout.top_p": 1.0, "rollout.top_k": 0})] = Field(
         True, description="with top_p < 1 or top_k > 0: score the policy and old/reference log-probs over the ids "
                           "the sampler kept at each position, as it drew them (false: over the whole vocabulary; "
                           "without truncation nothing to replay)")
@@ -288,8 +371,8 @@ class RolloutConfig(Section):
         False, description="sample (and score) the vocabulary rows past the tokenizer's last token, which a model "
                            "padded its vocabulary with (Qwen2.5) and which decode to nothing (false: never sampled, "
                            "left out of the log-probs)")
-    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
-    server: ServerConfig = Field(default_factory=ServerConfig)
+    vllm: Annotated[VLLMConfig, read_with_section("vllm")] = Field(default_factory=VLLMConfig)
+    server: Annotated[ServerConfig, read_with_section("server")] = Field(default_factory=ServerConfig)
     max_staleness: NonNegativeInt = Field(
         0, description="vllm_server: 0 generates each batch from the policy it trains (on-policy); k >= 1 generates "
                        "the next batches while this one trains, from a policy up to k optimizer steps older; older "
@@ -299,7 +382,10 @@ class RolloutConfig(Section):
                             "probability (before the update) to the sampler's, capped (truncate) or zeroed past "
                             "the cap (mask), per token or per sequence (the product); auto: token_truncate with "
                             "max_staleness >= 1, else off")
-    importance_sampling_cap: Annotated[float, Field(gt=1)] = Field(
+    importance_sampling_cap: Annotated[float, Field(gt=1), ReadWhen(
+        "an off-policy correction in force (rollout.importance_sampling, or max_staleness >= 1)",
+        lambda c: c.rollout.importance_sampling_mode() is not None, {"rollout.importance_sampling": "token_mask"},
+        {"rollout.importance_sampling": "off"})] = Field(
         3.0, description="the cap of the importance-sampling ratio (> 1)")
 
     def importance_sampling_mode(self) -> Optional[str]:
@@ -321,15 +407,15 @@ def _reward_spec(spec: str) -> str:
 
 
 class RewardsConfig(Section):
-    functions: Annotated[list[Annotated[str, AfterValidator(_reward_spec)]], Field(min_length=1)] = Field(
+    functions: ListOf(Annotated[str, AfterValidator(_reward_spec)], min_length=1) = Field(
         default_factory=lambda: ["math_accuracy"],
         description="built-in names (math_accuracy, format, length) or package.module:function")
-    weights: Optional[list[float]] = Field(None, description="one per function; all 1.0 when null")
-    answer_column: str = Field("answer", description="the dataset column math_accuracy compares against")
-    math_correct: float = Field(1.0, description="math_accuracy: reward of a correct answer")
-    math_wrong: float = Field(-1.0, description="math_accuracy: reward of a wrong answer")
-    math_no_answer: float = Field(-0.5, description="math_accuracy: reward when no \\boxed{} answer is found")
-    length_cache: NonNegativeInt = Field(
+    weights: Optional[ListOf(float)] = Field(None, description="one per function; all 1.0 when null")
+    answer_column: Annotated[str, MATH_REWARD] = Field("answer", description="the dataset column math_accuracy compares against")
+    math_correct: Annotated[float, MATH_REWARD] = Field(1.0, description="math_accuracy: reward of a correct answer")
+    math_wrong: Annotated[float, MATH_REWARD] = Field(-1.0, description="math_accuracy: reward of a wrong answer")
+    math_no_answer: Annotated[float, MATH_REWARD] = Field(-0.5, description="math_accuracy: reward when no \\boxed{} answer is found")
+    length_cache: Annotated[NonNegativeInt, read_when_listed("rewards.functions", "length", "math_accuracy")] = Field(
         32, description="length: DAPO's soft overlong punishment, 0 up to rollout.max_new_tokens - length_cache, "
                         "linear down to -1 (at most rollout.max_new_tokens)")
     scale_rewards: Literal["group", "batch", "none"] = Field(
@@ -346,60 +432,59 @@ class RewardsConfig(Section):
         return self
 
 
-def _kernel_default(name: str) -> Any:
-    return {f.name: f.default for f in dataclasses.fields(GRPOLossConfig)}[name]
-
-
 def _loss_type(name: str) -> str:
     if name not in loss_type_names():
         raise ValueError(f"expected one of {', '.join(loss_type_names())} (grpo_kernels.register_loss_type adds one)")
     return name
 
 
-class LossConfig(Section):
-    """The kernels' GRPOLossConfig, less the settings the rollout owns (SHARED_SETTINGS), plus the declared
-    hyper-parameters of a registered loss type."""
-
-    loss_type: Annotated[str, AfterValidator(_loss_type)] = Field(
-        _kernel_default("loss_type"), description="the objective, by TRL's names; grpo_kernels.register_loss_type "
-                                                  "adds one")
-    beta: float = Field(_kernel_default("beta"),
-                        description="KL coefficient against the starting model (0: no reference model)")
-    epsilon: NonNegativeFloat = Field(_kernel_default("epsilon"),
-                                      description="lower clipping range of the importance ratio (1 - epsilon)")
-    epsilon_high: Optional[NonNegativeFloat] = Field(_kernel_default("epsilon_high"),
-                                                     description="upper clipping range (1 + epsilon_high; null: epsilon)")
-    delta: Optional[Annotated[float, Field(gt=1)]] = Field(
-        _kernel_default("delta"), description="two-sided clipping: cap on the importance ratio (> 1; null: off)")
-    importance_sampling_level: Literal["token", "sequence"] = Field(
-        _kernel_default("importance_sampling_level"),
-        description="importance ratio per token or per sequence (GSPO)")
-    use_bias_correction_kl: bool = Field(_kernel_default("use_bias_correction_kl"),
-                                         description="weight the KL by the importance ratio (off-policy correction)")
-    sapo_temperature_pos: PositiveFloat = Field(_kernel_default("sapo_temperature_pos"),
-                                                description="sapo: gate temperature for positive advantages")
-    sapo_temperature_neg: PositiveFloat = Field(_kernel_default("sapo_temperature_neg"),
-                                                description="sapo: gate temperature for negative advantages")
-    vespo_k_pos: float = Field(_kernel_default("vespo_k_pos"), description="vespo: shape k for positive advantages")
-    vespo_lambda_pos: float = Field(_kernel_default("vespo_lambda_pos"),
-                                    description="vespo: rate lambda for positive advantages")
-    vespo_k_neg: float = Field(_kernel_default("vespo_k_neg"), description="vespo: shape k for negative advantages")
-    vespo_lambda_neg: float = Field(_kernel_default("vespo_lambda_neg"),
-                                    description="vespo: rate lambda for negative advantages")
-    entropy_coef: float = Field(_kernel_default("entropy_coef"), description="entropy bonus coefficient (0: off)")
-    top_entropy_quantile: Fraction = Field(
-        _kernel_default("top_entropy_quantile"),
-        description="train only on the highest-entropy fraction of tokens (1: all)")
-    params: dict[str, Any] = Field(
-        default_factory=dict, description="the hyper-parameters a registered loss type declares, by name (the "
-                                          "built-in types declare none); unset ones take the declared defaults")
+class LossSection(Section):
+    """The base of the `loss` section: the declared hyper-parameters of the loss type, checked and filled in."""
 
     @model_validator(mode="after")
-    def _declared_params(self) -> "LossConfig":
+    def _declared_params(self) -> "LossSection":
         filled = check_loss_params(self.loss_type, self.params)
         if filled != self.params:
             object.__setattr__(self, "params", filled)  # no re-validation loop through validate_assignment
         return self
+
+
+def _setting_type(name: str, annotation: Any, declaration: LossSetting) -> Any:
+    """The pydantic type of a declared loss setting: its field's type, with its bounds and read condition."""
+    bounds = {key: getattr(declaration, key) for key in ("ge", "gt", "le") if getattr(declaration, key) is not None}
+    args = typing.get_args(annotation)
+    nullable = type(None) in args and typing.get_origin(annotation) is not Literal
+    base = next(arg for arg in args if arg is not type(None)) if nullable else annotation
+    if name == "loss_type":
+        base = Annotated[str, AfterValidator(_loss_type)]
+    elif bounds:
+        base = Annotated[base, Field(**bounds)]
+    typed = Optional[base] if nullable else base
+    condition = declaration.read_when
+    if condition is None:
+        return typed
+    return Annotated[typed, ReadWhen(f"loss.{condition.text}", lambda c: condition.holds(c.loss),
+                                     {f"loss.{k}": v for k, v in condition.when_true.items()},
+                                     {f"loss.{k}": v for k, v in condition.when_false.items()})]
+
+
+def loss_section(config_class: type = GRPOLossConfig) -> type[LossSection]:
+    """The engine's `loss` section, derived from the kernels' declarations (grpo_kernels/config.py: each setting's
+    type, bounds, default and meaning), less the settings the rollout owns (SHARED_SETTINGS), plus `params`."""
+    hints = typing.get_type_hints(config_class)
+    declared = {
+        f.name: (_setting_type(f.name, hints[f.name], f.metadata["setting"]),
+                 Field(f.default, description=f.metadata["setting"].help))
+        for f in dataclasses.fields(config_class)
+        if "setting" in f.metadata and f"loss.{f.name}" not in SHARED_SETTINGS}
+    params = (dict[str, Any], Field(default_factory=dict, description=(
+        "a loss type's own hyper-parameters by name (sapo: temperature_pos, temperature_neg; vespo: k_pos, "
+        "lambda_pos, k_neg, lambda_neg; a registered type's as it declares them); unset ones take the declared "
+        "defaults")))
+    return create_model("LossConfig", __base__=LossSection, __module__=__name__, **declared, params=params)
+
+
+LossConfig = loss_section()
 
 
 class OptimConfig(Section):
@@ -421,7 +506,8 @@ class OptimConfig(Section):
         True, description="train on packs of whole sequences (prompt + completion, no padding) instead of padded "
                           "micro-batches of per_device_train_batch_size completions; the old and reference "
                           "log-probs are packed the same way")
-    max_tokens_per_micro_batch: Optional[PositiveInt] = Field(
+    max_tokens_per_micro_batch: Annotated[Optional[PositiveInt], read_when_is(
+        "optim.padding_free", True, otherwise=False)] = Field(
         None, description="the tokens of one pack (padding_free); at least data.max_prompt_length + "
                           "rollout.max_new_tokens. null: the batch's longest sequence times "
                           "per_device_train_batch_size with flash_attention_2 or sdpa (run per sequence): no more "
@@ -430,12 +516,14 @@ class OptimConfig(Section):
 
 
 class RunConfig(Section):
-    output_dir: str = Field(
+    output_dir: FilePath = Field(
         "runs/grpo", description="run directory: metrics.jsonl, samples.jsonl, config.yaml, checkpoints/")
     max_steps: PositiveInt = Field(
         100, description="generation rounds; each makes num_iterations optimizer steps. A finished run trains on to "
                          "a larger max_steps with --resume")
-    seed: int = Field(42, description="seeds model init, prompt order and sampling")
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = Field(
+        42, description="seeds model init, prompt order and sampling (0 to 2^32 - 1: NumPy's seed domain, which "
+                        "every process's RNGs are seeded in)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
     num_threads: Optional[PositiveInt] = Field(
         None, description="CPU threads for torch (null: torch's default). Tiny models gain nothing from threads, "
@@ -445,26 +533,26 @@ class RunConfig(Section):
                             "see grpo_kernels' README)")
     save_steps: NonNegativeInt = Field(0, description="checkpoint every this many steps (0: only the final one)")
     save_total_limit: PositiveInt = Field(2, description="keep the last k checkpoints")
-    resume: Optional[str] = Field(None, description="latest, or a checkpoint directory")
+    resume: Optional[FilePath] = Field(None, description="latest, or a checkpoint directory")
     save_on_interrupt: bool = Field(
         True, description="Ctrl-C / SIGTERM: finish the step in progress, save a checkpoint and stop with a hint to "
                           "--resume")
     log_completions_steps: NonNegativeInt = Field(10, description="log sample completions every this many steps "
                                                                   "(0: never)")
-    eval_steps: NonNegativeInt = Field(
+    eval_steps: Annotated[NonNegativeInt, EVALUATION_DATA] = Field(
         0, description="evaluate every this many steps (0: only before and after training, when an eval split "
                        "exists)")
-    eval_num_samples: PositiveInt = Field(
+    eval_num_samples: Annotated[PositiveInt, EVALUATION_DATA] = Field(
         1, description="completions per evaluation prompt: 1 is greedy decoding; more are sampled with the rollout "
                        "settings (accuracy is then the mean over samples, and pass@k is reported)")
-    report_to: list[Literal["tensorboard", "wandb"]] = Field(
+    report_to: ListOf(Literal["tensorboard", "wandb"]) = Field(
         default_factory=list, description="tensorboard, wandb (metrics.jsonl is always written)")
     progress_bar: bool = Field(True, description="show a tqdm bar with the reward and loss")
     plot: bool = Field(True, description="write curves.png at the end")
     warm_start_steps: NonNegativeInt = Field(
         0, description="supervised steps on the built-in task's reference answers before RL (built-in model only)")
-    warm_start_learning_rate: NonNegativeFloat = Field(3e-3, description="AdamW LR of the supervised warm start")
-    warm_start_target: Fraction = Field(
+    warm_start_learning_rate: Annotated[NonNegativeFloat, WARM_START] = Field(3e-3, description="AdamW LR of the supervised warm start")
+    warm_start_target: Annotated[Fraction, WARM_START] = Field(
         1.0, description="the warm start stops early once the mean probability of the reference answers reaches this")
 
 
@@ -494,7 +582,8 @@ class EngineConfig(Section):
     def pushes_lora_adapters(self) -> bool:
         """Whether the vllm_server backend sends the servers LoRA adapters rather than whole weights."""
         transfer = self.rollout.server.lora_transfer
-        return self.rollout.backend == "vllm_server" and self.model.lora.enabled and transfer != "merged"
+        return rollout_backend(self.rollout.backend).lora_adapters and self.model.lora.enabled and \
+            transfer != "merged"
 
     @model_validator(mode="after")
     def _rules_across_sections(self) -> "EngineConfig":
@@ -507,13 +596,16 @@ class EngineConfig(Section):
         if v.max_model_len is not None and v.max_model_len < (longest or r.max_new_tokens + 1):
             raise ValueError(f"rollout.vllm.max_model_len ({v.max_model_len}) must hold the longest sequence, "
                              f"data.max_prompt_length + rollout.max_new_tokens = {longest or r.max_new_tokens + 1}")
-        if r.max_staleness > 0 and r.backend != "vllm_server":
-            raise ValueError(f"rollout.max_staleness ({r.max_staleness}) needs rollout.backend vllm_server: the other "
-                             f"backends generate on the training processes, in turn with the update")
-        if r.backend == "vllm_server" and r.replays_kept_tokens():
-            raise ValueError("rollout.replay_kept_tokens: a vLLM server's HTTP API does not return the kept-token sets "
-                             "of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the whole "
-                             "vocabulary), drop top_p / top_k, or use rollout.backend hf")
+        backend = rollout_backend(r.backend)
+        if r.max_staleness > 0 and not backend.generates_ahead:
+            raise ValueError(f"rollout.max_staleness ({r.max_staleness}) needs rollout.backend "
+                             f"{' or '.join(backends_with(generates_ahead=True))}: the other backends generate on the "
+                             f"training processes, in turn with the update")
+        if not backend.kept_token_sets and r.replays_kept_tokens():
+            raise ValueError(f"rollout.replay_kept_tokens: rollout.backend {r.backend} does not return the kept-token "
+                             f"sets of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the "
+                             f"whole vocabulary), drop top_p / top_k, or use rollout.backend "
+                             f"{' or '.join(backends_with(kept_token_sets=True))}")
         s = r.server
         if s.lora_transfer == "adapter" and not self.model.lora.enabled:
             raise ValueError("rollout.server.lora_transfer adapter needs model.lora.enabled true (without LoRA the "

@@ -1,57 +1,52 @@
-"""Rollout backends behind one interface (base.RolloutBackend), chosen by `rollout.backend`.
-
-`hf` samples with Hugging Face `generate` on the policy itself; `vllm` runs a vLLM engine colocated in the
-training process and syncs the policy's weights into it after every optimizer step; `vllm_server` asks vLLM
-servers over HTTP and pushes the weights to them. vLLM is an optional extra: its module is imported only when it
-is chosen.
+"""Rollout backends behind one interface (base.RolloutBackend), chosen by `rollout.backend` from the registry
+(registry.py: `hf` samples with Hugging Face `generate` on the policy itself; `vllm` runs a vLLM engine colocated in
+the training process; `vllm_server` asks vLLM servers over HTTP; `register_rollout_backend` adds one). A backend's
+module is imported only when it is chosen (vLLM is an optional extra), and this package imports no torch until one
+of its tensors' modules is asked for: the configuration reads the registry while answering --help.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import importlib
+from typing import Any, Optional
 
-import torch
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from .registry import (
+    ROLLOUT_BACKENDS,
+    RolloutContext,
+    RolloutSpec,
+    register_rollout_backend,
+    rollout_backend,
+    rollout_backend_names,
+    unregister_rollout_backend,
+)
 
-from ..config import ROLLOUT_BACKENDS as BACKENDS
-from ..config import EngineConfig
-from .base import RolloutBackend, RolloutBatch, encode_prompts, eos_ids, finish_batch, mask_after_eos
-from .hf import HFRollout, generate_completions
+BACKENDS = ROLLOUT_BACKENDS  # the registry itself: a backend registered later is in it
+
+# Loaded on first use (they import torch and transformers).
+_LAZY = {"RolloutBackend": ".base", "RolloutBatch": ".base", "encode_prompts": ".base", "eos_ids": ".base",
+         "finish_batch": ".base", "mask_after_eos": ".base", "HFRollout": ".hf", "generate_completions": ".hf"}
 
 
-def check_backend(config: EngineConfig, device: torch.device, num_processes: int = 1, process_index: int = 0) -> None:
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_backend(config: Any, device: Any, num_processes: int = 1, process_index: int = 0) -> None:
     """What the configured backend cannot do on `device` over `num_processes` with this install, said before
     anything loads."""
-    if config.rollout.backend == "vllm":
-        from .vllm import check_vllm
-
-        check_vllm(config, device, num_processes)
-    elif config.rollout.backend == "vllm_server":
-        from .server import check_servers_up
-
-        check_servers_up(config, process_index)
+    rollout_backend(config.rollout.backend).check(config, device, num_processes, process_index)
 
 
-def create_backend(config: EngineConfig, generation_model: nn.Module, lm: nn.Module,
-                   tokenizer: PreTrainedTokenizerBase, device: torch.device, model_dir: str,
-                   world: Optional[object] = None, run_dir: str = ".", start_version: int = 0) -> RolloutBackend:
-    """The configured backend. `generation_model` is what `hf` calls `generate` on; vLLM starts from the weights
-    in `model_dir` and takes the policy `lm`'s weights at every sync; `world` (accelerate) tells it the processes.
-    A server backend is given the policy at once, as version `start_version` (the optimizer rounds it holds)."""
-    if config.rollout.backend == "vllm_server":
-        from .server import VLLMServerRollout
-
-        backend = VLLMServerRollout(config, lm, tokenizer, device, run_dir, world)
-        backend.sync_weights(start_version)
-        return backend
-    if config.rollout.backend == "vllm":
-        from .vllm import VLLMRollout
-
-        return VLLMRollout(config, lm, tokenizer, device, model_dir, world)
-    return HFRollout(generation_model, tokenizer, config.rollout, config.data.max_prompt_length, device)
+def create_backend(config: Any, generation_model: Any, lm: Any, tokenizer: Any, device: Any, model_dir: str,
+                   world: Optional[object] = None, run_dir: str = ".", start_version: int = 0) -> Any:
+    """The configured backend (registry.RolloutContext says what each argument is)."""
+    context = RolloutContext(config, generation_model, lm, tokenizer, device, model_dir, world, run_dir, start_version)
+    return rollout_backend(config.rollout.backend).create(context)
 
 
-__all__ = ["BACKENDS", "HFRollout", "check_backend", "RolloutBackend", "RolloutBatch", "create_backend",
-           "encode_prompts", "eos_ids",
-           "finish_batch", "generate_completions", "mask_after_eos"]
+__all__ = ["BACKENDS", "HFRollout", "ROLLOUT_BACKENDS", "RolloutBackend", "RolloutBatch", "RolloutContext",
+           "RolloutSpec", "check_backend", "create_backend", "encode_prompts", "eos_ids", "finish_batch",
+           "generate_completions", "mask_after_eos", "register_rollout_backend", "rollout_backend",
+           "rollout_backend_names", "unregister_rollout_backend"]

@@ -156,3 +156,10 @@ class HFRollout:
 
     def sync_weights(self, version: int = 0) -> None:
         pass
+
+
+def create(context) -> HFRollout:
+    """The rollout registry's factory (registry.py)."""
+    config = context.config
+    return HFRollout(context.generation_model, context.tokenizer, config.rollout, config.data.max_prompt_length,
+                     context.device)

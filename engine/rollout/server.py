@@ -183,3 +183,16 @@ def token_id(token: str) -> int:
         raise ValueError(f"the server returned the token {token!r} where token_id:N was asked for "
                          f"(return_tokens_as_token_ids): is it a vLLM server?")
     return int(value)
+
+
+def create(context) -> VLLMServerRollout:
+    """The rollout registry's factory (registry.py): the servers are given the policy at once, as version
+    `context.start_version`."""
+    backend = VLLMServerRollout(context.config, context.lm, context.tokenizer, context.device, context.run_dir,
+                                context.world)
+    backend.sync_weights(context.start_version)
+    return backend
+
+
+def check(config: EngineConfig, device: torch.device, num_processes: int = 1, process_index: int = 0) -> None:
+    check_servers_up(config, process_index)

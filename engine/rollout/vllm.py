@@ -24,6 +24,7 @@ from torch import nn
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from ..config import VLLM_INSTALL_HINT, ConfigError, EngineConfig
+from ..config.schema import MAX_SEED
 from ..model.limits import attention_head_size, scored_vocab_size
 from ..model.loading import base_causal_lm, resolve_dtype
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
@@ -263,3 +264,18 @@ class VLLMRollout:
         if self.config.rollout.vllm.sleep:
             self.llm.sleep(level=1)
             self.asleep = {"weights", "kv_cache"}
+
+
+def create(context) -> VLLMRollout:
+    """The rollout registry's factory (registry.py)."""
+    return VLLMRollout(context.config, context.lm, context.tokenizer, context.device, context.model_dir, context.world)
+
+
+def check(config: EngineConfig, device: torch.device, num_processes: int = 1, process_index: int = 0) -> None:
+    """The registry's check, before anything loads: each engine samples from run.seed + its index (vllm_args), a
+    seed that must stay in the RNGs' domain (NumPy's, which vLLM seeds too)."""
+    last = config.run.seed + (num_processes - 1) // config.rollout.vllm.tensor_parallel_size
+    if last > MAX_SEED:
+        raise ConfigError(f"run.seed ({config.run.seed}): the vLLM engines sample from run.seed + their index, up to "
+                          f"{last}, past {MAX_SEED}, the RNGs' largest seed; set a smaller run.seed")
+    check_vllm(config, device, num_processes)

@@ -62,6 +62,7 @@ def main() -> None:
     from engine.config import load_config
     from engine.model.loading import load_causal_lm, load_tokenizer
     from engine.rollout import create_backend
+    from engine.rollout.registry import backends_with
 
     with tempfile.TemporaryDirectory() as directory:
         build_model(directory, args.hidden, args.layers, seed=0)
@@ -74,7 +75,7 @@ def main() -> None:
         print(f"Qwen2 hidden {args.hidden}, {args.layers} layers, vocab {len(tokenizer)}; {args.prompts} prompts x "
               f"up to {args.max_new_tokens} tokens; {args.threads} thread(s); OMP_NUM_THREADS="
               f"{os.environ.get('OMP_NUM_THREADS', 'unset')}")
-        for name in ("hf", "vllm"):
+        for name in backends_with(generates_ahead=False):  # the registry's backends that generate in this process
             config.rollout.backend = name
             torch.manual_seed(0)
             backend = create_backend(config, lm, lm, tokenizer, device, directory)

@@ -162,8 +162,21 @@ def test_registered_names_are_config_values_and_unknown_ones_list_them():
         GRPOLossConfig(loss_type="ppo")
 
 
+def test_a_name_differing_from_a_registered_one_only_in_case_is_refused():
+    grpo_kernels.register_loss_type("case_probe", dppo_binary_tv, "sequence_mean")
+    try:
+        with pytest.raises(ValueError, match="'Case_Probe' differs from the registered loss type 'case_probe' only "
+                                             "in case"):
+            grpo_kernels.register_loss_type("Case_Probe", dppo_binary_tv, "sequence_mean")
+        assert "Case_Probe" not in loss_type_names()
+    finally:
+        unregister_loss_type("case_probe")
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(name="dapo"), ValueError, "'dapo' is a built-in loss type"),
+    (dict(name="GRPO"), ValueError, "'GRPO' differs from the built-in loss type 'grpo' only in case"),
+    (dict(name="Dapo"), ValueError, "'Dapo' differs from the built-in loss type 'dapo' only in case"),
     (dict(name="has space"), ValueError, "name must be an identifier-like string"),
     (dict(term="not callable"), TypeError, "term must be a callable"),
     (dict(aggregation="median"), ValueError, "aggregation must be one of"),

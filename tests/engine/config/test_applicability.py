@@ -1,59 +1,27 @@
-"""A setting set away from its default where it does not apply is said at the start of the run (it would change
-nothing, silently), and only then: every entry of engine/config/applicability.py's table, both ways."""
+"""A setting set away from its default where it is not read is said at the start of the run (it would change
+nothing, silently), and only then. The conditions are the schema's own declarations (ReadWhen beside each field):
+this walks every setting of the schema, both ways, with a value of its own type other than its default."""
 
 from __future__ import annotations
 
+import typing
+from typing import Any, Literal
+
 import pytest
 
-from engine.config import apply_overrides, config_from_dict, leaf_keys, load_config
-from engine.config.applicability import RULES, covered, inapplicable_settings
+pytestmark = pytest.mark.filterwarnings("ignore:.*importance_sampling_level=:UserWarning")
+
+from engine.config import apply_overrides, config_from_dict, leaf_fields, load_config
+from engine.config.applicability import declared_conditions, inapplicable_settings, value_at
+from engine.config.errors import ConfigError
+from engine.config.schema import EngineConfig
 from engine.data.demo_task import DEMO_PRESET
 
-# A value other than the default for every key a rule covers (valid for the key alone)
-OTHER_VALUE = {
-    "rollout.server.urls": ["http://10.0.0.2:8000"], "rollout.server.model": "served",
-    "rollout.server.timeout_s": 30.0, "rollout.server.request_timeout_s": 60.0,
-    "rollout.server.max_concurrent_requests": 8, "rollout.server.weight_transfer": "reload",
-    "rollout.server.lora_transfer": "merged", "rollout.server.weights_dir": "/shared/weights",
-    "rollout.server.nccl_host": "10.0.0.1", "rollout.server.nccl_port": 29800,
-    "rollout.vllm.gpu_memory_utilization": 0.5, "rollout.vllm.sleep": True, "rollout.vllm.tensor_parallel_size": 2,
-    "rollout.vllm.kv_cache_mb": 512, "rollout.vllm.max_model_len": 4096,
-    "model.lora.r": 8, "model.lora.alpha": 16, "model.lora.dropout": 0.1, "model.lora.target_modules": ["q_proj"],
-    "optim.max_tokens_per_micro_batch": 4096,
-    "loss.sapo_temperature_pos": 2.0, "loss.sapo_temperature_neg": 2.0,
-    "loss.vespo_k_pos": 1.0, "loss.vespo_lambda_pos": 1.0, "loss.vespo_k_neg": 1.0, "loss.vespo_lambda_neg": 1.0,
-    "rewards.math_correct": 2.0, "rewards.math_wrong": 0.0, "rewards.math_no_answer": 0.0,
-    "rewards.length_cache": 8,
-    "data.builtin_max_operand": 20, "data.builtin_eval_size": 5,
-    "data.eval_split": "validation",
-    "rollout.importance_sampling_cap": 5.0,
-    "run.warm_start_learning_rate": 1e-2, "run.warm_start_target": 0.5,
-}
-# What makes each rule apply, and what keeps it from applying (besides the defaults)
-APPLY = {
-    "rollout.backend vllm_server": {"rollout.backend": "vllm_server"},
-    "rollout.backend vllm": {"rollout.backend": "vllm"},
-    "model.lora.enabled true": {"model.lora.enabled": True},
-    "optim.padding_free true": {"optim.padding_free": True},
-    "loss.loss_type sapo": {"loss.loss_type": "sapo"},
-    "loss.loss_type vespo": {"loss.loss_type": "vespo"},
-    "math_accuracy in rewards.functions": {"rewards.functions": ["math_accuracy"]},
-    "length in rewards.functions": {"rewards.functions": ["length"]},
-    "data.path null (the built-in addition task)": {},
-    "data.eval_path set": {"data.eval_path": "org/eval-set"},
-}
-NOT_APPLY = {
-    "optim.padding_free true": {"optim.padding_free": False},
-    "length in rewards.functions": {"rewards.functions": ["math_accuracy"]},
-    "math_accuracy in rewards.functions": {"rewards.functions": ["length"]},
-    "data.path null (the built-in addition task)": {"data.path": "org/train-set"},
-    "loss.loss_type sapo": {"loss.loss_type": "grpo"},
-}
-CASES = [(rule, key) for rule in RULES for key in leaf_keys() if covered(rule, key)]
-
-
-# Other keys a value above needs beside it (a rule across keys of the schema)
-COMPANIONS = {"rollout.vllm.tensor_parallel_size": {"model.tensor_parallel": 2}}
+CONDITIONS = dict(declared_conditions(EngineConfig))
+CONDITIONED = sorted(key for key, conditions in CONDITIONS.items() if conditions)
+# Other keys a value needs beside it (a rule across keys of the schema)
+COMPANIONS = {"rollout.vllm.tensor_parallel_size": {"model.tensor_parallel": 2},
+              "rollout.max_staleness": {"rollout.backend": "vllm_server"}}
 
 
 def build(overrides: dict):
@@ -62,24 +30,71 @@ def build(overrides: dict):
     return config_from_dict(apply_overrides({}, {**extra, **overrides}))
 
 
-def test_every_rule_covers_keys_of_the_schema_and_each_has_a_value_here():
-    for rule in RULES:
-        keys = [key for key in leaf_keys() if covered(rule, key)]
-        assert keys, f"{rule.keys} match no key of the schema"
-        assert all(key in OTHER_VALUE for key in keys), [key for key in keys if key not in OTHER_VALUE]
+def _candidates(annotation: Any, default: Any) -> list:
+    """Values of the field's type other than its default, in the order they are tried."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return list(args)
+    found = [] if not args else [value for arg in args for value in _candidates(arg, None)]
+    if isinstance(default, bool):
+        return [not default]
+    if isinstance(default, (int, float)):
+        return [default * 2, default + 1, default / 2, 0.5]
+    if isinstance(default, list):
+        return [["q_proj"], ["http://10.0.0.2:8000"], ["length"], [2.0], ["wandb"]]
+    return found + ["other-value", "grpo", "vllm_server", "torch", "/shared/weights", 2**20, 0.5, 8, ["q_proj"],
+                    "org/name"]
 
 
-@pytest.mark.parametrize("rule, key", CASES, ids=[key for _, key in CASES])
-def test_a_setting_that_does_not_apply_is_named_and_one_that_applies_is_not(rule, key):
+def other_value(key: str, base: dict) -> Any:
+    """A valid value of `key` other than its default (with the overrides `base`)."""
+    field = leaf_fields()[key]
+    default = field.get_default(call_default_factory=True)
+    for value in _candidates(field.annotation, default):
+        try:
+            config = build({**base, key: value})
+        except ConfigError:
+            continue
+        if value_at(config, key) != default:
+            return value
+    raise AssertionError(f"no other valid value found for {key}")
+
+
+def test_conditions_are_declared_where_the_issue_found_none():
+    for key in ("run.eval_steps", "run.eval_num_samples", "rollout.server.urls", "model.lora.r",
+                "optim.max_tokens_per_micro_batch", "rewards.length_cache"):
+        assert CONDITIONS[key], key
+
+
+@pytest.mark.parametrize("key", CONDITIONED)
+def test_a_setting_is_named_exactly_where_a_condition_it_declares_fails(key):
     defaults = load_config()
-    idle = build({**NOT_APPLY.get(rule.condition, {}), key: OTHER_VALUE[key]})
-    assert not rule.applies(idle)
-    notes = inapplicable_settings(idle, defaults)
-    assert any(note.startswith(f"{key} is set (") and rule.condition in note for note in notes), notes
-    if rule.condition in APPLY:
-        active = build({**APPLY[rule.condition], key: OTHER_VALUE[key]})
-        assert rule.applies(active)
-        assert not any(note.startswith(f"{key} ") for note in inapplicable_settings(active, defaults))
+    for condition in CONDITIONS[key]:
+        idle_base = dict(condition.when_false)
+        idle = build({**idle_base, key: other_value(key, idle_base)})
+        assert not condition.holds(idle), condition.text
+        notes = inapplicable_settings(idle, defaults)
+        assert any(note.startswith(f"{key} is set (") and condition.text in note for note in notes), notes
+    active_base = {k: v for condition in CONDITIONS[key] for k, v in condition.when_true.items()}
+    active = build({**active_base, key: other_value(key, active_base)})
+    assert all(condition.holds(active) for condition in CONDITIONS[key])
+    assert not any(note.startswith(f"{key} ") for note in inapplicable_settings(active, defaults))
+
+
+# loss.params holds what the loss type declares (engine/config/loss_params.py), nothing of its own to set
+@pytest.mark.parametrize("key", sorted(set(CONDITIONS) - set(CONDITIONED) - {"loss.params"}))
+def test_a_setting_without_a_condition_is_never_named(key):
+    base = {"data.path": "org/train"}  # every condition of the others fails at once, or holds by default
+    config = build({**base, key: other_value(key, base)})
+    assert not any(note.startswith(f"{key} ") for note in inapplicable_settings(config, load_config()))
+
+
+def test_eval_settings_without_evaluation_data_warn():
+    config = build({"data.path": "org/train", "run.eval_steps": 5, "run.eval_num_samples": 4})
+    notes = inapplicable_settings(config, load_config())
+    assert [note.split(" ")[0] for note in notes] == ["run.eval_steps", "run.eval_num_samples"]
+    assert not inapplicable_settings(build({"data.path": "org/train", "data.eval_path": "org/eval",
+                                            "run.eval_steps": 5}), load_config())
 
 
 def test_the_defaults_and_the_demo_say_nothing():

@@ -28,11 +28,14 @@ def test_null_unsets_a_key_that_may_be_null_and_is_text_elsewhere():
 @pytest.mark.parametrize("flag, text, expected", [
     ("--optim.learning_rate", "1e-5", 1e-5),
     ("--optim.learning_rate", "3", 3.0),
-    ("--loss.beta", "-0.5", -0.5),  # a negative number, not an option
-    ("--run.seed", "-7", -7),
+    ("--rewards.math_wrong", "-0.5", -0.5),  # a negative number, not an option
+    ("--rewards.math_no_answer", "-2", -2.0),
     ("--run.max_steps", "017", 17),
     ("--run.progress_bar", "false", False),
     ("--rewards.functions", "[math_accuracy, format]", ["math_accuracy", "format"]),
+    ("--rewards.functions", "math_accuracy", ["math_accuracy"]),  # one value: a list of one
+    ("--rollout.server.urls", "http://host:8000", ["http://host:8000"]),
+    ("--model.lora.target_modules", "q_proj", ["q_proj"]),
     ("--rewards.weights", "[1, 0.5]", [1.0, 0.5]),
     ("--model.lora.target_modules", "all-linear", "all-linear"),
     ("--model.lora.target_modules", "[q_proj, v_proj]", ["q_proj", "v_proj"]),
@@ -57,7 +60,10 @@ def test_other_keys_read_their_type(flag, text, expected):
     ("--optim.learning_rate", ".nan", "optim.learning_rate: expected a finite number, got nan"),
     ("--rollout.temperature", ".inf", "rollout.temperature: expected a finite number, got inf"),
     ("--rewards.functions", "[math_accuracy", "--rewards.functions line 1: "),
-    ("--rewards.functions", "math_accuracy", "rewards.functions: expected a list, got 'math_accuracy'"),
+    ("--rewards.functions", "{a: 1}", "rewards.functions: expected a list, got {'a': 1}"),
+    ("--run.seed", "-1", "run.seed: expected a value >= 0, got -1"),  # NumPy's seed domain
+    ("--run.seed", "4294967296", "run.seed: expected a value <= 4294967295, got 4294967296"),
+    ("--loss.beta", "-0.04", "loss.beta: expected a value >= 0"),  # a KL coefficient below 0 rewards drifting
 ])
 def test_a_value_of_another_type_is_refused_naming_the_key(flag, text, message):
     with pytest.raises(ConfigError) as refused:

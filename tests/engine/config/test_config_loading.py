@@ -98,7 +98,7 @@ def test_every_leaf_key_is_a_cli_flag():
     args = parser.parse_args(["train", "--loss.beta", "0.04", "--model.lora.enabled", "true"])
     assert getattr(args, "cfg:loss.beta") == "0.04"
     keys = leaf_keys()
-    assert "model.lora.r" in keys and "loss.vespo_k_pos" in keys and "run.resume" in keys and "loss.params" in keys
+    assert "model.lora.r" in keys and "loss.entropy_coef" in keys and "run.resume" in keys and "loss.params" in keys
 
 
 @pytest.mark.parametrize("name", ["deepseekmath_grpo.yaml", "gsm8k_qwen_lora.yaml", "demo.yaml"])

@@ -9,6 +9,7 @@ function (paths, registries) get theirs below.
 from __future__ import annotations
 
 import math
+import os
 import types
 import typing
 from typing import Annotated, Any, Literal
@@ -30,8 +31,9 @@ from engine.config import (
     leaf_fields,
     load_config,
 )
-from engine.config.schema import BUILTIN_REWARDS
+from engine.config.schema import ALL_LINEAR, BUILTIN_REWARDS
 from engine.config.strict_yaml import StrictDumper, dump_yaml
+from setting_kinds import list_keys, path_keys
 from grpo_kernels.losses import loss_type_names
 
 # Generated loss settings meet the kernels' TRL-style warnings on unusual combinations (a sequence-level ratio with a
@@ -39,6 +41,8 @@ from grpo_kernels.losses import loss_type_names
 pytestmark = pytest.mark.filterwarnings("ignore:.*importance_sampling_level=:UserWarning")
 
 FIELDS = leaf_fields()
+PATH_KEYS = path_keys()
+LIST_KEYS = list_keys()
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 HUB_IDS = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_-]{0,8}/[A-Za-z0-9][A-Za-z0-9_-]{0,8}\Z").filter(is_hub_id)
@@ -130,8 +134,9 @@ def invalid_values(tp: Any, metadata: list = ()) -> st.SearchStrategy:
         return invalid_values(inner[0]).filter(lambda value: value is not None)
     if origin is Literal:
         return st.text().filter(lambda text: text not in typing.get_args(tp)) | st.integers()
-    if origin is list:
-        return st.text() | st.integers() | st.dictionaries(st.text(), st.integers(), max_size=2)
+    if origin is list:  # one value alone is a list of one: a wrong item, alone or in a list, or a mapping
+        item = invalid_values(typing.get_args(tp)[0])
+        return item | st.lists(item, min_size=1, max_size=2) | st.dictionaries(st.text(), st.integers(), max_size=2)
     if tp is bool:
         return st.integers() | st.text() | st.floats(allow_nan=False) | st.none()
     if tp is int:
@@ -190,6 +195,16 @@ def same(written: Any, stored: Any) -> bool:
     return written == stored
 
 
+def stored_form(key: str, value: Any) -> Any:
+    """What the config holds for `value` written for `key`: a path setting's leading ~ expanded (the shell's
+    meaning), one value alone of a list setting as a list of one (test_setting_kinds.py walks both kinds)."""
+    if key in PATH_KEYS and isinstance(value, str):
+        return os.path.expanduser(value)
+    if key in LIST_KEYS and isinstance(value, (str, int, float)) and value != ALL_LINEAR:
+        return [value]
+    return value
+
+
 def accepted_or_named(overrides: dict[str, Any], load) -> Any:
     """The config `load` builds from `overrides`, or None when refused with one line naming one of their keys."""
     try:
@@ -201,7 +216,7 @@ def accepted_or_named(overrides: dict[str, Any], load) -> Any:
         return None
     for key, value in overrides.items():
         if key != "loss.params":
-            assert same(value, value_at(config, key)), (key, value, value_at(config, key))
+            assert same(stored_form(key, value), value_at(config, key)), (key, value, value_at(config, key))
     assert config_from_yaml(config_yaml(config), "config.yaml") == config
     return config
 
@@ -300,7 +315,7 @@ def test_any_flag_text_is_accepted_or_refused_naming_the_key(key, text):
         return
     stored = value_at(config, key)
     if isinstance(stored, str):
-        assert stored == text  # a string key takes the text as written
+        assert stored == stored_form(key, text)  # a string key takes the text as written (a path's ~ expanded)
     assert config_from_yaml(config_yaml(config), "config.yaml") == config
 
 
@@ -325,7 +340,8 @@ def test_yaml_files_load_what_they_say(tmp_path_factory, overrides, writer):
     if writer == "strict":  # as the engine saves config.yaml: every value reads back as written
         path.write_text(dump_yaml(tree))
         config = load_config(path)
-        assert all(same(value, value_at(config, key)) for key, value in overrides.items() if key != "loss.params")
+        assert all(same(stored_form(key, value), value_at(config, key)) for key, value in overrides.items()
+                   if key != "loss.params")
     else:  # PyYAML's default writer (YAML 1.1): some strings are left bare that YAML 1.2 reads otherwise
         path.write_text(yaml.safe_dump(tree))  # escaped non-ASCII: PyYAML writes U+0085 bare, which reads as a break
         accepted_or_named(overrides, lambda: load_config(path))

@@ -1,0 +1,132 @@
+"""The pre-flight: every constraint between the settings, the data and the machine, evaluated before any model
+weight loads (and before the run directory is written), each refused in one line naming the setting or the row.
+
+The schema holds what the settings alone decide (bounds, signs, the seed's domain, rules across keys). What needs
+the data or the model's shape is decided here, from what loads without weights: the tokenizer and the model's
+config.json (the built-in model's from code). A refusal here costs no model load; a run that passes does not
+fail later on any of these:
+
+- every prompt, as rendered (chat template, system prompt), is text the tokenizer can encode (no lone UTF-16
+  surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses) and has at least one token;
+- the longest prompt in tokens (truncated to data.max_prompt_length) plus rollout.max_new_tokens fits the
+  model's positions, the packing budget (optim.max_tokens_per_micro_batch) and vLLM's rollout.vllm.max_model_len;
+- (the seeds: run.seed's domain is the schema's; a backend that derives more seeds from it checks them in its
+  registry entry's `check`, which runs before this.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .config import EngineConfig
+from .rollout.registry import rollout_backend
+
+
+class PreflightError(ValueError):
+    """A constraint between the settings, the data and the machine that does not hold: one line naming it."""
+
+
+def _model_config(base_path: Optional[str], tokenizer: Any) -> Any:
+    """The model's config (no weights): config.json of `base_path`, or the built-in model's."""
+    if base_path is None:
+        from .data.demo_task import tiny_model_config
+
+        return tiny_model_config(tokenizer)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(base_path)
+    except (OSError, ValueError):  # an adapter-only directory: the checks after loading see the model itself
+        return None
+
+
+def model_positions(model_config: Any) -> Optional[int]:
+    text = getattr(model_config, "text_config", None) or model_config
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _tokenizer(base_path: Optional[str]) -> Any:
+    if base_path is None:
+        from .data.demo_task import build_char_tokenizer
+
+        return build_char_tokenizer()
+    from .model.loading import load_tokenizer
+
+    return load_tokenizer(base_path)
+
+
+def unencodable(text: str) -> Optional[str]:
+    """Why `text` is not encodable Unicode (a lone surrogate, where), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone UTF-16 surrogate U+{ord(text[exc.start]):04X} at character {exc.start} (not Unicode text)"
+    return None
+
+
+def prompt_lengths(prompts: Sequence[str], tokenizer: Any, source: str) -> list[int]:
+    """Tokens of each prompt; PreflightError naming the row the tokenizer cannot encode or leaves empty."""
+    for row, text in enumerate(prompts):
+        problem = unencodable(text)
+        if problem is not None:
+            raise PreflightError(f"{source} row {row}: the prompt holds {problem}, which the tokenizer cannot "
+                                 f"encode; fix or drop the row")
+    try:
+        encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"] if prompts else []
+    except Exception:  # a tokenizer's own refusal, of any type: found and named by its row
+        encoded = [_encoded(tokenizer, text, f"{source} row {row}") for row, text in enumerate(prompts)]
+    empty = next((row for row, ids in enumerate(encoded) if not ids), None)
+    if empty is not None:
+        raise PreflightError(f"{source} row {empty}: the prompt is empty after tokenization ({prompts[empty]!r:.60})")
+    return [len(ids) for ids in encoded]
+
+
+def _encoded(tokenizer: Any, text: str, where: str) -> list[int]:
+    try:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    except Exception as exc:
+        raise PreflightError(f"{where}: the tokenizer cannot encode the prompt ({type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:120]})") from None
+
+
+def longest_sequence_limits(config: EngineConfig, positions: Optional[int]) -> list[tuple[int, str]]:
+    """(tokens, what holds them) for every bound on one prompt + completion, from the settings and the model."""
+    limits = []
+    if positions is not None:
+        limits.append((positions, "the model's max_position_embeddings"))
+    budget = config.optim.max_tokens_per_micro_batch
+    if config.optim.padding_free and budget is not None:
+        limits.append((budget, "optim.max_tokens_per_micro_batch (one pack)"))
+    if rollout_backend(config.rollout.backend).section == "vllm" and config.rollout.vllm.max_model_len is not None:
+        limits.append((config.rollout.vllm.max_model_len, "rollout.vllm.max_model_len"))
+    return limits
+
+
+def check_sequences_fit(config: EngineConfig, lengths: list[int], positions: Optional[int], source: str) -> None:
+    if not lengths:
+        return
+    longest = max(range(len(lengths)), key=lengths.__getitem__)
+    cap = config.data.max_prompt_length
+    prompt = min(lengths[longest], cap) if cap is not None else lengths[longest]
+    total = prompt + config.rollout.max_new_tokens
+    for limit, what in longest_sequence_limits(config, positions):
+        if total > limit:
+            raise PreflightError(
+                f"{source} row {longest}: a prompt of {prompt} tokens plus rollout.max_new_tokens "
+                f"({config.rollout.max_new_tokens}) is {total} tokens, more than {what} ({limit}); set "
+                f"data.max_prompt_length (prompts keep their end) or lower rollout.max_new_tokens")
+
+
+def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str]) -> None:
+    """Every constraint between settings, data and machine, before any weight loads. `base_path`: the model
+    directory (None: the built-in model, built in code later)."""
+    from .data.prompts import render_prompt
+
+    tokenizer = _tokenizer(base_path)
+    positions = model_positions(_model_config(base_path, tokenizer))
+    d = config.data
+    for data, source in ((rows, d.path), (eval_rows, d.eval_path)):
+        where = f"dataset {source!r}" if source else "the built-in task"
+        prompts = [render_prompt(row[d.prompt_column], tokenizer, d.system_prompt) for row in data]
+        check_sequences_fit(config, prompt_lengths(prompts, tokenizer, where), positions, where)
