@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Optional, Union
 
 import torch
 
 from . import ops, reference, routing
-from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, backend_names, get_backend,
+from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_backend_name, get_backend,
                        refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
@@ -19,17 +19,15 @@ from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace, outside_inference_mode)
 
-# "auto" or a registered backend's name (grpo_kernels/backends/__init__.py)
-Backend = Literal[backend_names()]
-BACKENDS = backend_names()
+# "auto" or the name of a backend registered when the call is made (grpo_kernels/backends/__init__.py): a str,
+# not a Literal of today's names, since register_backend adds names after import.
+Backend = str
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend name, checked; 'auto' is routed per call by the cost model once the call's shapes are known
     (routing.py): on a CPU it is the GEMM path."""
-    if backend != AUTO:
-        get_backend(backend)  # one clear error for an unknown name, listing the registered ones
-    return backend
+    return check_backend_name(backend)  # one clear error for an unknown name, listing the registered ones
 
 
 def _checking_values() -> bool:

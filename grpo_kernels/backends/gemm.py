@@ -24,11 +24,11 @@ from typing import Callable, Optional
 import torch
 
 from ..head import LMHead
+from .workspace import DEFAULT_WORKSPACE_BYTES
 from .protocol import stats_dtype
 from .row_math import OnlineSoftmaxStats, softmax_grad_, target_in_range, target_logit, transform_logits_
 from .wide_gemm import add_mm_wide_, gemm_dtype, mm_wide
 
-DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on this many rows at a time: its temporaries are [ROW_CHUNK, V].
 ROW_CHUNK = 64
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
-from grpo_testing import (FUSED_BACKENDS, as_float64, assert_output_matches, device_of, make_problem, run_loss,
-                          with_triton_interpreted)
+from grpo_testing import (FUSED_BACKENDS, as_float64, assert_output_matches, device_of, make_problem,
+                          registered_backends, run_loss, with_triton_interpreted)
 
-ALL_BACKENDS = FUSED_BACKENDS + ["reference"]
+ALL_BACKENDS = registered_backends()
 CONFIG = GRPOLossConfig(beta=0.04)
 
 

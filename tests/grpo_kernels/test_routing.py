@@ -7,7 +7,7 @@ from grpo_testing import INTERPRETER, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, linear_logprobs, routing
 from grpo_kernels.cost_model import DEVICES, PER_TOKEN_BYTES
-from grpo_kernels.backends.gemm import DEFAULT_WORKSPACE_BYTES
+from grpo_kernels.backends import DEFAULT_WORKSPACE_BYTES
 
 H100 = routing.DeviceSpec("cuda", "NVIDIA H100 80GB HBM3")
 S1, S2, S3 = (8192, 4096, 151936), (16384, 2048, 248320), (65536, 1536, 151936)
