@@ -61,8 +61,9 @@ def test_the_reference_backend_differentiates_twice_exactly():
 
     def by_logits(hidden, weight):
         logits = hidden @ weight.T + p.bias
-        return grpo_loss_from_logits(logits, p.completion_ids, p.completion_mask, p.advantages, p.old_logps,
-                                     p.ref_logps, config=CONFIG, backend="reference").loss
+        return grpo_loss_from_logits(logits, p.completion_ids, p.completion_mask, p.advantages,
+                                     old_logps=p.old_logps, ref_logps=p.ref_logps, config=CONFIG,
+                                     backend="reference").loss
 
     expected = penalty_grad(by_logits)
     assert float(expected.abs().max()) > 0
