@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .data.demo_task import DEMO_PRESET
+from .messages import show_messages
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
 from .state.run_lock import check_output_dir, check_output_file
@@ -205,6 +206,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    show_messages()  # the engine's log as a person reads it (engine/messages.py)
     missing = missing_engine_packages()
     if missing:
         print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",

@@ -7,6 +7,7 @@ file of a resumed run reads as if the run had never stopped.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import resource
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import torch
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
@@ -97,8 +100,7 @@ def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
         if isinstance(row, dict):
             rows.append((row, line))
         elif index == len(lines) - 1:
-            print(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out",
-                  file=sys.stderr)
+            _log.warning(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out")
         else:
             raise ValueError(f"{path}: line {number} is not a JSON object: {line[:80]!r}")
     return rows

@@ -3,6 +3,7 @@ checkpoint with the options it was saved with (except the few that may change be
 
 from __future__ import annotations
 
+import logging
 import shlex
 from pathlib import Path
 from typing import Any, Optional
@@ -14,6 +15,8 @@ from ..config.strict_yaml import StrictDumper
 from . import checkpoint as ckpt
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE, SAMPLES_FILE
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 # Options that do not change what the resumed steps compute: how long to go on, what to save, log and show.
 MAY_CHANGE_ON_RESUME = (
@@ -125,7 +128,7 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
     point = ckpt.resolve_resume(config.run.resume, run_dir)
     if announce:
         for note in point.skipped:
-            print(f"warning: {note}; falling back to an older checkpoint")
+            _log.warning(f"warning: {note}; falling back to an older checkpoint")
     changed = changed_options(ckpt.saved_config(point.path), config)
     if changed:
         raise ckpt.CheckpointError(
@@ -136,5 +139,5 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool) -> Optional
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
                                    f"leaves nothing to do (raise --run.max_steps to train on)")
     if announce:
-        print(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
+        _log.info(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
     return point

@@ -75,8 +75,8 @@ def test_resume_skips_the_damaged_one_and_says_so(saved_run, capsys):
     capsys.readouterr()
     train(load_config(overrides={**overrides, "run.resume": "latest", "run.max_steps": 4, "run.progress_bar": True}))
     captured = capsys.readouterr()
-    assert "warning: checkpoint-000003 is damaged: optimizer.pt is truncated" in captured.out
-    assert "falling back to an older checkpoint" in captured.out
+    assert "warning: checkpoint-000003 is damaged: optimizer.pt is truncated" in captured.err
+    assert "falling back to an older checkpoint" in captured.err
     assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-000002'} at step 2 of 4" in captured.out
     assert " 2/4 [" in captured.err and " 4/4 [" in captured.err  # the bar starts at the true position
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
