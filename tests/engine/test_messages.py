@@ -13,7 +13,7 @@ from engine.state import metrics
 # The modules whose job is printing a command's output (a report, a table, the finished run's summary).
 COMMAND_OUTPUT = {"engine/cli.py", "engine/tools/bench.py", "engine/tools/demo_seeds.py",
                   "engine/tools/overlap_bench.py", "engine/tools/packing_bench.py", "engine/tools/parallel_memory.py",
-                  "engine/tools/rollout_speed.py", "engine/tools/serve.py"}
+                  "engine/tools/reference_docs.py", "engine/tools/rollout_speed.py", "engine/tools/serve.py"}
 
 
 def test_shown_as_the_cli_shows_them(capsys):
