@@ -133,6 +133,7 @@ def shard_worker(rank: int, world: int, init_file: str) -> None:
     leave_spawned_process()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("cpu_only_subprocesses")
 def test_a_registered_loss_runs_on_a_vocabulary_shard(tmp_path):
     """Two gloo processes, each holding its rows of the head: the same loss and dH, and its own shard's dW and
