@@ -1,4 +1,4 @@
-"""The built-in demo: its warm start, a shortened run that learns, and (opt-in, `-m slow`) the full promise."""
+"""The built-in demo: its warm start, a shortened run that learns, and (opt-in, `-m demo`) the full promise."""
 
 from __future__ import annotations
 
