@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .data.demo_task import DEMO_PRESET
+from .messages import show_messages
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
 from .state.run_lock import check_output_dir, check_output_file
@@ -208,6 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
     function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
+    show_messages()  # the engine's log as a person reads it (engine/messages.py)
     code = _command(argv)
     fence = sys.modules.get("engine.steps.reward_fence")  # loaded only if a reward function ran
     left = fence.threads_left_running() if fence is not None else []

@@ -6,8 +6,8 @@ random-number consumers (model init, warm start) run before the sampling RNG is 
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -50,6 +50,8 @@ from .state.resume import start_point
 from .state.run_files import record_own
 from .steps.packing import check_packed_attention
 from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 BASE_MODEL_DIR = "base_model"  # where the built-in demo's (warm-started) starting model is written
 
@@ -140,8 +142,8 @@ def _builtin_base_model(config: EngineConfig, accelerator: Accelerator, base_dir
                 seed=config.run.seed, device=device, backend=config.run.loss_backend,
                 target=config.run.warm_start_target)
             nll = f", NLL {warm.losses[0]:.3f} -> {warm.losses[-1]:.3f}" if warm.losses else ""
-            print(f"warm start: {len(warm.losses)} supervised steps{nll}, mean probability of the reference "
-                  f"answers {warm.answer_probability:.3f}")
+            _log.info(f"warm start: {len(warm.losses)} supervised steps{nll}, mean probability of the reference "
+                     f"answers {warm.answer_probability:.3f}")
         lm.save_pretrained(base_dir)
         tokenizer.save_pretrained(base_dir)
         record_own(base_dir.parent, base_dir.name)
@@ -232,7 +234,7 @@ def setup_run(config: EngineConfig) -> Run:
     check_attention(config.model, device)
     if accelerator.is_main_process:
         for message in sampling_warnings(config) + inapplicable_settings(config, run_defaults(config)):
-            print(f"warning: {message}", file=sys.stderr)
+            _log.warning(f"warning: {message}")
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
     hub_model = config.model.name_or_path

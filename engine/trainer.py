@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ from .steps.off_policy import importance_weights, staleness_metrics
 from .steps.rollout import RolloutPipeline
 from .steps.update import UpdateInputs, num_items_per_process, policy_update
 from .tools.evaluate import evaluate_prompts
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 
 @dataclass
@@ -262,6 +265,6 @@ def finish(run: Run, eval_before: Optional[dict], eval_after: Optional[dict]) ->
             try:
                 plot_run(run.run_dir)
             except ImportError as exc:  # the run itself succeeded; the picture is optional
-                print(f"no curves.png: {exc}")
+                _log.warning(f"no curves.png: {exc}")
     run.accelerator.wait_for_everyone()
     return summary

@@ -26,9 +26,14 @@ _EXPORTS = {
     "linear_logprobs": "api",
     "reference": "reference",  # the submodule itself
     "register_loss_type": "losses",
+    "unregister_loss_type": "losses",
+    "LossParam": "losses",
     "TermInputs": "losses",
+    "BackendSpec": "backends",
+    "register_backend": "backends",
+    "backend_names": "backends",
 }
-_TORCH_FREE = {"config", "losses"}
+_TORCH_FREE = {"config", "losses", "backends"}
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
@@ -36,8 +41,9 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from . import reference
     from .api import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
+    from .backends import BackendSpec, backend_names, register_backend
     from .config import GRPOLossConfig
-    from .losses import TermInputs, register_loss_type
+    from .losses import LossParam, TermInputs, register_loss_type, unregister_loss_type
     from .module import FusedLinearGRPOLoss
     from .objective import GRPOLossOutput, grpo_objective
 

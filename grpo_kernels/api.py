@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+import functools
+import inspect
+import warnings
+from typing import Callable, Optional, TypeVar, Union
 
 import torch
 
 from . import ops, reference, routing
-from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, backend_names, get_backend,
+from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_backend_name, get_backend,
                        refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
@@ -19,17 +22,45 @@ from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
                          check_workspace, outside_inference_mode)
 
-# "auto" or a registered backend's name (grpo_kernels/backends/__init__.py)
-Backend = Literal[backend_names()]
-BACKENDS = backend_names()
+# "auto" or the name of a backend registered when the call is made (grpo_kernels/backends/__init__.py): a str,
+# not a Literal of today's names, since register_backend adds names after import.
+Backend = str
+
+
+_Function = TypeVar("_Function", bound=Callable)
+
+
+def optional_by_keyword(function: _Function) -> _Function:
+    """`function`'s keyword-only parameters still taken by position for now, with a FutureWarning naming them (they
+    were positional until this release): the required parameters stay positional, every option is keyword-only."""
+    parameters = inspect.signature(function).parameters.values()
+    required = sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
+    options = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        if len(args) > required:
+            extra = args[required:]
+            if len(extra) > len(options):
+                raise TypeError(f"{function.__name__}() takes {required} positional arguments and {len(options)} "
+                                f"keyword arguments, got {len(args)} positional")
+            named = options[:len(extra)]
+            twice = [name for name in named if name in kwargs]
+            if twice:
+                raise TypeError(f"{function.__name__}() got multiple values for {twice}")
+            warnings.warn(f"{function.__name__}(): passing {', '.join(named)} by position is deprecated and will be "
+                          f"an error; pass {'them' if len(named) > 1 else 'it'} by keyword ({named[0]}=...)",
+                          FutureWarning, stacklevel=2)
+            args, kwargs = args[:required], {**kwargs, **dict(zip(named, extra))}
+        return function(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend name, checked; 'auto' is routed per call by the cost model once the call's shapes are known
     (routing.py): on a CPU it is the GEMM path."""
-    if backend != AUTO:
-        get_backend(backend)  # one clear error for an unknown name, listing the registered ones
-    return backend
+    return check_backend_name(backend)  # one clear error for an unknown name, listing the registered ones
 
 
 def _checking_values() -> bool:
@@ -89,7 +120,8 @@ def _flat_kept(kept_token_ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]
     return None if kept_token_ids is None else kept_token_ids.reshape(-1, kept_token_ids.shape[-1]).long()
 
 
-def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+@optional_by_keyword
+def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
                     backend: Backend = "auto", mask: Optional[torch.Tensor] = None,
                     workspace_bytes: Optional[int] = None, process_group: Optional[object] = None,
@@ -134,8 +166,9 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     return (logps, entropy) if return_entropy else logps
 
 
+@optional_by_keyword
 def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
-                           completion_mask: Optional[torch.Tensor], advantages: torch.Tensor,
+                           completion_mask: Optional[torch.Tensor], advantages: torch.Tensor, *,
                            bias: Optional[torch.Tensor] = None, old_logps: Optional[torch.Tensor] = None,
                            ref_logps: Optional[torch.Tensor] = None,
                            importance_ratio: Optional[torch.Tensor] = None,
@@ -259,8 +292,9 @@ def _fused_token_level(route: TokenLevelRoute, backend: str, hidden, head: LMHea
     return loss, logps, entropy, kl, clip
 
 
+@optional_by_keyword
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                          advantages: torch.Tensor, old_logps: Optional[torch.Tensor] = None,
+                          advantages: torch.Tensor, *, old_logps: Optional[torch.Tensor] = None,
                           ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
                           num_items_in_batch: Optional[Union[torch.Tensor, int, float]] = None,
                           config: Optional[GRPOLossConfig] = None, backend: Backend = "auto") -> GRPOLossOutput:

@@ -16,11 +16,11 @@ from typing import Optional
 
 import torch
 
-from .backends import EPILOGUE, ONE_PASS, get_backend, implementation, stats_dtype
-from .backends.gemm import DEFAULT_WORKSPACE_BYTES
+from .backends import DEFAULT_WORKSPACE_BYTES, EPILOGUE, ONE_PASS, get_backend, implementation, stats_dtype
+from .backends.one_pass import or_empty, token_step_per_wave
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
-from .objective import TokenInputs, token_level_step
+from .objective import TokenInputs
 from .second_order import graph_is_kept, refuse_second_order
 
 
@@ -96,11 +96,7 @@ def _linear_logprobs_backward(grad_logps: torch.Tensor, grad_entropy: Optional[t
         grad_logps, grad_entropy, hidden, decode_head(weight, bias, head_constants), targets, lse, entropy,
         needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
     # A custom op cannot return None: an empty tensor stands for "not computed" (no bias, frozen head...).
-    return _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden), _or_empty(grad_bias, hidden)
-
-
-def _or_empty(x: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    return x if x is not None else like.new_empty(0)
+    return or_empty(grad_hidden, hidden), or_empty(grad_weight, hidden), or_empty(grad_bias, hidden)
 
 
 def _computed(x: torch.Tensor) -> bool:
@@ -258,20 +254,6 @@ _linear_grpo_token_terms.register_autograd(_token_terms_backward, setup_context=
 
 # ---- hidden states x LM head -> token-level objective with its gradients, in one pass (the ONE_PASS route) -----
 
-def token_step_per_wave(inputs: TokenInputs, config: GRPOLossConfig, n_rows: int, device: torch.device):
-    """(token_grads, outputs): the one-pass stream's per-wave callback evaluating the objective once per token
-    (token_level_step), and the [N] tensors (terms, kl, clip) it fills as the waves pass."""
-    terms = torch.zeros(n_rows, dtype=torch.float32, device=device)
-    kl, clip = torch.zeros_like(terms), torch.zeros(n_rows, dtype=torch.int8, device=device)
-
-    def token_grads(n0: int, n1: int, logps: torch.Tensor, entropy: torch.Tensor):
-        step = token_level_step(logps, entropy, inputs.slice(n0, n1), config)
-        terms[n0:n1], kl[n0:n1], clip[n0:n1] = step.terms, step.kl, step.clip
-        return step.grad_logps, step.grad_entropy
-
-    return token_grads, (terms, kl, clip)
-
-
 @torch.library.custom_op("grpo_kernels::one_pass_token_level", mutates_args=())
 def _one_pass_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                           head_constants: list[float], targets: torch.Tensor, mask: torch.Tensor,
@@ -287,8 +269,8 @@ def _one_pass_token_level(hidden: torch.Tensor, weight: torch.Tensor, bias: Opti
     one_pass = getattr(_implementation(backend, workspace_bytes), ONE_PASS.method)
     logps, entropy, _, grad_hidden, grad_weight, grad_bias = one_pass(
         hidden, decode_head(weight, bias, head_constants), targets, token_grads, needs_hidden_grad, needs_weight_grad)
-    return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
-            _or_empty(grad_bias, hidden))
+    return (logps, entropy, terms, kl, clip, or_empty(grad_hidden, hidden), or_empty(grad_weight, hidden),
+            or_empty(grad_bias, hidden))
 
 
 @_one_pass_token_level.register_fake

@@ -24,7 +24,7 @@ from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
 from .cost_model.device import MIB
 from .cost_model.paths import PER_TOKEN_BYTES
 # the workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
-from .backends.gemm import DEFAULT_WORKSPACE_BYTES
+from .backends import DEFAULT_WORKSPACE_BYTES
 
 # What `auto` may allocate beyond the inputs, the outputs, the gradients and the float32 dW accumulator, unless
 # the call gives workspace_bytes: the GEMM path's former fixed workspace, so that no call takes more than before.

@@ -207,7 +207,7 @@ def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device, ch
 
 def check_workspace(workspace_bytes: object) -> int:
     """The GEMM path's logits workspace in bytes; None means the default (1 GiB)."""
-    from .backends.gemm import DEFAULT_WORKSPACE_BYTES
+    from .backends import DEFAULT_WORKSPACE_BYTES
 
     if workspace_bytes is None:
         return DEFAULT_WORKSPACE_BYTES

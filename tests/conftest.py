@@ -9,6 +9,12 @@ from grpo_kernels.kernels.launch import use_interpreter_if_no_gpu
 
 use_interpreter_if_no_gpu()
 
+# The engine's messages shown as `grpo-engine` shows them (engine/messages.py), for the tests that call the
+# engine's functions directly and read what a person would see.
+from engine.messages import show_messages  # noqa: E402
+
+show_messages()
+
 
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests skip without CUDA, `vllm` tests without vLLM; `interpreter` tests (Triton on CPU tensors) skip

@@ -1,11 +1,81 @@
 """No import cycle among the modules of grpo_kernels/, engine/ and benchmarks/, counting imports inside functions
-(tests/support/import_graph.py reads them from the source); and the cycle finder finds the cycles it must."""
+(tests/support/import_graph.py reads them from the source); and the cycle finder finds the cycles it must.
+The layers import only downward, a backend's module is reached through its registry entry only, no module takes
+another's private name, and no product module imports a pytest conftest."""
+
+import ast
+import importlib.util
 
 import pytest
 from import_graph import find_cycle, import_graph, module_names
 from repo_paths import ROOT
 
+from grpo_kernels.backends import BACKENDS
+
 PACKAGES = ("grpo_kernels", "engine", "benchmarks")
+# Bottom to top: a module may import its own layer and those below. The library's core (the registry, the
+# backends, the kernels, the cost model, the math) under the autograd glue and routing, under the public
+# functions, under the Liger-compatible module, under the integrations, under the engine, under the benchmarks.
+LAYERS = [("grpo_kernels",), ("grpo_kernels.ops", "grpo_kernels.routing"), ("grpo_kernels.api",),
+          ("grpo_kernels.module",), ("grpo_kernels.integrations",), ("engine",), ("benchmarks",)]
+
+
+def layer(module: str) -> int:
+    """The index in LAYERS of the longest prefix naming `module` (a package prefix covers its submodules)."""
+    matches = [(len(prefix), index) for index, prefixes in enumerate(LAYERS) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1]
+
+
+def upward_imports(graph) -> list[str]:
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if layer(target) > layer(module))
+
+
+def test_the_layers_import_only_downward():
+    assert upward_imports(import_graph(ROOT, PACKAGES)) == []
+
+
+def test_an_upward_import_is_found():
+    graph = {"grpo_kernels.backends.vocab_parallel": {"grpo_kernels.ops"}, "grpo_kernels.api": {"grpo_kernels.ops"},
+             "engine.trainer": {"grpo_kernels.api"}, "grpo_kernels.head": {"engine.trainer"}}
+    assert upward_imports(graph) == ["grpo_kernels.backends.vocab_parallel -> grpo_kernels.ops",
+                                     "grpo_kernels.head -> engine.trainer"]
+
+
+def test_backend_modules_are_reached_through_the_registry_only():
+    """Outside grpo_kernels/backends/, nothing imports a backend's module: what is shared (the workspace default,
+    the one-pass callback) lives in a module every layer may read, and a backend is asked for by name."""
+    backend_modules = {importlib.util.resolve_name(module, "grpo_kernels.backends")
+                       for spec in BACKENDS.values() for module in (spec.module, spec.logits_module)}
+    graph = import_graph(ROOT, PACKAGES)
+    reaching = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                      if not module.startswith("grpo_kernels.backends") for target in targets & backend_modules)
+    assert reaching == []
+
+
+def _private_imports(names: dict) -> list[str]:
+    found = []
+    for module, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found += [f"{module}: from {'.' * node.level}{node.module or ''} import {alias.name}"
+                          for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+# Left to the owners of those files (being edited elsewhere): each entry says which import, to drop once renamed.
+PRIVATE_IMPORTS_PENDING = {"grpo_kernels.kernels.compile_targets: from .accumulate_mm import _GPU_BLOCKS"}
+
+
+def test_no_module_takes_another_modules_private_names():
+    assert set(_private_imports(module_names(ROOT, PACKAGES))) <= PRIVATE_IMPORTS_PENDING
+
+
+def test_no_product_module_imports_a_conftest():
+    graph = import_graph(ROOT, PACKAGES)
+    assert sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if target.rsplit(".", 1)[-1] == "conftest" or target.rsplit(".", 1)[-1].startswith("test_")) == []
 
 
 def test_the_packages_import_graph_is_acyclic():

@@ -39,7 +39,7 @@ import torch
 
 from ..model.roofline import predict_case_ms
 from ..suite.cases import LOSS_CASES, flops
-from ..suite.conftest import _cpu_name, _version
+from ..suite.machine import cpu_name, package_version
 from ..suite.inputs import BenchInputs, make_inputs
 from ..suite.memory import gpu_peak_extra_bytes
 from ..suite.paths import PathUnavailable, check_available, make_floor_step, make_step, valid_tokens
@@ -354,14 +354,14 @@ def metadata(device: torch.device, device_name: str, commit: Optional[str] = Non
     properties = torch.cuda.get_device_properties(device) if cuda else None
     commit = commit or _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no")
-    return {"device": device_name, "device_type": device.type, "cpu": _cpu_name(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "triton": _version("triton"),
+    return {"device": device_name, "device_type": device.type, "cpu": cpu_name(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "triton": package_version("triton"),
             "cuda": torch.version.cuda, "driver": _driver_version() if cuda else None,
             "gpu": {"capability": f"{properties.major}.{properties.minor}", "sms": properties.multi_processor_count,
                     "memory_bytes": properties.total_memory} if properties else None,
-            "transformers": _version("transformers"), "accelerate": _version("accelerate"),
-            "liger_kernel": _version("liger-kernel"), "cut_cross_entropy": _version("cut-cross-entropy"),
-            "trl": _version("trl"), "numpy": _version("numpy"), "grpo_kernels": _version("grpo-kernels"),
+            "transformers": package_version("transformers"), "accelerate": package_version("accelerate"),
+            "liger_kernel": package_version("liger-kernel"), "cut_cross_entropy": package_version("cut-cross-entropy"),
+            "trl": package_version("trl"), "numpy": package_version("numpy"), "grpo_kernels": package_version("grpo-kernels"),
             "python": platform.python_version(), "bench_set": "gpu command", "paths": list(by_priority(GPU_PATHS)),
             "commit": commit, "dirty": None if status is None else bool(status), "source_digest": source_digest(),
             "load_average_1_5_15m": [round(x, 2) for x in os.getloadavg()]}

@@ -6,11 +6,11 @@ import os
 import platform
 import shlex
 import sys
-from importlib import metadata
 
 import pytest
 import torch
 
+from .machine import cpu_name, package_version
 from .runner import BenchRunner
 from .shapes import shape_set
 
@@ -67,24 +67,6 @@ def runner(request: pytest.FixtureRequest):
     bench_runner.close()
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def command_line() -> str:
     """How this pytest was started, as a person would type it."""
     program = sys.argv[0].rsplit("/", 1)[-1]
@@ -96,17 +78,17 @@ def command_line() -> str:
 def run_metadata(config: pytest.Config) -> dict:
     device = bench_device()
     return {
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else _cpu_name(),
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else cpu_name(),
         "device_type": device.type,
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "triton": _version("triton"),
+        "triton": package_version("triton"),
         "cuda": torch.version.cuda,
-        "liger_kernel": _version("liger-kernel"),
-        "cut_cross_entropy": _version("cut-cross-entropy"),
-        "trl": _version("trl"),
-        "grpo_kernels": _version("grpo-kernels") or "source tree",
+        "liger_kernel": package_version("liger-kernel"),
+        "cut_cross_entropy": package_version("cut-cross-entropy"),
+        "trl": package_version("trl"),
+        "grpo_kernels": package_version("grpo-kernels") or "source tree",
         "python": platform.python_version(),
         "bench_set": config.getoption("--bench-set"),
         "command_line": command_line(),

@@ -18,7 +18,7 @@ import sys
 import torch
 
 from . import report
-from .conftest import _cpu_name
+from .machine import cpu_name
 
 BENCHMARKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(BENCHMARKS_DIR, "results")
@@ -30,7 +30,7 @@ def device_slug() -> str:
     if torch.cuda.is_available():
         name = re.sub(r"^nvidia\s+", "", torch.cuda.get_device_name(0).strip(), flags=re.IGNORECASE)
     else:
-        name = "cpu " + re.sub(r"\s*\d+-core processor.*$", "", _cpu_name(), flags=re.IGNORECASE)
+        name = "cpu " + re.sub(r"\s*\d+-core processor.*$", "", cpu_name(), flags=re.IGNORECASE)
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 

@@ -6,12 +6,14 @@ checkpoint resumes exactly. A second Ctrl-C stops at once (KeyboardInterrupt), f
 
 from __future__ import annotations
 
+import logging
 import signal
-import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -41,8 +43,8 @@ class StopRequest:
         if self.signal_name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl-C: the user will not wait for the step to end
         self.signal_name = signal.Signals(signum).name
-        print(f"\ngrpo-engine: {self.signal_name} received: stopping after the current step and saving a "
-              f"checkpoint (Ctrl-C again to stop at once, without one)", file=sys.stderr, flush=True)
+        _log.warning(f"\ngrpo-engine: {self.signal_name} received: stopping after the current step and saving a "
+                    f"checkpoint (Ctrl-C again to stop at once, without one)")
 
     def requested(self, accelerator: Accelerator) -> bool:
         """Whether any process got a signal: all processes must stop (and save) at the same step."""

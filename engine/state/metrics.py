@@ -7,6 +7,7 @@ file of a resumed run reads as if the run had never stopped.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import resource
 import sys
@@ -19,6 +20,8 @@ import torch
 
 from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json
 from .run_files import logged_step
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
@@ -103,11 +106,10 @@ def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
         if isinstance(row, dict) and logged_step(row) is not None:
             rows.append((row, line))
         elif isinstance(row, dict):
-            print(f"warning: {path}: line {number} has \"step\" {_shown(row.get('step'))}, which the engine never "
-                  f"writes (an integer >= 0); the line is left out", file=sys.stderr)
+            _log.warning(f"warning: {path}: line {number} has \"step\" {_shown(row.get('step'))}, which the engine "
+                         f"never writes (an integer >= 0); the line is left out")
         elif index == len(lines) - 1:
-            print(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out",
-                  file=sys.stderr)
+            _log.warning(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out")
         else:
             raise ValueError(f"{path}: line {number} is not a JSON object: {line[:80]!r}")
     return rows

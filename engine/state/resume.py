@@ -3,6 +3,7 @@ checkpoint with the options it was saved with (except the few that may change be
 
 from __future__ import annotations
 
+import logging
 import shlex
 from pathlib import Path
 from typing import Any, Optional
@@ -16,6 +17,8 @@ from .bounded_read import read_bounded_bytes, read_json_file
 from .run_files import is_own
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE, SAMPLES_FILE
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 # Options that do not change what the resumed steps compute: how long to go on, what to save, log and show.
 MAY_CHANGE_ON_RESUME = (
@@ -154,7 +157,7 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool,
     point = ckpt.resolve_resume(config.run.resume, run_dir)
     if announce:
         for note in point.skipped:
-            print(f"warning: {note}; falling back to an older checkpoint")
+            _log.warning(f"warning: {note}; falling back to an older checkpoint")
     changed = changed_options(ckpt.saved_config(point.path), config)
     if changed:
         raise ckpt.CheckpointError(
@@ -166,5 +169,5 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool,
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
                                    f"leaves nothing to do (raise --run.max_steps to train on)")
     if announce:
-        print(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
+        _log.info(f"resuming from {point.path} at step {point.step} of {config.run.max_steps}")
     return point

@@ -9,14 +9,16 @@ over with a note.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 try:
     import fcntl
@@ -92,8 +94,8 @@ class RunLock:
                                     f"directory on a local filesystem") from None
         stale = _holder(fd)
         if stale:  # a released lock is emptied: text left behind is a run that ended without releasing it
-            print(f"note: {run_dir} was held by a run that ended without releasing it ({stale}); taking it over",
-                  file=sys.stderr)
+            _log.warning(f"note: {run_dir} was held by a run that ended without releasing it ({stale}); taking it "
+                        "over")
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, since "

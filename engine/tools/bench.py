@@ -30,16 +30,18 @@ import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from grpo_kernels import GRPOLossConfig
-from grpo_kernels.api import BACKENDS
 from grpo_kernels.backends import BASELINE_BACKEND, backend_names, get_backend
 
 from .bench_options import ARCHITECTURES, build_parser
 
 TINY_LAYERS = 2
 TINY_HEAD_DIM = 8
-# The fused backends to compare with the baseline (which forms the [tokens, vocab] logits); "auto" only
-# picks one of them. Triton kernels run under their interpreter on CPU: far too slow at a real vocab.
-FUSED_BACKENDS = tuple(b for b in backend_names(with_auto=False) if not get_backend(b).materializes_logits)
+
+
+def fused_backends() -> tuple[str, ...]:
+    """The fused backends to compare with the baseline (which forms the [tokens, vocab] logits), as registered now;
+    "auto" only picks one of them."""
+    return tuple(b for b in backend_names(with_auto=False) if not get_backend(b).materializes_logits)
 
 
 def architecture_config(name: str, scale: str) -> PretrainedConfig:
@@ -203,7 +205,8 @@ def longest_fitting_length(spec: StepSpec, budget_bytes: int, start: int, limit:
 
 
 def default_backends(device: str) -> list[str]:
-    fused = [b for b in FUSED_BACKENDS if not (device == "cpu" and get_backend(b).triton_kernels)]
+    # Triton kernels run under their interpreter on CPU: far too slow at a real vocab.
+    fused = [b for b in fused_backends() if not (device == "cpu" and get_backend(b).triton_kernels)]
     return [BASELINE_BACKEND, *fused]
 
 
@@ -241,9 +244,10 @@ def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
     backends = args.backends or default_backends(device)
-    unknown = [b for b in backends if b not in BACKENDS]
+    names = backend_names()
+    unknown = [b for b in backends if b not in names]
     if unknown:
-        raise ValueError(f"--backends: unknown {unknown}; this grpo_kernels has {list(BACKENDS)}")
+        raise ValueError(f"--backends: unknown {unknown}; this grpo_kernels has {list(names)}")
     architecture_config(args.model, args.scale)  # a bad name fails here, not in every child
     budget = None if args.budget_gb is None else int(args.budget_gb * 2**30)
     rows = []

@@ -23,8 +23,11 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["AUTO", "BACKENDS", "BASELINE_BACKEND", "DEFAULT_BACKEND", "EPILOGUE", "ONE_PASS", "BackendSpec",
-           "LogitsBackend", "LogprobBackend", "TokenLevelRoute", "auto_candidates", "backend_names", "get_backend",
+from .workspace import DEFAULT_WORKSPACE_BYTES
+
+__all__ = ["AUTO", "BACKENDS", "BASELINE_BACKEND", "DEFAULT_BACKEND", "DEFAULT_WORKSPACE_BYTES", "EPILOGUE", "ONE_PASS", "BackendSpec",
+           "LogitsBackend", "LogprobBackend", "TokenLevelRoute", "auto_candidates", "backend_names", "check_backend_name",
+           "get_backend",
            "implementation", "refuse_unsupported", "register_backend", "stats_dtype", "token_level_route"]
 
 _PROTOCOL_NAMES = ("LogitsBackend", "LogprobBackend", "stats_dtype")
@@ -191,11 +194,20 @@ def backend_names(with_auto: bool = True) -> tuple[str, ...]:
     return ((AUTO,) if with_auto else ()) + tuple(BACKENDS)
 
 
-def get_backend(name: object) -> BackendSpec:
+def get_backend(name: object, argument: str = "backend") -> BackendSpec:
+    """The registry entry of `name`; an unknown name is one error naming `argument` and today's choices."""
     spec = BACKENDS.get(name) if isinstance(name, str) else None
     if spec is None:
-        raise ValueError(f"backend must be one of {backend_names()}, got {name!r}")
+        raise ValueError(f"{argument} must be one of {backend_names()}, got {name!r}")
     return spec
+
+
+def check_backend_name(name: object, argument: str = "backend") -> str:
+    """`name` if `backend=` takes it now ('auto' or a registered backend, read from the registry at this call, so
+    that a backend registered after import is taken), else one error naming `argument`."""
+    if name != AUTO:
+        get_backend(name, argument)
+    return name
 
 
 # ---- what a call needs, against what an entry declares -------------------------------------------------------

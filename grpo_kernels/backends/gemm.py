@@ -25,12 +25,12 @@ import torch
 
 from ..cost_model.paths import MIN_SEGMENT, row_segments
 from ..head import LMHead
+from .workspace import DEFAULT_WORKSPACE_BYTES
 from .protocol import stats_dtype
 from .row_math import (OnlineSoftmaxStats, merge_segment_stats, softmax_grad_, target_in_range, target_logit,
                        transform_logits_)
 from .wide_gemm import add_mm_wide_, gemm_dtype, mm_wide
 
-DEFAULT_WORKSPACE_BYTES = 1 << 30
 # The CPU row pass works on at most ROW_CHUNK rows at a time, and on at most 1 / ROW_CHUNK_FRACTION of the
 # wave's: its temporaries ([rows, V], one or two) stay a few percent of the workspace, as the model counts none.
 ROW_CHUNK = 64

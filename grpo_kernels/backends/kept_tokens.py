@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import torch
 
-from .gemm import DEFAULT_WORKSPACE_BYTES
+from .workspace import DEFAULT_WORKSPACE_BYTES
 from .wide_gemm import gemm_dtype, mm_wide
 from ..head import LMHead
 from .protocol import stats_dtype

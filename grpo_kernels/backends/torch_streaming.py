@@ -1,7 +1,7 @@
 """The streaming algorithm in plain PyTorch: token chunks x vocabulary chunks, online log-sum-exp.
 
-The same algorithm as the Triton kernels, written with torch ops so it runs on any device (it is the
-CPU default). Extra memory is O(tokens + one [TOKEN_CHUNK, VOCAB_CHUNK] tile): the [tokens, vocab]
+The same algorithm as the Triton kernels, written with torch ops so it runs on any device (by name: `auto` and
+the default are the GEMM path, on a CPU too). Extra memory is O(tokens + one [TOKEN_CHUNK, VOCAB_CHUNK] tile): the [tokens, vocab]
 logits never exist. The backward recomputes each logits tile and turns it into
 `dz = (g * (onehot - p) - e * p * (log p + ent)) / tau` (times the soft-cap's slope for a capped head, see
 head.py), then into dH, dW and dbias, accumulating in

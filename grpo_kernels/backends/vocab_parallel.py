@@ -34,6 +34,7 @@ from ..second_order import refuse_second_order
 from . import ONE_PASS, get_backend
 from .gemm import wave_rows
 from .kept_tokens import KeptTokenHead, local_kept_ids, rows_with_set
+from .one_pass import or_empty, token_step_per_wave
 
 try:  # DTensor is public from torch 2.5; older builds only take the process_group form
     from torch.distributed.tensor import DTensor, Shard
@@ -108,8 +109,6 @@ def one_pass_token_level(backend: str, hidden: torch.Tensor, head: LMHead, targe
     """`ops.one_pass_token_level` on a shard: (logps, entropy, terms, kl, clip, dhidden, dweight, dbias) of a
     token-level objective in one pass of `backend`, statistics combined per wave, dH all-reduced; empty tensors
     where not needed."""
-    from ..ops import _or_empty, token_step_per_wave  # ops imports the backends; imported late to keep this light
-
     shard = head.shard
     token_grads, (terms, kl, clip) = token_step_per_wave(inputs.ready(), config, hidden.shape[0], hidden.device)
     local = head.local().with_tensors(head.weight.detach().contiguous(),
@@ -119,8 +118,8 @@ def one_pass_token_level(backend: str, hidden: torch.Tensor, head: LMHead, targe
         hidden.detach().contiguous(), local, shard.local_targets(targets), token_grads, needs_hidden_grad,
         needs_weight_grad, combine_stats=shard.combine_stats)
     shard.all_reduce_sum_(grad_hidden)
-    return (logps, entropy, terms, kl, clip, _or_empty(grad_hidden, hidden), _or_empty(grad_weight, hidden),
-            _or_empty(grad_bias, hidden))
+    return (logps, entropy, terms, kl, clip, or_empty(grad_hidden, hidden), or_empty(grad_weight, hidden),
+            or_empty(grad_bias, hidden))
 
 
 class ShardBackend:

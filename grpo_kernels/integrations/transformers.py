@@ -30,7 +30,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from .. import linear_logprobs
-from ..api import BACKENDS
+from ..backends import check_backend_name
 from ..head import LogitTransform
 from .lm_head import backbone, logit_transform, output_head
 from .sharding import call_with_full_head
@@ -142,8 +142,7 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     Patch the *ForCausalLM model itself, before or after wrapping with PEFT / FSDP / DeepSpeed: those wrappers
     call it, so the head runs inside the wrapped forward. Patching twice only updates the settings.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend_name(backend)  # the registry as it is now: a backend registered after import is taken
     transform = logit_transform(model)
     backbone(model)
     output_head(model)

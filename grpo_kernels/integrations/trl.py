@@ -26,7 +26,7 @@ import torch
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..api import BACKENDS
+from ..backends import check_backend_name
 from .transformers import head_logit_transform, patch_causal_lm
 from .trl_loss import fused_compute_loss, fused_path_blocker
 
@@ -132,8 +132,7 @@ def patch_grpo_trainer(trainer_or_class: Union[GRPOTrainer, type], backend: str 
 
     Returns what it was given. Patching again only changes the backend.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend_name(backend)  # the registry as it is now: a backend registered after import is taken
     is_class = isinstance(trainer_or_class, type)
     cls = trainer_or_class if is_class else type(trainer_or_class)
     if not issubclass(cls, GRPOTrainer):
@@ -161,8 +160,7 @@ class GRPOKernelsTrainer(GRPOTrainer):
     _get_per_token_logps_and_entropies = kernel_logps_and_entropies
 
     def __init__(self, *args: Any, kernel_backend: str = "auto", **kwargs: Any) -> None:
-        if kernel_backend not in BACKENDS:
-            raise ValueError(f"kernel_backend must be one of {BACKENDS}, got {kernel_backend!r}")
+        check_backend_name(kernel_backend, "kernel_backend")
         self._grpo_kernels_backend = kernel_backend
         super().__init__(*args, **kwargs)
 

@@ -1,5 +1,6 @@
 """The model's measured rates are what `python -m benchmarks.model.calibrate` fits to the committed GPU run."""
 
+import dataclasses
 import math
 
 import pytest
@@ -58,6 +59,28 @@ def test_the_row_kernel_rates_are_read_from_the_profile():
     assert 8192 * 151936 * 4 / 2.852e-3 / 512 == pytest.approx(3.41e9, rel=0.01)
     assert rates["row_program_bytes_per_s"] == pytest.approx(2.95e9, rel=0.02)
     assert rates["row_pass_bytes_per_s"] == pytest.approx(1.86e12, rel=0.02)
+
+
+def test_the_fit_lowers_the_models_error_on_the_run_it_fits():
+    run = load_run("benchmarks/results/h200.json")
+    before, after = calibrate.calibrate(run)
+    cases = [r for r in run.results if r.regime in ("flat", "any") and calibrate.modelled(run, r)]
+    assert len(cases) >= 10
+    assert calibrate.log_error(cases, after) <= calibrate.log_error(cases, before)
+
+
+@pytest.mark.parametrize("name, scale", [(fit[0], scale) for fit in calibrate.FITS for scale in (0.5, 0.8)])
+def test_a_rate_is_recovered_from_timings_it_generated(name, scale):
+    """Timings made by the model at a known rate, on the committed run's cases that fit it: the fit finds that
+    rate again (slower than the model's, where each rate binds: above it another term of a max may take over)."""
+    run = load_run("benchmarks/results/h200.json")
+    before, _ = calibrate.calibrate(run)
+    truth = dataclasses.replace(before, **{name: getattr(before, name) * scale})
+    selects = next(selects for fitted_name, _, selects in calibrate.FITS if fitted_name == name)
+    cases = [dataclasses.replace(r, median_ms=calibrate.predicted_ms(r, truth)) for r in run.results
+             if selects(r) and r.regime in ("flat", "any") and calibrate.modelled(run, r)]
+    assert cases and calibrate.log_error(cases, truth) == 0.0
+    assert calibrate.fit_rate(name, cases, before) == pytest.approx(getattr(truth, name), rel=0.01)
 
 
 def test_a_cpu_run_is_refused_with_a_reason():

@@ -41,11 +41,21 @@ def test_gemm_path_by_hand():
     assert est.fp32_weight_grad_bytes == 24
 
 
-def test_floor_by_hand():
-    est = roofline.estimate("floor", TINY)
-    # logits: reads 4*2 + 3*2 elements, writes 4*3; dH: reads 4*3 + 3*2, writes 4*2; dW: reads 3*4 + 4*2, writes 3*2
-    assert est.hbm_bytes == 2 * ((8 + 6 + 12) + (12 + 6 + 8) + (12 + 8 + 6)) == 156
-    assert est.flops == 144 and est.gemms == 3
+@pytest.mark.parametrize("problem", [TINY, Problem(tokens=8192, hidden=4096, vocab=151936, dtype="bfloat16")],
+                         ids=["tiny", "S1"])
+def test_the_floor_is_three_gemms_and_no_path_computes_less(problem):
+    """The floor: the logits, dH and dW GEMMs, each reading its operands and writing its result once (c = 2 bytes);
+    every modelled path does at least its arithmetic."""
+    N, H, V = problem.tokens, problem.hidden, problem.vocab
+
+    def gemm_bytes(m, n, k):
+        return 2 * (m * k + k * n + m * n)
+
+    floor = roofline.estimate("floor", problem)
+    assert floor.hbm_bytes == gemm_bytes(N, V, H) + gemm_bytes(N, H, V) + gemm_bytes(V, H, N)
+    assert floor.flops == 3 * 2 * N * H * V and floor.gemms == 3
+    for path in MODELS:
+        assert roofline.estimate(path, problem).flops >= floor.flops, path
 
 
 def test_trl_head_by_hand():

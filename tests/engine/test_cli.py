@@ -38,12 +38,14 @@ def trained_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_train_writes_a_run_directory(trained_run):
     for name in ("metrics.jsonl", "samples.jsonl", "curves.png", "config.yaml", "base_model/config.json",
                  "checkpoints/checkpoint-000002/model/model.safetensors"):
         assert (trained_run / name).is_file(), name
 
 
+@pytest.mark.slow
 def test_the_same_command_again_reports_the_finished_run_and_resume_trains_it_on(trained_run, tmp_path, capsys):
     from engine.cli import main
     from engine.state import checkpoint as ckpt
@@ -69,6 +71,7 @@ def test_the_same_command_again_reports_the_finished_run_and_resume_trains_it_on
             if "reward" in json.loads(line)] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_eval_and_plot_subcommands(trained_run, tmp_path):
     model = trained_run / "checkpoints" / "checkpoint-000002" / "model"
     result = grpo_engine("eval", "--model", str(model), "--data.builtin_max_operand", "2", "--num-samples", "4",
@@ -80,6 +83,7 @@ def test_eval_and_plot_subcommands(trained_run, tmp_path):
     assert result.returncode == 0 and (tmp_path / "c.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_eval_on_the_gsm8k_example(trained_run):
     model = trained_run / "checkpoints" / "checkpoint-000002" / "model"
     result = grpo_engine("eval", "--model", str(model), "--data", "examples/gsm8k_sample.jsonl",
@@ -169,6 +173,7 @@ def test_incomplete_model_directories_are_named(keep, message, tiny_model_dir, t
     assert f"model directory {str(model)!r} {message}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path, capsys):
     from engine.cli import main
 
@@ -183,6 +188,7 @@ def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path
     assert last.startswith("grpo-engine train: RewardFunctionError: reward function 'raises_inside_helper' raised")
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_hints_resume(tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "--output-dir", str(run_dir), *SMALL, "--run.progress_bar", "true", "--run.max_steps", "1000"]

@@ -15,6 +15,7 @@ from repo_paths import ROOT, SUPPORT
 LOSS_TYPES = "dapo,grpo,bnpo"
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     # One process: 16 completions as 2 micro-batches of 8; two processes: 8 each in one micro-batch.
@@ -35,6 +36,7 @@ def test_two_processes_match_one(tmp_path):
             torch.testing.assert_close(b["delta"][name], a["delta"][name], atol=1e-6, rtol=1e-5, msg=name)
 
 
+@pytest.mark.slow
 def test_packed_update_equals_padded_under_ddp(tmp_path):
     """Two processes, each packing its 8 completions (20 tokens a pack: the processes make different numbers of
     packs, evened out by splitting), against the same two processes' padded micro-batches of 4."""
@@ -53,6 +55,7 @@ def test_packed_update_equals_padded_under_ddp(tmp_path):
                                        msg=f"{loss_type} {name}")
 
 
+@pytest.mark.slow
 def test_the_default_takes_one_route_on_every_process_by_their_summed_costs(tmp_path):
     """Two processes whose batches alone would take different routes (at this attention weight process 0's
     packs cost more than its padded micro-batches, process 1's less): both pack, by the summed estimates, and
@@ -68,6 +71,7 @@ def test_the_default_takes_one_route_on_every_process_by_their_summed_costs(tmp_
         torch.testing.assert_close(y["delta"][name], x["delta"][name], atol=1e-6, rtol=1e-4, msg=name)
 
 
+@pytest.mark.slow
 def test_trainer_runs_under_torchrun(tmp_path):
     run_dir = tmp_path / "run"
     flags = ["--run.output_dir", str(run_dir), "--run.max_steps", "2", "--run.save_steps", "1",
@@ -100,6 +104,7 @@ atexit.register(_report)
 """
 
 
+@pytest.mark.slow
 def test_a_torchrun_run_destroys_its_group_and_exits_0_every_time(tmp_path):
     """The engine itself ends its process group (no os._exit in it): 3 runs of 2 gloo processes each exit 0 with
     the group destroyed before the interpreter's teardown (read by an atexit probe in every process)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from processes import subprocess_env, torchrun
 from repo_paths import ROOT
 
@@ -14,6 +16,7 @@ from tests.support.fake_vllm_server import FakeVLLMServer
 from tests.support.server_models import save_model
 
 
+@pytest.mark.slow
 def test_two_fsdp_processes_train_through_one_server_one_step_ahead(tmp_path):
     model_dir = save_model(tmp_path / "model")
     server = FakeVLLMServer(str(model_dir)).start()

@@ -58,6 +58,7 @@ def test_the_reward_time_limit_must_be_positive(capsys):
 
 # ---- the run's files ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_metrics_line_cut_mid_write_is_recovered_on_resume_and_plot(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "2", "--run.save_steps", "1"]) == 0
@@ -78,6 +79,7 @@ def _reward_steps(metrics: Path) -> list[int]:
     return [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"reward"' in line]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["cut_mid_line", "deleted"])
 def test_a_checkpoint_implies_its_steps_logs(damage, tmp_path, capsys):
     """The run directory's history up to a checkpoint's step comes back from the checkpoint, whatever happened to

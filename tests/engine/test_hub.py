@@ -125,6 +125,7 @@ SMALL = ["--max-steps", "1", "--run.progress_bar", "false", "--run.plot", "false
          "0"]
 
 
+@pytest.mark.slow
 def test_train_lora_on_a_hub_model_offline_and_eval_its_checkpoint(tmp_path, tiny_model_dir):
     """--model ORG/NAME from the cache; the LoRA checkpoint names its base by that id, and `eval` loads the base by
     it; a missing id stops the run in one line before the run directory exists."""
@@ -169,6 +170,7 @@ def test_gsm8k_and_math_format_datasets_by_id(offline_cache):
         load_hub_dataset("tiny-org/absent", None, "train")
 
 
+@pytest.mark.slow
 def test_train_on_a_hub_dataset_offline(tmp_path, tiny_model_dir):
     pytest.importorskip("datasets", reason="Hub datasets are read with the `datasets` package, not installed here")
     cache = tmp_path / "hub"

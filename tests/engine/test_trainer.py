@@ -27,6 +27,7 @@ def _steps(run_dir: Path) -> list[dict]:
     return [row for row in rows if "reward" in row]
 
 
+@pytest.mark.slow
 def test_a_few_steps_end_to_end(small_overrides, tmp_path):
     config = load_config(overrides={**small_overrides, "run.plot": True, "run.log_completions_steps": 1,
                                     "run.warm_start_steps": 2})
@@ -60,6 +61,7 @@ def _greedy_accuracy(model_dir: Path, rows: list[dict], max_new_tokens: int) -> 
     return sum(bool(found) and found[-1] == row["answer"] for found, row in zip(answers, rows)) / len(rows)
 
 
+@pytest.mark.slow
 def test_eval_accuracy_is_what_the_trained_model_answers(small_overrides):
     # A warm start long enough that the greedy answers are partly right, room for "\\boxed{N}" and its EOS, and
     # a learning rate that keeps them through 3 steps: some answers are right, so a scoring error shows.
@@ -76,6 +78,7 @@ def test_eval_accuracy_is_what_the_trained_model_answers(small_overrides):
     assert summary.eval_after["pass@1"] == pytest.approx(expected)  # greedy: one sample per prompt
 
 
+@pytest.mark.slow
 def test_kl_old_logprobs_and_grad_accumulation(small_overrides):
     config = load_config(overrides={**small_overrides, "loss.beta": 0.04, "optim.num_iterations": 2,
                                     "optim.per_device_train_batch_size": 4, "optim.gradient_accumulation_steps": 2,
@@ -87,6 +90,7 @@ def test_kl_old_logprobs_and_grad_accumulation(small_overrides):
     assert steps[0]["learning_rate"] < steps[1]["learning_rate"]  # warmup: 2 of the 4 optimizer steps
 
 
+@pytest.mark.slow
 def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):
     pytest.importorskip("peft")
     config = load_config(overrides={**small_overrides, "model.name_or_path": str(tiny_model_dir),
@@ -106,6 +110,7 @@ def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):
     assert metrics["num_prompts"] == 9 and 0.0 <= metrics["pass@2"] <= 1.0
 
 
+@pytest.mark.slow
 def test_a_lora_checkpoint_names_its_base_by_absolute_path(small_overrides, tiny_model_dir, tmp_path, monkeypatch):
     """A run started with a relative --model records its base as an absolute path: `eval` of the checkpoint finds it
     from any working directory."""
@@ -126,6 +131,7 @@ def test_a_lora_checkpoint_names_its_base_by_absolute_path(small_overrides, tiny
     assert metrics["num_prompts"] == 9
 
 
+@pytest.mark.slow
 def test_reward_failure_stops_the_run_and_keeps_checkpoints(small_overrides, monkeypatch):
     monkeypatch.syspath_prepend(str(SUPPORT))
     import user_rewards
@@ -152,6 +158,7 @@ def test_missing_model_and_data_errors(small_overrides, tmp_path):
         train(config)
 
 
+@pytest.mark.slow
 def test_full_model_reference_starts_at_zero_kl(small_overrides):
     config = load_config(overrides={**small_overrides, "loss.beta": 0.04, "run.max_steps": 2})
     train(config)
@@ -159,6 +166,7 @@ def test_full_model_reference_starts_at_zero_kl(small_overrides):
     assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6) and steps[1]["kl"] > 0
 
 
+@pytest.mark.slow
 def test_tensorboard_sink(small_overrides):
     pytest.importorskip("tensorboard")
     config = load_config(overrides={**small_overrides, "run.report_to": ["tensorboard"], "run.max_steps": 1})

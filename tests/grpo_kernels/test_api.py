@@ -18,7 +18,7 @@ def _config(name):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config_name", list(CONFIGS))
-@pytest.mark.parametrize("backend", FUSED_BACKENDS + ["triton_atomic"])
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
 def test_fused_linear_matches_float64_reference(backend, config_name, dtype):
     problem = make_problem(seed=sum(map(ord, config_name)), dtype=dtype, device=device_of(backend),
                            importance_ratio=importance_ratio_kind(config_name))

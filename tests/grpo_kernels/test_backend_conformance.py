@@ -1,21 +1,26 @@
 """Every backend at the edges of its input space: the same result (within the dtype's rounding) or the same refusal.
 
-Each edge input below goes to reference, torch, triton (interpreted on the CPU) and gemm, eagerly and, for the
-layouts a compiled training step meets, under torch.compile. The boundary (grpo_kernels/validation.py) normalises
+Each edge input below goes to every registered backend (one a plugin or conftest registers before collection
+included; Triton ones interpreted on the CPU), eagerly and, for the layouts a compiled training step meets, under
+torch.compile, and is compared with the baseline's outcome (the backend that materializes the logits). The boundary (grpo_kernels/validation.py) normalises
 what every backend must see alike (a bias of another dtype, inference-mode tensors) and refuses the rest before
 any backend runs; a backend's own limit is a declared one (BackendSpec.dtypes), refused there in one form.
 """
 
+import functools
 from contextlib import nullcontext
 
 import pytest
 import torch
-from grpo_testing import INTERPRETER, make_problem
+from grpo_testing import make_problem, registered_backends, with_triton_interpreted
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs
-from grpo_kernels.backends import backend_names, get_backend
+from grpo_kernels.backends import BASELINE_BACKEND, backend_names, get_backend
 
-BACKENDS = ["reference", "torch", "triton", "triton_atomic", "gemm"]
+# Every registered backend but the baseline, each compared with the baseline.
+BACKENDS = with_triton_interpreted([name for name in registered_backends() if name != BASELINE_BACKEND])
+COMPILABLE = with_triton_interpreted([name for name in registered_backends(torch_compile=True)
+                                      if name != BASELINE_BACKEND])
 CONFIG = GRPOLossConfig(beta=0.04, entropy_coef=0.01)
 # Agreement between backends: float32 / float64 to their rounding; 16-bit inputs to the rounding of 16-bit logits
 # (the reference backend computes the logits in the input dtype, as the model's own head does; the streaming
@@ -200,29 +205,37 @@ def assert_backends_agree(outcomes: dict, inputs: dict) -> None:
                                            msg=lambda m: f"{backend} d{name}: {m}")
 
 
+@functools.lru_cache(maxsize=None)
+def baseline_outcome(edge: str, mode: str, compiled: bool = False, route: str = "loss"):
+    """The baseline's outcome, computed once per case and shared by every backend's test (read only)."""
+    return outcome(BASELINE_BACKEND, EDGES[edge](), mode, compiled=compiled, route=route)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("edge", list(EDGES))
-@INTERPRETER
-def test_every_backend_gives_the_same_loss_or_the_same_refusal(edge, mode):
+def test_every_backend_gives_the_same_loss_or_the_same_refusal(edge, mode, backend):
     if mode != "grad" and edge not in ("float32", "inference_mode_tensors", "packed", "bias_float64"):
         pytest.skip("the grad modes matter where tensors are saved for backward")
-    outcomes = {backend: outcome(backend, EDGES[edge](), mode) for backend in BACKENDS}
+    outcomes = {BASELINE_BACKEND: baseline_outcome(edge, mode), backend: outcome(backend, EDGES[edge](), mode)}
     assert_backends_agree(outcomes, EDGES[edge]())
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("edge", ["float32", "bias_float64", "bias_bfloat16", "float64", "inference_mode_tensors",
                                   "hidden_transposed", "strided_views", "all_masked", "empty_batch", "mask_two",
                                   "meta_device"])
-@INTERPRETER
-def test_every_backend_gives_the_same_logprobs_or_the_same_refusal(edge):
-    outcomes = {backend: outcome(backend, EDGES[edge](), "grad", route="logprobs") for backend in BACKENDS}
+def test_every_backend_gives_the_same_logprobs_or_the_same_refusal(edge, backend):
+    outcomes = {BASELINE_BACKEND: baseline_outcome(edge, "grad", route="logprobs"),
+                backend: outcome(backend, EDGES[edge](), "grad", route="logprobs")}
     assert_backends_agree(outcomes, EDGES[edge]())
 
 
+@pytest.mark.parametrize("backend", COMPILABLE)
 @pytest.mark.parametrize("edge", COMPILED)
-@INTERPRETER
-def test_every_backend_agrees_under_torch_compile(edge):
-    eager = {backend: outcome(backend, EDGES[edge](), "grad") for backend in BACKENDS}
-    compiled = {backend: outcome(backend, EDGES[edge](), "grad", compiled=True) for backend in BACKENDS}
+def test_every_backend_agrees_under_torch_compile(edge, backend):
+    compiled = {BASELINE_BACKEND: baseline_outcome(edge, "grad", compiled=True),
+                backend: outcome(backend, EDGES[edge](), "grad", compiled=True)}
     assert_backends_agree(compiled, EDGES[edge]())
-    assert_backends_agree({**compiled, "reference": eager["reference"]}, EDGES[edge]())  # compiled = eager
+    # compiled = eager
+    assert_backends_agree({**compiled, BASELINE_BACKEND: baseline_outcome(edge, "grad")}, EDGES[edge]())

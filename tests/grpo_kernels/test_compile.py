@@ -3,11 +3,22 @@
 import pytest
 import torch
 
+from grpo_testing import registered_backends, with_triton_interpreted
+
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 
+# every streaming backend that declares it runs in a compiled graph (the baseline's graph is plain autograd)
+COMPILED_BACKENDS = with_triton_interpreted(registered_backends(torch_compile=True, materializes_logits=False))
 # a plain head, and a Gemma-style one (scaled, soft-capped): the transform's scalars cross the custom ops
 HEADS = pytest.mark.parametrize("transform", [None, LogitTransform(scale=1.5, softcap=2.0)],
                                 ids=["plain", "softcapped"])
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each case compiles afresh: the cases share code objects, and their count (one per registered backend) would
+    otherwise pass dynamo's recompile limit."""
+    torch._dynamo.reset()
 
 
 class TinyPolicy(torch.nn.Module):
@@ -19,7 +30,7 @@ class TinyPolicy(torch.nn.Module):
 
 
 @HEADS
-@pytest.mark.parametrize("backend", ["gemm", "torch"])
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
 @pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04, entropy_coef=0.01),
                                     GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
                                                    top_entropy_quantile=0.5)], ids=["dapo_kl", "gspo_entropy_mask"])
@@ -49,7 +60,7 @@ def test_compiled_step_matches_eager(config, backend, transform):
 
 
 @HEADS
-@pytest.mark.parametrize("backend", ["gemm", "torch"])
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
 def test_compiled_logprobs_under_no_grad(backend, transform):
     hidden, weight = torch.randn(2, 5, 8), torch.randn(30, 8)
     targets = torch.randint(0, 30, (2, 5))

@@ -8,15 +8,23 @@ from grpo_kernels import (GRPOLossConfig, LogitTransform, fused_linear_grpo_loss
                           linear_logprobs, reference)
 from grpo_kernels import routing
 from grpo_kernels.backends import auto_candidates
+from grpo_kernels.cost_model import device_key
 
 pytestmark = pytest.mark.gpu
 
 
 def test_auto_routes_by_this_gpus_name():
+    """The name read from the device decides whether the cost model routes: this GPU's (modelled or not, said in
+    the reason), against a name the model has no rates for, which takes the default path."""
     spec = routing.device_spec(torch.device("cuda"))
     assert spec.type == "cuda" and spec.name == torch.cuda.get_device_name(0)
     route = routing.route("token", 8192, 4096, 151936, "bfloat16", spec)
-    assert route.backend in auto_candidates() and route.workspace_bytes > 0
+    modelled = device_key(spec.name) is not None
+    assert ("not modelled" not in route.reason) == modelled, route.reason
+    if modelled:
+        assert route.backend in auto_candidates() and route.predicted_s > 0
+    unknown = routing.route("token", 8192, 4096, 151936, "bfloat16", routing.DeviceSpec("cuda", "Unmodelled GPU"))
+    assert "not modelled" in unknown.reason and unknown.predicted_s is None
 
 
 @pytest.mark.parametrize("transform", [None, LogitTransform(scale=1.2, softcap=5.0)], ids=["plain", "softcapped"])

@@ -34,8 +34,27 @@ def test_from_trl_of_default_args_is_the_default_config(trl_default_args):
     assert GRPOLossConfig.from_trl(trl_default_args) == GRPOLossConfig()
 
 
-def test_trl_defaults_that_change_the_gradient():
-    # Spelled out so that a change of either default is seen here, not only in a trl-dependent test.
-    config = GRPOLossConfig()
-    assert config.use_bias_correction_kl is True  # TRL's default since 1.10
-    assert config.max_completion_length == 512  # dr_grpo's normaliser when not given
+def test_the_defaults_that_change_the_gradient_act_on_it():
+    """The default config weights the KL by the importance ratio (use_bias_correction_kl) and divides dr_grpo by
+    its max_completion_length: the loss is that of the setting named explicitly, and differs from the other."""
+    import torch
+
+    from grpo_kernels import grpo_objective
+
+    generator = torch.Generator().manual_seed(0)
+    logps = -torch.rand(2, 5, generator=generator, dtype=torch.float64) - 0.1
+    old, ref = logps - 0.3, logps + 0.2
+    mask, advantages = torch.ones(2, 5, dtype=torch.float64), torch.tensor([1.0, -0.5], dtype=torch.float64)
+
+    def loss(**settings):
+        config = GRPOLossConfig(beta=0.04, **settings)
+        return grpo_objective(logps, torch.zeros_like(logps), mask, advantages, config, old_logps=old,
+                              ref_logps=ref)[0]
+
+    default = GRPOLossConfig()
+    assert loss() == loss(use_bias_correction_kl=default.use_bias_correction_kl)
+    assert loss() != loss(use_bias_correction_kl=not default.use_bias_correction_kl)
+    dr_grpo = loss(loss_type="dr_grpo")
+    assert dr_grpo == loss(loss_type="dr_grpo", max_completion_length=default.max_completion_length)
+    assert torch.isclose(loss(loss_type="dr_grpo", max_completion_length=2 * default.max_completion_length),
+                         dr_grpo / 2, rtol=1e-12)

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from grpo_testing import FUSED_BACKENDS, device_of
+from grpo_testing import device_of, registered_backends
 
 from grpo_kernels import LMHead, LogitTransform, linear_logprobs
 
@@ -29,7 +29,7 @@ def test_apply_is_the_models_formula():
     torch.testing.assert_close(inv_tau * torch.tanh(cap_scale * logits), transform.apply(logits))
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS + ["reference"])
+@pytest.mark.parametrize("backend", registered_backends())
 def test_zero_scale_gives_a_uniform_softmax(backend):
     """A logit_scale of 0 (TRL keeps it) makes every logit 0, soft-capped or not: uniform, and no gradient."""
     gen = torch.Generator().manual_seed(0)

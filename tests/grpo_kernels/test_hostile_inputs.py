@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
-from grpo_testing import (FUSED_BACKENDS, as_float64, assert_output_matches, device_of, make_problem, run_loss,
-                          with_triton_interpreted)
+from grpo_testing import (FUSED_BACKENDS, as_float64, assert_output_matches, device_of, make_problem,
+                          registered_backends, run_loss, with_triton_interpreted)
 
-ALL_BACKENDS = FUSED_BACKENDS + ["reference"]
+ALL_BACKENDS = registered_backends()
 CONFIG = GRPOLossConfig(beta=0.04)
 
 
@@ -61,8 +61,9 @@ def test_the_reference_backend_differentiates_twice_exactly():
 
     def by_logits(hidden, weight):
         logits = hidden @ weight.T + p.bias
-        return grpo_loss_from_logits(logits, p.completion_ids, p.completion_mask, p.advantages, p.old_logps,
-                                     p.ref_logps, config=CONFIG, backend="reference").loss
+        return grpo_loss_from_logits(logits, p.completion_ids, p.completion_mask, p.advantages,
+                                     old_logps=p.old_logps, ref_logps=p.ref_logps, config=CONFIG,
+                                     backend="reference").loss
 
     expected = penalty_grad(by_logits)
     assert float(expected.abs().max()) > 0

@@ -3,8 +3,8 @@ padded and packed, against the float64 reference (which masks the materialised l
 
 import pytest
 import torch
-from grpo_testing import (FUSED_BACKENDS, as_float64, assert_grad_close, assert_output_matches, device_of,
-                          kept_sets, make_problem, run_loss)
+from grpo_testing import (FUSED_BACKENDS, as_float64, assert_grad_close, assert_output_matches, device_of, kept_sets,
+                          make_problem, registered_backends, run_loss)
 
 from grpo_kernels import (FusedLinearGRPOLoss, GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss,
                           linear_logprobs, reference)
@@ -19,7 +19,7 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("transform", [None, LogitTransform(scale=0.8, softcap=3.0)], ids=["plain", "softcapped"])
-@pytest.mark.parametrize("backend", FUSED_BACKENDS + ["reference"])
+@pytest.mark.parametrize("backend", registered_backends())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_logprobs_over_kept_sets_match_float64(backend, dtype, transform):
     if backend == "triton" and dtype == torch.bfloat16:

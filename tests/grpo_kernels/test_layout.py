@@ -3,7 +3,7 @@ with cu_seqlens) gives exactly what its padded form gives."""
 
 import pytest
 import torch
-from grpo_testing import FUSED_BACKENDS, device_of, make_problem
+from grpo_testing import device_of, make_problem, registered_backends
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 from grpo_kernels.backends import gemm as gemm_path
@@ -50,7 +50,7 @@ def _grads(out, leaves):
     return [leaf.grad for leaf in leaves]
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS + ["reference"])
+@pytest.mark.parametrize("backend", registered_backends())
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_packed_equals_padded(backend, name):
     if backend == "triton" and name not in TRITON_CASES:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from grpo_testing import as_float64, make_problem, with_triton_interpreted
+from grpo_testing import as_float64, make_problem, registered_backends, with_triton_interpreted
 from processes import leave_spawned_process
 
 import grpo_kernels
@@ -104,7 +104,7 @@ def assert_matches_oracle(loss, grads, problem, loss_type: str, rows: slice = sl
 
 
 @pytest.mark.parametrize("loss_type", ["dppo_binary_tv", "geo_seq_mask"])
-@pytest.mark.parametrize("backend", with_triton_interpreted(["reference", "torch", "gemm", "triton", "triton_atomic"]))
+@pytest.mark.parametrize("backend", with_triton_interpreted(registered_backends()))
 def test_a_registered_loss_runs_on_every_backend_exact_against_float64(backend, loss_type):
     problem = make_problem(seed=31, B=3, T=6, H=16, V=40, logit_scale=2.0)
     assert_matches_oracle(*run_loss(problem, loss_type, backend), problem, loss_type)
@@ -121,7 +121,7 @@ def shard_worker(rank: int, world: int, init_file: str) -> None:
         sizes = (19, 22)  # uneven, and the targets fall on both shards
         rows = slice(sum(sizes[:rank]), sum(sizes[:rank + 1]))
         assert any(problem.completion_ids.flatten() < sizes[0]) and any(problem.completion_ids.flatten() >= sizes[0])
-        for backend in ("gemm", "torch", "triton"):
+        for backend in registered_backends(vocab_shards=True):  # the package's own: a fresh interpreter
             for loss_type in ("dppo_binary_tv", "geo_seq_mask"):
                 try:
                     loss, grads = run_loss(problem, loss_type, backend, rows, process_group=dist.group.WORLD)
@@ -133,6 +133,7 @@ def shard_worker(rank: int, world: int, init_file: str) -> None:
     leave_spawned_process()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("cpu_only_subprocesses")
 def test_a_registered_loss_runs_on_a_vocabulary_shard(tmp_path):
     """Two gloo processes, each holding its rows of the head: the same loss and dH, and its own shard's dW and
@@ -209,7 +210,7 @@ def test_clip_metrics_flag_the_ratio_after_the_delta_cap():
     assert float(metrics["clip_ratio/high_mean"]) == 0.5
 
 
-@pytest.mark.parametrize("backend", with_triton_interpreted(["reference", "torch", "gemm", "triton"]))
+@pytest.mark.parametrize("backend", with_triton_interpreted(registered_backends()))
 def test_every_route_reports_trl_clip_metrics_with_delta_below_one_plus_epsilon_high(backend):
     """The two-step route, the GEMM one-pass and the Triton epilogue all report TRL's definition."""
     problem = make_problem(seed=5, B=3, T=6, H=16, V=40)

@@ -1,13 +1,15 @@
 """backend="auto": which path each operation takes on a CUDA device, decided without one, and results through auto
 equal to the chosen backend's (on CPU tensors, with the device description of an H100)."""
 
+import dataclasses
+
 import pytest
 import torch
 from grpo_testing import INTERPRETER, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, linear_logprobs, routing
 from grpo_kernels.cost_model import DEVICES, PER_TOKEN_BYTES
-from grpo_kernels.backends.gemm import DEFAULT_WORKSPACE_BYTES
+from grpo_kernels.backends import DEFAULT_WORKSPACE_BYTES, auto_candidates, get_backend
 
 H100 = routing.DeviceSpec("cuda", "NVIDIA H100 80GB HBM3")
 S1, S2, S3 = (8192, 4096, 151936), (16384, 2048, 248320), (65536, 1536, 151936)
@@ -33,10 +35,29 @@ def test_every_operation_at_s1_to_s3_takes_the_modelled_fastest_path_in_balanced
         assert "H100" in route.reason and route.predicted_s > 0
 
 
-def test_s1_token_level_waves_are_eight_of_1024_rows():
-    route = routing.route("token", *S1, "bfloat16", H100)
-    # 8192 tokens: 8 waves of 1024 rows (594 MiB), not the old fixed 1 GiB's 5 waves of 1767 with a ragged last one
-    assert (route.backend, _rows(route, S1[2])) == ("gemm", 1024)
+@pytest.mark.parametrize("operation", ["token", "sequence", "frozen", "logprobs"])
+def test_auto_takes_the_models_fastest_candidate_within_the_budget(operation):
+    """Whatever the cost model predicts: auto's pick at S1 on H100 fits the budget, and no candidate of `auto` at
+    any workspace of whole GEMM tile rows the budget holds is predicted faster (beyond TIME_TOLERANCE)."""
+    rates, budget = DEVICES["H100"], routing.DEFAULT_MEMORY_BUDGET_BYTES
+    p = routing.problem_for(operation, *S1, "bfloat16")
+    chosen = routing.route(operation, *S1, "bfloat16", H100)
+
+    def estimate(backend, workspace):
+        return get_backend(backend).cost_model()(dataclasses.replace(p, workspace_bytes=workspace))
+
+    assert estimate(chosen.backend, chosen.workspace_bytes).peak_extra_bytes <= budget
+    tile_rows, row_bytes = rates.gemm_tile[0], 4 * S1[2]
+    compared = 0
+    for backend in auto_candidates():
+        uses_workspace = get_backend(backend).uses_workspace
+        for workspace in ([rows * row_bytes for rows in range(tile_rows, S1[0] + 1, tile_rows)] if uses_workspace
+                          else [p.workspace_bytes]):
+            other = estimate(backend, workspace)
+            if other.peak_extra_bytes <= budget:
+                compared += 1
+                assert chosen.predicted_s <= other.seconds(rates) * (1 + routing.TIME_TOLERANCE), (backend, workspace)
+    assert compared > 1
 
 
 def test_a_budget_the_gemm_path_cannot_fit_routes_to_the_triton_kernels():

@@ -93,11 +93,13 @@ TWO = [name for name in worker.suite_cases("two_processes") if not name.startswi
 THREE = list(worker.suite_cases("three_processes"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", TWO)
 def test_two_processes_match_the_unsharded_float64_reference(results, case):
     _check_every_rank(results, "two_processes", case)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", THREE)
 def test_three_processes_match_the_unsharded_float64_reference(results, case):
     _check_every_rank(results, "three_processes", case)
@@ -108,6 +110,7 @@ def test_every_bad_input_has_its_expected_error():
         f"error-{name}" for name in ERRORS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(ERRORS))
 def test_bad_shards_are_rejected_on_every_rank(results, case):
     error, pattern = ERRORS[case]

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from grpo_kernels import GRPOLossConfig
-from grpo_kernels.backends import BACKENDS
+from grpo_kernels.backends import BACKENDS, BackendSpec
 from grpo_kernels.config import LossConfigWarning
 from grpo_kernels.losses import DEFAULT_LOSS_TYPE, get_loss_type
 
@@ -181,7 +181,19 @@ def device_of(backend: str) -> str:
     return triton_device() if runs_triton(backend) else "cpu"
 
 
-FUSED_BACKENDS = ["gemm", "torch", "triton"]
+def registered_backends(**declared: Any) -> list[str]:
+    """The backends registered when the tests are collected (one a plugin or conftest registers included), in the
+    registry's order, those whose entries declare `declared` (e.g. torch_compile=True): a test parametrized by this
+    runs on every backend that declares what it checks, without naming any."""
+    unknown = [flag for flag in declared if flag not in BackendSpec.__dataclass_fields__]
+    if unknown:
+        raise ValueError(f"BackendSpec has no field {unknown}")
+    return [name for name, spec in BACKENDS.items() if all(getattr(spec, flag) == value
+                                                          for flag, value in declared.items())]
+
+
+# The streaming backends (those that never form the [tokens, vocab] logits).
+FUSED_BACKENDS = registered_backends(materializes_logits=False)
 
 # Tests that run Triton on CPU tensors, which needs the interpreter: skipped on a machine with CUDA (conftest.py).
 INTERPRETER = pytest.mark.interpreter

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from engine.config import LOSS_BACKENDS, SHARED_SETTINGS, ConfigError, LossConfig, load_config
+from engine.config import SHARED_SETTINGS, ConfigError, LossConfig, load_config
 from engine.config import loss_params
 from grpo_kernels import GRPOLossConfig
 
@@ -21,10 +21,13 @@ def test_the_loss_section_is_the_kernels_config_less_the_shared_settings():
     assert {name: getattr(defaults, name) for name in section} == {name: kernel[name] for name in section}
 
 
-def test_the_loss_backends_are_the_kernels():
-    from grpo_kernels.backends import backend_names
+def test_run_loss_backend_takes_what_the_registry_holds_when_the_config_loads():
+    import plugin_backend
 
-    assert set(LOSS_BACKENDS) == set(backend_names())
+    with plugin_backend.registered() as name:  # registered after the engine's config was imported
+        assert load_config(overrides={"run.loss_backend": name}).run.loss_backend == name
+    with pytest.raises(ConfigError, match=rf"run.loss_backend: .*{name}"):
+        load_config(overrides={"run.loss_backend": name})
 
 
 def test_the_loss_reads_the_rollouts_shared_settings():

@@ -1,4 +1,4 @@
-"""The built-in demo: its warm start, a shortened run that learns, and (opt-in, `-m slow`) the full promise."""
+"""The built-in demo: its warm start, a shortened run that learns, and (opt-in, `-m demo`) the full promise."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ def test_warm_start_target_must_be_a_probability():
                               torch.device("cpu"), target=1.5)
 
 
+@pytest.mark.slow
 def test_shortened_demo_learns(tmp_path):
     """The demo's own settings on the 3x3 problems, 30 steps: sampled accuracy rises by a clear margin."""
     config = load_config(overrides={
@@ -85,11 +86,11 @@ def test_table_flags_a_late_collapse_and_a_missed_target():
     assert math.isclose(weak.reward_best - weak.reward_last, 0.0)
 
 
-@pytest.mark.slow
+@pytest.mark.demo
 def test_full_demo_meets_its_targets(request, tmp_path):
     """`grpo-engine train` with no arguments, seed 0: >= 0.95 sampled, >= 0.98 greedy, no late collapse."""
-    if "slow" not in (request.config.getoption("-m") or ""):
-        pytest.skip("a full demo run: select it with -m slow")
+    if "demo" not in (request.config.getoption("-m") or ""):
+        pytest.skip("a full demo run: select it with -m demo")
     result = run_seed(0, tmp_path, [])
     assert result.sampled_before < 0.8, result  # RL, not the warm start, does the learning
     assert result.passed, result

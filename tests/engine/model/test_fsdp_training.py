@@ -32,6 +32,7 @@ def _load(path: Path) -> dict:
     return torch.load(path, weights_only=False)
 
 
+@pytest.mark.slow
 def test_sharded_update_matches_one_process(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     run_workers([sys.executable, str(SUPPORT / "fsdp_worker.py"), str(one)], timeout=180)
@@ -60,6 +61,7 @@ def test_sharded_update_matches_one_process(tmp_path):
                                        msg=f"{name} {key}")
 
 
+@pytest.mark.slow
 def test_sharded_packed_update_equals_sharded_padded(tmp_path):
     """FSDP2 on 2 processes: packs of whole sequences (log-probs and update) against padded micro-batches."""
     padded, packed = tmp_path / "padded.pt", tmp_path / "packed.pt"
@@ -107,6 +109,7 @@ def _optimizer_by_name(checkpoint: Path, tmp_path: Path) -> dict:
     return _load(whole)["optimizer"]["state"]
 
 
+@pytest.mark.slow
 def test_sharded_run_matches_ddp_resumes_exactly_and_exports_a_plain_model(tmp_path):
     ddp_dir, fsdp_dir, resumed_dir = tmp_path / "ddp", tmp_path / "fsdp", tmp_path / "resumed"
     ddp = _train(ddp_dir)

@@ -51,6 +51,7 @@ def _model_logprobs(lm, batch, temperature: float) -> torch.Tensor:
     return log_probs.gather(-1, batch.completion_ids[..., None])[..., 0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "gemm"])
 def test_trains_a_softcapped_model_and_scores_it_as_the_model_does(softcapped_model_dir, small_overrides, backend):
     config = load_config(overrides={**small_overrides, "model.name_or_path": str(softcapped_model_dir),

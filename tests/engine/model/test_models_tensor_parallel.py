@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from repo_paths import ROOT, SUPPORT
 
 
+@pytest.mark.slow
 def test_tensor_parallel_head_matches_whole_model(tensor_parallel_model_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{SUPPORT}", OMP_NUM_THREADS="1")
     init_file = tmp_path / "init"

@@ -45,6 +45,7 @@ def _train(command: list[str], run_dir: Path, steps: int, *extra: str) -> list[d
     return [row for row in rows if "reward" in row]
 
 
+@pytest.mark.slow
 def test_tensor_parallel_run_matches_one_process_and_resumes(tmp_path, tensor_parallel_model_dir):
     one_dir, tp_dir = tmp_path / "one", tmp_path / "tp"
     model = ("--model.name_or_path", str(tensor_parallel_model_dir))  # the demo's model, with an even vocabulary

@@ -49,6 +49,7 @@ def train_rows(overrides: dict) -> list[dict]:
     return [row for row in read_metrics(Path(config.run.output_dir)) if "loss" in row]
 
 
+@pytest.mark.slow
 def test_on_policy_run_pushes_every_round_and_samples_what_the_trainer_holds(small_overrides, model_dir, server):
     """max_staleness 0: the server gets the weights at the start and after each of the 3 rounds; a learning rate of
     0.05 moves the policy far, so its log-probs equal the trainer's (ratio 1 within 1e-4) only if every push
@@ -61,6 +62,7 @@ def test_on_policy_run_pushes_every_round_and_samples_what_the_trainer_holds(sma
         assert "off_policy/ratio_mean" not in row  # auto: no correction on-policy
 
 
+@pytest.mark.slow
 def test_one_step_ahead_trains_on_samples_one_round_old_with_the_correction(small_overrides, model_dir, server):
     rows = train_rows(server_overrides(small_overrides, model_dir, server.url, **{"rollout.max_staleness": 1,
                                                                                  "run.max_steps": 4}))
@@ -149,6 +151,7 @@ def record_trained_versions(monkeypatch) -> list:
     return seen_versions
 
 
+@pytest.mark.slow
 def test_refused_push_is_retried_and_an_unknown_version_never_reaches_the_loss(small_overrides, model_dir, server,
                                                                               monkeypatch):
     """A reload the server refuses twice is pushed again; completion requests answered 503 (a server that may have
@@ -199,6 +202,7 @@ def lora_overrides(small_overrides: dict, model_dir: Path, url: str, **extra) ->
                                                                  "optim.learning_rate": 0.2, **extra})
 
 
+@pytest.mark.slow
 def test_lora_run_pushes_adapters_and_samples_what_the_trainer_holds(small_overrides, model_dir, server):
     """LoRA over a server: the base weights are never pushed; each round's adapter is loaded under a new name that
     the completions then use (the ratio 1 within 1e-4 holds only if every adapter landed and was used), the old
@@ -218,6 +222,7 @@ def test_lora_run_pushes_adapters_and_samples_what_the_trainer_holds(small_overr
     assert moved > 1e-3  # the served adapter is not the base model
 
 
+@pytest.mark.slow
 def test_failed_adapter_loads_are_retried_and_a_lost_adapter_never_reaches_the_loss(small_overrides, model_dir,
                                                                                    server, monkeypatch):
     """Two adapter loads refused: pushed again under new names. A server that restarts mid-batch loses its adapter:

@@ -70,6 +70,7 @@ def _first_step_metrics(small_overrides, **overrides):
     return read_metrics(config.run.output_dir)[0]
 
 
+@pytest.mark.slow
 def test_step_one_mismatch_metric_with_and_without_replay(small_overrides, tmp_path):
     replayed = _first_step_metrics(small_overrides)
     assert math.isclose(replayed["sampling/trainer_sampler_ratio/mean"], 1.0, abs_tol=1e-5)

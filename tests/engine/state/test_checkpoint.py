@@ -56,6 +56,7 @@ def _run(overrides: dict, run_dir: Path, max_steps: int, crash_at: int | None = 
         os.environ.pop("CRASH_AT_CALL", None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompts_per_step, stop_after", [
     (2, 4),  # 9 prompts, 2 per step: the step after the checkpoint straddles the epoch boundary
     (3, 3),  # 3 per step: the checkpoint is exactly at the end of the first epoch
@@ -84,6 +85,7 @@ def test_resume_continues_exactly(small_overrides, tmp_path, monkeypatch, prompt
     assert all(torch.equal(opt_a[i]["exp_avg"], opt_b[i]["exp_avg"]) for i in opt_a)
 
 
+@pytest.mark.slow
 def test_keep_last_k_and_no_leftovers(small_overrides, tmp_path):
     overrides = {**small_overrides, "run.max_steps": 4, "run.save_steps": 1, "run.save_total_limit": 2}
     train(load_config(overrides=overrides))
@@ -95,6 +97,7 @@ def test_keep_last_k_and_no_leftovers(small_overrides, tmp_path):
     assert (root / "checkpoint-000004" / "model" / "tokenizer.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_fresh_run_refuses_a_directory_with_checkpoints(small_overrides):
     from engine.state.finished_run import RunFinished
 
@@ -130,6 +133,7 @@ def _fail_in_second_checkpoint(monkeypatch, error: Exception) -> None:
     monkeypatch.setattr(torch, "save", save)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer", list(DISK_FULL))
 def test_a_full_disk_stops_cleanly_and_keeps_the_last_good_checkpoint(small_overrides, monkeypatch, writer):
     _fail_in_second_checkpoint(monkeypatch, DISK_FULL[writer])
@@ -149,6 +153,7 @@ def test_a_full_disk_stops_cleanly_and_keeps_the_last_good_checkpoint(small_over
     assert [p.name for p in ckpt.list_checkpoints(root.parent)][-1] == "checkpoint-000003"
 
 
+@pytest.mark.slow
 def test_another_save_failure_is_not_called_a_full_disk_but_still_cleans_up(small_overrides, monkeypatch):
     # torch's short write with space left on the disk (an I/O error): not a full disk
     _fail_in_second_checkpoint(monkeypatch, TORCH_SHORT_WRITE)

@@ -24,6 +24,7 @@ def _rows(run_dir) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, {"loss_type": "grpo", "beta": 0.04}], ids=["dapo", "grpo-kl"])
 def test_metric_names_are_trls(options, small_overrides, tmp_path, monkeypatch):
     trl = pytest.importorskip("trl")
@@ -47,6 +48,7 @@ def test_metric_names_are_trls(options, small_overrides, tmp_path, monkeypatch):
     assert steps[1]["num_tokens"] > steps[0]["num_tokens"] > 0  # cumulative, as TRL's
 
 
+@pytest.mark.slow
 def test_evaluation_metrics_carry_the_eval_prefix(small_overrides):
     summary = train(load_config(overrides={**small_overrides, "run.max_steps": 2, "run.eval_steps": 1}))
     evaluations = [row for row in _rows(summary.run_dir) if "loss" not in row]
@@ -64,6 +66,7 @@ def test_terminated_length_extremes():
     assert all_truncated["completions/min_terminated_length"] == all_truncated["completions/max_terminated_length"] == 0
 
 
+@pytest.mark.slow
 def test_nan_is_written_as_null_and_an_all_none_reward_warns(small_overrides, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(SUPPORT))
     overrides = {**small_overrides, "run.max_steps": 2, "rewards.functions": ["length", "user_rewards:always_none"]}
@@ -107,6 +110,7 @@ def test_a_run_where_no_completion_can_be_scored_stops():
         health.check(5, unscored)
 
 
+@pytest.mark.slow
 def test_training_stops_when_no_completion_can_be_scored(small_overrides, monkeypatch):
     monkeypatch.syspath_prepend(str(SUPPORT))
     overrides = {**small_overrides, "run.max_steps": 6, "rewards.functions": ["user_rewards:always_nan"]}

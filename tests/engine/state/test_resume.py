@@ -32,6 +32,7 @@ def _flip_a_byte(path: Path) -> None:  # same size, still loads: only the checks
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, name, problem", [
     (_truncate, "optimizer.pt", "optimizer.pt is truncated"),
     (_truncate, "model/model.safetensors", "model/model.safetensors is truncated"),
@@ -51,6 +52,7 @@ def test_a_damaged_checkpoint_is_named_and_latest_falls_back(saved_run, damage, 
         ckpt.resolve_resume(str(newest), run_dir)  # a checkpoint named explicitly is not replaced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, kind", [(math.nan, "NaN"), (math.inf, "inf")])
 def test_non_finite_weights_are_refused_and_latest_falls_back(saved_run, value, kind):
     _, run_dir = saved_run
@@ -69,14 +71,15 @@ def test_non_finite_weights_are_refused_and_latest_falls_back(saved_run, value, 
         ckpt.resolve_resume(str(newest), run_dir)
 
 
+@pytest.mark.slow
 def test_resume_skips_the_damaged_one_and_says_so(saved_run, capsys):
     overrides, run_dir = saved_run
     _truncate(ckpt.list_checkpoints(run_dir)[-1] / "optimizer.pt")
     capsys.readouterr()
     train(load_config(overrides={**overrides, "run.resume": "latest", "run.max_steps": 4, "run.progress_bar": True}))
     captured = capsys.readouterr()
-    assert "warning: checkpoint-000003 is damaged: optimizer.pt is truncated" in captured.out
-    assert "falling back to an older checkpoint" in captured.out
+    assert "warning: checkpoint-000003 is damaged: optimizer.pt is truncated" in captured.err
+    assert "falling back to an older checkpoint" in captured.err
     assert f"resuming from {run_dir / 'checkpoints' / 'checkpoint-000002'} at step 2 of 4" in captured.out
     assert " 2/4 [" in captured.err and " 4/4 [" in captured.err  # the bar starts at the true position
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -84,6 +87,7 @@ def test_resume_skips_the_damaged_one_and_says_so(saved_run, capsys):
     assert steps == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_no_intact_checkpoint_is_a_clear_error(saved_run):
     _, run_dir = saved_run
     for path in ckpt.list_checkpoints(run_dir):
@@ -93,6 +97,7 @@ def test_no_intact_checkpoint_is_a_clear_error(saved_run):
         ckpt.resolve_resume("latest", run_dir)
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_is_named_when_loading(saved_run):
     _, run_dir = saved_run
     newest = ckpt.list_checkpoints(run_dir)[-1]
@@ -101,6 +106,7 @@ def test_an_unreadable_file_is_named_when_loading(saved_run):
         ckpt.load_training_state(newest, 0)
 
 
+@pytest.mark.slow
 def test_resume_refuses_changed_options_and_keeps_the_saved_config(saved_run):
     overrides, run_dir = saved_run
     before = (run_dir / "config.yaml").read_text()
@@ -116,6 +122,7 @@ def test_resume_refuses_changed_options_and_keeps_the_saved_config(saved_run):
     assert (run_dir / "config.yaml").read_text() == before
 
 
+@pytest.mark.slow
 def test_a_new_run_refuses_an_earlier_runs_metrics(small_overrides):
     run_dir = Path(small_overrides["run.output_dir"])
     run_dir.mkdir(parents=True)
@@ -125,6 +132,7 @@ def test_a_new_run_refuses_an_earlier_runs_metrics(small_overrides):
     assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1, "reward": 0.5}\n'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("saved, now", [
     ({"rewards.functions": ["math_accuracy", "length"], "data.system_prompt": "Be brief. #1 rule",
       "optim.learning_rate": 1.5e-5}, {}),
@@ -149,6 +157,7 @@ def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, n
     assert changed_options(config_yaml(saved_config), given) == {}
 
 
+@pytest.mark.slow
 def test_a_fresh_run_writes_over_nothing_it_did_not_write(small_overrides, tmp_path):
     from engine.config import config_yaml
     from engine.state.resume import start_point

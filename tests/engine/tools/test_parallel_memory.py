@@ -20,6 +20,7 @@ def test_bad_options_are_refused_before_any_run(argv, message, capsys):
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_process_reports_its_peak_resident_set(tmp_path, small_overrides, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     flags = [f"--{key}={json.dumps(value) if isinstance(value, (bool, list)) else value}"

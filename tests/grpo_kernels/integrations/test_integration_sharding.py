@@ -181,6 +181,7 @@ def test_fsdp2_dtensor_head_is_all_gathered_differentiably(tmp_path):
             dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_fsdp2_head_gradient_is_averaged_over_data_parallel_ranks(tmp_path):
     """2 gloo processes, each on its own data (tests/support/fsdp2_head_worker.py)."""
     import fsdp2_head_worker

@@ -42,6 +42,7 @@ def count_fused_steps(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.slow
 def test_train_steps_update_weights_and_log_trl_metrics(tmp_path, monkeypatch):
     # TRL first, as installed, for the metric names and first-step values to compare with.
     reference = tiny_grpo_trainer(trl.GRPOTrainer, tiny_causal_lm("qwen2", seed=5), tmp_path / "trl",
@@ -65,6 +66,7 @@ def test_train_steps_update_weights_and_log_trl_metrics(tmp_path, monkeypatch):
         assert logs[0][name] == pytest.approx(reference_logs[0][name], rel=1e-4, abs=1e-5), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gemma2", "granite"])
 def test_train_transformed_head_with_cast_lm_head_to_fp32(tmp_path, monkeypatch, family):
     """TRL's own test_train_with_cast_lm_head_to_fp32 scenario: a tiny Gemma 2 (soft-capped logits; and a Granite,
@@ -84,6 +86,7 @@ def test_train_transformed_head_with_cast_lm_head_to_fp32(tmp_path, monkeypatch,
         assert logs[0][name] == pytest.approx(reference_logs[0][name], rel=1e-4, abs=1e-5), name
 
 
+@pytest.mark.slow
 def test_train_with_lora_adapter_kl_and_entropy_bonus(tmp_path, monkeypatch):
     peft = pytest.importorskip("peft")
     fused_steps = count_fused_steps(monkeypatch)
