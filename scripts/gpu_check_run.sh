@@ -2,13 +2,18 @@
 # A second, short GPU run after fixes (docs/benchmarks.md, "The first GPU run"): the correctness smoke again,
 # the GEMM path's cuBLAS dW adds and LM-head-sized exactness (tests/grpo_kernels/test_gpu.py), the Triton
 # backend's own check (benchmarks/triton_check.py: exactness against float64 and S1 timings), then each headline
-# path's kernels under torch.profiler at S1. Everything goes under $OUT:
-#   $OUT/smoke.log, $OUT/gpu-tests.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/env.txt
+# path's kernels under torch.profiler at S1, then `auto` against TRL's head (time and peak extra memory) at S1-S3
+# for the four operations (token-level, sequence-level, frozen head, no-grad log-probs; issue 35). Everything goes
+# under $OUT:
+#   $OUT/smoke.log, $OUT/gpu-tests.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/auto-vs-trl/ (its JSON),
+#   $OUT/auto-vs-trl.md, $OUT/env.txt
 # Usage (repository root; peers' wheels in .whl/ as docs/benchmarks.md prepares them):
-#   OUT=... COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check_run.sh [TRITON_TIMEOUT_S] [PROFILE_TIMEOUT_S]
+#   OUT=... COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check_run.sh [TRITON_TIMEOUT_S] [PROFILE_TIMEOUT_S] \
+#       [AUTO_VS_TRL_BUDGET_S]
 set -u
 TRITON_TIMEOUT_S=${1:-120}
 PROFILE_TIMEOUT_S=${2:-90}
+AUTO_VS_TRL_BUDGET_S=${3:-180}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 started=$(date +%s)
@@ -43,6 +48,13 @@ stamp "profile: python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,
 timeout "$PROFILE_TIMEOUT_S" python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton,triton_atomic \
     --operations logprobs,loss --steps 3 --out "$OUT/profile-s1.md" > "$OUT/profile.log" 2>&1
 stamp "profile exit $?"
+
+stamp "auto vs TRL: python3 -m benchmarks.gpu --paths auto,trl --skip-tests (budget ${AUTO_VS_TRL_BUDGET_S} s)"
+timeout $(( AUTO_VS_TRL_BUDGET_S + 60 )) python3 -m benchmarks.gpu --out "$OUT/auto-vs-trl" --paths auto,trl --skip-tests \
+    --budget-s "$AUTO_VS_TRL_BUDGET_S" ${COMMIT:+--commit "$COMMIT"} > "$OUT/auto-vs-trl.log" 2>&1
+stamp "auto vs TRL exit $?: $(tail -n 1 "$OUT/auto-vs-trl.log")"
+cat "$OUT"/auto-vs-trl/*.md > "$OUT/auto-vs-trl.md" 2>> "$OUT/auto-vs-trl.log"  # the run's report, as it writes it
 tail -n 30 "$OUT/smoke.log"
 tail -n 40 "$OUT/triton-check.log" 2>/dev/null
+cat "$OUT/auto-vs-trl.md" 2>/dev/null
 cat "$OUT/env.txt"

@@ -390,9 +390,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--skip-tests", action="store_true",
                         help="do not run the correctness smoke nor `pytest -m gpu` in this invocation")
     parser.add_argument("--name", help="results file name (default: the GPU's slug, e.g. h100-80gb-hbm3)")
+    parser.add_argument("--paths", default=",".join(GPU_PATHS),
+                        help="comma-separated paths to benchmark, the floor always beside them (default: every one: "
+                             + ",".join(GPU_PATHS) + ")")
     parser.add_argument("--commit", help="the git commit of this tree, for a copy without .git "
                                          "(default: git rev-parse HEAD)")
     args = parser.parse_args(argv)
+    paths = tuple(path for path in args.paths.split(",") if path)
+    unknown = [path for path in paths if path not in GPU_PATHS]
+    if unknown or not paths:
+        parser.error(f"--paths must name some of {', '.join(GPU_PATHS)}, got {args.paths!r}")
     if not torch.cuda.is_available():
         print(NO_GPU_MESSAGE, file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -400,7 +407,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     device_name = torch.cuda.get_device_name(0)
     free, _total = torch.cuda.mem_get_info()
     try:
-        plan = make_plan(GPU_PATHS, free, args.budget_s)
+        plan = make_plan(paths, free, args.budget_s)
     except ValueError as error:
         parser.error(str(error))
     print(f"benchmarks.gpu: {results.open(os.path.abspath(args.resume) if args.resume else None)}", flush=True)
