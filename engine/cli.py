@@ -95,8 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
                            allow_abbrev=False)
+    from .config import leaf_fields
+
+    new_tokens = leaf_fields()["rollout.max_new_tokens"].default
     train.add_argument("--model", help="local Hugging Face causal-LM directory or Hub id ORG/NAME "
-                                        "(= --model.name_or_path)")
+                                        "(= --model.name_or_path). Naming a model drops the demo's preset "
+                                        "(examples/demo.yaml): every other setting is then the default shown "
+                                        f"below (e.g. rollout.max_new_tokens {new_tokens}, not the demo's "
+                                        f"{DEMO_PRESET['rollout']['max_new_tokens']}) unless a flag or --config "
+                                        "sets it")
     train.add_argument("--data", help="JSONL / Parquet / datasets directory or Hub dataset id ORG/NAME with a prompt "
                                        "column (= --data.path)")
     train.add_argument("--output-dir", help="run directory (= --run.output_dir)")
@@ -206,6 +213,28 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+def unknown_arguments_message(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> str:
+    """One line for arguments the command does not take, each flag with the nearest of the command's own (its
+    config keys included), as a mistyped YAML key gets: `unknown flag --run.max_step (did you mean
+    --run.max_steps?)`."""
+    import difflib
+
+    command_parser = next(action.choices[command] for action in parser._actions
+                          if isinstance(action, argparse._SubParsersAction))
+    options = [option for option in command_parser._option_string_actions if option.startswith("--")]
+    parts = []
+    for i, arg in enumerate(unknown):
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("-"):
+            previous = unknown[i - 1] if i else ""
+            if not (previous.startswith("-") and "=" not in previous):  # else: the unknown flag's own value
+                parts.append(f"unexpected value {arg[:60]!r}")
+            continue
+        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+        parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return "; ".join(parts) + f" (grpo-engine {command} --help lists every flag)"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
     function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
@@ -230,7 +259,12 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         return 1
     from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
 
-    args = build_parser().parse_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
+    if unknown:
+        print(f"grpo-engine {args.command}: {unknown_arguments_message(parser, args.command, unknown)}",
+              file=sys.stderr)
+        return 2
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:
         return handlers[args.command](args)

@@ -335,6 +335,6 @@ def setup_run(config: EngineConfig) -> Run:
     logger = MetricsLogger(run_dir, config.run.report_to, accelerator.is_main_process,
                            config=config.model_dump(), resume_step=start_step if resume_from else None,
                            resume_checkpoint=resume_from)
-    return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows, data,
-               prompts, eval_rows, eval_prompts, sampler, logger, start_step,
+    return Run(config, accelerator, run_dir, tokenizer, policy, lm, reference, optimizer, scheduler, rewards, rows,
+               data, prompts, eval_rows, eval_prompts, sampler, logger, start_step,
                config_yaml(config), backend, num_tokens)

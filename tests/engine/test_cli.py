@@ -64,7 +64,7 @@ def test_the_same_command_again_reports_the_finished_run_and_resume_trains_it_on
     assert "finished at step 2: add --resume to train it on to step 3" in capsys.readouterr().err
     # Other options: another run, which belongs in another directory.
     assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.seed", "7"]) == 1
-    assert "holds a finished run with other options: run.seed (saved 42, now 7)" in capsys.readouterr().err
+    assert "holds a finished run with other options: run.seed (saved 0, now 7)" in capsys.readouterr().err
     assert main(["train", "--output-dir", str(run_dir), *SMALL, "--run.max_steps", "3", "--resume"]) == 0
     assert [p.name for p in ckpt.list_checkpoints(run_dir)][-1] == "checkpoint-000003"
     assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
@@ -119,17 +119,15 @@ def test_errors_name_their_cause(args, code, message, capsys, tmp_path):
 def test_unknown_flag_is_rejected(capsys):
     from engine.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["train", "--run.max_stepz", "3"])
-    assert exc.value.code == 2 and "unrecognized arguments: --run.max_stepz" in capsys.readouterr().err
+    assert main(["train", "--run.max_stepz", "3"]) == 2
+    assert "unknown flag --run.max_stepz (did you mean --run.max_steps?)" in capsys.readouterr().err
 
 
 def test_abbreviated_flags_are_rejected(capsys):
     from engine.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["train", "--optim.learning_rat", "1e-5"])
-    assert exc.value.code == 2 and "unrecognized arguments: --optim.learning_rat" in capsys.readouterr().err
+    assert main(["train", "--optim.learning_rat", "1e-5"]) == 2
+    assert "unknown flag --optim.learning_rat (did you mean --optim.learning_rate?)" in capsys.readouterr().err
 
 
 def test_help_gives_each_key_a_meaning_and_its_default(capsys):

@@ -19,8 +19,8 @@ ON_DATA = [arg for i, arg in enumerate(FAST) if "builtin" not in arg and (i == 0
 
 
 def _data(path, rows: int, offset: int = 0):
-    path.write_text("".join(json.dumps({"prompt": f"{i % 3}+{(i + offset) % 3}=", "answer": str(i % 3 + (i + offset) % 3)})
-                            + "\n" for i in range(rows)))
+    rows = [{"prompt": f"{i % 3}+{(i + offset) % 3}=", "answer": str(i % 3 + (i + offset) % 3)} for i in range(rows)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
 
@@ -65,7 +65,7 @@ def test_a_data_file_regenerated_before_resume_is_refused_naming_it_and_the_way_
     assert main([*common, "--run.max_steps", "2", "--resume"]) == 0
 
 
-def test_a_failed_start_leaves_nothing_in_the_corrected_commands_way(tmp_path, capsys):
+def test_a_failed_start_leaves_nothing_in_the_corrected_commands_way(tmp_path, capsys, monkeypatch):
     run_dir, empty_model = tmp_path / "run", tmp_path / "empty-model"
     empty_model.mkdir()
     run_dir.mkdir()
@@ -74,15 +74,11 @@ def test_a_failed_start_leaves_nothing_in_the_corrected_commands_way(tmp_path, c
     assert main(["train", "--output-dir", str(run_dir), *no_warm_start, "--model", str(empty_model)]) == 1
     assert sorted(p.name for p in run_dir.iterdir()) == [".grpo-engine.lock", "notes.txt"]
     capsys.readouterr()
-    # the demo fails at its first step (a reward that raises), after its base model and accuracy before training
+    # the demo fails in its first scoring (a reward that raises), after its base model was written
     (tmp_path / "raising_reward.py").write_text("def score(prompts, completions, **kw):\n    raise ValueError('x')\n")
-    import sys
-    sys.path.insert(0, str(tmp_path))
-    try:
-        assert main(["train", "--output-dir", str(run_dir), *FAST, "--run.max_steps", "1",
-                     "--rewards.functions", "[raising_reward:score]"]) == 1
-    finally:
-        sys.path.remove(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", "--output-dir", str(run_dir), *FAST, "--run.max_steps", "1",
+                 "--rewards.functions", "[raising_reward:score]"]) == 1
     assert sorted(p.name for p in run_dir.iterdir()) == [".grpo-engine.lock", "notes.txt"]
     assert main(["train", "--output-dir", str(run_dir), *FAST, "--run.max_steps", "1"]) == 0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

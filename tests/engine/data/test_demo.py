@@ -62,6 +62,7 @@ def test_shortened_demo_learns(tmp_path):
         "run.output_dir": str(tmp_path / "run"), "run.max_steps": 30, "run.progress_bar": False,
         "run.plot": False, "run.save_steps": 0, "run.log_completions_steps": 0, "run.warm_start_target": 0.3,
         "data.builtin_max_operand": 2, "run.eval_num_samples": 16,
+        "run.seed": 42,  # the seed this shortened run's margin was measured at (the preset's is now 0)
     }, preset=DEMO_PRESET)
     summary = train(config)
     before, after = summary.eval_before["accuracy"], summary.eval_after["accuracy"]

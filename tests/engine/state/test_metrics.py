@@ -52,7 +52,7 @@ def test_metric_names_are_trls(options, small_overrides, tmp_path, monkeypatch):
 def test_evaluation_metrics_carry_the_eval_prefix(small_overrides):
     summary = train(load_config(overrides={**small_overrides, "run.max_steps": 2, "run.eval_steps": 1}))
     evaluations = [row for row in _rows(summary.run_dir) if "loss" not in row]
-    assert [row["step"] for row in evaluations] == [1, 2]
+    assert [row["step"] for row in evaluations] == [0, 1, 2]  # step 0: the accuracy before training
     assert all(name.startswith("eval_") for row in evaluations for name in row if name != "step")
     assert "eval_accuracy" in evaluations[0]
 
@@ -72,7 +72,8 @@ def test_nan_is_written_as_null_and_an_all_none_reward_warns(small_overrides, mo
     overrides = {**small_overrides, "run.max_steps": 2, "rewards.functions": ["length", "user_rewards:always_none"]}
     train(load_config(overrides=overrides))
     text = (Path(overrides["run.output_dir"]) / "metrics.jsonl").read_text()
-    rows = [json.loads(line, parse_constant=pytest.fail) for line in text.splitlines()]  # NaN would call it
+    rows = [row for row in (json.loads(line, parse_constant=pytest.fail) for line in text.splitlines())  # NaN would
+            if "reward" in row]  # call it; the training rows (step 0 holds the evaluation before training)
     assert rows[0]["rewards/always_none/mean"] is None and math.isfinite(rows[0]["reward"])
     warnings = [line for line in capsys.readouterr().err.splitlines() if "'always_none' returned None" in line]
     assert len(warnings) == 1  # reported when it starts, not at every step
