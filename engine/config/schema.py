@@ -207,7 +207,8 @@ def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> A
 class LoraConfig(Section):
     enabled: bool = Field(False, description="train LoRA adapters (peft) instead of every weight")
     r: Annotated[PositiveInt, LORA_ON] = Field(16, description="adapter rank")
-    alpha: Annotated[PositiveInt, LORA_ON] = Field(32, description="adapter scale numerator (the update is scaled by alpha / r)")
+    alpha: Annotated[PositiveInt, LORA_ON] = Field(
+        32, description="adapter scale numerator (the update is scaled by alpha / r)")
     dropout: Annotated[float, Field(ge=0, lt=1), LORA_ON] = Field(0.05, description="dropout on the adapters' input")
     target_modules: Annotated[Union[str, Annotated[list[str], Field(min_length=1)]], BeforeValidator(_module_names),
                               LORA_ON] = Field(
@@ -219,7 +220,8 @@ class ModelConfig(Section):
         None, description="a local Hugging Face causal-LM directory or a Hub id ORG/NAME (downloaded once into the "
                           "Hugging Face cache; HF_HUB_OFFLINE=1 reads the cache only); null builds the tiny built-in "
                           "demo model in code")
-    revision: Annotated[Optional[str], read_when_hub("model.name_or_path")] = Field(None, description="a Hub id's branch, tag or commit (null: main)")
+    revision: Annotated[Optional[str], read_when_hub("model.name_or_path")] = Field(
+        None, description="a Hub id's branch, tag or commit (null: main)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bf16 on CUDA, fp32 on CPU")
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = Field(
@@ -257,8 +259,10 @@ class DataConfig(Section):
         None, description="prompts for evaluation before / after / every run.eval_steps (same forms)")
     config: Annotated[Optional[str], read_when_hub("data.path", "data.eval_path")] = Field(
         None, description="a Hub dataset's configuration (GSM8K: main); null: its only or default one")
-    split: Annotated[str, read_when_hub("data.path")] = Field("train", description="the split of a Hub dataset path to train on")
-    eval_split: Annotated[str, read_when_hub("data.eval_path")] = Field("test", description="the split of a Hub dataset eval_path to evaluate on")
+    split: Annotated[str, read_when_hub("data.path")] = Field(
+        "train", description="the split of a Hub dataset path to train on")
+    eval_split: Annotated[str, read_when_hub("data.eval_path")] = Field(
+        "test", description="the split of a Hub dataset eval_path to evaluate on")
     prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
     system_prompt: Optional[str] = Field(
         None, json_schema_extra=FREE_TEXT, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "
@@ -411,10 +415,12 @@ class RewardsConfig(Section):
         default_factory=lambda: ["math_accuracy"],
         description="built-in names (math_accuracy, format, length) or package.module:function")
     weights: Optional[ListOf(float)] = Field(None, description="one per function; all 1.0 when null")
-    answer_column: Annotated[str, MATH_REWARD] = Field("answer", description="the dataset column math_accuracy compares against")
+    answer_column: Annotated[str, MATH_REWARD] = Field(
+        "answer", description="the dataset column math_accuracy compares against")
     math_correct: Annotated[float, MATH_REWARD] = Field(1.0, description="math_accuracy: reward of a correct answer")
     math_wrong: Annotated[float, MATH_REWARD] = Field(-1.0, description="math_accuracy: reward of a wrong answer")
-    math_no_answer: Annotated[float, MATH_REWARD] = Field(-0.5, description="math_accuracy: reward when no \\boxed{} answer is found")
+    math_no_answer: Annotated[float, MATH_REWARD] = Field(
+        -0.5, description="math_accuracy: reward when no \\boxed{} answer is found")
     length_cache: Annotated[NonNegativeInt, read_when_listed("rewards.functions", "length", "math_accuracy")] = Field(
         32, description="length: DAPO's soft overlong punishment, 0 up to rollout.max_new_tokens - length_cache, "
                         "linear down to -1 (at most rollout.max_new_tokens)")
@@ -551,7 +557,8 @@ class RunConfig(Section):
     plot: bool = Field(True, description="write curves.png at the end")
     warm_start_steps: NonNegativeInt = Field(
         0, description="supervised steps on the built-in task's reference answers before RL (built-in model only)")
-    warm_start_learning_rate: Annotated[NonNegativeFloat, WARM_START] = Field(3e-3, description="AdamW LR of the supervised warm start")
+    warm_start_learning_rate: Annotated[NonNegativeFloat, WARM_START] = Field(
+        3e-3, description="AdamW LR of the supervised warm start")
     warm_start_target: Annotated[Fraction, WARM_START] = Field(
         1.0, description="the warm start stops early once the mean probability of the reference answers reaches this")
 

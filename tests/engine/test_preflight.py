@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine import run_setup
@@ -60,6 +60,11 @@ SETTINGS = st.fixed_dictionaries({
     "loss.beta": st.sampled_from([0.0, 0.04]),
     "loss.loss_type": st.sampled_from(loss_type_names()),
     "data.system_prompt": st.none() | st.sampled_from(["Answer briefly.", "\u00e9t\u00e9 \U0001f600"]),
+    "loss.importance_sampling_level": st.sampled_from(["token", "sequence"]),
+    "rollout.top_k": st.integers(0, 5),
+    "rollout.temperature": st.floats(0.05, 4.0),
+    "optim.num_iterations": st.integers(1, 2),
+    "rollout.mask_truncated_completions": st.booleans(),
 })
 
 
@@ -76,6 +81,7 @@ def test_a_step_completes_or_the_refusal_comes_before_any_weight_loads(tmp_path_
         config = load_config(overrides=overrides)
     except ConfigError as exc:  # the schema's refusal: before anything at all
         assert "\n" not in str(exc)
+        event("refused by the schema")
         return
     with loads_recorded() as loads:
         try:
@@ -83,7 +89,9 @@ def test_a_step_completes_or_the_refusal_comes_before_any_weight_loads(tmp_path_
         except (ValueError, RuntimeError, OSError) as exc:
             assert loads == [], f"refused after a model loaded: {type(exc).__name__}: {exc}"
             assert "\n" not in str(exc), str(exc)
+            event(f"refused before loading: {type(exc).__name__}")
             return
+    event("a step completed")
     assert loads == ["load_causal_lm"] and summary.steps == 1 and len(summary.rewards) == 1
 
 

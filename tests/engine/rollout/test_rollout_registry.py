@@ -38,7 +38,8 @@ def test_a_registered_backend_is_a_choice_and_its_entry_decides_the_rules(unifor
     with pytest.raises(ConfigError, match=r"rollout.max_staleness \(1\) needs rollout.backend vllm_server"):
         load_config(overrides={"rollout.backend": "uniform_test", "rollout.max_staleness": 1})
     idle = load_config(overrides={"rollout.backend": "uniform_test", "rollout.server.timeout_s": 5.0})
-    assert any(note.startswith("rollout.server.timeout_s is set") for note in inapplicable_settings(idle, load_config()))
+    notes = inapplicable_settings(idle, load_config())
+    assert any(note.startswith("rollout.server.timeout_s is set") for note in notes)
     with pytest.raises(ValueError, match="already registered"):
         register_rollout_backend(uniform)
 
