@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 
-ENGINE_LOGGER = "engine"
+ENGINE_LOGGER = __name__.rpartition(".")[0]  # the package: every module's logger is its child
 
 
 class _TerminalHandler(logging.Handler):
