@@ -175,7 +175,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
         logging.disable(logging_disabled)
 
 
-# Threads a fenced call or import left running that are not daemons, with whose they are: the CLI ends the
+# Threads a fenced call or import left running that are not daemons, each with who started it: the CLI ends the
 # process without waiting for them (threading would join them at exit: a reward's loop would keep the finished
 # run alive).
 LEFT_RUNNING: dict[threading.Thread, str] = {}

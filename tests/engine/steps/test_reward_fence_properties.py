@@ -36,8 +36,8 @@ MEDDLES = {
     "deterministic": ("torch.use_deterministic_algorithms(True)", "torch's deterministic-algorithms mode"),
     "matmul precision": ("torch.set_float32_matmul_precision('medium')", "torch's float32 matmul precision"),
     "chdir": ("os.chdir(tempfile.gettempdir())", "the working directory"),
-    "set env": ("os.environ['GRPO_FENCE_TEST'] = '1'", "the environment (GRPO_FENCE_TEST)"),
-    "drop env": ("os.environ.pop('HOME', None)", "the environment (HOME)"),
+    "set env": ("os.environ['GRPO_FENCE_TEST'] = '1'", "GRPO_FENCE_TEST"),  # one line names every variable
+    "drop env": ("os.environ.pop('HOME', None)", "HOME"),
     "umask": ("os.umask(0o077)", "the umask"),
     "signal": ("signal.signal(signal.SIGUSR2, lambda *a: None)", "signal handlers"),
     "recursion": ("sys.setrecursionlimit(sys.getrecursionlimit() + 7)", "the recursion limit"),
@@ -93,7 +93,8 @@ def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, a
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     owner = f"reward module '{name}'" if at_import else "reward function 'score'"
     expected = [MEDDLES[m][1] for m in chosen if MEDDLES[m][1] is not None]
-    assert len(lines) == len(expected), lines
+    kinds = {"environment" if m.endswith(" env") else m for m in chosen if MEDDLES[m][1] is not None}
+    assert len(lines) == len(kinds), lines  # one line per kind of change
     for words in expected:
         assert any(line.startswith(f"warning: {owner}") and words in line for line in lines), (words, lines)
     left = reward_fence.threads_left_running()
