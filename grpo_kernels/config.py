@@ -7,6 +7,7 @@ max_completion_length None); docs/integrations.md lists the differences.
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import warnings
@@ -161,6 +162,7 @@ def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
     loss type, and is not read otherwise (as in TRL, where every loss type's options are set and one is read)."""
     aliases = loss_param_aliases()
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in aliases}
+    given = {name: value for name, value in given.items() if value is not None}  # None: not given
     if given:
         loss_type = args[0] if args else kwargs.get("loss_type", DEFAULT_LOSS_TYPE)
         params = dict(kwargs.get("loss_params") or {})
@@ -176,6 +178,9 @@ def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
     _dataclass_init(self, *args, **kwargs)
 
 
+_init_with_aliases.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *inspect.signature(_dataclass_init).parameters.values(),
+    *(inspect.Parameter(alias, inspect.Parameter.KEYWORD_ONLY, default=None) for alias in loss_param_aliases())])
 GRPOLossConfig.__init__ = _init_with_aliases  # type: ignore[method-assign]
 
 

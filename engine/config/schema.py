@@ -150,10 +150,6 @@ SHARED_SETTINGS = {
     "loss.max_completion_length": "the loss types with a fixed normaliser divide by the longest possible "
                                   "completion: set rollout.max_new_tokens",
 }
-# TRL's names of a loss type's own hyper-parameters: here they are loss.params, by their declared names.
-SHARED_SETTINGS.update({
-    f"loss.{alias}": f"a hyper-parameter of loss type {owner!r}: set loss.params.{param} (with loss.loss_type {owner})"
-    for alias, (owner, param) in loss_param_aliases().items()})
 
 
 # Marks a text setting taken as written, empty included (a system prompt may be ''); every other text setting
@@ -446,6 +442,30 @@ def _loss_type(name: str) -> str:
 
 class LossSection(Section):
     """The base of the `loss` section: the declared hyper-parameters of the loss type, checked and filled in."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trl_names_of_saved_configs(cls, data: Any) -> Any:
+        # A config.yaml saved before sapo's and vespo's hyper-parameters became loss.params holds them by TRL's
+        # names (every key, at its default where unread): read back, each goes to loss.params when it belongs to
+        # the chosen loss type and is dropped at its default otherwise (it was not read); a value set for another
+        # type is refused, naming the key and where the setting lives now.
+        if not isinstance(data, dict) or not any(key in loss_param_aliases() for key in data):
+            return data
+        data, params = dict(data), dict(data.get("params") or {})
+        chosen = data.get("loss_type", cls.model_fields["loss_type"].default)
+        for alias, (owner, param) in loss_param_aliases().items():
+            if alias not in data:
+                continue
+            value = data.pop(alias)
+            if owner == chosen:
+                params.setdefault(param, value)
+            elif value != get_loss_type(owner).params[param].default:
+                raise ValueError(f"loss.{alias} ({value!r}) is read only with loss.loss_type {owner}, where it is "
+                                 f"loss.params.{param}")
+        if params or "params" in data:
+            data["params"] = params
+        return data
 
     @model_validator(mode="after")
     def _declared_params(self) -> "LossSection":

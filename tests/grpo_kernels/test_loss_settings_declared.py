@@ -12,7 +12,8 @@ import math
 import pytest
 from pydantic import create_model
 
-from engine.config import ConfigError, EngineConfig, leaf_fields, load_config
+from engine.config import ConfigError, EngineConfig, config_from_yaml, leaf_fields, load_config
+from engine.config.strict_yaml import dump_yaml
 from engine.config.schema import SHARED_SETTINGS, loss_section
 from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig
 from grpo_kernels.config import setting
@@ -83,9 +84,20 @@ def test_sapo_and_vespo_declare_their_hyper_parameters_as_any_loss_type_and_keep
     engine = load_config(overrides={"loss.loss_type": "sapo", "loss.params": {"temperature_neg": 2.0}})
     assert engine.loss_config() == GRPOLossConfig(loss_type="sapo", sapo_temperature_neg=2.0,
                                                   max_completion_length=256)
-    with pytest.raises(ConfigError, match="unknown key 'loss.sapo_temperature_pos': a hyper-parameter of loss type "
-                                          "'sapo': set loss.params.temperature_pos"):
+    with pytest.raises(ConfigError, match=r"^loss.sapo_temperature_pos \(2.0\) is read only with loss.loss_type "
+                                          r"sapo, where it is loss.params.temperature_pos$"):
         load_config(overrides={"loss.sapo_temperature_pos": 2.0})
+
+
+def test_a_config_saved_with_trl_names_of_sapo_and_vespo_settings_reads_back(tmp_path):
+    """config.yaml of a run saved when the engine held them as loss.sapo_* / loss.vespo_* (every key written, at
+    its default where unread) still loads, for --resume: the chosen type's values become loss.params."""
+    old = {"loss_type": "sapo", "sapo_temperature_pos": 2.0, "sapo_temperature_neg": 1.05, "vespo_k_pos": 2.0,
+           "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
+    assert config_from_yaml(dump_yaml({"loss": old}), "config.yaml").loss.params == {"temperature_pos": 2.0,
+                                                                                     "temperature_neg": 1.05}
+    old.update(loss_type="dapo", sapo_temperature_pos=1.0)  # what a dapo run saved: every default
+    assert config_from_yaml(dump_yaml({"loss": old}), "config.yaml") == load_config()
 
 
 def _scaled_term(x):
