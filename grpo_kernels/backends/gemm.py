@@ -94,41 +94,49 @@ class RowOps:
 
     stats: Callable  # (z, bias, targets, inv_tau, cap_scale) -> (lse, entropy, target logit)
     grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype) -> dz (z's memory)
+    # (z, bias, targets, inv_tau, cap_scale) -> the same three per row segment, [rows, segments], unmerged
+    # (row_math.merge_segment_stats merges them): a pass that needs no statistics before its last wave merges
+    # once for all waves. None: whole rows only.
+    stats_parts: Optional[Callable] = None
 
 
 TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
 
 
-def segmented_stats(stats: Callable, min_segment: int = MIN_SEGMENT) -> Callable:
-    """The statistics pass `stats` over each row split into segments (cost_model.paths.row_segments): the row
-    kernels run a program per row and their loads are latency-bound, so a wave of a few hundred rows leaves HBM
-    mostly idle (the second H200 run: 1.75 TB/s with 512 programs a launch); k segments a row give k times the
-    programs. The segments are rows of a [rows * k, V / k] view of the workspace; their statistics are merged
-    exactly (row_math.merge_segment_stats)."""
+def segment_parts(stats: Callable, min_segment: int = MIN_SEGMENT) -> Callable:
+    """The statistics pass `stats` over each row split into segments (cost_model.paths.row_segments), unmerged:
+    the row kernels run a program per row and their loads are latency-bound, so a wave of a few hundred rows leaves
+    HBM mostly idle (the second H200 run: 1.75 TB/s with 512 programs a launch); k segments a row give k times the
+    programs. The segments are rows of a [rows * k, V / k] view of the workspace."""
     def run(z, bias, targets, inv_tau, cap_scale):
         rows, V = z.shape
         k = row_segments(V, bias is not None, min_segment)
         if k == 1 or not z.is_contiguous():
-            return stats(z, bias, targets, inv_tau, cap_scale)
+            return tuple(x[:, None] for x in stats(z, bias, targets, inv_tau, cap_scale))
         width = V // k
         offsets = torch.arange(0, V, width, device=z.device, dtype=targets.dtype)
         segment_targets = (targets[:, None] - offsets).reshape(-1)  # a target lands in exactly one segment
         lse, entropy, target_z = stats(z.view(rows * k, width), None, segment_targets, inv_tau, cap_scale)
-        return merge_segment_stats(lse.view(rows, k), entropy.view(rows, k), target_z.view(rows, k))
+        return lse.view(rows, k), entropy.view(rows, k), target_z.view(rows, k)
     return run
+
+
+def merged(parts: Callable) -> Callable:
+    """Whole-row statistics from a segment pass (merged exactly: row_math.merge_segment_stats)."""
+    return lambda *args: merge_segment_stats(*parts(*args))
 
 
 def triton_rows(gpu_launch: Optional[bool] = None, min_segment: int = MIN_SEGMENT) -> RowOps:
     """The Triton row kernels, the statistics over row segments of at least `min_segment` columns
-    (segmented_stats); gpu_launch=True launches them with the GPU's block size on any device (under the
+    (segment_parts); gpu_launch=True launches them with the GPU's block size on any device (under the
     interpreter on CPU), None picks by the tensors' device."""
     from functools import partial
 
     from ..kernels import launch, rows
 
     launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
-    return RowOps(segmented_stats(partial(rows.row_stats, gpu_launch=gpu_launch), min_segment),
-                  partial(rows.row_grad_, gpu_launch=gpu_launch))
+    parts = segment_parts(partial(rows.row_stats, gpu_launch=gpu_launch), min_segment)
+    return RowOps(merged(parts), partial(rows.row_grad_, gpu_launch=gpu_launch), stats_parts=parts)
 
 
 def default_rows(device: torch.device) -> RowOps:
@@ -191,12 +199,19 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     grad_weight = _WeightGrad(weight, wide) if needs_weight_grad else None
     grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
 
+    # statistics only (log-probs, a two-pass loss's first pass): the segments' statistics merged once, after
+    # the last wave, not once a wave
+    deferred = [] if given is None and token_grads is None and combine_stats is None and rows.stats_parts \
+        else None
     step = wave_rows(V, workspace_bytes)
     workspace = torch.empty(min(step, N), V, dtype=wide, device=device) if N else None
     for n0 in range(0, N, step):
         n1 = min(n0 + step, N)
         h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
         z = mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
+        if deferred is not None:
+            deferred.append(rows.stats_parts(z, b, y, inv_tau, cap_scale))
+            continue
         if given is None:
             lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale)
             if combine_stats is not None:
@@ -222,6 +237,9 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
             grad_weight.add(dz, h)
         if grad_bias is not None:
             grad_bias += dz.sum(0, dtype=wide)
+    if deferred:
+        lse[:], entropy[:], target_z = merge_segment_stats(*(torch.cat(parts) for parts in zip(*deferred)))
+        torch.sub(target_z, lse, out=logps)
     dweight = None if grad_weight is None else grad_weight.result(weight.dtype)
     dbias = None if grad_bias is None else grad_bias.to(bias.dtype)
     return logps, entropy, lse, grad_hidden, dweight, dbias

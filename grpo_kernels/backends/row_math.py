@@ -39,6 +39,8 @@ def merge_segment_stats(lse: torch.Tensor, entropy: torch.Tensor, target_z: torc
     """[rows, segments] statistics of the segments of each row (lse, entropy, target logit: 0 in the segments
     that do not hold the target) -> the rows' [rows]. A row's softmax is its segments' weighted by
     w_s = exp(lse_s - lse): lse = logsumexp_s lse_s, and the mean logit sum_s w_s (lse_s - entropy_s)."""
+    if lse.shape[1] == 1:  # whole rows: nothing to merge
+        return lse[:, 0], entropy[:, 0], target_z[:, 0]
     total = torch.logsumexp(lse, dim=1)
     weight = torch.exp(lse - total[:, None])
     mean_z = (weight * (lse - entropy)).sum(1)

@@ -26,10 +26,14 @@ OBJECTIVE_LAUNCHES = 10
 # The GEMM path's statistics pass splits each row of a head without bias into up to MAX_ROW_SEGMENTS equal
 # segments of at least MIN_SEGMENT columns, a row-kernel program each, and merges the segments' (lse, entropy,
 # target logit): its loads are latency-bound (DeviceRates.row_program_bytes_per_s), so programs in flight set the
-# rate. The merge: the segments' targets and a log-sum-exp fold over [rows, segments] (SEGMENT_MERGE_LAUNCHES ops).
+# rate. Each wave: the segments' targets (SEGMENT_TARGET_LAUNCHES ops); the merge, a log-sum-exp fold over
+# [rows, segments] (SEGMENT_MERGE_LAUNCHES ops, counted from torch's composite logsumexp and the weighted mean),
+# once a wave where the wave's statistics are needed before the next (the one-pass route), else once after the
+# last wave over every row's segments (log-probs, a two-pass loss's first pass).
 MAX_ROW_SEGMENTS = 8
 MIN_SEGMENT = 4096
-SEGMENT_MERGE_LAUNCHES = 10
+SEGMENT_TARGET_LAUNCHES = 2
+SEGMENT_MERGE_LAUNCHES = 15
 
 
 def row_segments(vocab: int, has_bias: bool = False, min_segment: int = MIN_SEGMENT) -> int:
@@ -86,15 +90,20 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
     phases = padding_phases(p)
 
     segments = row_segments(V)
+    merged_once = segments > 1 and not (grads and not two_pass)  # statistics only: merged after the last wave
 
     def logits_and_stats(tag: str) -> list[Phase]:
         out = []
         for rows, count in wave_list:
             out.append(gemm_phase(f"{tag}GEMM1 Z = h W^T (fp32 out)", rows, V, H, c, 4, count))
+            merges = SEGMENT_MERGE_LAUNCHES * (segments > 1 and not merged_once)
             out.append(Phase(f"{tag}row statistics ({segments} segments a row)",
                              hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, row_read_bytes=rows * V * 4,
                              row_programs=rows * segments, count=count,
-                             launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
+                             launches=1 + (SEGMENT_TARGET_LAUNCHES + merges) * (segments > 1)))
+        if merged_once:  # the segments' statistics gathered ([N, segments] x 3, float32) and merged
+            out.append(Phase(f"{tag}merge the segments' statistics", hbm_bytes=N * segments * 12 * 2,
+                             launches=3 + SEGMENT_MERGE_LAUNCHES))
         return out
 
     phases += logits_and_stats("pass 1: " if two_pass else "")
@@ -131,7 +140,8 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
     temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
     gathered = N * H * c if N < p.tokens else 0
     return Estimate("GEMM-rate waves" + ", dW through a temporary" * dw_through_temporary, p, phases, gemms=gemms,
-                    peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES,
+                    peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES
+                    + N * segments * 12 * merged_once,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
                                  "padding rows dropped before the head", "a head without bias"])

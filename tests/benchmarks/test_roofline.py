@@ -212,7 +212,8 @@ def test_docs_auto_against_trl_block_is_what_the_command_prints():
         docs = f.read()
     begin, end = docs.index("<!-- auto-vs-trl:begin -->\n"), docs.index("<!-- auto-vs-trl:end -->")
     assert docs[begin + len("<!-- auto-vs-trl:begin -->\n"):end] == roofline.auto_against_trl(), (
-        "docs/benchmarks.md's auto-vs-TRL block is stale: paste `python -m benchmarks.model.roofline --auto-vs-trl`")
+        "docs/benchmarks.md's auto-vs-TRL block is stale: paste "
+        "`python -m benchmarks.model.roofline --auto-vs-trl --device H200`")
 
 
 def test_auto_against_trl_counts_a_pair_only_when_time_and_memory_are_both_lower(monkeypatch):
@@ -224,9 +225,9 @@ def test_auto_against_trl_counts_a_pair_only_when_time_and_memory_are_both_lower
 
     def scaled(factor):
         def trl(p):
-            est = roofline.estimate("auto", p)
+            est = roofline.estimate("auto", p, roofline.DEVICES["H200"])
             phases = [dataclasses.replace(ph, flops=ph.flops * factor, hbm_bytes=ph.hbm_bytes * factor,
-                                          l2_bytes=ph.l2_bytes * factor,
+                                          l2_bytes=ph.l2_bytes * factor, row_read_bytes=ph.row_read_bytes * factor,
                                           l2_reduction_bytes=ph.l2_reduction_bytes * factor,
                                           launches=ph.launches * factor, host_syncs=ph.host_syncs * factor,
                                           gemm_shape=None) for ph in est.phases]
