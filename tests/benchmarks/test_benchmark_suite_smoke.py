@@ -21,6 +21,8 @@ from benchmarks.suite.test_vocab_parallel import SHARDINGS
 from repo_paths import ROOT
 
 (SHAPE,) = shape_set("smoke")
+# One run of the whole benchmark suite in a process of its own: the slow tier.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -260,6 +260,7 @@ def test_a_case_killed_mid_run_is_retried_last_then_failed_if_it_dies_again(tmp_
     assert any("died while it ran, 2 times" in reason for reason in reasons)
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_keeps_what_it_measured_and_continues(tmp_path):
     """A real kill -9 of the process in the middle of its second case, then a second invocation."""
     out = str(tmp_path / "run")

@@ -7,8 +7,13 @@ from grpo_testing import registered_backends, with_triton_interpreted
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 
-# every streaming backend that declares it runs in a compiled graph (the baseline's graph is plain autograd)
-COMPILED_BACKENDS = with_triton_interpreted(registered_backends(torch_compile=True, materializes_logits=False))
+# every streaming backend that declares it runs in a compiled graph (the baseline's graph is plain autograd); those
+# running Triton under the interpreter take ~10 s a case on CPU: the slow tier (the conformance tests compile
+# them in the fast one)
+COMPILED_BACKENDS = [pytest.param(backend.values[0], marks=[*backend.marks, pytest.mark.slow])
+                     if isinstance(backend, type(pytest.param(None))) else backend
+                     for backend in with_triton_interpreted(registered_backends(torch_compile=True,
+                                                                                materializes_logits=False))]
 # a plain head, and a Gemma-style one (scaled, soft-capped): the transform's scalars cross the custom ops
 HEADS = pytest.mark.parametrize("transform", [None, LogitTransform(scale=1.5, softcap=2.0)],
                                 ids=["plain", "softcapped"])

@@ -36,6 +36,7 @@ def _one_line(result: subprocess.CompletedProcess, command: str = "train") -> st
     return result.stderr
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_held_directory_is_refused_naming_the_holder(tmp_path):
     run_dir = tmp_path / "run"
     holder = _holder(run_dir)

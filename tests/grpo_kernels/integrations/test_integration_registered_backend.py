@@ -59,6 +59,7 @@ def test_patch_grpo_trainer_takes_a_backend_registered_after_import(tmp_path):
             GRPOKernelsTrainer(model=None, kernel_backend=name + "_not_registered")
 
 
+@pytest.mark.slow
 def test_a_plugin_backend_is_collected_by_the_registry_parametrized_tests():
     """`pytest -p plugin_backend` registers the backend before collection: the conformance, loss-type and compile
     tests then include it, none of them edited."""

@@ -57,6 +57,7 @@ def committed():
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own
 def test_every_table_entry_is_compiled(report):
     from grpo_kernels.kernels.compile_targets import ARCHS
     from grpo_kernels.kernels.configs import GPU_CONFIGS, dtype_class
@@ -73,6 +74,7 @@ def test_every_table_entry_is_compiled(report):
                 assert key in compiled, f"{arch} {kernel} {dtype} {c} was not compiled"
 
 
+@pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own
 def test_no_spills_and_hopper_uses_wgmma(report):
     from benchmarks.model.kernel_report import problems
 
@@ -96,6 +98,7 @@ def test_problems_flags_spills_and_missing_wgmma():
     assert problems([dict(clean, tensor_cores=False, wgmma=0)]) == []
 
 
+@pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own
 def test_committed_report_is_clean_and_current(committed, report):
     """The committed report of this triton: every build the launchers can choose, none with a problem, and the
     heaviest builds compiled now measure what it says (a config or kernel change regenerates it)."""
