@@ -12,12 +12,12 @@ partial directory and stops with one line.
 from __future__ import annotations
 
 import errno
+import logging
 import hashlib
 import json
 import os
 import random
 import shutil
-import sys
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -33,6 +33,8 @@ from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .metrics import save_history
+
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
 
 PREFIX = CHECKPOINT_PREFIX
 STATE_FILE = "trainer_state.json"
@@ -68,8 +70,8 @@ def remove_checkpoint(path: Path) -> None:
     if path.is_symlink():
         target = path.resolve()
         path.unlink()
-        print(f"note: {path} was a link to {target}; rotation (run.save_total_limit) removed the link and left "
-              f"{target} where it is", file=sys.stderr)
+        _log.warning(f"note: {path} was a link to {target}; rotation (run.save_total_limit) removed the link and "
+                     f"left {target} where it is")
     else:
         shutil.rmtree(path)
 

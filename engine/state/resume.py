@@ -141,8 +141,8 @@ def check_same_data(point: ckpt.ResumePoint, data: dict[str, dict[str, Any]], an
                 f"rows. Restore the data it was saved with, or train on the new data in a new run (another "
                 f"--output-dir)")
         if announce:
-            print(f"warning: the evaluation data {source} changed since {point.path} was saved ({counts}): "
-                  f"evaluations after the resume are not comparable with the earlier ones")
+            _log.warning(f"warning: the evaluation data {source} changed since {point.path} was saved ({counts}): "
+                         f"evaluations after the resume are not comparable with the earlier ones")
 
 
 def start_point(config: EngineConfig, run_dir: Path, announce: bool,

@@ -42,6 +42,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+_log = logging.getLogger(__name__)  # engine/messages.py: how the CLI shows it
+
 # Signals whose handlers cannot be read or set (or that Python reserves).
 _FIXED_SIGNALS = {getattr(signal, name) for name in ("SIGKILL", "SIGSTOP") if hasattr(signal, name)}
 
@@ -208,7 +210,7 @@ def _say(owner: str, changed: list[str]) -> None:
         key = f"{owner}\0{change.split(' (')[0]}"
         if key not in _SAID:
             _SAID.add(key)
-            print(f"warning: {owner} {change}", file=sys.stderr)
+            _log.warning(f"warning: {owner} {change}")
 
 
 @contextmanager
