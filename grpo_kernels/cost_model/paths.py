@@ -137,8 +137,11 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
             first = False
         if p.weight_grad:
             phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c), launches=1))
+        # the one-pass route forms the gradients for an upstream gradient of 1 and scales them in the backward
+        # (ops._attach_backward); the two-pass route's g and e already carry it
+        if p.weight_grad and not two_pass:
             phases.append(Phase("backward: scale dW by the incoming gradient", hbm_bytes=2 * V * H * c, launches=1))
-        if p.hidden_needs_grad:
+        if p.hidden_needs_grad and not two_pass:
             phases.append(Phase("backward: scale dH by the incoming gradient", hbm_bytes=2 * N * H * c, launches=1))
     gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
     temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
