@@ -1,6 +1,8 @@
 """`backend="auto"`: per operation and device, the backend the cost model (cost_model/) predicts fastest within a
 memory budget, among the registry's entries that declare `auto=True` and support the call (backends/__init__.py),
 and for a backend streaming through a workspace, the workspace the model predicts fastest within that budget.
+Without a budget from the call, the memory of the usual fused head (16-bit logits tiles) is preferred while the
+time it gives up stays within PREFERRED_MEMORY_TIME_TOLERANCE.
 
 The four operations the model tells apart: the token-level loss (the objective closed-form per token: one pass),
 the sequence-level loss (the statistics first, the gradients in a second pass), the frozen head (no dW) and
@@ -22,7 +24,7 @@ from typing import Optional
 from .backends import AUTO, DEFAULT_BACKEND, auto_candidates, get_backend, token_level_route
 from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
 from .cost_model.device import MIB
-from .cost_model.paths import PER_TOKEN_BYTES
+from .cost_model.paths import PER_TOKEN_BYTES, chunked_logits_peak_bytes
 # the workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
 from .backends import DEFAULT_WORKSPACE_BYTES
 
@@ -33,6 +35,11 @@ MODELLED_DTYPES = ("bfloat16", "float16")
 # Memory is a cost too: among the routes within this fraction of the fastest modelled time, the least memory
 # (no finer than the model's own resolution; e.g. no-grad log-probs at S1: 297 MiB instead of 890 for 0.5%).
 TIME_TOLERANCE = 0.01
+# Without a budget from the call, `auto` first looks within the memory the common fused head (16-bit logits tiles,
+# cost_model.paths.chunked_logits_peak_bytes) would hold for the same call, and takes the fastest route there
+# unless it gives up more than this fraction of the fastest time within DEFAULT_MEMORY_BUDGET_BYTES (a policy: a
+# quarter of the head's time for a workspace below the usual fused head's memory).
+PREFERRED_MEMORY_TIME_TOLERANCE = 0.25
 # How many wave counts around the fewest are tried for balanced waves.
 _EXTRA_WAVE_COUNTS = 4
 
@@ -106,14 +113,29 @@ def workspace_candidates(p: Problem, rates: DeviceRates, budget_bytes: int) -> l
     return sorted(r * row_bytes for r in rows if r <= most_rows)
 
 
-def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: Optional[int] = None,
                    backends: Optional[tuple[str, ...]] = None, two_pass: tuple[str, ...] = ()
                    ) -> tuple[Route, Estimate]:
     """The fastest modelled (backend, workspace) whose peak extra memory fits the budget (of those within
     TIME_TOLERANCE of the fastest, the least memory); when none fits, the one with the least peak extra memory.
+    budget_bytes None (the call gave none): DEFAULT_MEMORY_BUDGET_BYTES, and the fastest route within the common
+    fused head's memory when it is within PREFERRED_MEMORY_TIME_TOLERANCE of that.
     `backends`: those with a cost model (default: every one `auto` may pick); `two_pass`: those that would run a
     token-level `p` in two steps (charged as the sequence-level loss). A workspace backend is left out when the
     budget is below its minimum useful workspace and another backend can run the call."""
+    if budget_bytes is None:
+        chosen = _route_within(p, rates, DEFAULT_MEMORY_BUDGET_BYTES, backends, two_pass)
+        preferred_bytes = min(DEFAULT_MEMORY_BUDGET_BYTES, chunked_logits_peak_bytes(p))
+        smaller = _route_within(p, rates, preferred_bytes, backends, two_pass)
+        if smaller[1].peak_extra_bytes <= preferred_bytes and \
+                smaller[0].predicted_s <= chosen[0].predicted_s * (1 + PREFERRED_MEMORY_TIME_TOLERANCE):
+            return replace(smaller[0], reason=smaller[0].reason + " (the usual fused head's memory)"), smaller[1]
+        return chosen
+    return _route_within(p, rates, budget_bytes, backends, two_pass)
+
+
+def _route_within(p: Problem, rates: DeviceRates, budget_bytes: int, backends: Optional[tuple[str, ...]],
+                  two_pass: tuple[str, ...]) -> tuple[Route, Estimate]:
     backends = auto_candidates() if backends is None else backends
     streaming = [name for name in backends if not get_backend(name).uses_workspace]
     options: list[tuple[Route, Estimate]] = []
@@ -140,12 +162,14 @@ def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: int = DEFAULT_M
 
 
 def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, device: DeviceSpec,
-          budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES, backends: Optional[tuple[str, ...]] = None,
+          budget_bytes: Optional[int] = None, backends: Optional[tuple[str, ...]] = None,
           two_pass: tuple[str, ...] = ()) -> Route:
     """The path `auto` takes for one call: `operation` one of 'token', 'sequence', 'frozen', 'logprobs';
-    `tokens` rows through the head; `dtype` the inputs' ('bfloat16', ...); `backends` those the call allows
-    (default: every one `auto` may pick); `two_pass` those of them that would run a token-level call in two steps."""
-    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
+    `tokens` rows through the head; `dtype` the inputs' ('bfloat16', ...); `budget_bytes` the call's memory
+    budget (None: modelled_route's default); `backends` those the call allows (default: every one `auto` may
+    pick); `two_pass` those of them that would run a token-level call in two steps."""
+    if budget_bytes is not None and (not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool)
+                                     or budget_bytes <= 0):
         raise ValueError(f"memory budget must be a positive int (bytes), got {budget_bytes!r}")
     backends = auto_candidates() if backends is None else tuple(backends)
     modelled = tuple(name for name in backends if get_backend(name).cost is not None)
@@ -160,7 +184,8 @@ def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, devi
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, key: str, budget_bytes: int,
+def _cached_route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, key: str,
+                  budget_bytes: Optional[int],
                   backends: tuple[str, ...], two_pass: tuple[str, ...]) -> Route:
     chosen, _ = modelled_route(problem_for(operation, tokens, hidden, vocab, dtype), DEVICES[key], budget_bytes,
                                backends, two_pass)
@@ -181,8 +206,8 @@ def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, config=N
             ) -> tuple[str, int]:
     """(backend, workspace) of one call; `config` the loss's GRPOLossConfig (None: log-probs), `kept_sets` whether
     it scores kept-token sets. `auto` routes by the model among the backends that support the call; an explicit
-    backend is kept, and a workspace backend's workspace, when not given, is the model's choice within the default
-    budget. A given `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit workspace
+    backend is kept, and a workspace backend's workspace, when not given, is the model's choice without a budget
+    from the call (modelled_route). A given `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit workspace
     backend). Under torch.compile, and for a sharded head (the model has no collectives), `auto` is the default
     backend."""
     import torch
@@ -203,6 +228,6 @@ def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, config=N
     operation = operation_of(grads, any(fused.values()), weight_grad)
     chosen = route(operation, hidden.numel() // max(1, hidden.shape[-1]), hidden.shape[-1], head.weight.shape[0],
                    str(hidden.dtype).removeprefix("torch."), device_spec(hidden.device),
-                   DEFAULT_MEMORY_BUDGET_BYTES if workspace_bytes is None else workspace_bytes, allowed,
+                   workspace_bytes, allowed,
                    tuple(name for name, is_fused in fused.items() if not is_fused))
     return chosen.backend, chosen.workspace_bytes

@@ -16,7 +16,7 @@ from typing import Callable
 
 from grpo_kernels.backends import get_backend
 from grpo_kernels.cost_model import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
-from grpo_kernels.cost_model.paths import atomic_tile_backward, gemm
+from grpo_kernels.cost_model.paths import atomic_tile_backward, chunked_logits_peak_bytes, gemm
 from grpo_kernels.routing import modelled_route
 
 from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
@@ -123,9 +123,8 @@ def trl(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> Estima
             phases.append(Phase("scatter dH to every position", hbm_bytes=p.tokens * H * c + N * H * c))
         if p.weight_grad:
             phases.append(Phase("cast dW", hbm_bytes=V * H * (4 + c)))
-    tile = min(N, token_chunk) * vocab_chunk * c  # the tile buffer is vocab_chunk wide even when V is smaller
     return Estimate("trl", p, phases, gemms=1 + grads * (1 + p.hidden_needs_grad + p.weight_grad),
-                    peak_extra_bytes=tile + N * H * c + N * H * 4 * p.hidden_needs_grad + N * PER_TOKEN_BYTES,
+                    peak_extra_bytes=chunked_logits_peak_bytes(p, token_chunk, vocab_chunk),
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"[{token_chunk}, {vocab_chunk}] tiles in the compute dtype",
                                  "padding rows dropped (TRL scores valid rows only on CUDA)",

@@ -94,36 +94,46 @@ class RowOps:
 
     stats: Callable  # (z, bias, targets, inv_tau, cap_scale) -> (lse, entropy, target logit)
     grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype) -> dz (z's memory)
-    # (z, bias, targets, inv_tau, cap_scale) -> the same three per row segment, [rows, segments], unmerged
-    # (row_math.merge_segment_stats merges them): a pass that needs no statistics before its last wave merges
-    # once for all waves. None: whole rows only.
+    # (z, bias, targets, inv_tau, cap_scale, segment_targets=None) -> the same three per row segment,
+    # [rows, segments], unmerged (row_math.merge_segment_stats merges them): a pass that needs no statistics
+    # before its last wave merges once for all waves. None: whole rows only. `stats` then takes segment_targets
+    # too: the wave's rows of targets_by_segment(), formed once a call rather than once a wave.
     stats_parts: Optional[Callable] = None
+    min_segment: int = MIN_SEGMENT  # the segments' least width (cost_model.paths.row_segments)
 
 
 TORCH_ROWS = RowOps(_torch_row_stats, _torch_row_grad_)
+
+
+def targets_by_segment(targets: torch.Tensor, vocab: int, segments: int) -> torch.Tensor:
+    """Each row's target as a column of each of its `segments` equal segments, [rows * segments]: the column
+    within the segment that holds it, outside [0, V / segments) in every other (a target lands in exactly one)."""
+    width = vocab // segments
+    offsets = torch.arange(0, vocab, width, device=targets.device, dtype=targets.dtype)
+    return (targets[:, None] - offsets).reshape(-1)
 
 
 def segment_parts(stats: Callable, min_segment: int = MIN_SEGMENT) -> Callable:
     """The statistics pass `stats` over each row split into segments (cost_model.paths.row_segments), unmerged:
     the row kernels run a program per row and their loads are latency-bound, so a wave of a few hundred rows leaves
     HBM mostly idle (the second H200 run: 1.75 TB/s with 512 programs a launch); k segments a row give k times the
-    programs. The segments are rows of a [rows * k, V / k] view of the workspace."""
-    def run(z, bias, targets, inv_tau, cap_scale):
+    programs. The segments are rows of a [rows * k, V / k] view of the workspace. `segment_targets`: the rows'
+    targets_by_segment() when the caller formed them (once for all waves), else formed here."""
+    def run(z, bias, targets, inv_tau, cap_scale, segment_targets=None):
         rows, V = z.shape
         k = row_segments(V, bias is not None, min_segment)
         if k == 1 or not z.is_contiguous():
             return tuple(x[:, None] for x in stats(z, bias, targets, inv_tau, cap_scale))
-        width = V // k
-        offsets = torch.arange(0, V, width, device=z.device, dtype=targets.dtype)
-        segment_targets = (targets[:, None] - offsets).reshape(-1)  # a target lands in exactly one segment
-        lse, entropy, target_z = stats(z.view(rows * k, width), None, segment_targets, inv_tau, cap_scale)
+        if segment_targets is None:
+            segment_targets = targets_by_segment(targets, V, k)
+        lse, entropy, target_z = stats(z.view(rows * k, V // k), None, segment_targets, inv_tau, cap_scale)
         return lse.view(rows, k), entropy.view(rows, k), target_z.view(rows, k)
     return run
 
 
 def merged(parts: Callable) -> Callable:
     """Whole-row statistics from a segment pass (merged exactly: row_math.merge_segment_stats)."""
-    return lambda *args: merge_segment_stats(*parts(*args))
+    return lambda *args, **kwargs: merge_segment_stats(*parts(*args, **kwargs))
 
 
 def triton_rows(gpu_launch: Optional[bool] = None, min_segment: int = MIN_SEGMENT) -> RowOps:
@@ -136,7 +146,8 @@ def triton_rows(gpu_launch: Optional[bool] = None, min_segment: int = MIN_SEGMEN
 
     launch.prepare(torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"))
     parts = segment_parts(partial(rows.row_stats, gpu_launch=gpu_launch), min_segment)
-    return RowOps(merged(parts), partial(rows.row_grad_, gpu_launch=gpu_launch), stats_parts=parts)
+    return RowOps(merged(parts), partial(rows.row_grad_, gpu_launch=gpu_launch), stats_parts=parts,
+                  min_segment=min_segment)
 
 
 def default_rows(device: torch.device) -> RowOps:
@@ -203,17 +214,22 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     # the last wave, not once a wave
     deferred = [] if given is None and token_grads is None and combine_stats is None and rows.stats_parts \
         else None
+    # segmented statistics: every row's segment targets formed once, sliced per wave
+    segments = row_segments(V, b is not None, rows.min_segment) if rows.stats_parts and given is None else 1
+    all_segment_targets = targets_by_segment(targets, V, segments) if segments > 1 and N else None
     step = wave_rows(V, workspace_bytes)
     workspace = torch.empty(min(step, N), V, dtype=wide, device=device) if N else None
     for n0 in range(0, N, step):
         n1 = min(n0 + step, N)
         h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
         z = mm_wide(h, w.T, wide, out=workspace[:n1 - n0])
+        segmented = {} if all_segment_targets is None else \
+            {"segment_targets": all_segment_targets[n0 * segments:n1 * segments]}
         if deferred is not None:
-            deferred.append(rows.stats_parts(z, b, y, inv_tau, cap_scale))
+            deferred.append(rows.stats_parts(z, b, y, inv_tau, cap_scale, **segmented))
             continue
         if given is None:
-            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale)
+            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale, **segmented)
             if combine_stats is not None:
                 lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
             lp_w = target_z - lse_w

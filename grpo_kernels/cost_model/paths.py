@@ -26,7 +26,8 @@ OBJECTIVE_LAUNCHES = 10
 # The GEMM path's statistics pass splits each row of a head without bias into up to MAX_ROW_SEGMENTS equal
 # segments of at least MIN_SEGMENT columns, a row-kernel program each, and merges the segments' (lse, entropy,
 # target logit): its loads are latency-bound (DeviceRates.row_program_bytes_per_s), so programs in flight set the
-# rate. Each wave: the segments' targets (SEGMENT_TARGET_LAUNCHES ops); the merge, a log-sum-exp fold over
+# rate. The segments' targets of every row once a call (SEGMENT_TARGET_LAUNCHES ops), sliced per wave; each
+# wave: the merge, a log-sum-exp fold over
 # [rows, segments] (SEGMENT_MERGE_LAUNCHES ops, counted from torch's composite logsumexp and the weighted mean),
 # once a wave where the wave's statistics are needed before the next (the one-pass route), else once after the
 # last wave over every row's segments (log-probs, a two-pass loss's first pass).
@@ -94,13 +95,16 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
 
     def logits_and_stats(tag: str) -> list[Phase]:
         out = []
+        if segments > 1:  # every row's targets per segment ([N, segments], int64)
+            out.append(Phase(f"{tag}segment targets for the statistics", hbm_bytes=N * (8 + segments * 8),
+                             launches=SEGMENT_TARGET_LAUNCHES))
         for rows, count in wave_list:
             out.append(gemm_phase(f"{tag}GEMM1 Z = h W^T (fp32 out)", rows, V, H, c, 4, count))
             merges = SEGMENT_MERGE_LAUNCHES * (segments > 1 and not merged_once)
             out.append(Phase(f"{tag}row statistics ({segments} segments a row)",
                              hbm_bytes=rows * V * 4 + rows * PER_TOKEN_BYTES, row_read_bytes=rows * V * 4,
                              row_programs=rows * segments, count=count,
-                             launches=1 + (SEGMENT_TARGET_LAUNCHES + merges) * (segments > 1)))
+                             launches=1 + merges * (segments > 1)))
         if merged_once:  # the segments' statistics gathered ([N, segments] x 3, float32) and merged
             out.append(Phase(f"{tag}merge the segments' statistics", hbm_bytes=N * segments * 12 * 2,
                              launches=3 + SEGMENT_MERGE_LAUNCHES))
@@ -133,8 +137,11 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
             first = False
         if p.weight_grad:
             phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c), launches=1))
+        # the one-pass route forms the gradients for an upstream gradient of 1 and scales them in the backward
+        # (ops._attach_backward); the two-pass route's g and e already carry it
+        if p.weight_grad and not two_pass:
             phases.append(Phase("backward: scale dW by the incoming gradient", hbm_bytes=2 * V * H * c, launches=1))
-        if p.hidden_needs_grad:
+        if p.hidden_needs_grad and not two_pass:
             phases.append(Phase("backward: scale dH by the incoming gradient", hbm_bytes=2 * N * H * c, launches=1))
     gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
     temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
@@ -302,6 +309,15 @@ def _torch_chunked_peak(p: Problem, token_chunk: int, vocab_chunk: int) -> int:
         if p.weight_grad:
             peak = max(peak, held + vocab_rows)
     return peak
+
+
+def chunked_logits_peak_bytes(p: Problem, token_chunk: int = 4096, vocab_chunk: int = 32768) -> int:
+    """Peak extra memory of the common fused head that scores logits in [token_chunk, vocab_chunk] tiles of the
+    input dtype (TRL 1.16's chunked_logprob; benchmarks/model/roofline_paths.py models its time): one tile buffer
+    (vocab_chunk wide even when V is smaller), the valid rows of hidden gathered and saved, a float32 dH accumulator
+    when hidden needs a gradient, the per-token vectors. Its float32 dW accumulator is counted apart, as ours."""
+    N, H, c = p.valid_tokens, p.hidden, p.itemsize
+    return min(N, token_chunk) * vocab_chunk * c + N * H * c + N * H * 4 * p.hidden_needs_grad + N * PER_TOKEN_BYTES
 
 
 def reference(p: Problem) -> Estimate:

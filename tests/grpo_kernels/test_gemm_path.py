@@ -113,6 +113,28 @@ def test_segmented_statistics_loss_matches_float64(monkeypatch, config):
 
 
 @pytest.mark.interpreter
+def test_segment_targets_are_formed_once_a_call(monkeypatch):
+    """Every row's targets per segment are formed once, before the waves, and each wave takes its rows of them:
+    the same statistics as a wave that forms its own."""
+    formed = []
+    by_segment = gemm_path.targets_by_segment
+    monkeypatch.setattr(gemm_path, "targets_by_segment", lambda *args: formed.append(args[0].shape) or
+                        by_segment(*args))
+    gen = torch.Generator().manual_seed(12)
+    N, H, V = 11, 16, 512
+    hidden, weight = torch.randn(N, H, generator=gen), torch.randn(V, H, generator=gen)
+    targets = torch.randint(0, V, (N,), generator=gen)
+    rows = triton_rows(min_segment=64)
+    head = LMHead(weight, None, 1.0, IDENTITY)
+    waves = GemmBackend(workspace_bytes=3 * 4 * V, rows=rows).linear_forward(hidden, head, targets)
+    assert formed == [(N,)]  # four waves of up to 3 rows, one formation
+    whole = GemmBackend(workspace_bytes=N * 4 * V, rows=TORCH_ROWS).linear_forward(hidden.double(), LMHead(
+        weight.double(), None, 1.0, IDENTITY), targets)
+    for got, want in zip(waves, whole):
+        torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.interpreter
 def test_triton_row_grad_narrows_to_bf16_in_place():
     """dZ written as bf16 over the float32 logits it reads, row by row, equals dZ computed out of place."""
     from grpo_kernels.kernels import rows

@@ -10,6 +10,7 @@ from grpo_testing import INTERPRETER, make_problem, run_loss
 from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, linear_logprobs, routing
 from grpo_kernels.cost_model import DEVICES, PER_TOKEN_BYTES
 from grpo_kernels.backends import DEFAULT_WORKSPACE_BYTES, auto_candidates, get_backend
+from grpo_kernels.cost_model.paths import chunked_logits_peak_bytes
 
 H100 = routing.DeviceSpec("cuda", "NVIDIA H100 80GB HBM3")
 S1, S2, S3 = (8192, 4096, 151936), (16384, 2048, 248320), (65536, 1536, 151936)
@@ -31,33 +32,68 @@ def test_every_operation_at_s1_to_s3_takes_the_modelled_fastest_path_in_balanced
         assert route.backend == "gemm", (operation, tokens, route)
         assert route.workspace_bytes <= routing.DEFAULT_MEMORY_BUDGET_BYTES
         rows = _rows(route, vocab)
-        assert rows % DEVICES["H100"].gemm_tile[0] == 0 or rows == tokens, (operation, rows)
+        p = routing.problem_for(operation, tokens, hidden, vocab, "bfloat16")
+        # whole tiles of rows, one wave of all, or the most rows the memory it was chosen within holds
+        most = routing._budget_rows(p, min(routing.DEFAULT_MEMORY_BUDGET_BYTES, chunked_logits_peak_bytes(p)))
+        assert rows % DEVICES["H100"].gemm_tile[0] == 0 or rows in (tokens, most), (operation, rows)
         assert "H100" in route.reason and route.predicted_s > 0
+
+
+def _candidates(p, rates, budget):
+    """(estimate, backend, workspace) of every auto candidate at whole GEMM tile rows whose peak fits `budget`."""
+    tile_rows, row_bytes = rates.gemm_tile[0], 4 * p.vocab
+    for backend in auto_candidates():
+        uses_workspace = get_backend(backend).uses_workspace
+        for workspace in ([rows * row_bytes for rows in range(tile_rows, p.valid_tokens + 1, tile_rows)]
+                          if uses_workspace else [p.workspace_bytes]):
+            other = get_backend(backend).cost_model()(dataclasses.replace(p, workspace_bytes=workspace))
+            if other.peak_extra_bytes <= budget:
+                yield other, backend, workspace
 
 
 @pytest.mark.parametrize("operation", ["token", "sequence", "frozen", "logprobs"])
 def test_auto_takes_the_models_fastest_candidate_within_the_budget(operation):
-    """Whatever the cost model predicts: auto's pick at S1 on H100 fits the budget, and no candidate of `auto` at
-    any workspace of whole GEMM tile rows the budget holds is predicted faster (beyond TIME_TOLERANCE)."""
+    """Whatever the cost model predicts: auto's pick at S1 on H100 with a given budget fits it, and no candidate
+    of `auto` at any workspace of whole GEMM tile rows the budget holds is predicted faster (beyond
+    TIME_TOLERANCE)."""
     rates, budget = DEVICES["H100"], routing.DEFAULT_MEMORY_BUDGET_BYTES
     p = routing.problem_for(operation, *S1, "bfloat16")
-    chosen = routing.route(operation, *S1, "bfloat16", H100)
-
-    def estimate(backend, workspace):
-        return get_backend(backend).cost_model()(dataclasses.replace(p, workspace_bytes=workspace))
-
-    assert estimate(chosen.backend, chosen.workspace_bytes).peak_extra_bytes <= budget
-    tile_rows, row_bytes = rates.gemm_tile[0], 4 * S1[2]
+    chosen = routing.route(operation, *S1, "bfloat16", H100, budget_bytes=budget)
+    estimate = get_backend(chosen.backend).cost_model()(dataclasses.replace(p, workspace_bytes=chosen.workspace_bytes))
+    assert estimate.peak_extra_bytes <= budget
     compared = 0
-    for backend in auto_candidates():
-        uses_workspace = get_backend(backend).uses_workspace
-        for workspace in ([rows * row_bytes for rows in range(tile_rows, S1[0] + 1, tile_rows)] if uses_workspace
-                          else [p.workspace_bytes]):
-            other = estimate(backend, workspace)
-            if other.peak_extra_bytes <= budget:
-                compared += 1
-                assert chosen.predicted_s <= other.seconds(rates) * (1 + routing.TIME_TOLERANCE), (backend, workspace)
+    for other, backend, workspace in _candidates(p, rates, budget):
+        compared += 1
+        assert chosen.predicted_s <= other.seconds(rates) * (1 + routing.TIME_TOLERANCE), (backend, workspace)
     assert compared > 1
+
+
+@pytest.mark.parametrize("operation", ["token", "sequence", "frozen", "logprobs"])
+def test_without_a_budget_auto_prefers_the_usual_fused_heads_memory_while_the_time_allows(operation):
+    """No budget from the call: the fastest candidate within the memory of the usual fused head (16-bit logits
+    tiles) when its modelled time is within PREFERRED_MEMORY_TIME_TOLERANCE of the fastest within the default
+    budget, else that fastest."""
+    rates = DEVICES["H100"]
+    for shape in (S1, S2, S3):
+        p = routing.problem_for(operation, *shape, "bfloat16")
+        chosen = routing.route(operation, *shape, "bfloat16", H100)
+        in_default = routing.route(operation, *shape, "bfloat16", H100,
+                                   budget_bytes=routing.DEFAULT_MEMORY_BUDGET_BYTES)
+        preferred = min(routing.DEFAULT_MEMORY_BUDGET_BYTES, chunked_logits_peak_bytes(p))
+        peak = get_backend(chosen.backend).cost_model()(
+            dataclasses.replace(p, workspace_bytes=chosen.workspace_bytes)).peak_extra_bytes
+        if chosen == in_default:
+            smaller = routing.route(operation, *shape, "bfloat16", H100, budget_bytes=preferred)
+            assert smaller.predicted_s > in_default.predicted_s * (1 + routing.PREFERRED_MEMORY_TIME_TOLERANCE) \
+                or smaller == in_default, (operation, shape)
+            continue
+        assert peak <= preferred and "usual fused head" in chosen.reason
+        assert chosen.predicted_s <= in_default.predicted_s * (1 + routing.PREFERRED_MEMORY_TIME_TOLERANCE)
+        for other, backend, workspace in _candidates(p, rates, preferred):
+            assert chosen.predicted_s <= other.seconds(rates) * (1 + routing.TIME_TOLERANCE), (backend, workspace)
+    # at S1 the token-level loss takes the smaller workspace (the model: about 10% slower, half the memory)
+    s1 = routing.route("token", *S1, "bfloat16", H100)
+    assert "usual fused head" in s1.reason
 
 
 def test_a_budget_the_gemm_path_cannot_fit_routes_to_the_triton_kernels():
@@ -158,8 +194,7 @@ def test_loss_through_auto_equals_the_chosen_backend(monkeypatch, budget, triton
     monkeypatch.setitem(BACKENDS, "triton", dataclasses.replace(BACKENDS["triton"], auto=triton_routable))
     problem = make_problem(seed=3, B=2, T=8, H=16, V=64, dtype=torch.bfloat16)
     config = GRPOLossConfig(beta=0.04)
-    chosen = routing.route("token", 16, 16, 64, "bfloat16", H100,
-                           routing.DEFAULT_MEMORY_BUDGET_BYTES if budget is None else budget)
+    chosen = routing.route("token", 16, 16, 64, "bfloat16", H100, budget)
     assert chosen.backend == backend
     out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="auto", workspace_bytes=budget)
     same, same_grads = run_loss(fused_linear_grpo_loss, problem, config, backend=chosen.backend,
