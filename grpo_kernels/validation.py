@@ -59,9 +59,10 @@ def _require_device(name: str, x: torch.Tensor, device: torch.device) -> None:
 
 
 def check_config(config: object) -> GRPOLossConfig:
-    """None means the defaults (TRL's)."""
+    """None means the defaults (TRL's): one instance made outside any call, as a compiled graph cannot trace the
+    checks a config runs on construction (typing's hints)."""
     if config is None:
-        return GRPOLossConfig()
+        return _DEFAULT_CONFIG
     if not isinstance(config, GRPOLossConfig):
         raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
     return config
@@ -341,3 +342,6 @@ def _position(flat_index: int, shape: tuple[int, ...]) -> list[int]:
         position.append(flat_index % size)
         flat_index //= size
     return position[::-1]
+
+
+_DEFAULT_CONFIG = GRPOLossConfig()  # frozen; its loss_params ({}) is never written to
