@@ -25,7 +25,7 @@ def test_every_backend_and_wrapper_implements_the_protocol():
 def test_the_api_lists_the_registry_and_refuses_unknown_names_with_them():
     assert api.BACKENDS == ("auto", *BACKENDS)
     with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'reference', 'torch', 'triton', "
-                                         r"'triton_atomic', 'gemm'\), got 'cuda'"):
+                                         r"'triton_atomic', 'triton_tma', 'gemm'\), got 'cuda'"):
         api.resolve_backend("cuda", torch.device("cpu"))
 
 
