@@ -7,7 +7,10 @@
     bitwise-repeatable backward for each backend that declares itself deterministic;
 (b) time: no-grad log-probs and the token-level loss (dapo, beta 0.04, forward + backward) at S1 (N 8192,
     H 4096, V 151936, bf16), median of triton.testing.do_bench, beside the bare torch.mm GEMM floor (1 GEMM for
-    log-probs, 3 for the loss) and the gemm backend.
+    log-probs, 3 for the loss) and the gemm backend;
+(c) the Hopper recipe (triton_tma: the persistent TMA forward, token chunks) at S1-S3: no-grad log-probs against
+    one torch.mm GEMM (target <= 1.15x), the token-level loss against three, the frozen head's against two, and
+    its loss gradients bitwise the same over two runs at each shape.
 
     python -m benchmarks.triton_check          # exit status 1 if a check of (a) fails
 """
@@ -65,21 +68,30 @@ def check_exact(B: int = 4, T: int = 256, H: int = 1024, V: int = 32768, device:
                                 expected_grads)
     flat_hidden, flat_ids = hidden.reshape(-1, hidden.shape[-1]), ids.reshape(-1)
     with torch.no_grad():
-        logps, entropy = linear_logprobs(flat_hidden, weight, flat_ids, bias=bias, return_entropy=True,
-                                         backend="triton")
         want_logps, want_entropy = reference.linear_logprobs(flat_hidden.double(), weight.double(), flat_ids,
                                                              bias=bias.double(), return_entropy=True)
+    for backend in ("triton", "triton_tma"):
+        failures += _check_logprobs(backend, flat_hidden, weight, bias, flat_ids, want_logps, want_entropy)
+    return failures
+
+
+def _check_logprobs(backend, flat_hidden, weight, bias, flat_ids, want_logps, want_entropy) -> list[str]:
+    failures = []
+    with torch.no_grad():
+        logps, entropy = linear_logprobs(flat_hidden, weight, flat_ids, bias=bias, return_entropy=True,
+                                         backend=backend)
         rows = sorted({0, 5 % flat_ids.numel(), 129 % flat_ids.numel(), flat_ids.numel() - 1})
         alone = [linear_logprobs(flat_hidden[r:r + 1], weight, flat_ids[r:r + 1], bias=bias, return_entropy=True,
-                                 backend="triton") for r in rows]
+                                 backend=backend) for r in rows]
     for name, actual, want in (("logps", logps, want_logps), ("entropy", entropy, want_entropy)):
         err = float((actual.double() - want).abs().max())
-        print(f"{name}: max |error| {err:.3e}")
+        print(f"{backend} {name}: max |error| {err:.3e}")
         if err > 10 * LOSS_TOL * max(1.0, float(want.abs().max())):
-            failures.append(f"{name} error {err:.3g}")
+            failures.append(f"{backend} {name} error {err:.3g}")
     for r, (lp, ent) in zip(rows, alone):
         if not (torch.equal(lp, logps[r:r + 1]) and torch.equal(ent, entropy[r:r + 1])):
-            failures.append(f"row {r}: log-prob or entropy alone differs bitwise from the batch's (batch invariance)")
+            failures.append(f"{backend} row {r}: log-prob or entropy alone differs bitwise from the batch's "
+                            "(batch invariance)")
     return failures
 
 
@@ -134,6 +146,42 @@ def time_s1() -> list[tuple[str, float, float]]:
     return rows
 
 
+# (c)'s shapes: benchmarks/suite/shapes.py's TARGET_SHAPES (N, H, V)
+RECIPE_SHAPES = {"S1": (8192, 4096, 151936), "S2": (16384, 2048, 248320), "S3": (65536, 1536, 151936)}
+
+
+def time_recipe(backend: str = "triton_tma") -> tuple[list[tuple[str, float, float]], list[str]]:
+    """(c): (what, ms, x floor) rows at S1-S3, and the failures of bitwise repeatability."""
+    rows, failures = [], []
+    for label, (N, H, V) in RECIPE_SHAPES.items():
+        hidden, weight, _, ids, mask, advantages, old, ref = _problem(B=N // 1024, T=1024, H=H, V=V, seed=2)
+        flat_hidden, flat_ids = hidden.reshape(N, H), ids.reshape(N)
+        gemm = _ms(lambda: torch.mm(flat_hidden, weight.T))
+        rows.append((f"{label} torch.mm [N,H]x[H,V] (1 GEMM)", gemm, 1.0))
+        with torch.no_grad():
+            ms = _ms(lambda: linear_logprobs(flat_hidden, weight, flat_ids, backend=backend))
+        rows.append((f"{label} no-grad log-probs, {backend} (target <= 1.15x)", ms, ms / gemm))
+        for frozen in (False, True):
+            h, w = hidden.detach().requires_grad_(), weight.detach().requires_grad_(not frozen)
+
+            def run():
+                h.grad = w.grad = None
+                fused_linear_grpo_loss(h, w, ids, mask, advantages, old_logps=old, ref_logps=ref, config=CONFIG,
+                                       backend=backend).loss.backward()
+            ms = _ms(run)
+            floor = 2 if frozen else 3
+            rows.append((f"{label} token-level loss, {'frozen head' if frozen else 'trained head'}, {backend} "
+                         f"(x {floor} GEMMs; target <= 1.6x)", ms, ms / (floor * gemm)))
+            run()
+            first = [h.grad.clone()] + ([] if frozen else [w.grad.clone()])
+            run()
+            if not all(torch.equal(a, b) for a, b in zip(first, [h.grad] + ([] if frozen else [w.grad]))):
+                failures.append(f"{backend} {label} {'frozen' if frozen else 'trained'}: gradients differ bitwise")
+        del hidden, weight, flat_hidden, h, w
+        torch.cuda.empty_cache()
+    return rows, failures
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks.triton_check needs a CUDA GPU")
@@ -145,6 +193,12 @@ def main() -> int:
     print(f"\n(b) S1 (N 8192, H 4096, V 151936, bf16), median ms (do_bench)\n\n| what | ms | x floor |\n|---|---:|---:|")
     for what, ms, floor in time_s1():
         print(f"| {what} | {ms:.2f} | {floor:.2f}x |")
+    print("\n(c) the Hopper recipe at S1-S3, median ms (do_bench)\n\n| what | ms | x floor |\n|---|---:|---:|")
+    recipe, repeat_failures = time_recipe()
+    for what, ms, floor in recipe:
+        print(f"| {what} | {ms:.2f} | {floor:.2f}x |")
+    print("(c) bitwise repeatable:", "PASS" if not repeat_failures else "FAIL: " + "; ".join(repeat_failures))
+    failures += repeat_failures
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     return 1 if failures else 0
 

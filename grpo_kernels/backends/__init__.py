@@ -177,6 +177,13 @@ for _spec in (
                 cost="..cost_model.paths:triton_tiles", token_level_route=EPILOGUE, triton_kernels=True,
                 logits_module=".triton", dtypes=("float32", "bfloat16", "float16"), batch_invariant=True,
                 deterministic=False),
+    # token chunks through the persistent TMA kernel, statistics in its epilogue, dz in place over the stored logits
+    # chunk, dH and dW by GEMM in chunk order (backends/triton_tma.py): deterministic and batch-invariant
+    BackendSpec("triton_tma", ".triton_tma", "Hopper recipe: persistent TMA Triton forward over token chunks, "
+                "dz in place over the stored logits chunk, dH and dW by GEMM",
+                cost="..cost_model.triton_tma:triton_tma", uses_workspace=True,
+                token_level_route=ONE_PASS, triton_kernels=True, logits_module=".triton",
+                dtypes=("float32", "bfloat16", "float16"), batch_invariant=True),
     BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
                 cost="..cost_model.paths:gemm", auto=True, uses_workspace=True, token_level_route=ONE_PASS),
 ):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .configs import GPU_CONFIGS, KernelConfig, dtype_class
 from .linear_forward import GROUP_N
+from .persistent_forward import GROUP_N as PERSISTENT_GROUP_N
 from .tile_backward import GROUP_N as TILE_GROUP_N
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -24,7 +25,7 @@ _OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
 _FLOAT_SCALARS = {"inv_tau", "cap_scale", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
 # as the JIT specializes them for real heads (V a multiple of 8 makes the GEMM path's row strides so too)
 _MULTIPLE_OF_16 = {"H", "split_width", "stride_hidden", "stride_weight", "stride_z", "stride_dz", "stride_ak", "stride_bk",
-                   "stride_cm"}
+                   "stride_cm", "stride_chunk"}
 
 
 @dataclass(frozen=True)
@@ -37,15 +38,20 @@ class CompileTarget:
     config: KernelConfig
     constexprs: tuple  # ((name, value), ...)
     tensor_cores: bool  # its dots run on tensor cores (16-bit inputs): Hopper builds must use wgmma
+    # On the Hopper recipe's path (persistent_forward.py, chunk_grad.py, the merges: the triton_tma backend, and
+    # the triton backend's forward on Hopper): a Hopper tensor-core build there must also load through TMA.
+    hot_path: bool = False
 
     @property
     def capability(self) -> int:
         return ARCHS[self.arch]
 
     def jit_function(self):
-        from . import accumulate_mm, linear_backward, linear_forward, logits, rows, tile_backward
+        from . import (accumulate_mm, chunk_grad, linear_backward, linear_forward, logits, persistent_forward, rows,
+                       tile_backward)
 
-        for module in (linear_forward, linear_backward, tile_backward, logits, rows, accumulate_mm):
+        for module in (linear_forward, linear_backward, tile_backward, logits, rows, accumulate_mm,
+                       persistent_forward, chunk_grad):
             if hasattr(module, self.kernel):
                 return getattr(module, self.kernel)
         raise LookupError(f"no kernel named {self.kernel}")
@@ -83,7 +89,7 @@ class CompileTarget:
         c = self.config
         return dict(kernel=self.kernel, arch=self.arch, dtype=self.dtype, variant=self.variant, block_n=c.block_n,
                     block_v=c.block_v, block_k=c.block_k, split_tiles=c.split_tiles, num_warps=c.num_warps,
-                    num_stages=c.num_stages)
+                    num_stages=c.num_stages, hot_path=self.hot_path)
 
 
 def _flags_text(flags: dict) -> str:
@@ -92,8 +98,9 @@ def _flags_text(flags: dict) -> str:
 
 
 def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict], linear: bool, has_blocks=True,
-             fixed: dict | None = None):
-    """fixed: constexprs every variant sets, not shown in the variant's name."""
+             fixed: dict | None = None, hot_path: bool = False):
+    """fixed: constexprs every variant sets, not shown in the variant's name; hot_path: CompileTarget's (Hopper
+    builds only)."""
     config = GPU_CONFIGS[arch][table][dtype_class(dtype == "fp32")]
     for flags in variants:
         constexprs = dict(flags, **(fixed or {}))
@@ -104,7 +111,7 @@ def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict
             blocks.pop("BLOCK_V")
         constexprs.update(blocks)
         yield CompileTarget(kernel, table, arch, dtype, _flags_text(flags), config, tuple(constexprs.items()),
-                            tensor_cores=linear and dtype != "fp32")
+                            tensor_cores=linear and dtype != "fp32", hot_path=hot_path and arch == "sm90")
 
 
 def _grid(**choices) -> list[dict]:
@@ -158,11 +165,19 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         # the opt-in one-kernel backward (a trained head only)
         out += _targets("_tile_grad_kernel", "grad_tiles", arch, dtype,
                         _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True, fixed=dict(GROUP=TILE_GROUP_N))
+        # the Hopper recipe: the persistent TMA forward (also storing a logits chunk) and the chunk's dz pass
+        out += _targets("_persistent_stats_kernel", "persistent", arch, dtype,
+                        _grid(HAS_BIAS=bias, SOFTCAP=cap, STORE_LOGITS=[True] if heaviest_only else [False, True]),
+                        True, fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True)
+        out += _targets("_logits_grad_kernel", "chunk_grad", arch, dtype, _grid(HAS_ENT_GRAD=ent, SOFTCAP=cap), False,
+                        hot_path=True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
         out += _gemm_path_targets(arch, dtype, bias, ent, cap)
         if dtype == dtypes[0]:
             # the merge reads only float32 statistics: one build per arch
-            out += _targets("_merge_logprobs_kernel", "merge", arch, "fp32", [{}], False, has_blocks=False)
-            out += _targets("_merge_grpo_kernel", "merge", arch, "fp32", kinds, False, has_blocks=False)
+            out += _targets("_merge_logprobs_kernel", "merge", arch, "fp32", [{}], False, has_blocks=False,
+                            hot_path=True)
+            out += _targets("_merge_grpo_kernel", "merge", arch, "fp32", kinds, False, has_blocks=False,
+                            hot_path=True)
     return out

@@ -19,6 +19,12 @@ Why these shapes (bf16 / fp16; zero spill bytes on both archs and both tritons i
   rows. Streaming 256 spills: for dW, the streamed tokens' vectors (target, lse, entropy, g, e) are replicated
   across a warp in the wgmma layout (0.6-0.8 KB); for dH, the soft-capped variants under triton 3.9 (8-16 B).
 - Ampere (mma.sync): forward 128 x 128 x 32, backward 64 x 128 x 32 and 64 x 64 (x 128 tokens) x 32.
+- persistent (persistent_forward.py, the Hopper recipe: TMA loads, persistent programs): 128 x 128 x 64, 8 warps,
+  4 stages (164 KiB of shared memory). The largest tile that compiles clean under both tritons: at 128 x 256 the
+  online softmax epilogue needs the tile twice (the accumulator and p), 256 float32 registers a thread at 8 warps,
+  and it spills 448-544 B (600 B at 16 warps, where the limit is 128 registers a thread; 256 x 128 spills 304 B).
+  Ampere's 128 x 64 x 32 (3 stages); 128 x 128 x 32 spills 8 B under triton 3.6. Float32: 64 x 64 x 16, 8 warps,
+  2 stages (4 warps spill under 3.6 on sm_80; a 32-wide K slice spills 512-552 B).
 - float32 inputs use exact (non-TF32) dots without tensor cores: smaller tiles, 16-wide K slices in the
   backward (Hopper: 4 warps, 1 stage; ptxas holds these builds at 128-168 registers, and with 8 warps or 2 stages
   some variant spills 8-32 B under one triton or the other; Ampere: 8 warps, at 4 its dW spills) and in Ampere's
@@ -57,35 +63,48 @@ class KernelConfig:
 
 # A table's entries: "forward" the partial-statistics kernel of both linear forwards (log-probs and the GRPO
 # epilogue), "merge" the split merge, "grad_hidden" / "grad_weight" the backward's two orientations, "grad_tiles"
-# the opt-in one-kernel backward (tile_backward.py), "logits" the logits-input kernels.
+# the opt-in one-kernel backward (tile_backward.py), "logits" the logits-input kernels, "persistent" the
+# persistent TMA forward (persistent_forward.py), "chunk_grad" its token-chunk backward's dz pass (chunk_grad.py).
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
 
-def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple, grad_tiles: tuple
+def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple, grad_tiles: tuple, persistent: tuple
            ) -> dict[str, dict[str, KernelConfig]]:
     """One architecture's table from (16-bit, float32) entries of the linear kernels."""
-    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight, "grad_tiles": grad_tiles}
+    linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight, "grad_tiles": grad_tiles,
+              "persistent": persistent}
     table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
-    return table | {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}, "logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}}
+    return table | {name: {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS} for name in ("logits", "chunk_grad")} | \
+        {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}}
 
 
 _BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=1),
                      "sm80": KernelConfig(64, 64, 16, num_warps=8, num_stages=2)}
+# token blocks per group of persistent_forward.py's item order (L2 reuse only; no effect on any value): 8 x 128 tokens
+# share each weight tile fetched from HBM
+PERSISTENT_GROUP_N = 8
+# persistent_forward.py (16-bit, float32); every entry splits the vocabulary every 2048 entries, as "forward" does
+_PERSISTENT = {"sm90": (KernelConfig(128, 128, 64, num_warps=8, num_stages=4, split_tiles=16),
+                        KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
+               "sm80": (KernelConfig(128, 64, 32, num_warps=8, num_stages=3, split_tiles=32),
+                        KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32))}
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 32, num_warps=4, num_stages=2, split_tiles=32)),
                    grad_hidden=(KernelConfig(64, 128, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"]),
                    grad_weight=(KernelConfig(128, 64, 64, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm90"]),
                    grad_tiles=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3),
-                               KernelConfig(64, 64, 16, num_warps=8, num_stages=1))),
+                               KernelConfig(64, 64, 16, num_warps=8, num_stages=1)),
+                   persistent=_PERSISTENT["sm90"]),
     "sm80": _table(forward=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
                    grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
                    grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
-                   grad_tiles=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"])),
+                   grad_tiles=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
+                   persistent=_PERSISTENT["sm80"]),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
@@ -98,6 +117,7 @@ INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
     "forward": KernelConfig(16, 32, 32, split_tiles=2),
     "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR, "grad_tiles": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
+    "persistent": KernelConfig(16, 32, 32, split_tiles=2), "chunk_grad": KernelConfig(16, 64),
 }
 
 

@@ -75,12 +75,49 @@ def linear_forward(hidden, head, targets):
     from .linear_forward import linear_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
-    configs = _forward_configs(hidden)
-    return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, configs, upcast, precision)
+    configs, stats = _forward_kernel(hidden, persistent=hopper(hidden.device))
+    return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, configs, upcast, precision,
+                          stats)
 
 
-def _forward_configs(hidden: torch.Tensor) -> tuple[KernelConfig, KernelConfig]:
-    return config_for("forward", hidden.dtype, hidden.device), config_for("merge", hidden.dtype, hidden.device)
+def hopper(device: torch.device) -> bool:
+    """A Hopper GPU (sm_90a): the forward takes the persistent TMA kernel (persistent_forward.py) there; the 2-D grid
+    of linear_forward.py stays for other GPUs and for the interpreter's runs of the `triton` backend."""
+    return device.type == "cuda" and not interpreting() and arch_of(torch.cuda.get_device_capability(device)) == "sm90"
+
+
+def _forward_kernel(hidden: torch.Tensor, persistent: bool):
+    """((statistics entry, merge entry), the partial-statistics launcher) of the forward."""
+    merge = config_for("merge", hidden.dtype, hidden.device)
+    if not persistent:
+        return (config_for("forward", hidden.dtype, hidden.device), merge), None
+    from .persistent_forward import persistent_partial_stats
+
+    return (config_for("persistent", hidden.dtype, hidden.device), merge), persistent_partial_stats
+
+
+def persistent_forward(hidden, head, targets, logits=None):
+    """linear_forward's (logps, entropy, lse) by the persistent TMA kernel on any device (interpreted on CPU); with
+    `logits` ([N, V] float32, rows 16-byte aligned) the transformed logits are also written there."""
+    prepare(hidden.device)
+    _check_dtype(hidden, "hidden")
+    from functools import partial
+
+    from .linear_forward import linear_forward as launch_forward
+
+    upcast, precision = _linear_options(hidden.dtype)
+    configs, stats = _forward_kernel(hidden, persistent=True)
+    return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, configs, upcast, precision,
+                          partial(stats, logits=logits))
+
+
+def chunk_logits_grad_(logits, head, targets, lse, entropy, grad_logps, grad_entropy, out_dtype):
+    """persistent_forward's stored float32 logits [rows, V] turned into dLoss/d(raw logits) in out_dtype, in place
+    (chunk_grad.py); returns dz, a view of the logits' memory."""
+    from .chunk_grad import logits_grad_
+
+    return logits_grad_(logits, head, targets, lse, entropy, grad_logps, grad_entropy, out_dtype,
+                        config_for("chunk_grad", out_dtype, logits.device), interpreting())
 
 
 def forward_plan(N: int, V: int, dtype: torch.dtype, device: torch.device):
@@ -88,7 +125,7 @@ def forward_plan(N: int, V: int, dtype: torch.dtype, device: torch.device):
     (N, V), the dtype and the architecture; its split boundaries depend on V only."""
     from .linear_forward import plan
 
-    return plan(N, V, config_for("forward", dtype, device))
+    return plan(N, V, config_for("persistent" if hopper(device) else "forward", dtype, device))
 
 
 def linear_backward(grad_logps, grad_entropy, hidden, head, targets, lse, entropy,
@@ -158,7 +195,7 @@ def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entrop
     from .linear_forward import linear_grpo_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
-    configs = _forward_configs(hidden)
+    configs, stats = _forward_kernel(hidden, persistent=hopper(hidden.device))
     return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, advantages, token_weights,
                           entropy_weights, old_logps, ref_logps, importance_ratio, mask, objective, configs, upcast,
-                          precision)
+                          precision, stats)

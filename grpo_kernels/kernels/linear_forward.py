@@ -80,30 +80,48 @@ def _partial_stats_kernel(
 ):
     """Program (token block, split): the four running statistics of the split's vocabulary range, written to
     partial[:, split, rows]."""
-    pid = tl.program_id(0)
-    per_group = GROUP * splits
-    first_block = (pid // per_group) * GROUP
-    group_size = tl.minimum(tl.cdiv(N, BLOCK_N) - first_block, GROUP)
-    block = first_block + (pid % per_group) % group_size
-    split = (pid % per_group) // group_size
-
-    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    targets = load_targets(targets_ptr, rows, row_ok, V)
-    v_start = split * split_width
-    v_end = tl.minimum(v_start + split_width, V)
+    block, split, rows, row_ok, targets, v_start, v_end = work_item(tl.program_id(0), targets_ptr, N, V, splits,
+                                                                    split_width, BLOCK_N, GROUP)
     run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
     for v0 in range(v_start, v_end, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < v_end
         z = logits_tile(hidden_ptr, block * BLOCK_N, N, stride_hidden, weight_ptr, v0, V, stride_weight, bias_ptr, H,
                         inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, 1)
-        # the target's column in this tile, -1 when it lies outside [v0, v_end): columns past v_end are other
-        # splits' (or the first column's again, past V)
-        local = tl.where((targets >= v0) & (targets < v_end), targets - v0, -1)
-        run_max, sum_exp, sum_exp_z, target_z = online_softmax_update(
-            run_max, sum_exp, sum_exp_z, target_z, z, tl.arange(0, BLOCK_V)[None, :] == local[:, None],
-            col_ok[None, :], 1)
+        run_max, sum_exp, sum_exp_z, target_z = fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z, targets,
+                                                                v0, v_end, col_ok, BLOCK_V)
+    store_partial(partial_ptr, split, N, splits, rows, row_ok, run_max, sum_exp, sum_exp_z, target_z)
+
+
+@triton.jit
+def work_item(item, targets_ptr, N, V, splits, split_width, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+    """Work item `item` (numbered GROUP token blocks x all splits, then the next group): its token block and split,
+    rows, which of them exist, their targets (load_targets) and its vocabulary range [v_start, v_end)."""
+    per_group = GROUP * splits
+    first_block = (item // per_group) * GROUP
+    group_size = tl.minimum(tl.cdiv(N, BLOCK_N) - first_block, GROUP)
+    block = first_block + (item % per_group) % group_size
+    split = (item % per_group) // group_size
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    v_start = split * split_width
+    return (block, split, rows, row_ok, load_targets(targets_ptr, rows, row_ok, V), v_start,
+            tl.minimum(v_start + split_width, V))
+
+
+@triton.jit
+def fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z, targets, v0, v_end, col_ok, BLOCK_V: tl.constexpr):
+    """Fold a token-major tile of a split's columns [v0, v0 + BLOCK_V) into the rows' running statistics."""
+    # the target's column in this tile, -1 when it lies outside [v0, v_end): columns past v_end are other
+    # splits' (or past V)
+    local = tl.where((targets >= v0) & (targets < v_end), targets - v0, -1)
+    return online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
+                                 tl.arange(0, BLOCK_V)[None, :] == local[:, None], col_ok[None, :], 1)
+
+
+@triton.jit
+def store_partial(partial_ptr, split, N, splits, rows, row_ok, run_max, sum_exp, sum_exp_z, target_z):
+    """The four statistics of (rows, split) into the [4, splits, N] buffer."""
     at = partial_ptr + split.to(tl.int64) * N + rows
     stat = splits.to(tl.int64) * N
     tl.store(at, run_max, mask=row_ok)
@@ -176,19 +194,22 @@ def _merge_grpo_kernel(
     tl.store(clip_ptr + rows, low.to(tl.int8) + 2 * high.to(tl.int8), mask=row_ok)
 
 
+def partial_buffer(hidden, head, config: KernelConfig) -> tuple[torch.Tensor, ForwardPlan]:
+    """The [4, splits, N] float32 partial statistics (uninitialised: every element is written once) and the plan."""
+    shape = plan(hidden.shape[0], head.weight.shape[0], config)
+    return torch.empty(4, shape.splits, hidden.shape[0], dtype=torch.float32, device=hidden.device), shape
+
+
 def _partial_stats(hidden, head, targets, config: KernelConfig, upcast: bool, precision: str
                    ) -> tuple[torch.Tensor, ForwardPlan]:
-    N, H = hidden.shape
-    weight, bias = head.weight, head.bias
-    V = weight.shape[0]
-    shape = plan(N, V, config)
-    partial = torch.empty(4, shape.splits, N, dtype=torch.float32, device=hidden.device)
+    bias = head.bias
+    partial, shape = partial_buffer(hidden, head, config)
     inv_tau, cap_scale, capped = head_transform_args(head)
     _partial_stats_kernel[(shape.programs,)](
-        hidden, weight, bias if bias is not None else hidden, targets, partial,
-        N, V, H, hidden.stride(0), weight.stride(0), inv_tau, cap_scale, shape.split_width, shape.splits,
-        HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast, PRECISION=precision, GROUP=GROUP_N,
-        **config.launch_options(upcast),
+        hidden, head.weight, bias if bias is not None else hidden, targets, partial,
+        hidden.shape[0], head.weight.shape[0], hidden.shape[1], hidden.stride(0), head.weight.stride(0), inv_tau,
+        cap_scale, shape.split_width, shape.splits, HAS_BIAS=bias is not None, SOFTCAP=capped, UPCAST=upcast,
+        PRECISION=precision, GROUP=GROUP_N, **config.launch_options(upcast),
     )
     return partial, shape
 
@@ -200,14 +221,15 @@ def _merge_options(merge: KernelConfig, interpreted: bool) -> dict:
 
 
 def linear_forward(hidden: torch.Tensor, head, targets: torch.Tensor, configs: tuple[KernelConfig, KernelConfig],
-                   upcast: bool, precision: str):
-    """head: a grpo_kernels.head.LMHead; configs: the (forward, merge) table entries."""
+                   upcast: bool, precision: str, partial_stats=None):
+    """head: a grpo_kernels.head.LMHead; configs: the (forward, merge) table entries; partial_stats: the kernel
+    making the [4, splits, N] statistics, `_partial_stats`'s signature (persistent_forward.py's on Hopper)."""
     N = hidden.shape[0]
     config, merge = configs
     logps, entropy, lse = (torch.empty(N, dtype=torch.float32, device=hidden.device) for _ in range(3))
     if N == 0:
         return logps, entropy, lse
-    partial, shape = _partial_stats(hidden, head, targets, config, upcast, precision)
+    partial, shape = (partial_stats or _partial_stats)(hidden, head, targets, config, upcast, precision)
     _merge_logprobs_kernel[(triton.cdiv(N, merge.block_n),)](
         partial, logps, entropy, lse, N, shape.splits, **_merge_options(merge, upcast))
     return logps, entropy, lse
@@ -215,9 +237,9 @@ def linear_forward(hidden: torch.Tensor, head, targets: torch.Tensor, configs: t
 
 def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entropy_weights, old_logps,
                         ref_logps, importance_ratio, mask, objective: dict,
-                        configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str):
+                        configs: tuple[KernelConfig, KernelConfig], upcast: bool, precision: str, partial_stats=None):
     """Per token [N]: loss terms (summing to the loss), logps, entropy, lse, g = dterm/dlp, kl, clip code
-    (bit 0: low-clipped, bit 1: high-clipped)."""
+    (bit 0: low-clipped, bit 1: high-clipped). partial_stats: as linear_forward's."""
     N = hidden.shape[0]
     config, merge = configs
     f32 = dict(dtype=torch.float32, device=hidden.device)
@@ -236,7 +258,7 @@ def linear_grpo_forward(hidden, head, targets, advantages, token_weights, entrop
     flags = dict(LOSS_KIND=objective["loss_kind"], HAS_OLD=old_logps is not None, HAS_REF=ref_logps is not None,
                  HAS_RHO=importance_ratio is not None, HAS_DELTA=objective["delta"] is not None,
                  BIAS_CORRECTION=objective["bias_correction"], HAS_ENTROPY_BONUS=entropy_weights is not None)
-    partial, shape = _partial_stats(hidden, head, targets, config, upcast, precision)
+    partial, shape = (partial_stats or _partial_stats)(hidden, head, targets, config, upcast, precision)
     _merge_grpo_kernel[(triton.cdiv(N, merge.block_n),)](
         partial, *per_token, N, shape.splits, *scalars, **flags, **_merge_options(merge, upcast))
     return terms, logps, entropy, lse, grad, kl, clip

@@ -1,7 +1,7 @@
 """Every GPU block/warp/stage entry of the Triton launchers compiles for Hopper (sm_90a) and Ampere (sm_80)
-without register spills and within the GPU's shared memory, and Hopper builds of tensor-core kernels use
-wgmma; the committed compile report of the running triton says so for every build and is current. No GPU
-needed: triton compiles for a named target, and its bundled cuobjdump reads the cubins. The compiles run in
+without register spills and within the GPU's shared memory, Hopper builds of tensor-core kernels use
+wgmma, and those on the Hopper recipe's hot path (the persistent forward) also load through TMA; the committed
+compile report of the running triton says so for every build and is current. No GPU needed: triton compiles for a named target, and its bundled cuobjdump reads the cubins. The compiles run in
 a subprocess because this process has the Triton interpreter on (it cannot compile), and they are cached
 on disk by triton, so a rerun takes seconds."""
 
@@ -15,7 +15,7 @@ import triton  # before benchmarks.model.kernel_report, which turns the interpre
 
 from repo_paths import ROOT
 COMMITTED = ROOT / "benchmarks" / "results" / "kernels"
-MEASURED = ("registers", "stack_bytes", "spill_stores", "shared_bytes", "wgmma", "mma")
+MEASURED = ("registers", "stack_bytes", "spill_stores", "shared_bytes", "tma_loads", "wgmma", "mma")
 
 
 def _cuobjdump_missing() -> bool:
@@ -87,7 +87,8 @@ def test_problems_flags_spills_and_missing_wgmma():
     from benchmarks.model.kernel_report import problems
 
     clean = dict(kernel="k", arch="sm90", dtype="bf16", variant="-", num_warps=8, num_stages=2, registers=200,
-                 stack_bytes=0, spill_stores=0, shared_bytes=100_000, tensor_cores=True, wgmma=4, mma=0)
+                 stack_bytes=0, spill_stores=0, shared_bytes=100_000, tensor_cores=True, wgmma=4, mma=0,
+                 hot_path=True, tma_loads=8)
     assert problems([clean]) == []
     assert "spills" in problems([dict(clean, stack_bytes=8)])[0]
     assert "spills" in problems([dict(clean, spill_stores=1)])[0]
@@ -96,6 +97,18 @@ def test_problems_flags_spills_and_missing_wgmma():
     assert "shared memory" in problems([dict(clean, shared_bytes=267264)])[0]
     assert "shared memory" in problems([dict(clean, arch="sm80", wgmma=0, shared_bytes=200_000)])[0]
     assert problems([dict(clean, tensor_cores=False, wgmma=0)]) == []
+    assert "without TMA loads" in problems([dict(clean, tma_loads=0)])[0]
+    assert problems([dict(clean, tma_loads=0, hot_path=False)]) == []  # a build kept for other GPUs
+    assert problems([dict(clean, tma_loads=0, tensor_cores=False)]) == []
+
+
+def test_the_hopper_recipe_is_on_the_hot_path(report):
+    """The persistent forward is built for Hopper with TMA loads and wgmma in every 16-bit variant, and every
+    hot-path Hopper tensor-core build has both (problems() fails the run otherwise; this says they exist)."""
+    recipe = [r for r in report if r["hot_path"] and r["arch"] == "sm90" and r["tensor_cores"]]
+    assert {r["kernel"] for r in recipe} == {"_persistent_stats_kernel"}
+    assert {r["dtype"] for r in recipe} == {"bf16"}  # the subset this fixture compiles (fp16 in the full report)
+    assert all(r["tma_loads"] > 0 and r["wgmma"] > 0 and r["stack_bytes"] == 0 for r in recipe)
 
 
 @pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own

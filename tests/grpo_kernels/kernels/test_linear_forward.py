@@ -43,17 +43,20 @@ def test_forward_is_bitwise_reproducible():
         assert torch.equal(a, b)
 
 
-def test_a_row_is_bitwise_the_same_in_any_batch():
+@pytest.mark.parametrize("forward", [launch.linear_forward, launch.persistent_forward],
+                         ids=["2d_grid", "persistent_tma"])
+def test_a_row_is_bitwise_the_same_in_any_batch(forward):
     """Batch invariance: one row alone, and in batches of several sizes at several positions (first, inside a
-    token block, at a block's end, last), gives bitwise the same log-prob and entropy."""
+    token block, at a block's end, last), gives bitwise the same log-prob and entropy; for both forward kernels
+    (the persistent one: kernels/persistent_forward.py)."""
     (hidden, weight, bias), targets, _, _ = inputs(seed=9, N=40, H=32, V=100, dtype=torch.bfloat16)
     hidden_d, head, targets_d = forward_args(hidden, weight, bias, targets, SOFTCAPPED)
     row = 3
-    alone_logp, alone_entropy, _ = launch.linear_forward(hidden_d[row:row + 1], head, targets_d[row:row + 1])
+    alone_logp, alone_entropy, _ = forward(hidden_d[row:row + 1], head, targets_d[row:row + 1])
     for size, position in ((2, 1), (17, 15), (40, 16), (40, 39)):
         others = [i for i in range(40) if i != row][:size - 1]
         order = others[:position] + [row] + others[position:]
-        logps, entropy, _ = launch.linear_forward(hidden_d[order], head, targets_d[order])
+        logps, entropy, _ = forward(hidden_d[order], head, targets_d[order])
         assert torch.equal(logps[position:position + 1], alone_logp), (size, position)
         assert torch.equal(entropy[position:position + 1], alone_entropy), (size, position)
 

@@ -1,0 +1,153 @@
+"""The Triton path on the Hopper recipe: token chunks with the gradient formed in the forward.
+
+Per chunk of tokens (as many as a float32 [rows, V] chunk of `workspace_bytes` holds, in whole token blocks of the
+kernel):
+1. the persistent TMA kernel (kernels/persistent_forward.py) makes the chunk's logits tile by tile, folds each tile
+   into the row statistics in its epilogue and stores the transformed float32 tile to the chunk; the merge kernel
+   finishes the rows' log-prob, entropy and lse;
+2. the objective's g = dLoss/dlp and e = dLoss/dent of those rows (`token_grads`, the ONE_PASS route; or given, in
+   `linear_backward`);
+3. kernels/chunk_grad.py turns the chunk into dz in the input dtype, in place (its docstring says why no thread
+   still needs the bytes it overwrites);
+4. dH[chunk] = dz W and dW += dz^T h (a float32 accumulator written by the first chunk's GEMM, then read as C by
+   each later one, in chunk order) and dbias += column sums of dz: cuBLAS on a GPU (backends/wide_gemm.py).
+
+Three GEMM-equivalents for a trained head through the ONE_PASS route (two for a frozen head), four through
+`linear_backward` (the logits again). No atomics: every output element has one writer, chunks run in a fixed
+order, so the gradients are bitwise repeatable run to run; the log-probs and entropies are the persistent kernel's,
+batch-invariant (kernels/linear_forward.py explains why the split boundaries make them so), whatever the chunking.
+
+The chunk is float32, not the input dtype: dz needs p = exp(z - lse), and a bf16 logit is off by up to |z| 2^-9,
+p as much relative (measured: 7% of the largest dH element off float64 at |z| ~ 15, against the 1.5% the tests
+allow a bf16 gradient). dz itself is rounded to the input dtype, as any GEMM operand.
+
+Extra memory: the chunk (at most `workspace_bytes`, at least one token block of rows), the float32 dW accumulator
+when the head is trained, the forward's partial statistics (16 bytes x splits x chunk rows).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..head import LMHead
+from ..kernels import launch
+# _WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C)
+from .gemm import DEFAULT_WORKSPACE_BYTES, CombineStats, TokenGrads, _WeightGrad, wave_rows
+from .protocol import stats_dtype
+from .wide_gemm import gemm_dtype, mm_wide
+
+
+def chunk_rows(vocab_size: int, workspace_bytes: int, block_n: int) -> int:
+    """Tokens per chunk: the GEMM path's wave (gemm.wave_rows: float32 rows of V in workspace_bytes), rounded down
+    to whole token blocks, at least one.
+    Counted as the GEMM path does, a vocabulary shard's ranks run the same number of chunks
+    (vocab_parallel.VocabShard.wave_workspace): the statistics are combined per chunk, a collective."""
+    return max(block_n, wave_rows(vocab_size, workspace_bytes) // block_n * block_n)
+
+
+def _padded_vocab(vocab_size: int) -> int:
+    """The chunk's row length: float32 rows of 16-byte multiples (the descriptor store's row stride)."""
+    return -(-vocab_size // 4) * 4
+
+
+class TmaChunkBackend:
+    """The LogprobBackend interface and the ONE_PASS route (protocol.py) over token chunks."""
+
+    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES):
+        self.workspace_bytes = int(workspace_bytes) if workspace_bytes else DEFAULT_WORKSPACE_BYTES
+
+    def linear_forward(self, hidden, head: LMHead, targets):
+        """(logps, entropy, lse) [N]: the persistent kernel alone, no logits stored."""
+        return launch.persistent_forward(hidden, head, targets)
+
+    def linear_backward(self, grad_logps, grad_entropy, hidden, head: LMHead, targets, lse, entropy,
+                        needs_hidden_grad=True, needs_weight_grad=True):
+        """(dhidden, dweight, dbias) from g and e: each chunk's logits again, dz in place, the GEMMs."""
+        *_, dh, dw, db = self._stream(hidden, head, targets, given=(lse, entropy, grad_logps, grad_entropy),
+                                      needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
+        return dh, dw, db
+
+    def linear_forward_with_grads(self, hidden, head: LMHead, targets, token_grads: TokenGrads,
+                                  needs_hidden_grad=True, needs_weight_grad=True,
+                                  combine_stats: Optional[CombineStats] = None):
+        """(logps, entropy, lse, dhidden, dweight, dbias) in one pass over the chunks."""
+        return self._stream(hidden, head, targets, token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
+                            needs_weight_grad=needs_weight_grad, combine_stats=combine_stats)
+
+    def _stream(self, hidden, head: LMHead, targets, *, token_grads: Optional[TokenGrads] = None,
+                given: Optional[tuple] = None, needs_hidden_grad: bool, needs_weight_grad: bool,
+                combine_stats: Optional[CombineStats] = None):
+        weight, bias = head.weight, head.bias
+        N = hidden.shape[0]
+        V = weight.shape[0]
+        device = hidden.device
+        wide = stats_dtype(hidden.dtype)
+        grads = needs_hidden_grad or needs_weight_grad
+        logps = entropy = lse = None
+        if given is None:
+            logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
+        elif not grads:
+            return None, None, None, None, None, None
+        grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
+        grad_weight = _WeightGrad(weight, wide) if needs_weight_grad else None
+        grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
+        w = weight.to(gemm_dtype(hidden))  # no copy on CUDA; a float32 copy of a 16-bit head on CPU
+
+        block_n = launch.config_for("persistent", hidden.dtype, device).block_n
+        step = chunk_rows(V, self.workspace_bytes, block_n)
+        chunk = torch.empty(min(step, N), _padded_vocab(V), dtype=torch.float32, device=device) if N else None
+        for n0 in range(0, N, step):
+            n1 = min(n0 + step, N)
+            h, y = hidden[n0:n1], targets[n0:n1]
+            logits = chunk[:n1 - n0, :V]
+            stats = launch.persistent_forward(h, head, y, logits=logits if grads else None)
+            rows = _row_terms(n0, n1, stats, given, token_grads, combine_stats, (logps, entropy, lse))
+            if rows is None or not grads:
+                continue
+            lse_w, ent_w, g, e = rows
+            dz = launch.chunk_logits_grad_(logits, head, y, lse_w.float().contiguous(), ent_w.float().contiguous(),
+                                           g, e, hidden.dtype)
+            _add_chunk_grads(dz, w, h, None if grad_hidden is None else grad_hidden[n0:n1], grad_weight, grad_bias)
+        dweight = None if grad_weight is None else grad_weight.result(weight.dtype)
+        dbias = None if grad_bias is None else grad_bias.to(bias.dtype)
+        return logps, entropy, lse, grad_hidden, dweight, dbias
+
+
+def _add_chunk_grads(dz, w, h, hidden_rows: Optional[torch.Tensor], grad_weight: Optional[_WeightGrad],
+                     grad_bias: Optional[torch.Tensor]) -> None:
+    """The chunk's dH rows = dz W (written into hidden_rows), dW += dz^T h, dbias += column sums of dz."""
+    if hidden_rows is not None:
+        if dz.dtype == w.dtype == hidden_rows.dtype:  # CUDA (or float32): one GEMM into the rows
+            torch.mm(dz, w, out=hidden_rows)
+        else:  # a CPU's 16-bit dz against the float32 head copy: the same values, a float32 GEMM, then cast
+            hidden_rows.copy_(mm_wide(dz, w, torch.float32))
+    if grad_weight is not None:
+        grad_weight.add(dz, h)
+    if grad_bias is not None:
+        grad_bias.add_(dz.sum(0, dtype=grad_bias.dtype))
+
+
+def _row_terms(n0: int, n1: int, stats: tuple, given: Optional[tuple], token_grads: Optional[TokenGrads],
+                combine_stats: Optional[CombineStats], outputs: tuple) -> Optional[tuple]:
+    """(lse, entropy, g, e) of rows [n0, n1): `given` ones (linear_backward), or the chunk's statistics (combined
+    over a vocabulary shard), written to `outputs` (logps, entropy, lse), with the objective's g and e; None when
+    there is no objective. token_grads is called even when nothing needs a gradient: it also records the
+    objective's value of these rows."""
+    if given is not None:
+        lse, entropy, g, e = given
+        return lse[n0:n1], entropy[n0:n1], g[n0:n1], None if e is None else e[n0:n1]
+    logps_w, ent_w, lse_w = stats
+    if combine_stats is not None:
+        lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, logps_w + lse_w)
+        logps_w = target_z - lse_w
+    for out, value in zip(outputs, (logps_w, ent_w, lse_w)):
+        out[n0:n1] = value
+    if token_grads is None:
+        return None
+    return (lse_w, ent_w, *token_grads(n0, n1, logps_w, ent_w))
+
+
+def backend(workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> TmaChunkBackend:
+    return TmaChunkBackend(workspace_bytes)

@@ -1,0 +1,113 @@
+"""Cost of backends/triton_tma.py: token chunks through the persistent TMA forward, dz in place, dH and dW by GEMM.
+
+The chunk loop is the GEMM path's wave loop (paths.gemm) with one step changed: where the GEMM path writes a float32
+logits wave by cuBLAS and reads it back in a row pass for the statistics, the persistent kernel computes the tiles
+and folds the statistics in its epilogue, writing the float32 chunk only when a gradient follows (and nothing at all
+for no-grad log-probs, which run in one launch over every token). The dz pass (4 bytes read, the input dtype
+written per logit), the dH and dW GEMMs, the objective's small ops and the casts are the GEMM path's, charged by
+paths.gemm itself; the chunk is that path's wave rounded down to whole 128-token blocks (chunk_rows).
+
+The Triton kernel's tensor-core rate: no GPU has measured this project's persistent kernel yet. Until one does, it
+is the published rate of the same kind of kernel: persistent Triton GEMMs loading through tensor descriptors (TMA)
+on Hopper ran at 700 TFLOP/s where cuBLAS ran at 780 (PyTorch issue 149790, bf16, 128 x 256 x 64 tiles), and at
+666-689 TFLOP/s on 8192-cubed GEMMs (tritonbench issue 894). The model charges cuBLAS's time at the same shape
+(device.gemm_compute_seconds: the calibrated cuBLAS rate, tile and wave quantization) divided by 700 / 780. This
+project's tile is 128 x 128 x 64 (configs.py: 128 x 256 spills), which the cited 0.90 does not cover: an
+assumption until the next GPU run measures it (benchmarks/triton_check.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..kernels.configs import GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT
+from .estimate import Estimate, Phase, Problem
+from .paths import PER_TOKEN_BYTES, gemm, padding_phases
+
+# persistent TMA Triton GEMM / cuBLAS on Hopper: 700 / 780 TFLOP/s (PyTorch issue 149790; tritonbench issue 894:
+# 666-689 TFLOP/s): published, not measured here
+TMA_TRITON_FRACTION_OF_CUBLAS = 700 / 780
+# The epilogue's exponentials (two a logit: p, and the rescale's share is per row) on the special-function units:
+# 16 results per clock per SM for compute capability 9.0 (CUDA C++ Programming Guide, arithmetic instruction
+# throughput, exp2), at H100 / H200's 1.98 GHz boost clock; not overlapped with the tile's tensor-core work (no
+# warp specialisation on Hopper in stock Triton).
+EPILOGUE_EXPS_PER_LOGIT = 2
+SFU_RESULTS_PER_CLOCK_PER_SM = 16
+SM_CLOCK_HZ = 1.98e9
+_PERSISTENT = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT]
+
+
+@dataclass(frozen=True)
+class PersistentKernelPhase(Phase):
+    """The persistent kernel: its tile GEMM at cuBLAS's time for the shape over the published Triton fraction,
+    plus the epilogue's exponentials."""
+
+    exps: float = 0.0
+
+    def compute_seconds(self, rates) -> float:
+        sfu_rate = SFU_RESULTS_PER_CLOCK_PER_SM * rates.sms * SM_CLOCK_HZ
+        return super().compute_seconds(rates) / TMA_TRITON_FRACTION_OF_CUBLAS + self.exps / sfu_rate
+
+
+def chunk_rows_modelled(p: Problem) -> int:
+    """backends/triton_tma.chunk_rows for this problem on Hopper (kept free of torch and triton imports)."""
+    block = _PERSISTENT.block_n
+    return max(block, p.workspace_bytes // (4 * p.vocab) // block * block)
+
+
+def persistent_forward_phase(name: str, rows: int, p: Problem, store_logits: bool, count: int = 1) -> Phase:
+    """One launch of persistent_forward.py over `rows` tokens, and the merge: the weight from HBM once per group of
+    PERSISTENT_GROUP_N token blocks (the items in flight share it), the hidden rows once, the partial statistics
+    written and read, the float32 logits written when stored."""
+    H, V, c = p.hidden, p.vocab, p.itemsize
+    splits = math.ceil(V / (_PERSISTENT.block_v * _PERSISTENT.split_tiles))
+    groups = math.ceil(rows / (_PERSISTENT.block_n * PERSISTENT_GROUP_N))
+    hbm = rows * H * c + groups * V * H * c + 2 * 16 * splits * rows + rows * PER_TOKEN_BYTES
+    return PersistentKernelPhase(name, flops=2 * rows * V * H, hbm_bytes=hbm + store_logits * rows * V * 4,
+                                 gemm_shape=(rows, V, H), count=count, launches=2,
+                                 exps=EPILOGUE_EXPS_PER_LOGIT * rows * V)
+
+
+def triton_tma(p: Problem) -> Estimate:
+    """The chunk loop: paths.gemm's waves with each wave's logits GEMM and row statistics replaced by the persistent
+    kernel (storing the chunk when gradients follow); no-grad log-probs in one launch."""
+    rows = chunk_rows_modelled(p)
+    N = p.valid_tokens
+    if p.operation == "logprobs":
+        phases = padding_phases(p) + [persistent_forward_phase("persistent TMA forward + merge", N, p, False)]
+        return Estimate("persistent TMA Triton forward", p, phases, gemms=1,
+                        peak_extra_bytes=_partial_bytes(N, p) + N * PER_TOKEN_BYTES + (N * p.hidden * p.itemsize
+                                                                                       if N < p.tokens else 0),
+                        fp32_weight_grad_bytes=0, assumptions=_assumptions(rows, N))
+    waves = gemm(replace(p, workspace_bytes=rows * 4 * p.vocab))
+    phases, replaced = [], 0
+    for phase in waves.phases:
+        if "GEMM1" not in phase.name:
+            if "row statistics" not in phase.name:  # the statistics are the kernel's epilogue's
+                phases.append(phase)
+            continue
+        replaced += 1
+        if phase.name.startswith("pass 1"):  # a sequence-level loss's statistics: linear_forward, one launch
+            if replaced == 1:
+                phases.append(persistent_forward_phase("pass 1: persistent TMA forward + merge", N, p, False))
+        else:  # the wave's logits again (or for the first time): the chunk stored
+            phases.append(persistent_forward_phase(phase.name.replace("GEMM1 Z = h W^T (fp32 out)",
+                                                                      "persistent TMA forward, chunk stored"),
+                                                   phase.gemm_shape[0], p, True, phase.count))
+    if not replaced:
+        raise RuntimeError("paths.gemm names no 'GEMM1' logits phase: this model must follow its rename")
+    return Estimate("persistent TMA Triton chunks, dz in place, dH / dW by GEMM", p, phases, gemms=waves.gemms,
+                    peak_extra_bytes=waves.peak_extra_bytes + _partial_bytes(min(rows, N), p),
+                    fp32_weight_grad_bytes=waves.fp32_weight_grad_bytes, assumptions=_assumptions(rows, N))
+
+
+def _partial_bytes(rows: int, p: Problem) -> int:
+    return 16 * math.ceil(p.vocab / (_PERSISTENT.block_v * _PERSISTENT.split_tiles)) * rows
+
+
+def _assumptions(rows: int, N: int) -> list[str]:
+    return [f"{min(rows, N)} tokens a chunk, {math.ceil(N / rows)} chunks",
+            f"Triton tile GEMM at {TMA_TRITON_FRACTION_OF_CUBLAS:.2f} of cuBLAS's time at the shape (published: "
+            "PyTorch issue 149790, tritonbench issue 894; not yet measured for this kernel)",
+            "epilogue exponentials on the SFUs, not overlapped", "padding rows dropped before the head"]

@@ -1,0 +1,131 @@
+"""The Hopper recipe of the forward: one persistent program per SM looping over work items in a grouped order, its
+operands loaded through tensor descriptors (TMA on sm_90a), the online log-sum-exp in each tile GEMM's epilogue.
+
+A work item is (token block, vocabulary split), as in linear_forward.py: the program sweeps the split's vocabulary
+tiles in ascending order; per tile the K loop loads [BLOCK_N, BLOCK_K] hidden and [BLOCK_V, BLOCK_K] weight blocks
+through descriptors (`tl.make_tensor_descriptor`: TMA loads into shared memory, zero-filled past the tensor's end,
+so neither a pointer tile nor a mask is held in registers) and accumulates a float32 [BLOCK_N, BLOCK_V] logits tile
+on tensor cores (wgmma on Hopper); the epilogue adds the bias, applies the logit transform and folds the tile into
+each row's running max, sum exp, sum exp * z and target logit. The item's four statistics go to the same
+[4, splits, N] buffer as linear_forward.py's, merged by its merge kernels (the GRPO epilogue among them).
+With STORE_LOGITS the epilogue also writes the transformed float32 tile to a logits chunk through a descriptor
+store: the token-chunk backward (backends/triton_tma.py) turns those bytes into dz in place. Float32, not the
+input dtype: dz needs p = exp(z - lse), and a bf16 logit is off by up to |z| 2^-9, so p by that much relative (the
+bf16 chunk measured 7% of the largest dH element off float64 at |z| ~ 15 in the interpreter tests).
+
+Persistent order and L2: the grid is `programs` (the SM count on a GPU); program p runs items p, p + programs, ...
+Items are numbered as linear_forward.py's grid (GROUP token blocks x all splits before the next group), so the
+programs resident at one time work on consecutive items and share GROUP hidden blocks and each weight tile about
+once per group, as a grouped GEMM does.
+
+Determinism and batch invariance, as linear_forward.py: a row's tiles, their K order, its split boundaries
+(`plan`: V and the table entry only) and the merge order are fixed whatever N, the row's position or the number of
+programs; which program runs an item changes no arithmetic, and no reduction crosses rows. TMA's zero fill of rows
+past N only touches rows that are never stored.
+
+Cost (bf16 on Hopper, configs.py's "persistent" sm90 entry: 128 x 256 x 64 tiles, split_tiles 8, 8 warps, 3
+stages): tensor-core work 2 N V H (one GEMM-equivalent); HBM: the weight once per group of GROUP token blocks, the
+hidden states once, 16 bytes x splits x N of statistics; with STORE_LOGITS, 4 N V bytes more written.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
+from .configs import PERSISTENT_GROUP_N, KernelConfig
+from .linear_forward import ForwardPlan, fold_split_tile, partial_buffer, store_partial, work_item
+from .tiles import head_transform_args, online_softmax_init, transform_logits
+
+GROUP_N = PERSISTENT_GROUP_N
+
+
+@triton.jit(do_not_specialize=["N", "splits", "programs"])
+def _persistent_stats_kernel(
+    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr, chunk_ptr,
+    N, V, H, stride_hidden, stride_weight, stride_chunk, inv_tau, cap_scale, split_width, splits, programs,
+    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, STORE_LOGITS: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,
+):
+    hidden_desc = tl.make_tensor_descriptor(hidden_ptr, shape=[N, H], strides=[stride_hidden, 1],
+                                            block_shape=[BLOCK_N, BLOCK_K])
+    weight_desc = tl.make_tensor_descriptor(weight_ptr, shape=[V, H], strides=[stride_weight, 1],
+                                            block_shape=[BLOCK_V, BLOCK_K])
+    if STORE_LOGITS:
+        chunk_desc = tl.make_tensor_descriptor(chunk_ptr, shape=[N, V], strides=[stride_chunk, 1],
+                                               block_shape=[BLOCK_N, BLOCK_V])
+    for item in range(tl.program_id(0), tl.cdiv(N, BLOCK_N) * splits, programs):
+        block, split, rows, row_ok, targets, v_start, v_end = work_item(item, targets_ptr, N, V, splits,
+                                                                        split_width, BLOCK_N, GROUP)
+        n0 = block * BLOCK_N
+        run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
+        for v0 in range(v_start, v_end, BLOCK_V):
+            acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+            for k0 in range(0, H, BLOCK_K):
+                a = hidden_desc.load([n0, k0])
+                b = weight_desc.load([v0, k0])
+                if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
+            cols = v0 + tl.arange(0, BLOCK_V)
+            # columns past v_end are the next split's only past V (split_width is a whole number of tiles)
+            col_ok = cols < v_end
+            if HAS_BIAS:
+                acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            z = transform_logits(acc, inv_tau, cap_scale, SOFTCAP)
+            if STORE_LOGITS:  # float32, clipped at N and V by the descriptor
+                chunk_desc.store([n0, v0], z)
+            run_max, sum_exp, sum_exp_z, target_z = fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z,
+                                                                    targets, v0, v_end, col_ok, BLOCK_V)
+        store_partial(partial_ptr, split, N, splits, rows, row_ok, run_max, sum_exp, sum_exp_z, target_z)
+
+
+def _set_descriptor_allocator() -> None:
+    """In-kernel descriptors take a scratch buffer (128 bytes a program) from triton's allocator."""
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8,
+                                                                     device="cuda" if torch.cuda.is_available()
+                                                                     else "cpu"))
+
+
+def descriptor_ready(x: torch.Tensor) -> torch.Tensor:
+    """x itself when a tensor descriptor can address it (unit inner stride, base and row stride 16-byte aligned),
+    else a fresh contiguous copy (aligned; callers pad the inner size to 16 bytes, launch.padded_to_block_k)."""
+    size = x.element_size()
+    if x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and (x.stride(0) * size) % 16 == 0:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+def programs_for(device: torch.device, items: int) -> int:
+    """The persistent grid: one program per SM on a GPU (never more than the items); under the interpreter a few,
+    so that the item loop runs more than once per program in the tests."""
+    if device.type == "cuda":
+        return max(1, min(items, torch.cuda.get_device_properties(device).multi_processor_count))
+    return max(1, min(items, 3))
+
+
+def persistent_partial_stats(hidden: torch.Tensor, head, targets: torch.Tensor, config: KernelConfig, upcast: bool,
+                             precision: str, logits: torch.Tensor | None = None
+                             ) -> tuple[torch.Tensor, ForwardPlan]:
+    """The [4, splits, N] partial statistics of linear_forward.py's layout (its merge kernels finish them), and with
+    `logits` ([N, V] float32 view, rows 16-byte aligned) the transformed logits written there. H must be a multiple
+    of config.block_k (launch.padded_to_block_k)."""
+    partial, shape = partial_buffer(hidden, head, config)
+    (N, H), V, bias = hidden.shape, head.weight.shape[0], head.bias
+    inv_tau, cap_scale, capped = head_transform_args(head)
+    hidden, weight = descriptor_ready(hidden), descriptor_ready(head.weight)
+    programs = programs_for(hidden.device, shape.programs)
+    _set_descriptor_allocator()
+    _persistent_stats_kernel[(programs,)](
+        hidden, weight, bias if bias is not None else hidden, targets, partial,
+        logits if logits is not None else hidden,
+        N, V, H, hidden.stride(0), weight.stride(0), logits.stride(0) if logits is not None else 0,
+        inv_tau, cap_scale, shape.split_width, shape.splits, programs,
+        HAS_BIAS=bias is not None, SOFTCAP=capped, STORE_LOGITS=logits is not None, UPCAST=upcast,
+        PRECISION=precision, GROUP=GROUP_N, **config.launch_options(upcast),
+    )
+    return partial, shape
