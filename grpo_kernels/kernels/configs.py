@@ -89,8 +89,9 @@ PERSISTENT_GROUP_N = 8
 # persistent_forward.py (16-bit, float32); every entry splits the vocabulary every 2048 entries, as "forward" does
 _PERSISTENT = {"sm90": (KernelConfig(128, 128, 64, num_warps=8, num_stages=4, split_tiles=16),
                         KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
+               # float32 on Ampere: one stage (at two, the logits-storing variants spill 8-16 B under triton 3.6)
                "sm80": (KernelConfig(128, 64, 32, num_warps=8, num_stages=3, split_tiles=32),
-                        KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32))}
+                        KernelConfig(64, 64, 16, num_warps=8, num_stages=1, split_tiles=32))}
 GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
     "sm90": _table(forward=(KernelConfig(128, 128, 64, num_warps=8, num_stages=3, split_tiles=16),
                             KernelConfig(64, 64, 32, num_warps=4, num_stages=2, split_tiles=32)),
