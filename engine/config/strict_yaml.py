@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from ..state.bounded_read import special_file_kind
 from .errors import ConfigError
 
 # YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), in the order PyYAML tries them.
@@ -171,6 +172,9 @@ def read_yaml(path: str | Path) -> dict:
     source = f"config file {str(path)!r}"
     if path.is_dir():
         raise ConfigError(f"{source} is a directory, not a YAML file")
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise ConfigError(f"{source} is {kind}, not a regular file; write the config to a file")
     if not path.is_file():
         raise ConfigError(f"{source} does not exist")
     try:
