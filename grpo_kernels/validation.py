@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .config import GRPOLossConfig
+from .config import MIN_TEMPERATURE, GRPOLossConfig
 from .losses import get_loss_type
 from .head import IDENTITY, LogitTransform
 
@@ -233,8 +233,9 @@ def check_temperature(temperature: object) -> float:
     """A sampling temperature: a real number (not a bool, not text, not a tensor), finite and > 0, as
     GRPOLossConfig.temperature takes it."""
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-            math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r:.60}")
+            math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
+        raise ValueError(f"temperature must be a finite number > 0 (at least {MIN_TEMPERATURE:g}: float32 logits "
+                         f"divided by less overflow), got {temperature!r:.60}")
     return float(temperature)
 
 

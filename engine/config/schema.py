@@ -23,7 +23,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import GRPOLossConfig, LossSetting
+from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
 from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
 
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
@@ -353,8 +353,9 @@ class RolloutConfig(Section):
     max_new_tokens: PositiveInt = Field(
         256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "
                          "(dr_grpo)")
-    temperature: PositiveFloat = Field(
-        1.0, description="sampling temperature; the loss's log-probs are computed at the same one")
+    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+        1.0, description="sampling temperature; the loss's log-probs are computed at the same one (at least "
+                         "1e-30: float32 logits divided by less overflow)")
     top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
     top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
     repetition_penalty: PositiveFloat = Field(

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_kernels import fused_linear_grpo_loss, linear_logprobs, register_loss_type
+from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, register_loss_type
+from grpo_kernels.config import MIN_TEMPERATURE
 from grpo_kernels.losses import get_loss_type
 from grpo_testing import registered_backends, with_triton_interpreted
 
@@ -100,3 +101,22 @@ def test_a_loss_type_name_outside_ascii_is_refused(name):
     grpo = get_loss_type("grpo")
     with pytest.raises(ValueError, match="name must be an ASCII identifier"):
         register_loss_type(name, grpo.term, grpo.aggregation)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("temperature", [MIN_TEMPERATURE, 1e-12, 1e-6])
+def test_a_temperature_down_to_the_bound_gives_finite_values_and_below_it_is_refused(backend, temperature):
+    """At 1e-40 (float32 has no room for logits / T) every backend's log-probs were NaN, triton's loss finite
+    beside them; from the bound up every value is finite, below it the config is refused."""
+    inputs = _inputs()
+    inputs["hidden"].requires_grad_()
+    out = _loss(backend, **inputs, config=GRPOLossConfig(temperature=temperature))
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and torch.isfinite(out.logps).all()
+    assert torch.isfinite(inputs["hidden"].grad).all()
+    for below in (MIN_TEMPERATURE / 10, 1e-40, 1e-300):
+        with pytest.raises(ValueError, match="temperature must be >= 1e-30"):
+            GRPOLossConfig(temperature=below)
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0 \\(at least 1e-30"):
+            linear_logprobs(inputs["hidden"], inputs["weight"], inputs["completion_ids"], temperature=below,
+                            backend=backend)
