@@ -43,12 +43,20 @@ MEDDLES = {
     "recursion": ("sys.setrecursionlimit(sys.getrecursionlimit() + 7)", "the recursion limit"),
     "logging": ("logging.disable(logging.CRITICAL)", "logging's disable level"),
     "stdout": ("sys.stdout = io.StringIO()", "sys.stdout / sys.stderr / sys.stdin"),
+    "flush denormals": ("torch.set_flush_denormal(True)", "torch's flush-denormal mode"),
+    "numpy errors": ("numpy.seterr(all='raise')", "NumPy's floating-point error handling"),
+    "gc off": ("gc.disable()", "the garbage collector's state"),
+    "profile": ("sys.setprofile(lambda *a: None)", "the profile function"),
+    "switch interval": ("sys.setswitchinterval(0.5)", "the thread switch interval"),
+    "int digits": ("sys.set_int_max_str_digits(700)", "the integer string conversion limit"),
+    "excepthook": ("sys.excepthook = lambda *a: None", "sys.excepthook"),
+    "thread excepthook": ("threading.excepthook = lambda *a: None", "threading.excepthook"),
     "random draws": ("random.random(); numpy.random.rand(); torch.rand(3); torch.manual_seed(5)", None),
     "daemon thread": ("threading.Thread(target=RELEASE.wait, daemon=True).start()", None),
     "non-daemon thread": ("threading.Thread(target=RELEASE.wait, name='scorer-loop').start()",
                           "left 1 thread running that is not a daemon ('scorer-loop')"),
 }
-PREAMBLE = ("import io, logging, os, random, signal, sys, tempfile, threading\nimport numpy, torch\n"
+PREAMBLE = ("import gc, io, logging, os, random, signal, sys, tempfile, threading\nimport numpy, torch\n"
             "from test_reward_fence_properties import RELEASE\n")
 COUNTER = itertools.count()
 
