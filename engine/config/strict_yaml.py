@@ -42,6 +42,12 @@ class StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if key == "<<" and isinstance(key_node, yaml.ScalarNode) and key_node.style is None:
+                # YAML 1.1's merge key, which YAML 1.2 dropped: read as a key named '<<' it was "unknown key
+                # 'run.<<'", which did not say why
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a merge key (<<: *anchor) is not read in config files (YAML 1.2 has none); write "
+                    "the keys out, or repeat the anchor's values", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} given twice in one mapping (first on line {seen[key]})",
