@@ -174,6 +174,30 @@ def _random_state() -> Iterator[None]:
             np.random.set_state(numpy_state)
 
 
+def _fileno(stream: Any) -> Any:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO, a capture without a descriptor
+        return None
+
+
+def _reopened(stream: Any, fd: Any, changed: list[str]) -> Any:
+    """`stream` itself, or, when the function closed it (sys.stdout.close()), a new one on the same file
+    descriptor: Python's standard streams do not own descriptors 0-2, so those stay open, and every later print of
+    the engine would otherwise fail on a closed file."""
+    if not getattr(stream, "closed", False):
+        return stream
+    if not isinstance(fd, int):
+        return stream  # not a stream on a descriptor: nothing to reopen it on
+    try:
+        os.fstat(fd)
+    except OSError:
+        return stream  # the descriptor itself was closed (os.close): nothing to reopen
+    changed.append(f"closed the stream on file descriptor {fd}; the engine opened it again")
+    return open(fd, "r" if fd == 0 else "w", buffering=-1 if fd == 0 else 1, closefd=False,
+                encoding=getattr(stream, "encoding", None) or "utf-8", errors=getattr(stream, "errors", None))
+
+
 @contextmanager
 def _process_state(changed: list[str]) -> Iterator[None]:
     cwd = os.getcwd()
@@ -182,6 +206,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
     os.umask(umask)
     handlers = _signal_handlers()
     streams = (sys.stdout, sys.stderr, sys.stdin)
+    fds = [_fileno(stream) for stream in streams]
     recursion_limit = sys.getrecursionlimit()
     logging_disabled = logging.root.manager.disable
     try:
@@ -202,7 +227,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
         _restore_signal_handlers(handlers)
         if (sys.stdout, sys.stderr, sys.stdin) != streams:
             changed.append("changed sys.stdout / sys.stderr / sys.stdin; the engine put it back")
-        sys.stdout, sys.stderr, sys.stdin = streams
+        sys.stdout, sys.stderr, sys.stdin = (_reopened(stream, fd, changed) for stream, fd in zip(streams, fds))
         if sys.getrecursionlimit() != recursion_limit:
             changed.append("changed the recursion limit; the engine put it back")
         sys.setrecursionlimit(recursion_limit)
