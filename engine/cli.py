@@ -23,7 +23,7 @@ from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
-from .state.run_lock import check_output_dir, check_output_file
+from .state.run_lock import check_output_dir, check_output_file, check_run_entries
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
 from .tools.bench_options import build_parser as build_bench_parser
 
@@ -147,6 +147,7 @@ def _train(args: argparse.Namespace) -> int:
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
     check_output_dir(config.run.output_dir)  # before seconds of imports, not after
+    check_run_entries(config.run.output_dir)
     from .state.finished_run import RunFinished
     from .state.run_summary import summary_lines
     from .trainer import train  # torch and transformers: only for a valid config

@@ -20,7 +20,7 @@ from .objective import GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objec
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
                          check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
-                         check_workspace, outside_inference_mode)
+                         check_temperature, check_workspace, outside_inference_mode)
 
 # "auto" or the name of a backend registered when the call is made (grpo_kernels/backends/__init__.py): a str,
 # not a Literal of today's names, since register_backend adds names after import.
@@ -140,8 +140,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     hidden, weight, bias, targets, mask, kept_token_ids = outside_inference_mode(
         hidden, weight, bias, targets, mask, kept_token_ids)
     targets = as_token_ids(targets)
-    if not 0 < temperature < float("inf"):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+    temperature = check_temperature(temperature)
     head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend, kept_token_ids)
     batch_shape = tuple(hidden.shape[:-1])
     check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device, check_values=_checking_values())
@@ -155,9 +154,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     if mask is None:
         logps, entropy = _row_logprobs(backend, flat_hidden, head, flat_targets, workspace_bytes, flat_kept)
     else:
-        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != batch_shape:
-            raise ValueError(f"mask must be a tensor of shape {list(batch_shape)} (hidden's leading dims), got "
-                             f"{list(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__}")
+        check_mask("mask", mask, batch_shape, hidden.device, _checking_values())
         layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
         logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), head, layout.head_rows(flat_targets),
                                        workspace_bytes, None if flat_kept is None else layout.head_rows(flat_kept))

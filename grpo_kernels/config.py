@@ -58,6 +58,12 @@ class LossSetting:
         return low
 
 
+# The smallest temperature: the kernels and the samplers divide float32 logits by it, and float32 ends at 3.4e38
+# (and holds no value below 1.4e-45: 1e-300 is 0 there), so at 1e-40 every backend's log-probs were NaN (triton's
+# loss finite beside them). From 1e-30 up, logits of magnitude up to 1e8 stay finite.
+MIN_TEMPERATURE = 1e-30
+
+
 def setting(default: Any, help: str, **declaration: Any) -> Any:
     """A GRPOLossConfig field with its declaration (LossSetting)."""
     return field(default=default, metadata={"setting": LossSetting(help, **declaration)})
@@ -86,7 +92,7 @@ class GRPOLossConfig:
     importance_sampling_level: Literal["token", "sequence"] = setting(
         "token", "importance ratio per token or per sequence (GSPO)")
     temperature: float = setting(1.0, "the temperature the completions were sampled at (the log-probs are taken "
-                                      "at it)", gt=0.0)
+                                      "at it)", ge=MIN_TEMPERATURE)
     max_completion_length: Optional[int] = setting(512, "the longest completion: the fixed normaliser of the "
                                                         "loss types that divide by it (dr_grpo)", ge=1)
     use_bias_correction_kl: bool = setting(True, "weight the KL by the importance ratio (off-policy correction; "

@@ -369,9 +369,10 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         x.config.loss_params[name].
     replace: registering a name that is already registered is an error unless this is True.
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name must be an identifier-like string (a loss_type value), got {name!r}")
-    # Names are compared case-insensitively: 'GRPO' beside 'grpo' would be two objectives one letter apart.
+    if not isinstance(name, str) or not name.isascii() or not name.isidentifier():
+        raise ValueError(f"name must be an ASCII identifier (letters, digits, '_'; a loss_type value), got {name!r:.60}")
+    # Names are compared case-insensitively: 'GRPO' beside 'grpo' would be two objectives one letter apart. ASCII
+    # only, since Unicode has letters that look like or fold to others ('ＧＲＰＯ' in full width, the Latin 'ɡ').
     if name in BUILTIN_LOSS_TYPES:
         raise ValueError(f"{name!r} is a built-in loss type; pick another name")
     builtin = next((other for other in BUILTIN_LOSS_TYPES if other.lower() == name.lower()), None)

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .config import GRPOLossConfig
+from .config import MIN_TEMPERATURE, GRPOLossConfig
 from .losses import get_loss_type
 from .head import IDENTITY, LogitTransform
 
@@ -20,8 +20,14 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _require_tensor(name: str, x: object) -> torch.Tensor:
+    """A dense (strided) tensor: every backend indexes, reshapes and reduces its inputs as dense memory, which a
+    sparse, nested or quantized tensor is not (each failed deep inside an operator with a NotImplementedError)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided or x.is_nested or x.is_quantized:
+        kind = "nested" if x.is_nested else "quantized" if x.is_quantized else str(x.layout).removeprefix("torch.")
+        raise TypeError(f"{name} must be a dense (strided) tensor, got a {kind} one; convert it first "
+                        f"(.to_dense(), .dequantize(), or pad a nested tensor)")
     return x
 
 
@@ -143,8 +149,8 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     weight = _require_tensor("weight", weight)
     _require_float("hidden", hidden)
     _require_float("weight", weight)
-    if hidden.dim() < 1:
-        raise ValueError("hidden must have at least one dimension [..., H]")
+    if hidden.dim() < 1 or hidden.shape[-1] == 0:
+        raise ValueError(f"hidden must be [..., H] with a hidden size H >= 1, got shape {list(hidden.shape)}")
     if weight.dim() != 2:
         raise ValueError(f"weight must be [V, H], got shape {list(weight.shape)}")
     if weight.shape[1] != hidden.shape[-1]:
@@ -182,7 +188,7 @@ def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.de
                check_values: bool = True) -> None:
     mask = _require_tensor(name, mask)
     if tuple(mask.shape) != shape:
-        dims = "[B, T]" if len(shape) == 2 else "[N]"
+        dims = {2: "[B, T]", 1: "[N]"}.get(len(shape), "hidden's leading dims")
         raise ValueError(f"{name} must have shape {dims}={list(shape)}, got {list(mask.shape)}")
     _require_device(name, mask, device)
     if mask.dtype != torch.bool:
@@ -206,15 +212,32 @@ def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device, ch
     return cu.numel() - 1
 
 
+# The largest workspace a torch operator's int argument can carry (int64): past it the dispatcher refused the call
+# inside the backend ("Expected a value of type 'int' ... but instead found type 'int'").
+MAX_WORKSPACE_BYTES = 2**63 - 1
+
+
 def check_workspace(workspace_bytes: object) -> int:
     """The GEMM path's logits workspace in bytes; None means the default (1 GiB)."""
     from .backends import DEFAULT_WORKSPACE_BYTES
 
     if workspace_bytes is None:
         return DEFAULT_WORKSPACE_BYTES
-    if isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int) or workspace_bytes <= 0:
-        raise ValueError(f"workspace_bytes must be a positive int (bytes), got {workspace_bytes!r}")
+    if (isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int)
+            or not 0 < workspace_bytes <= MAX_WORKSPACE_BYTES):
+        raise ValueError(f"workspace_bytes must be a positive int (bytes) of at most 2**63 - 1, got "
+                         f"{workspace_bytes!r:.60}")
     return workspace_bytes
+
+
+def check_temperature(temperature: object) -> float:
+    """A sampling temperature: a real number (not a bool, not text, not a tensor), finite and > 0, as
+    GRPOLossConfig.temperature takes it."""
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
+            math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
+        raise ValueError(f"temperature must be a finite number > 0 (at least {MIN_TEMPERATURE:g}: float32 logits "
+                         f"divided by less overflow), got {temperature!r:.60}")
+    return float(temperature)
 
 
 def check_loss_inputs(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import threading
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
@@ -23,7 +24,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import GRPOLossConfig, LossSetting
+from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
 from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
 
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
@@ -353,8 +354,9 @@ class RolloutConfig(Section):
     max_new_tokens: PositiveInt = Field(
         256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "
                          "(dr_grpo)")
-    temperature: PositiveFloat = Field(
-        1.0, description="sampling temperature; the loss's log-probs are computed at the same one")
+    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+        1.0, description="sampling temperature; the loss's log-probs are computed at the same one (at least "
+                         "1e-30: float32 logits divided by less overflow)")
     top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
     top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
     repetition_penalty: PositiveFloat = Field(
@@ -422,7 +424,9 @@ class RewardsConfig(Section):
                         "linear down to -1 (at most rollout.max_new_tokens)")
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group", description="divide advantages by the group / batch std")
-    timeout_seconds: Optional[PositiveFloat] = Field(
+    # At most the longest wait threading's timer takes (threading.TIMEOUT_MAX, about 292 years): past it the timer
+    # thread died with an OverflowError traceback and the limit silently did not apply.
+    timeout_seconds: Optional[Annotated[float, Field(gt=0, le=threading.TIMEOUT_MAX)]] = Field(
         600.0, description="seconds one call of a reward function (one batch) may take before the run stops naming "
                            "it (null: no limit)")
 
@@ -431,6 +435,10 @@ class RewardsConfig(Section):
         if self.weights is not None and len(self.weights) != len(self.functions):
             raise ValueError(f"rewards.weights has {len(self.weights)} entries for {len(self.functions)} "
                              f"rewards.functions")
+        if self.weights is not None and not any(self.weights):
+            # every reward times 0 (-0.0 included): every advantage is 0 and no step changes the model
+            raise ValueError(f"rewards.weights are all 0 ({self.weights}): no completion would be preferred to "
+                             f"another; give at least one function a non-zero weight")
         return self
 
 

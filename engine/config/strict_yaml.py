@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from ..state.bounded_read import special_file_kind
 from .errors import ConfigError
 
 # YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), in the order PyYAML tries them.
@@ -41,6 +42,12 @@ class StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if key == "<<" and isinstance(key_node, yaml.ScalarNode) and key_node.style is None:
+                # YAML 1.1's merge key, which YAML 1.2 dropped: read as a key named '<<' it was "unknown key
+                # 'run.<<'", which did not say why
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a merge key (<<: *anchor) is not read in config files (YAML 1.2 has none); write "
+                    "the keys out, or repeat the anchor's values", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} given twice in one mapping (first on line {seen[key]})",
@@ -171,6 +178,9 @@ def read_yaml(path: str | Path) -> dict:
     source = f"config file {str(path)!r}"
     if path.is_dir():
         raise ConfigError(f"{source} is a directory, not a YAML file")
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise ConfigError(f"{source} is {kind}, not a regular file; write the config to a file")
     if not path.is_file():
         raise ConfigError(f"{source} does not exist")
     try:

@@ -16,7 +16,8 @@ from transformers import PreTrainedTokenizerBase
 
 from ..config import is_hub_id
 from ..hub import load_hub_dataset
-from ..state.bounded_read import DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes
+from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
+                                  special_file_kind)
 
 
 class DataError(ValueError):
@@ -31,21 +32,54 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
         rows = load_hub_dataset(path, hub_config, hub_split)
     elif not source.exists():
         raise DataError(f"dataset {path!r} does not exist")
+    elif special_file_kind(source) is not None:
+        raise DataError(f"dataset {path!r} is {special_file_kind(source)}, not a regular file or a directory; "
+                        f"save the data to a file")
+    elif source.is_dir() and not any((source / marker).is_file() for marker in _DATASETS_DIR_MARKERS):
+        rows = _load_shards(source)
     elif source.is_dir():
         rows = _load_datasets_dir(source)
-    elif source.suffix in (".jsonl", ".json"):
-        rows = _load_json(source)
-    elif source.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise DataError(f"reading {path!r} needs pyarrow: pip install pyarrow") from exc
-        rows = pq.read_table(source).to_pylist()
+    elif source.suffix in _FILE_FORMATS:
+        rows = _load_file(source)
     else:
-        raise DataError(f"dataset {path!r}: unsupported format (use .jsonl, .json, .parquet or a datasets directory)")
+        raise DataError(f"dataset {path!r}: unsupported format (use .jsonl, .json, .parquet, a directory of such "
+                        f"files or a datasets directory)")
     if not rows:
         raise DataError(f"dataset {path!r} is empty")
     return rows
+
+
+_FILE_FORMATS = (".jsonl", ".json", ".parquet")
+# What datasets.save_to_disk writes at a directory's top (a Dataset, a DatasetDict).
+_DATASETS_DIR_MARKERS = ("state.json", "dataset_dict.json")
+
+
+def _load_file(source: Path) -> list[dict[str, Any]]:
+    if source.suffix != ".parquet":
+        return _load_json(source)
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise DataError(f"reading {str(source)!r} needs pyarrow: pip install pyarrow") from exc
+    return pq.read_table(source).to_pylist()
+
+
+def _load_shards(source: Path) -> list[dict[str, Any]]:
+    """A directory of data files of one format (`part-0.parquet`, `part-1.parquet`, ... as Spark or a sharded
+    export writes them), read in name order as one dataset; anything else in it is named, not skipped."""
+    files = sorted(p for p in source.iterdir() if not p.name.startswith((".", "_")))
+    formats = {p.suffix for p in files if p.is_file()}
+    others = [p.name for p in files if not p.is_file() or p.suffix not in _FILE_FORMATS]
+    if not files or others or len(formats) != 1:
+        found = (f"it holds {', '.join(others[:3])}" if others else
+                 f"it mixes {', '.join(sorted(formats))}" if files else "it is empty")
+        raise DataError(f"dataset directory {str(source)!r} is neither a datasets directory (save_to_disk) nor a "
+                        f"directory of .jsonl, .json or .parquet files of one format: {found}")
+    for file in files:
+        kind = special_file_kind(file)
+        if kind is not None:
+            raise DataError(f"dataset shard {str(file)!r} is {kind}, not a regular file")
+    return [row for file in files for row in _load_file(file)]
 
 
 class _DuplicateKey(ValueError):
@@ -100,11 +134,14 @@ def _load_json(source: Path) -> list[dict[str, Any]]:
 
 def _starts_an_array(source: Path) -> bool:
     with source.open("rb") as file:
-        return file.read(4096).lstrip().startswith(b"[")
+        return file.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[")
 
 
 def _utf8(data: bytes, source: Path, first_line: int) -> str:
-    """`data` (starting at line `first_line` of `source`) as text; not UTF-8: one line with the line and column."""
+    """`data` (starting at line `first_line` of `source`) as text; not UTF-8: one line with the line and column.
+    The byte-order mark some editors put at the start of a UTF-8 file (Windows' Notepad, Excel's export) is not
+    part of a row, at the first line or at the start of a file concatenated after it."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -10,6 +10,8 @@ checksums.json a few KB (one entry per file of a checkpoint).
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,8 +28,33 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:g} MiB"
 
 
+def special_file_kind(path: Path) -> str | None:
+    """What `path` (its links followed) is when it exists and is neither a regular file nor a directory: 'a FIFO'
+    (opening one blocks until a writer comes), 'a character device' (/dev/zero never ends, /dev/null is always
+    empty), 'a block device', 'a socket'; None otherwise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def require_regular_file(path: Path, what: str) -> None:
+    """Refuses, before opening it, a path that is a FIFO, a device or a socket: every reader here takes a file's
+    end for the end of its content, which a pipe without a writer never reaches (open() blocks) and /dev/zero
+    never has."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise FileBoundError(f"{path} is {kind}, not a regular file; {what} must be a regular file")
+
+
 def read_bounded_bytes(path: Path, max_bytes: int, what: str) -> bytes:
     """The whole file, refused without reading past `max_bytes`."""
+    require_regular_file(path, what)
     with Path(path).open("rb") as file:
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:
@@ -39,6 +66,7 @@ def read_bounded_bytes(path: Path, max_bytes: int, what: str) -> bytes:
 def bounded_lines(path: Path, max_line_bytes: int, what: str) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, its bytes without the line break) of each line, read one at a time: a line longer
     than `max_line_bytes` is refused when reading reaches the bound, not after loading it."""
+    require_regular_file(path, what)
     with Path(path).open("rb") as file:
         number = 0
         while True:

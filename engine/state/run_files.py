@@ -49,7 +49,17 @@ def _manifest(run_dir: Path) -> dict[str, str]:
         entries = read_json_file(run_dir / MANIFEST, "the run directory's manifest")
     except (OSError, ValueError):
         return {}  # none, or not one the engine wrote: nothing is known to be the engine's
-    return {k: v for k, v in entries.items() if isinstance(v, str)} if isinstance(entries, dict) else {}
+    if not isinstance(entries, dict):
+        return {}
+    # Only names the engine gives its own files: one component directly under the run directory. A manifest edited
+    # by hand or by a tool ('../notes.txt', an absolute path) names nothing the engine wrote, and a failed start
+    # would otherwise remove a file outside the run directory whose fingerprint it was given.
+    return {k: v for k, v in entries.items() if isinstance(v, str) and _own_name(k)}
+
+
+def _own_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name \
+        and not name.startswith(".")
 
 
 def record_own(run_dir: Path, name: str) -> None:

@@ -52,6 +52,30 @@ def check_output_dir(path: str | Path, key: str = "run.output_dir / --output-dir
         raise RunDirectoryError(f"{key} {str(path)!r} is not writable{where}: {exc.strerror or exc}") from None
 
 
+# The entries the engine writes directly in a run directory, by kind. Each must be absent or of its kind, and not a
+# link: the engine appends to its logs and replaces the others, so a directory or a FIFO there failed (or hung) at
+# the first write, after the model had loaded, and a link to a file made it write into whatever the link names.
+# A directory may be a link to a directory (checkpoints/ kept on another disk).
+RUN_DIRECTORY_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "curves.png", ".grpo-engine-files.json",
+                       LOCK_FILE)
+RUN_DIRECTORY_DIRS = ("checkpoints", "base_model")
+
+
+def check_run_entries(run_dir: str | Path) -> None:
+    """One line, before any work, naming an entry of the engine's names that is of another kind or a link."""
+    run_dir = Path(run_dir)
+    for names, kind, is_kind in ((RUN_DIRECTORY_FILES, "a regular file", Path.is_file),
+                                 (RUN_DIRECTORY_DIRS, "a directory", Path.is_dir)):
+        for name in names:
+            path = run_dir / name
+            if path.is_symlink() and is_kind is Path.is_file:
+                raise RunDirectoryError(f"{path} is a link (to {os.readlink(path)}): the engine writes its {name} "
+                                        f"there itself; remove the link, or choose another --output-dir")
+            if path.exists() and not is_kind(path):
+                raise RunDirectoryError(f"{path} is not {kind} (the engine writes its {name} there); move it, or "
+                                        f"choose another --output-dir")
+
+
 def check_output_file(path: str | Path, key: str = "--output") -> None:
     """A file to write: not a directory, in a directory that can be written."""
     path = Path(path)

@@ -12,7 +12,9 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - torch's global switches: grad mode, default dtype, default device, thread counts, deterministic-algorithms
   mode, anomaly detection, float32 matmul precision and the TF32 / cuDNN flags;
 - `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
-  `disable` level.
+  `disable` level;
+- the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
+  garbage collector, trace / profile functions, switch interval, integer string limit, the exception hooks.
 
 The same fence stands around the import of a reward module (`module:function`): a module that switches grad mode
 off at import is put back like a call that does. Whatever the fence puts back is said once, in one line naming the
@@ -29,6 +31,7 @@ import (a module's globals, including the engine's); those are the user's to kee
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import os
 import random
@@ -110,18 +113,51 @@ def _torch_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]
     return switches
 
 
+def _flushes_denormals() -> bool:
+    """torch.set_flush_denormal has no getter: a float32 subnormal times 1 is 0 exactly when it is on."""
+    return float(torch.tensor(1e-39, dtype=torch.float32) * 1.0) == 0.0
+
+
+def _interpreter_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]]]:
+    """(name, read, write) of the interpreter's and NumPy's process-wide settings a function could flip: each
+    changes what the engine computes (denormals flushed to 0, NumPy's errors raised), how fast (a trace function
+    on every line, the garbage collector off) or what it reports (the exception hooks that print the one-line
+    error)."""
+    return [
+        ("torch's flush-denormal mode", _flushes_denormals, torch.set_flush_denormal),
+        ("NumPy's floating-point error handling", np.geterr, lambda state: np.seterr(**state)),
+        ("the garbage collector's state", gc.isenabled, lambda on: gc.enable() if on else gc.disable()),
+        ("the trace function (sys.settrace)", sys.gettrace, sys.settrace),
+        ("the profile function (sys.setprofile)", sys.getprofile, sys.setprofile),
+        ("the thread switch interval", sys.getswitchinterval, sys.setswitchinterval),
+        ("the integer string conversion limit", sys.get_int_max_str_digits, sys.set_int_max_str_digits),
+        ("sys.excepthook", lambda: sys.excepthook, lambda hook: setattr(sys, "excepthook", hook)),
+        ("threading.excepthook", lambda: threading.excepthook, lambda hook: setattr(threading, "excepthook", hook)),
+    ]
+
+
 @contextmanager
-def _torch_state(changed: list[str]) -> Iterator[None]:
-    saved = [(name, read, write, read()) for name, read, write in _torch_switches()]
-    interop = torch.get_num_interop_threads()
+def _switches(changed: list[str], switches: list[tuple[str, Callable[[], Any], Callable[[Any], Any]]],
+              owner: str = "") -> Iterator[None]:
+    saved = [(name, read, write, read()) for name, read, write in switches]
     try:
         yield
     finally:
         for name, read, write, value in saved:
             now = read()
             if now != value:  # only what changed: setting a default device, even the same, adds a torch mode
-                changed.append(f"changed torch's {name} ({value} -> {now}); the engine put it back")
+                shown = f" ({value} -> {now})" if isinstance(value, (bool, int, float, str, torch.dtype)) else ""
+                changed.append(f"changed {owner}{name}{shown}; the engine put it back")
                 write(value)
+
+
+@contextmanager
+def _torch_state(changed: list[str]) -> Iterator[None]:
+    interop = torch.get_num_interop_threads()
+    try:
+        with _switches(changed, _torch_switches(), "torch's "):
+            yield
+    finally:
         if torch.get_num_interop_threads() != interop:  # settable once per process: a change cannot be undone
             changed.append("changed torch's inter-op thread count, which cannot be set back (once per process)")
 
@@ -140,6 +176,30 @@ def _random_state() -> Iterator[None]:
             np.random.set_state(numpy_state)
 
 
+def _fileno(stream: Any) -> Any:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO, a capture without a descriptor
+        return None
+
+
+def _reopened(stream: Any, fd: Any, changed: list[str]) -> Any:
+    """`stream` itself, or, when the function closed it (sys.stdout.close()), a new one on the same file
+    descriptor: Python's standard streams do not own descriptors 0-2, so those stay open, and every later print of
+    the engine would otherwise fail on a closed file."""
+    if not getattr(stream, "closed", False):
+        return stream
+    if not isinstance(fd, int):
+        return stream  # not a stream on a descriptor: nothing to reopen it on
+    try:
+        os.fstat(fd)
+    except OSError:
+        return stream  # the descriptor itself was closed (os.close): nothing to reopen
+    changed.append(f"closed the stream on file descriptor {fd}; the engine opened it again")
+    return open(fd, "r" if fd == 0 else "w", buffering=-1 if fd == 0 else 1, closefd=False,
+                encoding=getattr(stream, "encoding", None) or "utf-8", errors=getattr(stream, "errors", None))
+
+
 @contextmanager
 def _process_state(changed: list[str]) -> Iterator[None]:
     cwd = os.getcwd()
@@ -148,6 +208,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
     os.umask(umask)
     handlers = _signal_handlers()
     streams = (sys.stdout, sys.stderr, sys.stdin)
+    fds = [_fileno(stream) for stream in streams]
     recursion_limit = sys.getrecursionlimit()
     logging_disabled = logging.root.manager.disable
     try:
@@ -168,7 +229,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
         _restore_signal_handlers(handlers)
         if (sys.stdout, sys.stderr, sys.stdin) != streams:
             changed.append("changed sys.stdout / sys.stderr / sys.stdin; the engine put it back")
-        sys.stdout, sys.stderr, sys.stdin = streams
+        sys.stdout, sys.stderr, sys.stdin = (_reopened(stream, fd, changed) for stream, fd in zip(streams, fds))
         if sys.getrecursionlimit() != recursion_limit:
             changed.append("changed the recursion limit; the engine put it back")
         sys.setrecursionlimit(recursion_limit)
@@ -225,6 +286,7 @@ def reward_fence(owner: str = "a reward function") -> Iterator[None]:
             stack.enter_context(warnings.catch_warnings())
             stack.enter_context(_random_state())
             stack.enter_context(_torch_state(changed))
+            stack.enter_context(_switches(changed, _interpreter_switches()))
             yield
     finally:
         _say(owner, changed)

@@ -326,7 +326,10 @@ def _as_reward(value: Any) -> Optional[float]:
     """TRL's reading of one returned value: None or NaN is "not scored"; bools and numpy / 0-d tensor
     scalars are numbers. Anything else, an infinity, or a number past float64's range is a NotAReward."""
     if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0:
-        value = value.item()
+        try:
+            value = value.item()
+        except Exception:  # a tensor with no value to read (on the meta device), a user's subclass
+            raise NotAReward(shown_value(value), "a finite number") from None
     if value is None:
         return None
     if not isinstance(value, (bool, np.bool_, numbers.Real)):

@@ -103,7 +103,7 @@ def test_a_config_error_exits_2_with_the_key():
     (["train", "--optim.per_device_train_batch_size", "6", "--rollout.num_generations", "4",
       "--run.warm_start_steps", "0"], 2, "must be divisible by rollout.num_generations"),
     (["eval", "--model", "/no/such/model"], 2, "model.name_or_path: expected a local model directory or a Hub id ORG/NAME, got '/no/such/model'"),
-    (["train", "--rollout.temperature", "0"], 2, "rollout.temperature: expected a value > 0.0, got 0"),
+    (["train", "--rollout.temperature", "0"], 2, "rollout.temperature: expected a value >= 1e-30, got 0"),
     (["train", "--optim.learning_rate", "-1e-5"], 2, "optim.learning_rate: expected a value >= 0.0, got -1e-05"),  # it parsed
     (["plot", "/no/such/run"], 1, "metrics.jsonl does not exist"),
 ])

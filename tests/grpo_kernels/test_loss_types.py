@@ -178,7 +178,7 @@ def test_a_name_differing_from_a_registered_one_only_in_case_is_refused():
     (dict(name="dapo"), ValueError, "'dapo' is a built-in loss type"),
     (dict(name="GRPO"), ValueError, "'GRPO' differs from the built-in loss type 'grpo' only in case"),
     (dict(name="Dapo"), ValueError, "'Dapo' differs from the built-in loss type 'dapo' only in case"),
-    (dict(name="has space"), ValueError, "name must be an identifier-like string"),
+    (dict(name="has space"), ValueError, "name must be an ASCII identifier"),
     (dict(term="not callable"), TypeError, "term must be a callable"),
     (dict(aggregation="median"), ValueError, "aggregation must be one of"),
     (dict(clip="both"), ValueError, "clip must be None or one of"),

@@ -69,7 +69,7 @@ def test_unknown_backend():
     (dict(loss_type="ppo"), "loss_type must be one of"),
     (dict(importance_sampling_level="group"), "importance_sampling_level must be one of"),
     (dict(loss_type="dr_grpo", max_completion_length=None), "needs max_completion_length"),
-    (dict(temperature=0.0), "temperature must be > 0"),
+    (dict(temperature=0.0), "temperature must be >= 1e-30"),
     (dict(top_entropy_quantile=0.0), "top_entropy_quantile must be in"),
     (dict(delta=0.9), "delta must be > 1"),
     (dict(beta=float("nan")), "beta must be a finite number"),

@@ -43,6 +43,9 @@ def test_preset_sits_below_yaml_and_flags(tmp_path):
     ({"rollout.num_generations": 1, "optim.per_device_train_batch_size": 1},
      "rollout.num_generations: expected a value >= 2, got 1"),
     ({"rewards.weights": [1.0, 2.0]}, "rewards.weights has 2 entries for 1 rewards.functions"),
+    ({"rewards.weights": [-0.0]}, "rewards.weights are all 0 ([-0.0]): no completion would be preferred"),
+    ({"rewards.functions": ["math_accuracy", "length"], "rewards.weights": [0.0, -0.0]}, "rewards.weights are all 0"),
+    ({"rewards.timeout_seconds": 1e308}, "rewards.timeout_seconds: expected a value <= 9223372036.0, got 1e+308"),
     ({"loss.temperature": 0.5}, "unknown key 'loss.temperature': the loss scores the completions at the temperature "
                                 "they were sampled at: set rollout.temperature"),
     ({"loss.max_completion_length": 64}, "set rollout.max_new_tokens"),

@@ -59,7 +59,8 @@ SPECIAL_VALID = {
     "rewards.functions": st.lists(st.sampled_from(BUILTIN_REWARDS) | st.from_regex(r"\A[a-z_][a-z0-9_.]{0,10}:[a-z_]"
                                                                                    r"[a-z0-9_]{0,10}\Z"),
                                   min_size=1, max_size=1),
-    "rewards.weights": st.none() | st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=1),
+    "rewards.weights": st.none() | st.lists(st.floats(allow_nan=False, allow_infinity=False).filter(bool), min_size=1,
+                                            max_size=1),  # all 0: refused (test_config_loading)
     # Each at least data.max_prompt_length + rollout.max_new_tokens, both drawn up to 2**40 below.
     "rollout.vllm.max_model_len": st.none() | st.integers(2**41, 2**62),
     "optim.max_tokens_per_micro_batch": st.none() | st.integers(2**41, 2**62),

@@ -4,6 +4,7 @@ saved config.yaml reads back equal."""
 import pytest
 
 from engine.config import ConfigError, config_from_yaml, config_yaml, load_config, parse_yaml
+from engine.config.strict_yaml import read_yaml
 
 
 def test_a_section_given_twice_is_refused_naming_the_line(tmp_path):
@@ -59,3 +60,18 @@ def test_the_saved_config_reads_back_equal():
     text = config_yaml(config)
     assert config_from_yaml(text, "config.yaml") == config
     assert "temperature: 0.7" in text and "data.system_prompt" not in text
+
+
+@pytest.mark.parametrize("text, line", [
+    ("base: &b {seed: 1}\nrun:\n  <<: *b\n", 3),
+    ("base: &b {seed: 1}\nrun: {<<: *b, max_steps: 2}\n", 2),
+    ("a: &a {seed: 1}\nb: &b {max_steps: 2}\nrun:\n  <<: [*a, *b]\n", 4),
+    ("x: &x {run: {seed: 1}}\n<<: *x\n", 2),
+])
+def test_a_yaml_merge_key_is_named_with_its_line(tmp_path, text, line):
+    """YAML 1.1's merge key (`<<: *anchor`) is not part of the dialect: one line saying so, where it was read as a
+    key named '<<' ("unknown key 'run.<<'")."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"line {line}: a merge key \\(<<: \\*anchor\\) is not read"):
+        read_yaml(path)

@@ -1,10 +1,12 @@
 """A reward function cannot change what the engine relies on: its arguments, the RNGs, the process's state."""
 
+import gc
 import logging
 import os
 import random
 import signal
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -36,6 +38,10 @@ def process_state() -> dict:
         "anomaly": torch.is_anomaly_enabled(), "matmul": torch.get_float32_matmul_precision(),
         "streams": (sys.stdout, sys.stderr, sys.stdin), "filters": list(warnings.filters),
         "logging": logging.root.manager.disable, "recursion": sys.getrecursionlimit(),
+        "flush_denormal": float(torch.tensor(1e-39) * 1.0) == 0.0, "numpy_errors": np.geterr(),
+        "gc": gc.isenabled(), "trace": sys.gettrace(), "profile": sys.getprofile(),
+        "switch_interval": sys.getswitchinterval(), "int_digits": sys.get_int_max_str_digits(),
+        "excepthooks": (sys.excepthook, threading.excepthook),
     }
 
 

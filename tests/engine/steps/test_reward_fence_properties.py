@@ -43,12 +43,20 @@ MEDDLES = {
     "recursion": ("sys.setrecursionlimit(sys.getrecursionlimit() + 7)", "the recursion limit"),
     "logging": ("logging.disable(logging.CRITICAL)", "logging's disable level"),
     "stdout": ("sys.stdout = io.StringIO()", "sys.stdout / sys.stderr / sys.stdin"),
+    "flush denormals": ("torch.set_flush_denormal(True)", "torch's flush-denormal mode"),
+    "numpy errors": ("numpy.seterr(all='raise')", "NumPy's floating-point error handling"),
+    "gc off": ("gc.disable()", "the garbage collector's state"),
+    "profile": ("sys.setprofile(lambda *a: None)", "the profile function"),
+    "switch interval": ("sys.setswitchinterval(0.5)", "the thread switch interval"),
+    "int digits": ("sys.set_int_max_str_digits(700)", "the integer string conversion limit"),
+    "excepthook": ("sys.excepthook = lambda *a: None", "sys.excepthook"),
+    "thread excepthook": ("threading.excepthook = lambda *a: None", "threading.excepthook"),
     "random draws": ("random.random(); numpy.random.rand(); torch.rand(3); torch.manual_seed(5)", None),
     "daemon thread": ("threading.Thread(target=RELEASE.wait, daemon=True).start()", None),
     "non-daemon thread": ("threading.Thread(target=RELEASE.wait, name='scorer-loop').start()",
                           "left 1 thread running that is not a daemon ('scorer-loop')"),
 }
-PREAMBLE = ("import io, logging, os, random, signal, sys, tempfile, threading\nimport numpy, torch\n"
+PREAMBLE = ("import gc, io, logging, os, random, signal, sys, tempfile, threading\nimport numpy, torch\n"
             "from test_reward_fence_properties import RELEASE\n")
 COUNTER = itertools.count()
 
@@ -122,3 +130,19 @@ def test_the_cli_ends_without_waiting_for_a_thread_a_reward_left_running(tmp_pat
         in ending[0], done.stderr[-2000:]
     assert "warning: reward function 'score' left 1 thread running that is not a daemon ('forever')" in done.stderr
     assert time.monotonic() - start < 300
+
+
+@pytest.mark.parametrize("stream,fd", [("stdout", 1), ("stderr", 2), ("stdin", 0)])
+def test_a_reward_that_closes_a_standard_stream_leaves_it_open(stream, fd):
+    """Putting back the same stream object left it closed, and the engine's next print failed: the fence opens a
+    new stream on the same descriptor (a real process: the test runner's capture has no descriptor)."""
+    code = (f"import sys\nfrom engine.steps.rewards import NamedReward, score_completions\n"
+            f"def score(prompts, completions, **_):\n    sys.{stream}.close()\n    return [1.0] * len(completions)\n"
+            f"score_completions([NamedReward('score', score, 1.0)], ['p'], ['c'], {{}}, [[1]])\n"
+            f"print('printed after', sys.stdin.closed)\nprint('said after', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "printed after False" and "said after" in done.stderr
+    assert f"reward function 'score' closed the stream on file descriptor {fd}; the engine opened it again" \
+        in done.stderr

@@ -30,7 +30,7 @@ class HugeRepr:
 def _expected_score(value):
     """The score the engine must take from `value`, NaN for "not scored", or None when it must refuse it."""
     if isinstance(value, (np.ndarray, torch.Tensor)):
-        if value.ndim:
+        if value.ndim or (isinstance(value, torch.Tensor) and value.is_meta):
             return None
         value = value.item()
     if value is None:
@@ -58,6 +58,8 @@ non_numbers = st.one_of(
     st.text(max_size=5000), st.binary(max_size=50), st.complex_numbers(), st.just(decimal.Decimal("1.5")),
     st.lists(st.integers(), max_size=3000), st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
     st.just(BrokenRepr()), st.just(HugeRepr()), st.just(object()), st.just(np.zeros(3)), st.just(torch.zeros(2, 2)),
+    st.just(torch.empty((), device="meta")),  # a 0-d tensor with no value to read
+    st.just((x for x in [1.0])),  # a generator: not a number, however many it would yield
 )
 
 
