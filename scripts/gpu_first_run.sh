@@ -49,8 +49,8 @@ timeout "$TESTS_TIMEOUT_S" python3 -m pytest -m gpu tests/ --ignore=tests/benchm
     --tb=short -p no:cacheprovider --timeout=60 > "$OUT/pytest-gpu.log" 2>&1
 stamp "pytest exit $?: $(tail -n 1 "$OUT/pytest-gpu.log")"
 
-stamp "engine: python3 -m engine train --max-steps 10 --output-dir /tmp/engine-run --model.attn_implementation sdpa (limit ${ENGINE_TIMEOUT_S} s)"
-timeout "$ENGINE_TIMEOUT_S" python3 -m engine train --max-steps 10 --output-dir /tmp/engine-run \
+stamp "engine: python3 -m grpo_engine train --max-steps 10 --output-dir /tmp/engine-run --model.attn_implementation sdpa (limit ${ENGINE_TIMEOUT_S} s)"
+timeout "$ENGINE_TIMEOUT_S" python3 -m grpo_engine train --max-steps 10 --output-dir /tmp/engine-run \
     --model.attn_implementation sdpa > "$OUT/engine/train.log" 2>&1
 stamp "engine exit $?"
 cp /tmp/engine-run/metrics.jsonl "$OUT/engine/" 2>/dev/null

@@ -9,9 +9,9 @@ from grpo_kernels.kernels.launch import use_interpreter_if_no_gpu
 
 use_interpreter_if_no_gpu()
 
-# The engine's messages shown as `grpo-engine` shows them (engine/messages.py), for the tests that call the
+# The engine's messages shown as `grpo-engine` shows them (grpo_engine/messages.py), for the tests that call the
 # engine's functions directly and read what a person would see.
-from engine.messages import show_messages  # noqa: E402
+from grpo_engine.messages import show_messages  # noqa: E402
 
 show_messages()
 

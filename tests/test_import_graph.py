@@ -1,4 +1,4 @@
-"""No import cycle among the modules of grpo_kernels/, engine/ and benchmarks/, counting imports inside functions
+"""No import cycle among the modules of grpo_kernels/, grpo_engine/ and benchmarks/, counting imports inside functions
 (tests/support/import_graph.py reads them from the source); and the cycle finder finds the cycles it must.
 The layers import only downward, a backend's module is reached through its registry entry only, no module takes
 another's private name, and no product module imports a pytest conftest."""
@@ -12,12 +12,12 @@ from repo_paths import ROOT
 
 from grpo_kernels.backends import BACKENDS
 
-PACKAGES = ("grpo_kernels", "engine", "benchmarks")
+PACKAGES = ("grpo_kernels", "grpo_engine", "benchmarks")
 # Bottom to top: a module may import its own layer and those below. The library's core (the registry, the
 # backends, the kernels, the cost model, the math) under the autograd glue and routing, under the public
 # functions, under the Liger-compatible module, under the integrations, under the engine, under the benchmarks.
 LAYERS = [("grpo_kernels",), ("grpo_kernels.ops", "grpo_kernels.routing"), ("grpo_kernels.api",),
-          ("grpo_kernels.module",), ("grpo_kernels.integrations",), ("engine",), ("benchmarks",)]
+          ("grpo_kernels.module",), ("grpo_kernels.integrations",), ("grpo_engine",), ("benchmarks",)]
 
 
 def layer(module: str) -> int:
@@ -38,9 +38,9 @@ def test_the_layers_import_only_downward():
 
 def test_an_upward_import_is_found():
     graph = {"grpo_kernels.backends.vocab_parallel": {"grpo_kernels.ops"}, "grpo_kernels.api": {"grpo_kernels.ops"},
-             "engine.trainer": {"grpo_kernels.api"}, "grpo_kernels.head": {"engine.trainer"}}
+             "grpo_engine.trainer": {"grpo_kernels.api"}, "grpo_kernels.head": {"grpo_engine.trainer"}}
     assert upward_imports(graph) == ["grpo_kernels.backends.vocab_parallel -> grpo_kernels.ops",
-                                     "grpo_kernels.head -> engine.trainer"]
+                                     "grpo_kernels.head -> grpo_engine.trainer"]
 
 
 def test_backend_modules_are_reached_through_the_registry_only():
@@ -87,11 +87,11 @@ def test_the_packages_import_graph_is_acyclic():
 def test_the_graph_sees_every_module_and_lazy_imports():
     graph = import_graph(ROOT, PACKAGES)
     assert set(graph) == set(module_names(ROOT, PACKAGES))
-    assert {"engine.trainer", "engine.state.checkpoint", "benchmarks.gpu.command", "grpo_kernels.api"} <= set(graph)
-    # engine/cli.py imports the trainer inside `train` only (torch stays unimported for --help): still an edge
-    assert "engine.trainer" in graph["engine.cli"]
+    assert {"grpo_engine.trainer", "grpo_engine.state.checkpoint", "benchmarks.gpu.command", "grpo_kernels.api"} <= set(graph)
+    # grpo_engine/cli.py imports the trainer inside `train` only (torch stays unimported for --help): still an edge
+    assert "grpo_engine.trainer" in graph["grpo_engine.cli"]
     # `from .state import checkpoint as ckpt`: the submodule, not the package
-    assert "engine.state.checkpoint" in graph["engine.trainer"] and "engine.state" not in graph["engine.trainer"]
+    assert "grpo_engine.state.checkpoint" in graph["grpo_engine.trainer"] and "grpo_engine.state" not in graph["grpo_engine.trainer"]
 
 
 @pytest.mark.parametrize("graph, cycle", [

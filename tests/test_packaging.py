@@ -16,8 +16,8 @@ def shipped_packages() -> list[str]:
 
 def test_only_the_library_and_the_engine_are_installed():
     packages = shipped_packages()
-    assert {"grpo_kernels", "grpo_kernels.backends", "engine", "engine.config"} <= set(packages)
-    assert {package.split(".")[0] for package in packages} == {"grpo_kernels", "engine"}
+    assert {"grpo_kernels", "grpo_kernels.backends", "grpo_engine", "grpo_engine.config"} <= set(packages)
+    assert {package.split(".")[0] for package in packages} == {"grpo_kernels", "grpo_engine"}
     # every package directory under them is found (none lacks an __init__.py and would be left out)
     namespaces = find_namespace_packages(where=str(ROOT), include=SETTINGS["include"])
     assert sorted(p for p in namespaces if "__pycache__" not in p) == sorted(packages)
@@ -31,7 +31,7 @@ def test_no_pytest_file_is_shipped():
 
 
 def test_nothing_shipped_imports_the_benchmarks():
-    graph = import_graph(ROOT, ("grpo_kernels", "engine", "benchmarks"))
+    graph = import_graph(ROOT, ("grpo_kernels", "grpo_engine", "benchmarks"))
     assert sorted(f"{module} -> {target}" for module, targets in graph.items()
                   if not module.startswith("benchmarks") for target in targets
                   if target.startswith("benchmarks")) == []

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import load_config
-from engine.data.demo_task import build_char_tokenizer, build_tiny_model
+from grpo_engine.config import load_config
+from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
 
 
 @pytest.fixture(scope="session")

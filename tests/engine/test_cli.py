@@ -21,7 +21,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 
 def grpo_engine(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "grpo_engine", *args], capture_output=True, text=True, timeout=timeout,
                           env=ENV, cwd=ROOT)
 
 
@@ -47,8 +47,8 @@ def test_train_writes_a_run_directory(trained_run):
 
 @pytest.mark.slow
 def test_the_same_command_again_reports_the_finished_run_and_resume_trains_it_on(trained_run, tmp_path, capsys):
-    from engine.cli import main
-    from engine.state import checkpoint as ckpt
+    from grpo_engine.cli import main
+    from grpo_engine.state import checkpoint as ckpt
 
     run_dir = tmp_path / "run"
     shutil.copytree(trained_run, run_dir)
@@ -108,7 +108,7 @@ def test_a_config_error_exits_2_with_the_key():
     (["plot", "/no/such/run"], 1, "metrics.jsonl does not exist"),
 ])
 def test_errors_name_their_cause(args, code, message, capsys, tmp_path):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     if args[0] == "train":
         args = [*args, "--run.output_dir", str(tmp_path / "run")]
@@ -117,22 +117,22 @@ def test_errors_name_their_cause(args, code, message, capsys, tmp_path):
 
 
 def test_unknown_flag_is_rejected(capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     assert main(["train", "--run.max_stepz", "3"]) == 2
     assert "unknown flag --run.max_stepz (did you mean --run.max_steps?)" in capsys.readouterr().err
 
 
 def test_abbreviated_flags_are_rejected(capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     assert main(["train", "--optim.learning_rat", "1e-5"]) == 2
     assert "unknown flag --optim.learning_rat (did you mean --optim.learning_rate?)" in capsys.readouterr().err
 
 
 def test_help_gives_each_key_a_meaning_and_its_default(capsys):
-    from engine.cli import main
-    from engine.config import key_help
+    from grpo_engine.cli import main
+    from grpo_engine.config import key_help
 
     assert not [key for key, text in key_help().items() if text.startswith("(default")]  # every key explained
     with pytest.raises(SystemExit) as exc:
@@ -145,7 +145,7 @@ def test_help_gives_each_key_a_meaning_and_its_default(capsys):
 
 
 def test_eval_model_flag_overrides_the_yaml(tiny_model_dir, tmp_path, capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     config = tmp_path / "c.yaml"
     config.write_text("model:\n  name_or_path: /no/such/model\n")
@@ -159,7 +159,7 @@ def test_eval_model_flag_overrides_the_yaml(tiny_model_dir, tmp_path, capsys):
     ((), "is empty"),
 ])
 def test_incomplete_model_directories_are_named(keep, message, tiny_model_dir, tmp_path, capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     model = tmp_path / "model"
     model.mkdir()
@@ -173,7 +173,7 @@ def test_incomplete_model_directories_are_named(keep, message, tiny_model_dir, t
 
 @pytest.mark.slow
 def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path, capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     monkeypatch.syspath_prepend(str(SUPPORT))
     code = main(["train", "--output-dir", str(tmp_path / "run"), *SMALL,
@@ -182,7 +182,7 @@ def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path
     assert code == 1
     traceback, last = err.rstrip().rsplit("\n", 1)
     assert traceback.startswith("Traceback") and "in _score_one" in traceback and "KeyError" in traceback
-    assert "engine/steps/rewards.py" not in traceback  # the user's frames only
+    assert "grpo_engine/steps/rewards.py" not in traceback  # the user's frames only
     assert last.startswith("grpo-engine train: RewardFunctionError: reward function 'raises_inside_helper' raised")
 
 
@@ -190,7 +190,7 @@ def test_a_raising_reward_function_shows_its_own_traceback(monkeypatch, tmp_path
 def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_hints_resume(tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "--output-dir", str(run_dir), *SMALL, "--run.progress_bar", "true", "--run.max_steps", "1000"]
-    process = subprocess.Popen([sys.executable, "-m", "engine", *args], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, "-m", "grpo_engine", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 150
@@ -204,13 +204,13 @@ def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_hints_resume(tmp_pat
     last = err.strip().splitlines()[-1]
     assert last.startswith("grpo-engine train: SIGINT: stopped after step ") and "--resume" in last
     step = int(last.split("stopped after step ")[1].split(",")[0])
-    from engine.state import checkpoint as ckpt
+    from grpo_engine.state import checkpoint as ckpt
 
     assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [f"checkpoint-{step:06d}"]
     logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert logged[-1] == step
 
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     assert main([*args[:-1], str(step + 1), "--resume"]) == 0  # in this process: one interpreter start less
     assert f"checkpoint-{step:06d} at step {step} of {step + 1}" in capsys.readouterr().out

@@ -8,8 +8,8 @@ import difflib
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.cli import build_parser, main
-from engine.config import leaf_keys, load_config
+from grpo_engine.cli import build_parser, main
+from grpo_engine.config import leaf_keys, load_config
 
 KEYS = leaf_keys()
 
@@ -71,7 +71,7 @@ def test_train_help_says_what_naming_a_model_changes(capsys):
 
 
 def test_a_refusal_naming_a_preset_setting_says_naming_a_model_dropped_it():
-    from engine.run_setup import dropped_preset_note
+    from grpo_engine.run_setup import dropped_preset_note
 
     named = load_config(overrides={"model.name_or_path": None})
     message = "the built-in task row 3: a prompt of 5 tokens plus rollout.max_new_tokens (256) is 261 positions"

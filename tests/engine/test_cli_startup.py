@@ -15,7 +15,7 @@ HEAVY = ("torch", "transformers", "accelerate", "triton", "numpy")
 # Runs the CLI in a fresh interpreter, then reports its exit code and which heavy modules it imported.
 PROBE = """
 import json, sys
-from engine.cli import main
+from grpo_engine.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exc:
@@ -52,7 +52,7 @@ WITHOUT_EXTRA_PROBE = """
 import sys
 for name in ("yaml", "transformers", "accelerate", "matplotlib"):
     sys.modules[name] = None
-from engine.cli import main
+from grpo_engine.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

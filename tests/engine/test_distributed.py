@@ -80,7 +80,7 @@ def test_trainer_runs_under_torchrun(tmp_path):
              "--optim.per_device_train_batch_size", "2", "--rewards.functions", "[math_accuracy, length]",
              "--rewards.length_cache", "6"]
     # 2 per process x 2 processes = 4 completions: one group split across the processes.
-    result = subprocess.run(torchrun("-m", "engine", "train", *flags), env=subprocess_env(), timeout=240,
+    result = subprocess.run(torchrun("-m", "grpo_engine", "train", *flags), env=subprocess_env(), timeout=240,
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -120,7 +120,7 @@ def test_a_torchrun_run_destroys_its_group_and_exits_0_every_time(tmp_path):
                  "--run.progress_bar", "false", "--run.plot", "false", "--run.warm_start_steps", "0",
                  "--data.builtin_max_operand", "2", "--data.builtin_eval_size", "0", "--rollout.num_generations",
                  "4", "--rollout.max_new_tokens", "4", "--optim.per_device_train_batch_size", "2"]
-        result = subprocess.run(torchrun("-m", "engine", "train", *flags), env={**env, "EXIT_PROBE_DIR": str(reports)},
+        result = subprocess.run(torchrun("-m", "grpo_engine", "train", *flags), env={**env, "EXIT_PROBE_DIR": str(reports)},
                                 timeout=240, capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 0, f"attempt {attempt}: {result.stderr[-3000:]}"
         ranks = {f.name: f.read_text() for f in reports.iterdir() if f.name != "rank-x"}  # rank-x: the launcher

@@ -29,7 +29,7 @@ def test_two_fsdp_processes_train_through_one_server_one_step_ahead(tmp_path):
                  "--optim.learning_rate", "0.05", "--rewards.functions", "[math_accuracy, length]",
                  "--rewards.length_cache", "6", "--rollout.backend", "vllm_server",
                  "--rollout.server.urls", f"[{server.url}]", "--rollout.max_staleness", "1"]
-        result = subprocess.run(torchrun("-m", "engine", "train", *flags), env=subprocess_env(), timeout=300,
+        result = subprocess.run(torchrun("-m", "grpo_engine", "train", *flags), env=subprocess_env(), timeout=300,
                                 capture_output=True, text=True, cwd=ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
     finally:

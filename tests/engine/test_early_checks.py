@@ -15,8 +15,8 @@ def _no_model(*args, **kwargs):
 
 @pytest.fixture()
 def no_model(monkeypatch):
-    from engine.tools import evaluate
-    from engine import run_setup
+    from grpo_engine.tools import evaluate
+    from grpo_engine import run_setup
 
     monkeypatch.setattr(run_setup, "_builtin_base_model", _no_model)  # the demo model and its warm start
     monkeypatch.setattr(run_setup, "load_causal_lm", _no_model)
@@ -47,7 +47,7 @@ BAD_FILES = {
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_bad_data_stops_before_the_model_loads_with_one_line(case, command, no_model, tiny_model_dir, tmp_path,
                                                              capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     rows, flags, message = BAD_FILES[case]
     path = _jsonl(tmp_path / "data.jsonl", rows)
@@ -62,9 +62,9 @@ def test_bad_data_stops_before_the_model_loads_with_one_line(case, command, no_m
 
 
 def test_the_evaluation_file_is_checked_too(no_model, tmp_path):
-    from engine.config import load_config
-    from engine.steps.rewards import RewardFunctionError
-    from engine.trainer import train
+    from grpo_engine.config import load_config
+    from grpo_engine.steps.rewards import RewardFunctionError
+    from grpo_engine.trainer import train
 
     train_path = _jsonl(tmp_path / "train.jsonl", [{"prompt": "1+1=", "answer": "2"}])
     eval_path = _jsonl(tmp_path / "eval.jsonl", [{"prompt": "1+2="}])
@@ -87,7 +87,7 @@ MACHINE_LIMITS = {
 def test_what_this_machine_cannot_run_stops_before_anything_loads(case, no_model, tmp_path, capsys, monkeypatch):
     import torch
 
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     flags, message = MACHINE_LIMITS[case]
@@ -102,8 +102,8 @@ def test_flash_attention_without_its_package_is_named(monkeypatch):
 
     import torch
 
-    from engine.config import ConfigError, ModelConfig
-    from engine.model.loading import check_attention
+    from grpo_engine.config import ConfigError, ModelConfig
+    from grpo_engine.model.loading import check_attention
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a))
@@ -113,7 +113,7 @@ def test_flash_attention_without_its_package_is_named(monkeypatch):
 
 
 def test_a_setting_that_changes_nothing_is_said_before_anything_loads(no_model, tmp_path, capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     with pytest.raises(AssertionError, match="a model was built"):  # stopped where the model would be built
         main(["train", "--output-dir", str(tmp_path / "run"), "--rollout.server.urls", "[http://10.0.0.2:8000]",

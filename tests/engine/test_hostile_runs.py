@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.state import checkpoint as ckpt
-from engine.cli import main
+from grpo_engine.state import checkpoint as ckpt
+from grpo_engine.cli import main
 
 SUPPORT = Path(__file__).parents[1] / "support"
 SMALL = ["--run.warm_start_steps", "3", "--run.progress_bar", "false", "--run.plot", "false",
@@ -196,7 +196,7 @@ def test_lora_adapters_whose_base_model_is_gone_are_named(tiny_model_dir, tmp_pa
 @pytest.fixture(scope="module")
 def padded_vocab_model():
     """The demo model with 128 vocabulary rows for its 99 tokens, the padding rows' logits the largest."""
-    from engine.data.demo_task import build_char_tokenizer, build_tiny_model
+    from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
 
     tokenizer = build_char_tokenizer()
     lm = build_tiny_model(tokenizer, seed=0)
@@ -210,8 +210,8 @@ def padded_vocab_model():
 
 @pytest.mark.parametrize("sample_padded", [False, True])
 def test_padded_vocabulary_rows_are_sampled_only_when_asked(sample_padded, padded_vocab_model):
-    from engine.config import RolloutConfig
-    from engine.rollout import generate_completions
+    from grpo_engine.config import RolloutConfig
+    from grpo_engine.rollout import generate_completions
 
     lm, tokenizer = padded_vocab_model
     torch.manual_seed(0)
@@ -226,11 +226,11 @@ def test_padded_vocabulary_rows_are_sampled_only_when_asked(sample_padded, padde
 
 def test_the_trainer_scores_the_distribution_the_sampler_drew_from(padded_vocab_model):
     """Padding rows left out of sampling are left out of the log-probs too: the on-policy ratio is 1."""
-    from engine.config import RolloutConfig
-    from engine.steps.logprobs import sequence_logprobs
-    from engine.model.limits import restrict_vocabulary, scored_vocab_size
-    from engine.model.loading import HiddenStatePolicy
-    from engine.rollout import generate_completions
+    from grpo_engine.config import RolloutConfig
+    from grpo_engine.steps.logprobs import sequence_logprobs
+    from grpo_engine.model.limits import restrict_vocabulary, scored_vocab_size
+    from grpo_engine.model.loading import HiddenStatePolicy
+    from grpo_engine.rollout import generate_completions
 
     lm, tokenizer = padded_vocab_model
     torch.manual_seed(1)

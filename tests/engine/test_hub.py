@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.data.prompts import load_prompt_rows
-from engine.hub import HubError, load_hub_dataset, resolve_model
-from engine.steps.rewards import reference_answer
+from grpo_engine.data.prompts import load_prompt_rows
+from grpo_engine.hub import HubError, load_hub_dataset, resolve_model
+from grpo_engine.steps.rewards import reference_answer
 
 ROOT = Path(__file__).parents[2]
 GSM8K_README = """---
@@ -116,7 +116,7 @@ def test_an_id_missing_from_the_cache_offline_says_so(offline_cache):
 def grpo_engine(cache: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache),
                HF_DATASETS_CACHE=str(cache.parent / "datasets"))
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "grpo_engine", *args], capture_output=True, text=True, timeout=300,
                           env=env, cwd=ROOT)
 
 
@@ -186,7 +186,7 @@ def test_train_on_a_hub_dataset_offline(tmp_path, tiny_model_dir):
 
 
 def test_a_hub_id_in_a_yaml_file_stays_an_id_unless_a_file_of_that_name_is_beside_it(tmp_path):
-    from engine.config import load_config
+    from grpo_engine.config import load_config
 
     (tmp_path / "c.yaml").write_text("data:\n  path: tiny-org/gsm8k\n  eval_path: local/test.jsonl\n")
     (tmp_path / "local").mkdir()

@@ -1,4 +1,4 @@
-"""The pre-flight (engine/preflight.py): for configurations the schema accepts, on small real data, either a
+"""The pre-flight (grpo_engine/preflight.py): for configurations the schema accepts, on small real data, either a
 training step completes or the run is refused in one line before any model weight loads (the model loaders are
 instrumented to prove it). Then the cases the issue named, each refused before the loaders run."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engine import run_setup
-from engine.config import ConfigError, load_config
-from engine.preflight import PreflightError, preflight, prompt_lengths
-from engine.trainer import train
+from grpo_engine import run_setup
+from grpo_engine.config import ConfigError, load_config
+from grpo_engine.preflight import PreflightError, preflight, prompt_lengths
+from grpo_engine.trainer import train
 from grpo_kernels.losses import loss_type_names
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*importance_sampling_level=:UserWarning")
@@ -133,7 +133,7 @@ def test_the_built_in_task_is_checked_from_the_built_in_tokenizer_without_buildi
 
 
 def test_the_vllm_engines_derived_seeds_stay_in_the_rngs_domain():
-    from engine.rollout.vllm import check
+    from grpo_engine.rollout.vllm import check
 
     config = load_config(overrides={"run.seed": 2**32 - 2, "rollout.vllm.kv_cache_mb": 16})
     with pytest.raises(ConfigError, match="the vLLM engines sample from run.seed \\+ their index, up to 4294967297"):

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from engine.cli import main
-from engine.state.run_files import MANIFEST
+from grpo_engine.cli import main
+from grpo_engine.state.run_files import MANIFEST
 from test_hostile_runs import SMALL, _fails_in_one_line
 
 FAST = [*SMALL, "--rewards.functions", "[math_accuracy]"]
@@ -100,7 +100,7 @@ def test_a_users_file_of_a_run_files_name_is_refused_and_kept(tmp_path, capsys):
 @pytest.mark.parametrize("edit", ["config.yaml", "base_model/config.json"])
 def test_an_engine_file_edited_after_a_failed_start_is_the_users(edit, tmp_path, capsys):
     """The manifest's fingerprints tell the engine's own leftovers from files a person has since changed."""
-    from engine.state.run_files import is_own, record_own
+    from grpo_engine.state.run_files import is_own, record_own
 
     run_dir = tmp_path / "run"
     (run_dir / "base_model").mkdir(parents=True)

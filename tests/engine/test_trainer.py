@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.config import load_config
-from engine.data.demo_task import addition_problems
-from engine.state import checkpoint as ckpt
-from engine.steps.rewards import RewardFunctionError
-from engine.trainer import train
+from grpo_engine.config import load_config
+from grpo_engine.data.demo_task import addition_problems
+from grpo_engine.state import checkpoint as ckpt
+from grpo_engine.steps.rewards import RewardFunctionError
+from grpo_engine.trainer import train
 from repo_paths import SUPPORT
 
 TRL_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/math_accuracy/mean", "rewards/length/mean",
@@ -104,7 +104,7 @@ def test_lora_with_adapter_disabled_reference(small_overrides, tiny_model_dir):
     steps = _steps(Path(config.run.output_dir))
     assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6) and steps[1]["kl"] > 0
     # `grpo-engine eval` loads an adapter directory on top of its base model.
-    from engine.tools.evaluate import run_eval
+    from grpo_engine.tools.evaluate import run_eval
 
     metrics = run_eval(config, str(checkpoint / "model"), num_samples=2, greedy=False, batch_size=8)
     assert metrics["num_prompts"] == 9 and 0.0 <= metrics["pass@2"] <= 1.0
@@ -125,7 +125,7 @@ def test_a_lora_checkpoint_names_its_base_by_absolute_path(small_overrides, tiny
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    from engine.tools.evaluate import run_eval
+    from grpo_engine.tools.evaluate import run_eval
 
     metrics = run_eval(config, str(adapters), num_samples=1, greedy=True, batch_size=8)
     assert metrics["num_prompts"] == 9
@@ -146,13 +146,13 @@ def test_reward_failure_stops_the_run_and_keeps_checkpoints(small_overrides, mon
 
 
 def test_missing_model_and_data_errors(small_overrides, tmp_path):
-    from engine.config import ConfigError
+    from grpo_engine.config import ConfigError
 
     with pytest.raises(ConfigError, match="model.name_or_path: expected a local model directory"):
         load_config(overrides={**small_overrides, "model.name_or_path": str(tmp_path / "none")})
     (tmp_path / "d.jsonl").write_text('{"question": "1+1"}\n')
     config = load_config(overrides={**small_overrides, "data.path": str(tmp_path / "d.jsonl")})
-    from engine.data.prompts import DataError
+    from grpo_engine.data.prompts import DataError
 
     with pytest.raises(DataError, match="no 'prompt' column"):
         train(config)

@@ -12,9 +12,9 @@ import math
 import pytest
 from pydantic import create_model
 
-from engine.config import ConfigError, EngineConfig, config_from_yaml, leaf_fields, load_config
-from engine.config.strict_yaml import dump_yaml
-from engine.config.schema import SHARED_SETTINGS, loss_section
+from grpo_engine.config import ConfigError, EngineConfig, config_from_yaml, leaf_fields, load_config
+from grpo_engine.config.strict_yaml import dump_yaml
+from grpo_engine.config.schema import SHARED_SETTINGS, loss_section
 from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig
 from grpo_kernels.config import setting
 from grpo_kernels.losses import LossParam, get_loss_type, register_loss_type, unregister_loss_type

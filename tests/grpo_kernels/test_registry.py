@@ -24,7 +24,7 @@ REGISTRY = "grpo_kernels/backends/__init__.py"
 # String literals equal to a backend name that mean something else, with why.
 NOT_BACKEND_NAMES = {
     ("grpo_kernels/__init__.py", "reference"): "the public submodule grpo_kernels.reference (lazy export table)",
-    ("engine/state/checkpoint.py", "torch"): "the key of torch's RNG state in a checkpoint",
+    ("grpo_engine/state/checkpoint.py", "torch"): "the key of torch's RNG state in a checkpoint",
 }
 
 
@@ -39,7 +39,7 @@ def _is_module_lookup(parents: dict, node: ast.AST) -> bool:
 def _backend_name_literals() -> list[tuple[str, int, str]]:
     names = set(backend_names(with_auto=False))
     found = []
-    for root in ("grpo_kernels", "engine"):
+    for root in ("grpo_kernels", "grpo_engine"):
         for path in sorted((ROOT / root).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
             if relative == REGISTRY:
@@ -168,7 +168,7 @@ def test_a_registered_backend_is_listed_everywhere_the_names_are_read(register):
     import grpo_kernels.api as api
 
     assert "recording" in backend_names() and get_backend("recording").summary == "records its calls"
-    from engine.config import RunConfig
+    from grpo_engine.config import RunConfig
 
     # the engine's choices are the registry's names, read when the config is checked
     assert RunConfig(loss_backend="recording").loss_backend == "recording"

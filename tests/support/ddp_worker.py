@@ -17,11 +17,11 @@ from accelerate.utils import gather_object
 from processes import leave_spawned_process
 from rollout_batches import synthetic_batch
 
-from engine.data.demo_task import build_char_tokenizer, build_tiny_model
-from engine.model.loading import HiddenStatePolicy
-from engine.steps.packing import (Pack, Packing, packed_cost, packed_lengths, padded_cost, plan_micro_batches,
+from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
+from grpo_engine.model.loading import HiddenStatePolicy
+from grpo_engine.steps.packing import (Pack, Packing, packed_cost, packed_lengths, padded_cost, plan_micro_batches,
                                   plan_packs, token_budget)
-from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
+from grpo_engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
 

@@ -1,6 +1,6 @@
 """Two AdamW steps of the GRPO update (dapo with KL, 2 micro-batches a step, the second step's ratios against
 old log-probs, gradient clipping active) on a fixed global batch of 16 completions; run alone (one process, the
-whole model) or under `torchrun --nproc_per_node 2` with the model sharded by FSDP2 (engine.model.fsdp), gloo on CPU.
+whole model) or under `torchrun --nproc_per_node 2` with the model sharded by FSDP2 (grpo_engine.model.fsdp), gloo on CPU.
 
 Usage: python fsdp_worker.py OUT.pt [MAX_TOKENS_PER_PACK]
 With MAX_TOKENS_PER_PACK the micro-batches (log-probs and update) are packs of whole sequences, else padded.
@@ -18,12 +18,12 @@ from rollout_batches import synthetic_batch
 from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-from engine.data.demo_task import build_char_tokenizer, build_tiny_model
-from engine.model.fsdp import data_parallel_mesh, full_state_dict, shard_policy
-from engine.model.loading import HiddenStatePolicy, frozen_copy
-from engine.steps.logprobs import reference_logprobs, sequence_logprobs
-from engine.steps.packing import Packing
-from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
+from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
+from grpo_engine.model.fsdp import data_parallel_mesh, full_state_dict, shard_policy
+from grpo_engine.model.loading import HiddenStatePolicy, frozen_copy
+from grpo_engine.steps.logprobs import reference_logprobs, sequence_logprobs
+from grpo_engine.steps.packing import Packing
+from grpo_engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 
 N, MICRO = 16, 4

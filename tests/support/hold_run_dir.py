@@ -4,7 +4,7 @@ Prints "held" once it holds it."""
 import sys
 import time
 
-from engine.state.run_lock import RunLock
+from grpo_engine.state.run_lock import RunLock
 
 if __name__ == "__main__":
     RunLock.acquire(sys.argv[1])

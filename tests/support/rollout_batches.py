@@ -3,7 +3,7 @@ tests and the multi-process workers that compare against them."""
 
 import torch
 
-from engine.rollout.base import RolloutBatch
+from grpo_engine.rollout.base import RolloutBatch
 
 
 def synthetic_batch(vocab: int, n: int = 8, prompt_len: int = 5, completion_len: int = 7,

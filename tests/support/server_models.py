@@ -1,11 +1,11 @@
-"""The tiny model the vLLM server tests serve: engine.tools.rollout_speed's random Qwen2 (head size 32, the
+"""The tiny model the vLLM server tests serve: grpo_engine.tools.rollout_speed's random Qwen2 (head size 32, the
 demo's character tokenizer), saved to a directory."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.tools.rollout_speed import build_model
+from grpo_engine.tools.rollout_speed import build_model
 
 
 def save_model(path: Path, vocab_rows: int = 0, hidden_size: int = 64, layers: int = 2) -> Path:

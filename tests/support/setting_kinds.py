@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typing
 
-from engine.config import leaf_fields
-from engine.config.schema import PathSetting
+from grpo_engine.config import leaf_fields
+from grpo_engine.config.schema import PathSetting
 
 
 def _admits_list(annotation: typing.Any) -> bool:

@@ -1,5 +1,5 @@
 """One rank of a 2-process gloo group: the built-in tiny model loaded with transformers' tensor-parallel plan
-gives, through engine.model.loading.with_lm_head and the vocabulary-parallel kernels, the loss and LM-head gradient of
+gives, through grpo_engine.model.loading.with_lm_head and the vocabulary-parallel kernels, the loss and LM-head gradient of
 the same model loaded whole. Used by test_models_tensor_parallel.py."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 from transformers.distributed import DistributedConfig
 
-from engine.model.loading import HiddenStatePolicy, with_lm_head
-from engine.model.tensor_parallel import is_tensor_parallel
+from grpo_engine.model.loading import HiddenStatePolicy, with_lm_head
+from grpo_engine.model.tensor_parallel import is_tensor_parallel
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 from grpo_kernels.integrations.sharding import is_vocab_parallel_head
 from processes import leave_spawned_process

@@ -1,4 +1,4 @@
-"""A rollout backend of a test's own (engine/rollout/registry.py: a module and one entry): completions of tokens
+"""A rollout backend of a test's own (grpo_engine/rollout/registry.py: a module and one entry): completions of tokens
 drawn uniformly from the tokenizer's vocabulary (the special ones but EOS left out), without the policy. Its sampler's
 log-prob of each token is log(1 / the ids it draws from)."""
 
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from engine.rollout.base import RolloutBatch, encode_prompts, finish_batch
+from grpo_engine.rollout.base import RolloutBatch, encode_prompts, finish_batch
 
 GENERATED: list[int] = []  # completions generated, per call: the test sees the trainer used this backend
 

@@ -63,7 +63,7 @@ def matches_solution(prompts, completions, **kwargs):
     return [float(c == s) for c, s in zip(completions, kwargs["solution"])]
 
 
-matches_solution.dataset_columns = ("solution",)  # what @engine.steps.rewards.dataset_columns("solution") sets
+matches_solution.dataset_columns = ("solution",)  # what @grpo_engine.steps.rewards.dataset_columns("solution") sets
 
 
 def always_nan(prompts, completions, **kwargs):

@@ -11,11 +11,11 @@ import pytest
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*importance_sampling_level=:UserWarning")
 
-from engine.config import apply_overrides, config_from_dict, leaf_fields, load_config
-from engine.config.applicability import declared_conditions, inapplicable_settings, value_at
-from engine.config.errors import ConfigError
-from engine.config.schema import EngineConfig
-from engine.data.demo_task import DEMO_PRESET
+from grpo_engine.config import apply_overrides, config_from_dict, leaf_fields, load_config
+from grpo_engine.config.applicability import declared_conditions, inapplicable_settings, value_at
+from grpo_engine.config.errors import ConfigError
+from grpo_engine.config.schema import EngineConfig
+from grpo_engine.data.demo_task import DEMO_PRESET
 
 CONDITIONS = dict(declared_conditions(EngineConfig))
 CONDITIONED = sorted(key for key, conditions in CONDITIONS.items() if conditions)
@@ -81,7 +81,7 @@ def test_a_setting_is_named_exactly_where_a_condition_it_declares_fails(key):
     assert not any(note.startswith(f"{key} ") for note in inapplicable_settings(active, defaults))
 
 
-# loss.params holds what the loss type declares (engine/config/loss_params.py), nothing of its own to set
+# loss.params holds what the loss type declares (grpo_engine/config/loss_params.py), nothing of its own to set
 @pytest.mark.parametrize("key", sorted(set(CONDITIONS) - set(CONDITIONED) - {"loss.params"}))
 def test_a_setting_without_a_condition_is_never_named(key):
     base = {"data.path": "org/train"}  # every condition of the others fails at once, or holds by default

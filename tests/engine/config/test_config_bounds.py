@@ -8,9 +8,9 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.cli import main
-from engine.config import ConfigError, parse_yaml, read_yaml
-from engine.config.strict_yaml import MAX_CONFIG_BYTES, MAX_EXPANDED_VALUES, MAX_NESTING
+from grpo_engine.cli import main
+from grpo_engine.config import ConfigError, parse_yaml, read_yaml
+from grpo_engine.config.strict_yaml import MAX_CONFIG_BYTES, MAX_EXPANDED_VALUES, MAX_NESTING
 
 
 def alias_chain(width: int, depth: int) -> str:

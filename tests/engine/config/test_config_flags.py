@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.cli import _join_flag_values, _overrides, build_parser
-from engine.config import ConfigError, key_help, leaf_keys, load_config
+from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+from grpo_engine.config import ConfigError, key_help, leaf_keys, load_config
 
 
 def config_from_flags(*argv: str):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.cli import build_parser
-from engine.config import ConfigError, leaf_keys, load_config, validate
+from grpo_engine.cli import build_parser
+from grpo_engine.config import ConfigError, leaf_keys, load_config, validate
 from repo_paths import ROOT
 
 
@@ -115,8 +115,8 @@ def test_example_configs_load(name, tmp_path, tiny_model_dir):
 
 
 def test_demo_yaml_is_the_built_in_preset():
-    from engine.config import read_yaml
-    from engine.data.demo_task import DEMO_PRESET
+    from grpo_engine.config import read_yaml
+    from grpo_engine.data.demo_task import DEMO_PRESET
 
     assert read_yaml(ROOT / "examples" / "demo.yaml") == DEMO_PRESET
 

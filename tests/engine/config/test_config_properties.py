@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
-from engine.cli import _join_flag_values, _overrides, build_parser
-from engine.config import (
+from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+from grpo_engine.config import (
     LOSS_BACKENDS,
     ConfigError,
     config_from_yaml,
@@ -31,8 +31,8 @@ from engine.config import (
     leaf_fields,
     load_config,
 )
-from engine.config.schema import ALL_LINEAR, BUILTIN_REWARDS
-from engine.config.strict_yaml import StrictDumper, dump_yaml
+from grpo_engine.config.schema import ALL_LINEAR, BUILTIN_REWARDS
+from grpo_engine.config.strict_yaml import StrictDumper, dump_yaml
 from setting_kinds import list_keys, path_keys
 from grpo_kernels.losses import loss_type_names
 

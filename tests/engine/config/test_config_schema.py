@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from engine.config import SHARED_SETTINGS, ConfigError, LossConfig, load_config
-from engine.config import loss_params
+from grpo_engine.config import SHARED_SETTINGS, ConfigError, LossConfig, load_config
+from grpo_engine.config import loss_params
 from grpo_kernels import GRPOLossConfig
 
 
@@ -57,7 +57,7 @@ def declared():
 
 
 def test_declared_loss_params_are_filled_checked_and_saved(declared):
-    from engine.config import config_from_yaml, config_yaml
+    from grpo_engine.config import config_from_yaml, config_yaml
 
     config = load_config(overrides={"loss.loss_type": DECLARING, "loss.params": {"alpha": 2}})
     assert config.loss.params == {"alpha": 2.0, "window": 4, "symmetric": True, "mode": "mean"}

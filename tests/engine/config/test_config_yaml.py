@@ -3,8 +3,8 @@ saved config.yaml reads back equal."""
 
 import pytest
 
-from engine.config import ConfigError, config_from_yaml, config_yaml, load_config, parse_yaml
-from engine.config.strict_yaml import read_yaml
+from grpo_engine.config import ConfigError, config_from_yaml, config_yaml, load_config, parse_yaml
+from grpo_engine.config.strict_yaml import read_yaml
 
 
 def test_a_section_given_twice_is_refused_naming_the_line(tmp_path):

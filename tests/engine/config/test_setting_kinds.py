@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from setting_kinds import list_keys, path_keys
 
-from engine.cli import _join_flag_values, _overrides, build_parser
-from engine.config import leaf_fields, load_config
-from engine.config.applicability import value_at
-from engine.config.strict_yaml import dump_yaml
+from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+from grpo_engine.config import leaf_fields, load_config
+from grpo_engine.config.applicability import value_at
+from grpo_engine.config.strict_yaml import dump_yaml
 
 PATHS, LISTS = path_keys(), list_keys()
 PARSER = build_parser()
@@ -60,7 +60,7 @@ def test_tilde_is_the_home_directory_in_every_path_setting(key, how, tmp_path, m
 
 
 def test_a_run_directory_under_tilde_is_made_in_home_not_in_a_directory_named_tilde(tmp_path, monkeypatch):
-    from engine.state.run_lock import hold_run_directory
+    from grpo_engine.state.run_lock import hold_run_directory
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from engine.data.demo_task import addition_problems, build_char_tokenizer
-from engine.data.prompts import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths,
+from grpo_engine.data.demo_task import addition_problems, build_char_tokenizer
+from grpo_engine.data.prompts import (DataError, PromptSampler, check_prompt_column, check_prompt_lengths,
                                   check_prompts_present, load_prompt_rows, load_rows, render_prompt, reward_columns)
 from repo_paths import ROOT
 

@@ -8,18 +8,18 @@ import math
 import pytest
 import torch
 
-from engine.config import load_config
-from engine.data.demo_task import (
+from grpo_engine.config import load_config
+from grpo_engine.data.demo_task import (
     DEMO_PRESET,
     addition_problems,
     build_char_tokenizer,
     build_tiny_model,
     reference_completion,
 )
-from engine.data.warm_start import reference_answer_probability, supervised_warm_start, teacher_forced_batch
-from engine.model.loading import HiddenStatePolicy
-from engine.tools.demo_seeds import SeedResult, format_table, reward_windows, run_seed
-from engine.trainer import train
+from grpo_engine.data.warm_start import reference_answer_probability, supervised_warm_start, teacher_forced_batch
+from grpo_engine.model.loading import HiddenStatePolicy
+from grpo_engine.tools.demo_seeds import SeedResult, format_table, reward_windows, run_seed
+from grpo_engine.trainer import train
 
 
 def _problems(max_operand: int):
@@ -99,7 +99,7 @@ def test_full_demo_meets_its_targets(request, tmp_path):
 
 def test_eval_without_data_scores_the_demo_task(tiny_model_dir, tmp_path):
     """`grpo-engine eval --model M` on a demo checkpoint scores the demo's 36 problems, not the 0..9 table."""
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     output = tmp_path / "eval.json"
     assert main(["eval", "--model", str(tiny_model_dir), "--output", str(output)]) == 0

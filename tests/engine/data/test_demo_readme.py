@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from engine.config import load_config
-from engine.data.demo_task import DEMO_PRESET
-from engine.tools.demo_seeds import run_seed
+from grpo_engine.config import load_config
+from grpo_engine.data.demo_task import DEMO_PRESET
+from grpo_engine.tools.demo_seeds import run_seed
 from repo_paths import ROOT
 
 
@@ -24,9 +24,9 @@ def test_the_readme_example_run_is_a_row_of_its_table():
     demo_seed = load_config(preset=DEMO_PRESET).run.seed  # what `grpo-engine train` with no arguments uses
     assert demo_seed in seeds
     assert f"`grpo-engine train` alone is seed {demo_seed}" in " ".join(readme.split())
-    source = (ROOT / "engine" / "tools" / "demo_seeds.py").read_text()
+    source = (ROOT / "grpo_engine" / "tools" / "demo_seeds.py").read_text()
     default = [int(s) for s in re.search(r'"--seeds".*default=\[([\d, ]+)\]', source).group(1).split(",")]
-    assert sorted(default) == sorted(seeds)  # `python -m engine.tools.demo_seeds` makes exactly the table's rows
+    assert sorted(default) == sorted(seeds)  # `python -m grpo_engine.tools.demo_seeds` makes exactly the table's rows
 
 
 def test_each_table_row_is_made_by_the_command_the_readme_names(tmp_path, monkeypatch):
@@ -37,10 +37,10 @@ def test_each_table_row_is_made_by_the_command_the_readme_names(tmp_path, monkey
         commands.append(command)
         raise SystemExit
 
-    monkeypatch.setattr("engine.tools.demo_seeds.timed_run", record)
+    monkeypatch.setattr("grpo_engine.tools.demo_seeds.timed_run", record)
     try:
         run_seed(3, tmp_path, [])
     except SystemExit:
         pass
-    assert commands[0][1:] == ["-m", "engine", "train", "--run.seed", "3", "--output-dir", str(tmp_path / "seed-3"),
+    assert commands[0][1:] == ["-m", "grpo_engine", "train", "--run.seed", "3", "--output-dir", str(tmp_path / "seed-3"),
                                "--run.progress_bar", "false"]  # display only: changes nothing the run computes

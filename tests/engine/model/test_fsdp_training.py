@@ -15,12 +15,12 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from transformers import AutoModelForCausalLM
 
-from engine.config import ConfigError, ModelConfig, load_config
-from engine.model.fsdp import check_fsdp
-from engine.model.loading import load_causal_lm
-from engine.run_setup import setup_run
-from engine.state import checkpoint as ckpt
-from engine.tools.evaluate import run_eval
+from grpo_engine.config import ConfigError, ModelConfig, load_config
+from grpo_engine.model.fsdp import check_fsdp
+from grpo_engine.model.loading import load_causal_lm
+from grpo_engine.run_setup import setup_run
+from grpo_engine.state import checkpoint as ckpt
+from grpo_engine.tools.evaluate import run_eval
 from processes import run_workers, subprocess_env, torchrun
 from repo_paths import ROOT, SUPPORT
 
@@ -91,7 +91,7 @@ TIMINGS = ("step_time", "tokens/s", "memory/peak_mb")
 
 
 def _train(run_dir: Path, *extra: str) -> list[dict]:
-    result = subprocess.run([*torchrun("-m", "engine", "train", "--run.output_dir", str(run_dir),
+    result = subprocess.run([*torchrun("-m", "grpo_engine", "train", "--run.output_dir", str(run_dir),
                                         "--run.max_steps", "3", *TRAIN_FLAGS, *extra)],
                             env=subprocess_env(), timeout=300, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,8 +2,8 @@
 
 from transformers import Qwen3Config
 
-from engine.data.demo_task import build_char_tokenizer, tiny_model_config
-from engine.model.limits import attention_head_size
+from grpo_engine.data.demo_task import build_char_tokenizer, tiny_model_config
+from grpo_engine.model.limits import attention_head_size
 
 
 def test_attention_head_size_reads_the_config():

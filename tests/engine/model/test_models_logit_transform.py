@@ -1,5 +1,5 @@
 """A model whose logits are soft-capped (a Gemma-2-style config built in code): the engine trains it, and its
-log-probs, through engine.model.loading.with_lm_head and the kernels, are the model's own (soft-capped) logits'."""
+log-probs, through grpo_engine.model.loading.with_lm_head and the kernels, are the model's own (soft-capped) logits'."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM
 
-from engine.config import ModelConfig, RolloutConfig, load_config
-from engine.data.demo_task import build_char_tokenizer
-from engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer, position_ids_from_mask
-from engine.rollout.hf import generate_completions
-from engine.state import checkpoint as ckpt
-from engine.steps.logprobs import sequence_logprobs
-from engine.steps.update import UpdateInputs, micro_batch_loss
-from engine.trainer import train
+from grpo_engine.config import ModelConfig, RolloutConfig, load_config
+from grpo_engine.data.demo_task import build_char_tokenizer
+from grpo_engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer, position_ids_from_mask
+from grpo_engine.rollout.hf import generate_completions
+from grpo_engine.state import checkpoint as ckpt
+from grpo_engine.steps.logprobs import sequence_logprobs
+from grpo_engine.steps.update import UpdateInputs, micro_batch_loss
+from grpo_engine.trainer import train
 from grpo_kernels import GRPOLossConfig, LogitTransform
 from grpo_kernels.integrations.lm_head import logit_transform
 

@@ -1,4 +1,4 @@
-"""A model loaded with transformers' tensor-parallel plan (2 gloo processes on CPU): engine.model.loading.with_lm_head
+"""A model loaded with transformers' tensor-parallel plan (2 gloo processes on CPU): grpo_engine.model.loading.with_lm_head
 hands its vocabulary-sharded LM head to the fused loss as it is, and the loss, log-probs and each rank's
 LM-head gradient shard equal the whole model's (tests/support/tp_worker.py)."""
 

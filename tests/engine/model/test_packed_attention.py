@@ -1,4 +1,4 @@
-"""sdpa per packed sequence (engine.model.packed_attention) against transformers' sdpa: the same hidden states and
+"""sdpa per packed sequence (grpo_engine.model.packed_attention) against transformers' sdpa: the same hidden states and
 gradients on packs, the per-sequence calls taken only where the model's mask is causal within each sequence, and
 every other input (padded batches, generation, a sliding window that cuts a sequence) left to sdpa as it was."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-import engine.model.packed_attention as packed_attention
-from engine.model.loading import HiddenStatePolicy
-from engine.model.packed_attention import PER_SEQUENCE_SDPA, use_per_sequence_attention
+import grpo_engine.model.packed_attention as packed_attention
+from grpo_engine.model.loading import HiddenStatePolicy
+from grpo_engine.model.packed_attention import PER_SEQUENCE_SDPA, use_per_sequence_attention
 
 
 def qwen2(**overrides) -> Qwen2ForCausalLM:
@@ -125,7 +125,7 @@ def test_only_sdpa_is_switched_and_a_saved_model_loads_without_it(tmp_path):
 
 
 def test_the_bounds_need_a_mask_causal_within_each_sequence_and_nothing_across(monkeypatch):
-    from engine.model.packed_attention import per_sequence_bounds
+    from grpo_engine.model.packed_attention import per_sequence_bounds
 
     monkeypatch.setattr(packed_attention, "CHECK_ROWS", 4)  # several row blocks
     _, positions = packed_inputs([3, 5, 2])

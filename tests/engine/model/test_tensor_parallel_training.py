@@ -13,12 +13,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import GPT2Config
 
-from engine.config import ConfigError, ModelConfig, load_config
-from engine.model.loading import ModelLoadError, load_causal_lm
-from engine.model.tensor_parallel import check_tensor_parallel
-from engine.run_setup import setup_run
-from engine.state.checkpoint import CheckpointError, load_training_state
-from engine.tools.evaluate import run_eval
+from grpo_engine.config import ConfigError, ModelConfig, load_config
+from grpo_engine.model.loading import ModelLoadError, load_causal_lm
+from grpo_engine.model.tensor_parallel import check_tensor_parallel
+from grpo_engine.run_setup import setup_run
+from grpo_engine.state.checkpoint import CheckpointError, load_training_state
+from grpo_engine.tools.evaluate import run_eval
 from processes import subprocess_env, torchrun
 from repo_paths import ROOT
 
@@ -37,7 +37,7 @@ CLOSE = ("loss", "grad_norm", "entropy", "kl", "clip_ratio/region_mean")
 
 
 def _train(command: list[str], run_dir: Path, steps: int, *extra: str) -> list[dict]:
-    result = subprocess.run([*command, "-m", "engine", "train", "--run.output_dir", str(run_dir),
+    result = subprocess.run([*command, "-m", "grpo_engine", "train", "--run.output_dir", str(run_dir),
                              "--run.max_steps", str(steps), *FLAGS, *extra], env=subprocess_env(), timeout=180,
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]

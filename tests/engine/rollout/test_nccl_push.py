@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import load_config
+from grpo_engine.config import load_config
 from tests.support.fake_vllm_server import FakeVLLMServer
 from tests.support.server_models import save_model
 
@@ -52,8 +52,8 @@ def served(tmp_path):
 
 
 def _push(served, port=29517):
-    from engine.rollout.http_client import ServerClient
-    from engine.rollout.weight_push import NCCLPush
+    from grpo_engine.rollout.http_client import ServerClient
+    from grpo_engine.rollout.weight_push import NCCLPush
 
     config = load_config(overrides={"rollout.backend": "vllm_server", "rollout.server.urls": [served.url],
                                     "rollout.server.weight_transfer": "nccl", "rollout.server.nccl_host": "127.0.0.1",
@@ -64,7 +64,7 @@ def _push(served, port=29517):
 def test_each_push_sends_every_checkpoint_weight_through_vllms_engine(served, nccl_recorded):
     from transformers import AutoModelForCausalLM
 
-    from engine.rollout.vllm import checkpoint_weights
+    from grpo_engine.rollout.vllm import checkpoint_weights
 
     push = _push(served)
     paths = [path for path, _ in served.calls]
@@ -96,7 +96,7 @@ def test_each_push_sends_every_checkpoint_weight_through_vllms_engine(served, nc
 def test_a_refused_update_fails_the_push(served, nccl_recorded):
     from transformers import AutoModelForCausalLM
 
-    from engine.rollout.weight_push import WeightPushFailed
+    from grpo_engine.rollout.weight_push import WeightPushFailed
 
     push = _push(served, port=29518)
     served.fail_weight_updates = 1

@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from engine.cli import main
-from engine.config import ConfigError, load_config
+from grpo_engine.cli import main
+from grpo_engine.config import ConfigError, load_config
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,4 +1,4 @@
-"""The rollout-backend registry (engine/rollout/registry.py): the schema's choices, the sections each backend reads,
+"""The rollout-backend registry (grpo_engine/rollout/registry.py): the schema's choices, the sections each backend reads,
 the rules on what a backend supports and the install check come from the entries. A backend of a test's own
 (tests/support/uniform_rollout.py, one module) registered with one entry works through the config, the CLI and a
 training step."""
@@ -10,10 +10,10 @@ import json
 import pytest
 import uniform_rollout
 
-from engine.cli import main
-from engine.config import ConfigError, load_config
-from engine.config.applicability import inapplicable_settings
-from engine.rollout import (ROLLOUT_BACKENDS, RolloutSpec, register_rollout_backend, rollout_backend,
+from grpo_engine.cli import main
+from grpo_engine.config import ConfigError, load_config
+from grpo_engine.config.applicability import inapplicable_settings
+from grpo_engine.rollout import (ROLLOUT_BACKENDS, RolloutSpec, register_rollout_backend, rollout_backend,
                             unregister_rollout_backend)
 
 SMALL = ["--data.builtin_max_operand", "2", "--rollout.num_generations", "4", "--rollout.max_new_tokens", "8",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import ConfigError, load_config
-from engine.state.interrupt import RolloutServerLost
-from engine.state.metrics import read_metrics
+from grpo_engine.config import ConfigError, load_config
+from grpo_engine.state.interrupt import RolloutServerLost
+from grpo_engine.state.metrics import read_metrics
 from tests.support.fake_vllm_server import FakeVLLMServer
 from tests.support.server_models import save_model
 
@@ -42,7 +42,7 @@ def server_overrides(small_overrides: dict, model_dir: Path, url: str, **extra) 
 
 
 def train_rows(overrides: dict) -> list[dict]:
-    from engine.trainer import train
+    from grpo_engine.trainer import train
 
     config = load_config(None, overrides)
     train(config)
@@ -77,7 +77,7 @@ def test_one_step_ahead_trains_on_samples_one_round_old_with_the_correction(smal
 
 
 def test_server_not_up_is_named_before_any_work(small_overrides, model_dir, tmp_path, capsys):
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     url = f"http://127.0.0.1:{free_port()}"
     status = main(["train", "--model", str(model_dir), "--output-dir", str(tmp_path / "never"),
@@ -100,7 +100,7 @@ def cli_flags(overrides: dict) -> list[str]:
 def test_server_that_stops_answering_stops_the_run_with_a_checkpoint(small_overrides, model_dir, server, capsys):
     """After 2 training steps' completions the server answers 503 to everything: retried for
     rollout.server.timeout_s (2 s), then the run saves the last completed round and says how to resume."""
-    from engine.cli import main
+    from grpo_engine.cli import main
 
     overrides = server_overrides(small_overrides, model_dir, server.url, **{"run.max_steps": 5})
     calls = {"n": 0}
@@ -138,7 +138,7 @@ def at_completion_request(server, number: int, fault) -> None:
 
 def record_trained_versions(monkeypatch) -> list:
     """The policy versions of the samples of every update, filled as the run trains."""
-    from engine.steps import update as update_step
+    from grpo_engine.steps import update as update_step
 
     seen_versions = []
     original = update_step.policy_update
@@ -147,7 +147,7 @@ def record_trained_versions(monkeypatch) -> list:
         seen_versions.append(inputs.batch.policy_version.unique().tolist())
         return original(accelerator, policy, lm, optimizer, scheduler, inputs, *args, **kwargs)
 
-    monkeypatch.setattr("engine.trainer.policy_update", recording)
+    monkeypatch.setattr("grpo_engine.trainer.policy_update", recording)
     return seen_versions
 
 
@@ -179,7 +179,7 @@ def test_config_rules():
 
 
 def test_importance_weights_truncate_and_mask():
-    from engine.steps.off_policy import importance_weights
+    from grpo_engine.steps.off_policy import importance_weights
 
     old = torch.log(torch.tensor([[0.5, 0.5, 0.9], [0.2, 0.9, 0.1]]))
     sampler = torch.log(torch.tensor([[0.5, 0.1, 0.3], [0.1, 0.9, 0.9]]))
@@ -241,10 +241,10 @@ def test_failed_adapter_loads_are_retried_and_a_lost_adapter_never_reaches_the_l
 
 def test_adapter_push_that_keeps_failing_raises_and_leaves_the_version_unknown(small_overrides, model_dir, server,
                                                                               tmp_path, monkeypatch):
-    from engine.model.loading import add_lora, load_causal_lm, load_tokenizer
-    from engine.rollout import server as server_module
-    from engine.rollout.server import VLLMServerRollout
-    from engine.rollout.weight_push import WeightPushFailed
+    from grpo_engine.model.loading import add_lora, load_causal_lm, load_tokenizer
+    from grpo_engine.rollout import server as server_module
+    from grpo_engine.rollout.server import VLLMServerRollout
+    from grpo_engine.rollout.weight_push import WeightPushFailed
 
     monkeypatch.setattr(server_module, "PUSH_BACKOFF_S", 0.0)
     config = load_config(None, lora_overrides(small_overrides, model_dir, server.url))
@@ -263,7 +263,7 @@ def test_adapter_push_that_keeps_failing_raises_and_leaves_the_version_unknown(s
 
 
 def test_a_server_without_runtime_lora_is_named_before_any_work(small_overrides, model_dir, server):
-    from engine.rollout import check_backend
+    from grpo_engine.rollout import check_backend
 
     server.runtime_lora = False
     config = load_config(None, lora_overrides(small_overrides, model_dir, server.url))

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import load_config
-from engine.steps.logprobs import sequence_logprobs
-from engine.state.metrics import read_metrics
-from engine.model.loading import HiddenStatePolicy, add_lora, load_causal_lm, load_tokenizer
-from engine.rollout import HFRollout
-from engine.rollout.hf import SamplerRecorder, kept_ids, sampling_processors
+from grpo_engine.config import load_config
+from grpo_engine.steps.logprobs import sequence_logprobs
+from grpo_engine.state.metrics import read_metrics
+from grpo_engine.model.loading import HiddenStatePolicy, add_lora, load_causal_lm, load_tokenizer
+from grpo_engine.rollout import HFRollout
+from grpo_engine.rollout.hf import SamplerRecorder, kept_ids, sampling_processors
 from tests.support.server_models import save_model
 
 pytestmark = pytest.mark.vllm
@@ -45,7 +45,7 @@ def push_towards(lm: torch.nn.Module, optimizer: torch.optim.Optimizer, input_id
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_vllm_samples_from_the_policy_after_every_sync(vllm_model_dir, lora):
-    from engine.rollout.vllm import VLLMRollout
+    from grpo_engine.rollout.vllm import VLLMRollout
 
     path = str(vllm_model_dir)
     config = load_config(None, {**VLLM_KEYS, "model.name_or_path": path, "rollout.max_new_tokens": 8,
@@ -82,7 +82,7 @@ def test_vllm_top_k_top_p_sets_equal_hf_sampler_sets(vllm_model_dir):
     on the ids HF's sampler keeps for the same prefix, with the same log-probs there."""
     from vllm import LLM, SamplingParams
 
-    from engine.rollout.vllm import engine_args
+    from grpo_engine.rollout.vllm import engine_args
 
     path = str(vllm_model_dir)
     config = load_config(None, {**VLLM_KEYS, "model.name_or_path": path})
@@ -112,7 +112,7 @@ def test_vllm_top_k_top_p_sets_equal_hf_sampler_sets(vllm_model_dir):
 
 
 def train_with_vllm(path: Path, overrides: dict) -> list[dict]:
-    from engine.trainer import train
+    from grpo_engine.trainer import train
 
     config = load_config(None, {**overrides, **VLLM_KEYS, "model.name_or_path": str(path)})
     train(config)
@@ -125,7 +125,7 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(sma
     if every step's weights reached it. Without the syncs after the first, the same run's ratio leaves 1. The
     model's vocabulary is padded (128 rows, 99 tokens): the trainer scores the first 99 rows, so the ratio is 1
     only if vLLM never samples the other 29 either."""
-    from engine.rollout.vllm import VLLMRollout
+    from grpo_engine.rollout.vllm import VLLMRollout
 
     model_dir = save_model(tmp_path / "padded_model", vocab_rows=128)
     overrides = {**small_overrides, "optim.learning_rate": 0.05, "run.max_steps": 3}
@@ -155,8 +155,8 @@ def test_training_keeps_the_sampler_ratio_at_one_and_a_stale_sync_would_show(sma
     ({}, 2, r"rollout.backend vllm runs in one process on a CPU \(this run has 2\)"),
 ])
 def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides, processes, message, vllm_model_dir):
-    from engine.config import ConfigError
-    from engine.rollout import check_backend
+    from grpo_engine.config import ConfigError
+    from grpo_engine.rollout import check_backend
 
     keys = {**VLLM_KEYS, "model.name_or_path": str(vllm_model_dir), **overrides}
     with pytest.raises(ConfigError, match=message):
@@ -168,8 +168,8 @@ def test_what_this_build_cannot_do_on_a_cpu_is_refused_before_loading(overrides,
 
 def test_a_head_size_without_a_cpu_kernel_is_refused_before_loading(tmp_path, capsys):
     """The built-in demo model's heads are 16 wide; vLLM's CPU attention has no kernel for them (32 works)."""
-    from engine.cli import main
-    from engine.rollout.vllm import cpu_attention_head_sizes
+    from grpo_engine.cli import main
+    from grpo_engine.rollout.vllm import cpu_attention_head_sizes
 
     assert 16 not in cpu_attention_head_sizes() and 32 in cpu_attention_head_sizes()
     run_dir = tmp_path / "run"

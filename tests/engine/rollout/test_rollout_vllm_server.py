@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import load_config
-from engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer
-from engine.rollout import HFRollout
-from engine.rollout.http_client import ServerClient
-from engine.state.metrics import read_metrics
-from engine.steps.logprobs import sequence_logprobs
-from engine.tools.serve import serve_command
+from grpo_engine.config import load_config
+from grpo_engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer
+from grpo_engine.rollout import HFRollout
+from grpo_engine.rollout.http_client import ServerClient
+from grpo_engine.state.metrics import read_metrics
+from grpo_engine.steps.logprobs import sequence_logprobs
+from grpo_engine.tools.serve import serve_command
 from tests.support.processes import free_port
 from tests.support.server_models import save_model
 
@@ -96,7 +96,7 @@ def check_ratio_then_step(server, policy, lm, optimizer, step: int) -> None:
 
 
 def test_greedy_equals_the_policy_after_every_push(vllm_server, tmp_path):
-    from engine.rollout.server import VLLMServerRollout
+    from grpo_engine.rollout.server import VLLMServerRollout
 
     url, model_dir = vllm_server
     config = load_config(None, {**server_keys(url, model_dir), "rollout.max_new_tokens": 8})
@@ -120,7 +120,7 @@ def test_greedy_equals_the_policy_after_every_push(vllm_server, tmp_path):
 
 
 def train_rows(overrides: dict) -> list[dict]:
-    from engine.trainer import train
+    from grpo_engine.trainer import train
 
     config = load_config(None, overrides)
     train(config)
@@ -151,7 +151,7 @@ def test_serve_knows_vllms_lora_ranks():
 
     from vllm.config.lora import MaxLoRARanks
 
-    from engine.tools.serve import VLLM_LORA_RANKS
+    from grpo_engine.tools.serve import VLLM_LORA_RANKS
 
     assert VLLM_LORA_RANKS == typing.get_args(MaxLoRARanks)
 
@@ -159,8 +159,8 @@ def test_serve_knows_vllms_lora_ranks():
 def test_lora_adapter_pushes_serve_what_the_policy_holds(vllm_lora_server, tmp_path):
     """LoRA: each push loads the adapter under a new name (listed by /v1/models, the older one gone) and the
     greedy completions equal the peft policy's own after every push, while the base model's differ by the end."""
-    from engine.model.loading import add_lora
-    from engine.rollout.server import VLLMServerRollout
+    from grpo_engine.model.loading import add_lora
+    from grpo_engine.rollout.server import VLLMServerRollout
 
     url, model_dir = vllm_lora_server
     config = load_config(None, {**server_keys(url, model_dir), **LORA_KEYS, "rollout.max_new_tokens": 8})

@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from engine.config import ModelConfig, RolloutConfig, load_config
-from engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer
-from engine.rollout.hf import generate_completions
-from engine.run_setup import sampling_warnings
-from engine.rollout.hf import kept_ids
-from engine.state.metrics import read_metrics
-from engine.steps.logprobs import sequence_logprobs
-from engine.trainer import train
+from grpo_engine.config import ModelConfig, RolloutConfig, load_config
+from grpo_engine.model.loading import HiddenStatePolicy, load_causal_lm, load_tokenizer
+from grpo_engine.rollout.hf import generate_completions
+from grpo_engine.run_setup import sampling_warnings
+from grpo_engine.rollout.hf import kept_ids
+from grpo_engine.state.metrics import read_metrics
+from grpo_engine.steps.logprobs import sequence_logprobs
+from grpo_engine.trainer import train
 
 CPU = torch.device("cpu")
 PROMPTS = ["1+1=", "12+30=", "7+7=", "3+4="]

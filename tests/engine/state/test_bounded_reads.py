@@ -8,12 +8,12 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.data import prompts
-from engine.data.prompts import DataError, load_rows
-from engine.state import bounded_read
-from engine.state.bounded_read import FileBoundError
-from engine.state.checkpoint import MANIFEST_FILE, STATE_FILE, checkpoint_problems, list_checkpoints
-from engine.state.metrics import read_metrics
+from grpo_engine.data import prompts
+from grpo_engine.data.prompts import DataError, load_rows
+from grpo_engine.state import bounded_read
+from grpo_engine.state.bounded_read import FileBoundError
+from grpo_engine.state.checkpoint import MANIFEST_FILE, STATE_FILE, checkpoint_problems, list_checkpoints
+from grpo_engine.state.metrics import read_metrics
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -46,7 +46,7 @@ def test_a_checkpoint_manifest_past_its_bound_is_named(tmp_path):
 
 
 def test_a_metrics_line_past_its_bound_is_one_line_naming_file_and_line(tmp_path, monkeypatch):
-    monkeypatch.setattr("engine.state.metrics.RUN_LOG_LINE_BYTES", 1000)
+    monkeypatch.setattr("grpo_engine.state.metrics.RUN_LOG_LINE_BYTES", 1000)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n' + '{"step": 2, "x": "' + "y" * 5000 + '"}\n')
     with pytest.raises(FileBoundError, match=r"metrics.jsonl:2: a line longer than 0.000953674 MiB"):
         read_metrics(tmp_path)

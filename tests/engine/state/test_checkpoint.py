@@ -10,9 +10,9 @@ import torch
 import user_rewards
 from safetensors.torch import load_file
 
-from engine.config import load_config
-from engine.state import checkpoint as ckpt
-from engine.trainer import train
+from grpo_engine.config import load_config
+from grpo_engine.state import checkpoint as ckpt
+from grpo_engine.trainer import train
 from repo_paths import SUPPORT
 
 NON_DETERMINISTIC = ("time/", "step_time", "tokens/s", "memory/")
@@ -99,7 +99,7 @@ def test_keep_last_k_and_no_leftovers(small_overrides, tmp_path):
 
 @pytest.mark.slow
 def test_a_fresh_run_refuses_a_directory_with_checkpoints(small_overrides):
-    from engine.state.finished_run import RunFinished
+    from grpo_engine.state.finished_run import RunFinished
 
     config = load_config(overrides={**small_overrides, "run.max_steps": 2, "run.save_steps": 1})
     train(config)

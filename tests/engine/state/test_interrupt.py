@@ -6,7 +6,7 @@ import signal
 import pytest
 from accelerate import Accelerator
 
-from engine.state.interrupt import stop_at_step_boundary
+from grpo_engine.state.interrupt import stop_at_step_boundary
 
 
 def test_sigterm_sets_the_flag_and_a_second_ctrl_c_stops_at_once(capsys):

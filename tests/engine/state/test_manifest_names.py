@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.state.run_files import MANIFEST, fingerprint, remove_own_start
+from grpo_engine.state.run_files import MANIFEST, fingerprint, remove_own_start
 
 TRAVERSALS = ["../victim.txt", "..", ".", "", "./victim.txt", "sub/../../victim.txt", "..\\victim.txt",
               "/abs/victim.txt", "~/victim.txt", "sub/file.txt", ".grpo-engine.lock", "checkpoints"]

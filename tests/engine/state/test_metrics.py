@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import load_config
-from engine.state.health import RunHealth, UnscoredRunError
-from engine.state.metrics import completion_metrics
-from engine.trainer import train
+from grpo_engine.config import load_config
+from grpo_engine.state.health import RunHealth, UnscoredRunError
+from grpo_engine.state.metrics import completion_metrics
+from grpo_engine.trainer import train
 
 from repo_paths import SUPPORT
 # What the engine logs beyond TRL: per-phase timings, throughput and peak memory.

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.state.plot import CURVES, panels, plot_run
+from grpo_engine.state.plot import CURVES, panels, plot_run
 
 from repo_paths import ROOT
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from engine.config import load_config
-from engine.state import checkpoint as ckpt
-from engine.trainer import train
+from grpo_engine.config import load_config
+from grpo_engine.state import checkpoint as ckpt
+from grpo_engine.trainer import train
 
 
 @pytest.fixture()
@@ -142,9 +142,9 @@ def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, n
     # the message's flags, typed as a user would, give back exactly the saved options
     import shlex
 
-    from engine.cli import _join_flag_values, _overrides, build_parser
-    from engine.config import config_yaml
-    from engine.state.resume import _saved_flags, changed_options
+    from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+    from grpo_engine.config import config_yaml
+    from grpo_engine.state.resume import _saved_flags, changed_options
 
     saved_config = load_config(overrides={**small_overrides, **saved})
     resumed = load_config(overrides={**small_overrides, **now, "run.resume": "latest"})
@@ -159,8 +159,8 @@ def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, n
 
 @pytest.mark.slow
 def test_a_fresh_run_writes_over_nothing_it_did_not_write(small_overrides, tmp_path):
-    from engine.config import config_yaml
-    from engine.state.resume import start_point
+    from grpo_engine.config import config_yaml
+    from grpo_engine.state.resume import start_point
 
     run_dir = tmp_path / "project"
     run_dir.mkdir()

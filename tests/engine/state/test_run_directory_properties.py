@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.state.checkpoint import MANIFEST_FILE, STATE_FILE, checkpoint_problems, write_manifest
-from engine.state.metrics import HISTORY_DIR, METRICS_FILE, read_metrics, restore_history
+from grpo_engine.state.checkpoint import MANIFEST_FILE, STATE_FILE, checkpoint_problems, write_manifest
+from grpo_engine.state.metrics import HISTORY_DIR, METRICS_FILE, read_metrics, restore_history
 
 DERANDOMIZE = bool(os.environ.get("CI"))
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=DERANDOMIZE,

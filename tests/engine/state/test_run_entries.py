@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from engine.state.run_lock import RUN_DIRECTORY_DIRS, RUN_DIRECTORY_FILES, RunDirectoryError, check_run_entries
+from grpo_engine.cli import main
+from grpo_engine.state.run_lock import RUN_DIRECTORY_DIRS, RUN_DIRECTORY_FILES, RunDirectoryError, check_run_entries
 
 
 def _directory(path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.state.run_lock import LOCK_FILE, RunDirectoryError, RunLock, check_output_dir, hold_run_directory
+from grpo_engine.state.run_lock import LOCK_FILE, RunDirectoryError, RunLock, check_output_dir, hold_run_directory
 
 ROOT = Path(__file__).parents[3]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
@@ -25,7 +25,7 @@ def _holder(run_dir: Path) -> subprocess.Popen:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "grpo_engine", *args], capture_output=True, text=True, timeout=120,
                           env=ENV, cwd=ROOT)
 
 

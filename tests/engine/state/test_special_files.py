@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.config.errors import ConfigError
-from engine.config.strict_yaml import read_yaml
-from engine.data.prompts import DataError, load_rows
-from engine.state.bounded_read import FileBoundError, bounded_lines, read_bounded_bytes, read_json_file
-from engine.state.metrics import jsonl_rows
+from grpo_engine.config.errors import ConfigError
+from grpo_engine.config.strict_yaml import read_yaml
+from grpo_engine.data.prompts import DataError, load_rows
+from grpo_engine.state.bounded_read import FileBoundError, bounded_lines, read_bounded_bytes, read_json_file
+from grpo_engine.state.metrics import jsonl_rows
 
 
 def _fifo(path: Path) -> Path:

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from engine.steps.advantages import group_advantages, per_function_metrics
+from grpo_engine.steps.advantages import group_advantages, per_function_metrics
 
 
 def test_group_scaling_matches_the_formula():

@@ -1,4 +1,4 @@
-"""The padding-free step (engine.steps.packing) against the padded one on the same rollouts: the packs, the
+"""The padding-free step (grpo_engine.steps.packing) against the padded one on the same rollouts: the packs, the
 packed forward's hidden states, and the update's loss, metrics and every gradient (each optimizer step) for every
 loss type, with the old and reference log-probs packed alike, kept-token sets and LoRA."""
 
@@ -10,17 +10,17 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from engine.config import ConfigError, load_config
-from engine.data.demo_task import build_char_tokenizer, build_tiny_model
-from engine.steps.logprobs import reference_logprobs, sequence_logprobs
-from engine.model.loading import HiddenStatePolicy, add_lora, frozen_copy
-from engine.config import LoraConfig
-from engine.rollout import RolloutBatch
-from engine.model.packed_attention import PER_SEQUENCE_SDPA
-from engine.steps.packing import (Pack, Packing, PackedAttentionError, attention_pair_cost, build_pack,
+from grpo_engine.config import ConfigError, load_config
+from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
+from grpo_engine.steps.logprobs import reference_logprobs, sequence_logprobs
+from grpo_engine.model.loading import HiddenStatePolicy, add_lora, frozen_copy
+from grpo_engine.config import LoraConfig
+from grpo_engine.rollout import RolloutBatch
+from grpo_engine.model.packed_attention import PER_SEQUENCE_SDPA
+from grpo_engine.steps.packing import (Pack, Packing, PackedAttentionError, attention_pair_cost, build_pack,
                                   check_packed_attention, has_varlen_attention, make_packs, pack_hidden_states,
                                   plan_micro_batches, plan_packs, split_to_count)
-from engine.steps.update import UpdateInputs, num_items_per_process, policy_update
+from grpo_engine.steps.update import UpdateInputs, num_items_per_process, policy_update
 from grpo_kernels import GRPOLossConfig
 from grpo_testing import loss_config
 
@@ -144,12 +144,12 @@ def test_the_default_route_trains_as_the_padded_step_at_every_spread(spread, att
 
 
 def test_the_default_route_is_the_cheaper_measured_one_on_the_benchmarks_batches():
-    """engine.tools.packing_bench's batches (benchmarks/results/engine-packing-cpu.md): under sdpa's dense mask
+    """grpo_engine.tools.packing_bench's batches (benchmarks/results/engine-packing-cpu.md): under sdpa's dense mask
     the uniform 128-token completions (92% fill) ran slower packed than padded, the long tails (34%, 26%) faster;
     per sequence, packs ran faster at every spread. The estimate picks those routes."""
     from transformers import Qwen2Config
 
-    from engine.tools import packing_bench as bench
+    from grpo_engine.tools import packing_bench as bench
 
     config = Qwen2Config(hidden_size=bench.HIDDEN, intermediate_size=bench.INTERMEDIATE,
                          num_attention_heads=bench.HEADS, num_key_value_heads=bench.KV_HEADS)
@@ -230,7 +230,7 @@ def test_a_sequence_longer_than_the_budget_is_refused_naming_the_key():
 
 
 def test_the_default_budget_under_a_dense_mask_is_twice_the_longest_sequence_or_1024_tokens_under_varlen_a_padded_micro_batch():
-    from engine.steps.packing import DENSE_MASK_MIN_TOKENS, token_budget
+    from grpo_engine.steps.packing import DENSE_MASK_MIN_TOKENS, token_budget
 
     batch = rollouts(50)
     longest = int((batch.prompt_mask.sum(1) + batch.completion_attention.sum(1)).max())
@@ -253,7 +253,7 @@ def test_the_default_budget_under_a_dense_mask_is_twice_the_longest_sequence_or_
 
 
 def test_loss_scale_for_equal_micro_batches_is_trls_division_by_the_accumulation_steps():
-    from engine.steps.update import loss_scale
+    from grpo_engine.steps.update import loss_scale
 
     def scale(loss_type: str) -> float:
         return loss_scale(loss_type, 4, 30.0, 16, 100.0)

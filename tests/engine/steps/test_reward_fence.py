@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import RewardsConfig
-from engine.data.prompts import reward_columns
-from engine.state.metrics import merge_metrics
-from engine.steps.rewards import RewardFunctionError, load_reward_functions, reward_names, score_completions
+from grpo_engine.config import RewardsConfig
+from grpo_engine.data.prompts import reward_columns
+from grpo_engine.state.metrics import merge_metrics
+from grpo_engine.steps.rewards import RewardFunctionError, load_reward_functions, reward_names, score_completions
 from repo_paths import SUPPORT
 
 MEDDLERS = ["changes_directory", "sets_environment", "installs_signal_handlers", "draws_and_seeds_random_numbers",

@@ -16,9 +16,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.config import RewardsConfig
-from engine.steps import reward_fence
-from engine.steps.rewards import NamedReward, load_reward_functions, score_completions
+from grpo_engine.config import RewardsConfig
+from grpo_engine.steps import reward_fence
+from grpo_engine.steps.rewards import NamedReward, load_reward_functions, score_completions
 from repo_paths import SUPPORT
 from test_reward_fence import process_state
 
@@ -116,7 +116,7 @@ def test_the_cli_ends_without_waiting_for_a_thread_a_reward_left_running(tmp_pat
         "def score(prompts, completions, **kwargs):\n"
         "    threading.Thread(target=time.sleep, args=(3600,), name='forever').start()\n"
         "    return [float(len(c) % 2) for c in completions]\n")
-    args = [sys.executable, "-m", "engine", "train", "--output-dir", str(tmp_path / "run"), "--run.max_steps", "1",
+    args = [sys.executable, "-m", "grpo_engine", "train", "--output-dir", str(tmp_path / "run"), "--run.max_steps", "1",
             "--run.warm_start_steps", "2", "--run.progress_bar", "false", "--run.plot", "false",
             "--data.builtin_max_operand", "2", "--data.builtin_eval_size", "2", "--rollout.num_generations", "4",
             "--rollout.max_new_tokens", "4", "--optim.per_device_train_batch_size", "8",
@@ -136,7 +136,7 @@ def test_the_cli_ends_without_waiting_for_a_thread_a_reward_left_running(tmp_pat
 def test_a_reward_that_closes_a_standard_stream_leaves_it_open(stream, fd):
     """Putting back the same stream object left it closed, and the engine's next print failed: the fence opens a
     new stream on the same descriptor (a real process: the test runner's capture has no descriptor)."""
-    code = (f"import sys\nfrom engine.steps.rewards import NamedReward, score_completions\n"
+    code = (f"import sys\nfrom grpo_engine.steps.rewards import NamedReward, score_completions\n"
             f"def score(prompts, completions, **_):\n    sys.{stream}.close()\n    return [1.0] * len(completions)\n"
             f"score_completions([NamedReward('score', score, 1.0)], ['p'], ['c'], {{}}, [[1]])\n"
             f"print('printed after', sys.stdin.closed)\nprint('said after', file=sys.stderr)\n")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from engine.steps.rewards import NamedReward, RewardFunctionError, score_completions
+from grpo_engine.steps.rewards import NamedReward, RewardFunctionError, score_completions
 
 FLOAT64_MAX = np.finfo(np.float64).max
 

@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from engine.config import RewardsConfig
-from engine.steps.rewards import (
+from grpo_engine.config import RewardsConfig
+from grpo_engine.steps.rewards import (
     RewardFunctionError,
     answers_match,
     check_reward_columns,

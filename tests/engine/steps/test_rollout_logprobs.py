@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from engine.config import LoraConfig, ModelConfig, RolloutConfig
-from engine.model.loading import HiddenStatePolicy, add_lora, load_causal_lm, load_tokenizer
-from engine.rollout.base import mask_after_eos
-from engine.rollout.hf import generate_completions
-from engine.steps.logprobs import completion_hidden_states, sequence_logprobs
+from grpo_engine.config import LoraConfig, ModelConfig, RolloutConfig
+from grpo_engine.model.loading import HiddenStatePolicy, add_lora, load_causal_lm, load_tokenizer
+from grpo_engine.rollout.base import mask_after_eos
+from grpo_engine.rollout.hf import generate_completions
+from grpo_engine.steps.logprobs import completion_hidden_states, sequence_logprobs
 
 CPU = torch.device("cpu")
 

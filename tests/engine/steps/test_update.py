@@ -4,10 +4,10 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from engine.config import ModelConfig
-from engine.model.loading import HiddenStatePolicy, load_causal_lm
-from engine.steps import update as update_module
-from engine.steps.update import NonFiniteLossError, UpdateInputs, policy_update
+from grpo_engine.config import ModelConfig
+from grpo_engine.model.loading import HiddenStatePolicy, load_causal_lm
+from grpo_engine.steps import update as update_module
+from grpo_engine.steps.update import NonFiniteLossError, UpdateInputs, policy_update
 from grpo_kernels import GRPOLossConfig
 from grpo_testing import loss_config
 from rollout_batches import synthetic_batch
@@ -60,7 +60,7 @@ def test_nan_loss_stops_before_the_optimizer_step(tiny_model_dir, monkeypatch):
 def test_clip_extremes_are_trls_per_completion_min_and_max():
     from types import SimpleNamespace
 
-    from engine.steps.update import sequence_clip_extremes
+    from grpo_engine.steps.update import sequence_clip_extremes
 
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
     logps = torch.zeros(3, 4)

@@ -6,9 +6,9 @@ import warnings
 
 import pytest
 
-from engine.cli import main
-from engine.tools import bench
-from engine.tools.bench import StepResult, StepSpec, architecture_config, longest_fitting_length
+from grpo_engine.cli import main
+from grpo_engine.tools import bench
+from grpo_engine.tools.bench import StepResult, StepSpec, architecture_config, longest_fitting_length
 from repo_paths import ROOT
 
 SPEC = StepSpec("qwen2.5-0.5b", "tiny", "torch", batch_size=1, prompt_length=8, completion_length=64,
@@ -98,7 +98,7 @@ def test_bad_flags_are_named(capsys, flags, message):
 def test_every_option_says_what_it_means_and_its_default():
     import argparse
 
-    from engine.cli import build_parser
+    from grpo_engine.cli import build_parser
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     options = [a for a in commands.choices["bench"]._actions if a.dest != "help"]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine.tools import packing_bench
+from grpo_engine.tools import packing_bench
 
 # spread: (min, max, mean completion tokens, fill of the padded micro-batches)
 STATED = {"uniform-128": (128, 128, 128, 0.917), "96-128": (96, 128, 112, 0.833), "32-256": (32, 256, 144, 0.600),

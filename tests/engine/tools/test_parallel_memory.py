@@ -1,4 +1,4 @@
-"""`python -m engine.tools.parallel_memory`: its options are checked before any run starts, and each torchrun process
+"""`python -m grpo_engine.tools.parallel_memory`: its options are checked before any run starts, and each torchrun process
 of a run reports its peak resident set, also when training fails (the 2-process DDP vs FSDP runs themselves are
 the measurement in docs/engine.md, too slow for the suite)."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.tools.parallel_memory import main, report_worker
+from grpo_engine.tools.parallel_memory import main, report_worker
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,5 +1,5 @@
 """The docs' reference tables are what the code defines: every settings key `grpo-engine train --help` lists, every
-command and option of the parser, every registered backend and what it declares (engine/tools/reference_docs.py);
+command and option of the parser, every registered backend and what it declares (grpo_engine/tools/reference_docs.py);
 the generator reads them generically, so a key, a command or a backend added anywhere shows up, and a doc left
 behind fails here."""
 
@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 from repo_paths import ROOT
 
-from engine.tools import reference_docs
+from grpo_engine.tools import reference_docs
 from grpo_kernels.backends import BACKENDS, BackendSpec
 
 
@@ -19,7 +19,7 @@ def test_the_generated_blocks_are_current():
 
 
 def _train_help_keys() -> set[str]:
-    from engine.cli import build_parser
+    from grpo_engine.cli import build_parser
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return {a.dest[4:] for a in commands.choices["train"]._actions if a.dest.startswith("cfg:")}
@@ -39,7 +39,7 @@ def test_a_new_field_shows_up_with_its_default_and_description():
     class Tree(BaseModel):
         section: Section = Section()
 
-    from engine.config.flags import leaf_fields
+    from grpo_engine.config.flags import leaf_fields
 
     assert reference_docs.settings_table(leaf_fields(Tree)).splitlines()[2] == \
         "| `section.size` | `3` | how many \\| at most |"

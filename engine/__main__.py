@@ -1,7 +1,0 @@
-"""`python -m engine` is `grpo-engine`."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())

@@ -1,0 +1,294 @@
+"""`grpo-engine train | eval | plot | bench | serve`.
+
+Every config key is also a flag (`--optim.learning_rate 1e-5`, `--loss.beta 0.04`), its value read as the
+type of the key it sets: a string key takes the text as written, `null` unsets a key that may be null, and
+numbers, true/false and [lists] read as in the YAML file. Flags override the YAML file, which overrides
+the defaults (and, when no model is given, the built-in demo preset).
+
+Help, argument errors and config errors never wait for torch or transformers (seconds to import): those
+are imported only once a command is known to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from .data.demo_task import DEMO_PRESET
+from .messages import show_messages
+from .state.interrupt import TrainingInterrupted
+from .state.plot import CURVES as PLOT_CURVES
+from .state.run_lock import check_output_dir, check_output_file, check_run_entries
+from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
+from .tools.bench_options import build_parser as build_bench_parser
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    from .config import key_help
+
+    parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
+                                         "run); relative data paths in it are read next to it")
+    group = parser.add_argument_group(
+        "config keys (any key of the YAML tree; a string key takes VALUE as written, null unsets, numbers, "
+        "true/false and [lists] read as in YAML)",
+        "Defaults are the engine's; `train` without a model starts from the demo preset (examples/demo.yaml).")
+    for key, meaning in key_help().items():
+        group.add_argument(f"--{key}", dest=f"cfg:{key}", metavar="VALUE", default=argparse.SUPPRESS, help=meaning)
+
+
+def _join_flag_values(argv: Sequence[str]) -> list[str]:
+    """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag always takes the next
+    argument as its value, which argparse would take for an option when it starts with '-' (a negative number,
+    a string)."""
+    from .config import leaf_keys
+
+    flags = {f"--{key}" for key in leaf_keys()}
+    joined: list[str] = []
+    for arg in argv:
+        if joined and joined[-1] in flags and arg.startswith("-"):
+            joined[-1] = f"{joined[-1]}={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
+# What `grpo-engine` cannot start without, beyond the loss library: module -> the package (the engine extra) that
+# installs it. matplotlib (the plot), peft (LoRA) and pyarrow (Parquet) are checked where they are used.
+ENGINE_MODULES = {"pydantic": "pydantic", "yaml": "pyyaml", "transformers": "transformers",
+                  "accelerate": "accelerate", "tqdm": "tqdm", "safetensors": "safetensors"}
+INSTALL_ENGINE = 'pip install "grpo-kernels[engine]" (in a checkout: pip install -e ".[engine]")'
+
+
+def missing_engine_packages() -> list[str]:
+    """The engine extra's packages that are not installed (found without importing them)."""
+    return [package for module, package in ENGINE_MODULES.items() if importlib.util.find_spec(module) is None]
+
+
+def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
+    from .config import ConfigError, flag_value
+
+    values: dict[str, Any] = {}
+    for name, value in vars(args).items():
+        if name.startswith("cfg:"):
+            values[name[4:]] = flag_value(name[4:], value)
+    for attr, key in shortcuts.items():
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        value = flag_value(key, value)
+        if key in values and values[key] != value:
+            option = "--" + attr.replace("_", "-")
+            raise ConfigError(f"{key}: {option} {value!r} and --{key} {values[key]!r} set the same key; give one")
+        values[key] = value
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: a misspelt key (--optim.learning_rat) must fail, not match the key it abbreviates.
+    parser = argparse.ArgumentParser(prog="grpo-engine", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
+                           allow_abbrev=False)
+    from .config import leaf_fields
+
+    new_tokens = leaf_fields()["rollout.max_new_tokens"].default
+    train.add_argument("--model", help="local Hugging Face causal-LM directory or Hub id ORG/NAME "
+                                        "(= --model.name_or_path). Naming a model drops the demo's preset "
+                                        "(examples/demo.yaml): every other setting is then the default shown "
+                                        f"below (e.g. rollout.max_new_tokens {new_tokens}, not the demo's "
+                                        f"{DEMO_PRESET['rollout']['max_new_tokens']}) unless a flag or --config "
+                                        "sets it")
+    train.add_argument("--data", help="JSONL / Parquet / datasets directory or Hub dataset id ORG/NAME with a prompt "
+                                       "column (= --data.path)")
+    train.add_argument("--output-dir", help="run directory (= --run.output_dir)")
+    train.add_argument("--max-steps", help="= --run.max_steps")
+    train.add_argument("--resume", nargs="?", const="latest",
+                       help="continue from the latest checkpoint of the run directory, or from the given one")
+    _add_config_flags(train)
+
+    evaluate = sub.add_parser("eval", help="accuracy and pass@k with the reward functions", allow_abbrev=False)
+    evaluate.add_argument("--model", required=True, help="model directory or Hub id (a checkpoint's model/ works, "
+                                                         "LoRA too); "
+                                                         "overrides model.name_or_path of --config")
+    evaluate.add_argument("--data", help="prompt file or Hub dataset id (its data.eval_split); default: the built-in "
+                                          "task's held-out split")
+    evaluate.add_argument("--num-samples", help="samples per prompt for pass@k (= --run.eval_num_samples; default 1)")
+    evaluate.add_argument("--sample", action="store_true", help="sample at rollout.temperature even with one sample")
+    evaluate.add_argument("--batch-size", type=int, default=64, help="completions generated at once")
+    evaluate.add_argument("--output", help="also write the metrics to this JSON file")
+    _add_config_flags(evaluate)
+
+    plot = sub.add_parser("plot", help=f"PNG of a run directory's {PLOT_CURVES}", allow_abbrev=False)
+    plot.add_argument("run_dir")
+    plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
+
+    from .tools.serve import add_serve_arguments
+
+    add_serve_arguments(sub.add_parser(
+        "serve", help="a vLLM server for rollout.backend vllm_server (processed log-probs, weight updates on)",
+        allow_abbrev=False))
+    build_bench_parser(sub.add_parser("bench", help="one GRPO step of a real architecture: reference loss vs fused",
+                                      description=BENCH_DESCRIPTION, allow_abbrev=False))
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    overrides = _overrides(args, {"model": "model.name_or_path", "data": "data.path", "output_dir": "run.output_dir",
+                                  "max_steps": "run.max_steps", "resume": "run.resume"})
+    model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
+    uses_builtin_model = not model_given
+    config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
+    check_output_dir(config.run.output_dir)  # before seconds of imports, not after
+    check_run_entries(config.run.output_dir)
+    from .state.finished_run import RunFinished
+    from .state.run_summary import summary_lines
+    from .trainer import train  # torch and transformers: only for a valid config
+
+    try:
+        summary = train(config)
+    except RunFinished as finished:  # the same command again: its results, and how to train on
+        print(finished)
+        return 0
+    for line in summary_lines(summary.rewards, summary.eval_before, summary.eval_after, config):
+        print(line)
+    print(f"run directory: {summary.run_dir} (metrics.jsonl, samples.jsonl, curves.png, checkpoints/)")
+    return 0
+
+
+def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
+    from .config import read_yaml
+
+    return path is not None and (read_yaml(path).get(section) or {}).get(key) is not None
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
+                                  "num_samples": "run.eval_num_samples"})
+    # Without --data the built-in task is scored, with the demo's generation length and reward settings.
+    builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
+    preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
+    config = load_config(args.config, overrides, preset=preset)
+    if args.output:  # before the evaluation, not after it
+        check_output_file(args.output)
+    from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
+
+    samples = config.run.eval_num_samples
+    metrics = run_eval(config, config.model.name_or_path, samples, greedy=samples == 1 and not args.sample,
+                       batch_size=args.batch_size)
+    text = json.dumps(metrics, indent=2)
+    print(text)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text + "\n")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from .state.plot import plot_run
+
+    if args.output:
+        check_output_file(args.output)
+    print(plot_run(args.run_dir, args.output))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .tools.bench import bench_and_print
+
+    return bench_and_print(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .tools.serve import serve
+
+    return serve(args)
+
+
+def unknown_arguments_message(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> str:
+    """One line for arguments the command does not take, each flag with the nearest of the command's own (its
+    config keys included), as a mistyped YAML key gets: `unknown flag --run.max_step (did you mean
+    --run.max_steps?)`."""
+    import difflib
+
+    command_parser = next(action.choices[command] for action in parser._actions
+                          if isinstance(action, argparse._SubParsersAction))
+    options = [option for option in command_parser._option_string_actions if option.startswith("--")]
+    parts = []
+    for i, arg in enumerate(unknown):
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("-"):
+            previous = unknown[i - 1] if i else ""
+            if not (previous.startswith("-") and "=" not in previous):  # else: the unknown flag's own value
+                parts.append(f"unexpected value {arg[:60]!r}")
+            continue
+        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+        parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return "; ".join(parts) + f" (grpo-engine {command} --help lists every flag)"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
+    function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
+    show_messages()  # the engine's log as a person reads it (grpo_engine/messages.py)
+    code = _command(argv)
+    fence = sys.modules.get("grpo_engine.steps.reward_fence")  # loaded only if a reward function ran
+    left = fence.threads_left_running() if fence is not None else []
+    if argv is None and left:
+        print(f"grpo-engine: ending without waiting for {len(left)} thread(s) a reward function left running: "
+              f"{', '.join(left[:3])}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _command(argv: Optional[Sequence[str]]) -> int:
+    missing = missing_engine_packages()
+    if missing:
+        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
+              file=sys.stderr)
+        return 1
+    from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
+
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
+    if unknown:
+        print(f"grpo-engine {args.command}: {unknown_arguments_message(parser, args.command, unknown)}",
+              file=sys.stderr)
+        return 2
+    handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
+    try:
+        return handlers[args.command](args)
+    except ConfigError as exc:
+        print(f"grpo-engine: config error: {exc}", file=sys.stderr)
+        return 2
+    except TrainingInterrupted as exc:
+        output_dir = exc.checkpoint.parent.parent
+        print(f"grpo-engine train: {exc}. Continue with: grpo-engine train --resume --output-dir {output_dir} "
+              f"(and the same options)", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
+              f"--resume", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
+        # The engine's own errors name their cause; a traceback would bury it. A reward function's own
+        # traceback is the exception: the bug is in the user's code.
+        if getattr(exc, "user_traceback", None):
+            print(exc.user_traceback, file=sys.stderr, end="")
+        print(f"grpo-engine {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

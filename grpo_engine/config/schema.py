@@ -1,0 +1,671 @@
+"""The engine's configuration schema: every key with its type, range, default and meaning, and the rules
+across keys, declared once (pydantic v2). The YAML loader, the `--section.key` flags, `--help`, the saved
+config.yaml and every error message are derived from it.
+
+Defaults follow TRL's GRPOConfig where TRL has one (lr 1e-6, 8 generations, 256 new tokens, temperature 1,
+beta 0, epsilon 0.2, dapo loss, group-scaled rewards, max_grad_norm 1.0); the loss section's defaults are
+read from the kernels' own `GRPOLossConfig`.
+
+Settings the rollout and the loss share live in one place: the loss scores at `rollout.temperature` and the
+loss types with a fixed normaliser divide by `rollout.max_new_tokens` (SHARED_SETTINGS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import threading
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Optional, Union
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model,
+                      field_validator, model_validator)
+
+from grpo_kernels.backends import backend_names
+from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
+from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
+
+from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
+from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
+                                rollout_backend_names)
+from .loss_params import check_loss_params
+
+# ----------------------------------------------------------------------------------------------- value types
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]  # (0, 1]
+
+# A Hub repository id: ORG/NAME of letters, digits, '-', '_', '.' (no '--' or '..', as the Hub's rule); anything
+# else that is not a local path is a typo, said at once rather than as a failed download.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+
+
+def is_hub_id(name: str) -> bool:
+    return bool(_HUB_ID.match(name)) and "--" not in name and ".." not in name and not name.endswith((".", "-"))
+
+
+def expand_user(name: str) -> str:
+    """`name` with a leading ~ or ~user expanded (the shell's meaning); as written where that user has no home
+    (then it names no file, and the key's own check refuses it)."""
+    return os.path.expanduser(name)
+
+
+def user_path(name: str) -> Path:
+    return Path(expand_user(name))
+
+
+class PathSetting:
+    """Marks a setting that names a file or directory: its value is stored with ~ expanded, so that every path
+    setting means the same by `~` (the shell's home), whoever reads it (a run directory, a data file, a model)."""
+
+
+PATH = PathSetting()
+
+
+def _model_location(name: str) -> str:
+    if not user_path(name).is_dir() and not is_hub_id(name):
+        raise ValueError("expected a local model directory or a Hub id ORG/NAME")
+    return name
+
+
+def _data_location(name: str) -> str:
+    if not user_path(name).exists() and not is_hub_id(name):
+        raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
+    return name
+
+
+FilePath = Annotated[str, AfterValidator(expand_user), PATH]
+ModelLocation = Annotated[str, AfterValidator(_model_location), AfterValidator(expand_user), PATH]
+DataLocation = Annotated[str, AfterValidator(_data_location), AfterValidator(expand_user), PATH]
+
+
+def _one_as_list(value: Any) -> Any:
+    """A list setting given one value (`--rollout.server.urls http://host:8000`) takes it as a list of one."""
+    return [value] if isinstance(value, (str, int, float)) else value
+
+
+def ListOf(item: Any, min_length: int = 0) -> Any:
+    """A list setting: a list of `item`s, or one item alone as a list of one."""
+    return Annotated[list[item], Field(min_length=min_length), BeforeValidator(_one_as_list)]
+
+
+def _module_names(value: Any) -> Any:
+    """model.lora.target_modules: all-linear, or module names (one name alone is a list of one)."""
+    return [value] if isinstance(value, str) and value != ALL_LINEAR else value
+
+
+ALL_LINEAR = "all-linear"
+
+
+def _is_hub_read(name: Optional[str]) -> bool:
+    """Whether a model / data setting names a Hub repository (rather than a local path)."""
+    return name is not None and not user_path(name).exists() and is_hub_id(name)
+
+
+def read_when_hub(*keys: str) -> ReadWhen:
+    """Read when one of the location settings `keys` names a Hub repository."""
+    return ReadWhen(f"{' or '.join(keys)} a Hub id", lambda c: any(_is_hub_read(value_at(c, k)) for k in keys),
+                    {keys[0]: "org/name"}, {key: None for key in keys})
+
+
+def read_with_section(section: str) -> ReadWhen:
+    """A rollout section's settings are read by the backends whose registry entry declares that section."""
+    owners = backends_with(section=section)
+    return ReadWhen(f"rollout.backend {' or '.join(owners)}",
+                    lambda c: rollout_backend(c.rollout.backend).section == section,
+                    {"rollout.backend": owners[0]}, {"rollout.backend": DEFAULT_ROLLOUT_BACKEND})
+
+
+LORA_ON = read_when_is("model.lora.enabled", True, otherwise=False)
+# Evaluation runs on data.eval_path, or on the built-in task's problems (held out, or its training ones).
+BUILTIN_TASK = ReadWhen("data.path null (the built-in addition task)", lambda c: c.data.path is None, {},
+                        {"data.path": "org/train"})
+DATA_FILE = ReadWhen("data.path set", lambda c: c.data.path is not None, {"data.path": "org/train"}, {})
+MATH_REWARD = read_when_listed("rewards.functions", "math_accuracy", "length")
+WARM_START = read_when_positive("run.warm_start_steps")
+# NumPy's seed domain (accelerate's set_seed seeds NumPy, Python's and torch's RNGs with the run's seed)
+MAX_SEED = 2**32 - 1
+EVALUATION_DATA = read_when_any(
+    "data.eval_path set (or data.path null: the built-in task)",
+    ReadWhen("data.eval_path set", lambda c: c.data.eval_path is not None, {"data.eval_path": "org/eval"},
+             {"data.eval_path": None}),
+    ReadWhen("data.path null", lambda c: c.data.path is None, {}, {"data.path": "org/train"}))
+
+# The kernels' backends: the registry's names (grpo_kernels.backends imports no torch). "auto" routes each call
+# by the cost model.
+LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
+# The rollout backends: grpo_engine/rollout/registry.py's entries (a backend registered later is a valid choice).
+# The off-policy correction's modes (TRL's vLLM importance-sampling names, and auto / off).
+ImportanceSampling = Literal["auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+BUILTIN_REWARDS = ("math_accuracy", "format", "length")
+
+# A key that is not in the schema because another key holds the setting: the message for the user who sets it.
+SHARED_SETTINGS = {
+    "loss.temperature": "the loss scores the completions at the temperature they were sampled at: set "
+                        "rollout.temperature",
+    "loss.max_completion_length": "the loss types with a fixed normaliser divide by the longest possible "
+                                  "completion: set rollout.max_new_tokens",
+}
+
+
+# Marks a text setting taken as written, empty included (a system prompt may be ''); every other text setting
+# refuses a blank value (Section._no_blank_text).
+FREE_TEXT = {"free_text": True}
+
+
+class Section(BaseModel):
+    """Strict: no key outside the schema, no value of another type (an int is taken for a float), no NaN or
+    infinity; assignments are validated too."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_blank_text(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every text setting of every section but free text (FREE_TEXT): an empty or blank string names nothing.
+        # As a path it would be the working directory (Path('') is '.': a run writing into it, a model or data read
+        # from it), as a name or a column nothing at all. A key that may be null is unset with null.
+        # Every text setting, free text too: Unicode (a lone UTF-16 surrogate, from a flag of bytes that are not
+        # UTF-8 or a YAML escape, is text no file or tokenizer can encode).
+        texts = value if isinstance(value, list) else (value,)
+        if any(isinstance(text, str) and _lone_surrogate(text) for text in texts):
+            raise ValueError("expected Unicode text (it holds a lone UTF-16 surrogate, which no file or tokenizer "
+                             "can encode)")
+        if (cls.model_fields[info.field_name].json_schema_extra or {}).get("free_text"):
+            return value
+        if any(isinstance(text, str) and not text.strip() for text in texts):
+            raise ValueError("expected a non-empty text (null unsets a key that may be null)")
+        return value
+
+
+def _lone_surrogate(text: str) -> bool:
+    return any("\ud800" <= char <= "\udfff" for char in text)
+
+
+def _choice(allowed: Union[tuple[str, ...], Callable[[], tuple[str, ...]]]) -> AfterValidator:
+    """A string out of a set: a fixed tuple, or a registry's names read when a value is checked (so that a backend
+    registered after import is a valid choice): one place to read them from."""
+    def check(value: str) -> str:
+        names = allowed() if callable(allowed) else allowed
+        if value not in names:
+            raise ValueError(f"expected one of {', '.join(names)}")
+        return value
+
+    return AfterValidator(check)
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+class LoraConfig(Section):
+    enabled: bool = Field(False, description="train LoRA adapters (peft) instead of every weight")
+    r: Annotated[PositiveInt, LORA_ON] = Field(16, description="adapter rank")
+    alpha: Annotated[PositiveInt, LORA_ON] = Field(
+        32, description="adapter scale numerator (the update is scaled by alpha / r)")
+    dropout: Annotated[float, Field(ge=0, lt=1), LORA_ON] = Field(0.05, description="dropout on the adapters' input")
+    target_modules: Annotated[Union[str, Annotated[list[str], Field(min_length=1)]], BeforeValidator(_module_names),
+                              LORA_ON] = Field(
+        ALL_LINEAR, description="module names to adapt (one name alone is a list of one), or all-linear")
+
+
+class ModelConfig(Section):
+    name_or_path: Optional[ModelLocation] = Field(
+        None, description="a local Hugging Face causal-LM directory or a Hub id ORG/NAME (downloaded once into the "
+                          "Hugging Face cache; HF_HUB_OFFLINE=1 reads the cache only); null builds the tiny built-in "
+                          "demo model in code")
+    revision: Annotated[Optional[str], read_when_hub("model.name_or_path")] = Field(
+        None, description="a Hub id's branch, tag or commit (null: main)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bf16 on CUDA, fp32 on CPU")
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = Field(
+        "auto", description="auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward: less memory, more time")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    tensor_parallel: PositiveInt = Field(
+        1, description=">1: shard the model over that many processes with transformers' tensor-parallel plan (pure "
+                       "TP: it must equal the number of processes; every process then generates and trains on the "
+                       "whole batch)")
+    fsdp: bool = Field(
+        False, description="fully sharded data parallelism (FSDP2): each of the processes holds 1/N of the weights, "
+                           "gradients and AdamW state (full fine-tuning; launch 2 or more processes with torchrun)")
+
+    @model_validator(mode="after")
+    def _one_way_to_split_the_model(self) -> "ModelConfig":
+        if self.tensor_parallel > 1 and self.lora.enabled:
+            raise ValueError("model.tensor_parallel > 1 does not support model.lora.enabled: train LoRA adapters "
+                             "with data parallelism (model.tensor_parallel 1)")
+        if self.fsdp and self.lora.enabled:
+            raise ValueError("model.fsdp does not support model.lora.enabled: LoRA's few trainable weights need no "
+                             "sharding; train LoRA adapters with data parallelism (model.fsdp false)")
+        if self.fsdp and self.tensor_parallel > 1:
+            raise ValueError("model.fsdp cannot be combined with model.tensor_parallel > 1: use one of them")
+        return self
+
+
+class DataConfig(Section):
+    path: Optional[DataLocation] = Field(
+        None, description="JSONL / Parquet file, a datasets.save_to_disk directory or a Hub dataset id ORG/NAME (read "
+                          "with datasets.load_dataset); null uses the built-in addition task. A relative path in a "
+                          "YAML file is read next to that file")
+    eval_path: Optional[DataLocation] = Field(
+        None, description="prompts for evaluation before / after / every run.eval_steps (same forms)")
+    config: Annotated[Optional[str], read_when_hub("data.path", "data.eval_path")] = Field(
+        None, description="a Hub dataset's configuration (GSM8K: main); null: its only or default one")
+    split: Annotated[str, read_when_hub("data.path")] = Field(
+        "train", description="the split of a Hub dataset path to train on")
+    eval_split: Annotated[str, read_when_hub("data.eval_path")] = Field(
+        "test", description="the split of a Hub dataset eval_path to evaluate on")
+    prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
+    system_prompt: Optional[str] = Field(
+        None, json_schema_extra=FREE_TEXT, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "
+                          "is applied")
+    max_prompt_length: Optional[PositiveInt] = Field(
+        512, description="longer prompts keep their last tokens (TRL default 512)")
+    max_prompt_chars: Annotated[Optional[PositiveInt], DATA_FILE] = Field(
+        100_000, description="prompts longer than this many characters are refused when the data loads (null: no "
+                             "bound): a tokenizer reads every character before it truncates, so one runaway line of "
+                             "megabytes would stall the run")
+    shuffle: bool = Field(True, description="a fresh seeded permutation of the prompts each epoch")
+    builtin_max_operand: Annotated[PositiveInt, BUILTIN_TASK] = Field(
+        9, description="the built-in addition task (used when path is null): operands 0..builtin_max_operand")
+    builtin_eval_size: Annotated[NonNegativeInt, BUILTIN_TASK] = Field(
+        0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones); fewer "
+                       "than its (builtin_max_operand + 1)^2 problems")
+
+    @model_validator(mode="after")
+    def _held_out_problems_leave_some_to_train_on(self) -> "DataConfig":
+        problems = (self.builtin_max_operand + 1) ** 2
+        if self.builtin_eval_size >= problems:
+            raise ValueError(f"data.builtin_eval_size ({self.builtin_eval_size}) must be below the {problems} "
+                             f"problems of data.builtin_max_operand={self.builtin_max_operand}")
+        return self
+
+
+class VLLMConfig(Section):
+    gpu_memory_utilization: Fraction = Field(
+        0.3, description="CUDA: the fraction of the GPU's memory vLLM takes for its weights and KV cache (TRL's "
+                         "colocate default)")
+    sleep: bool = Field(
+        False, description="CUDA: vLLM's sleep mode: its weights and KV cache leave the GPU while the trainer computes")
+    tensor_parallel_size: PositiveInt = Field(
+        1, description="CUDA: vLLM shards the model over this many processes: 1 (a whole copy per process), or "
+                       "model.tensor_parallel")
+    kv_cache_mb: Optional[PositiveInt] = Field(
+        None, description="the KV cache's size in MiB (null: on CUDA from gpu_memory_utilization, on a CPU 512)")
+    max_model_len: Optional[PositiveInt] = Field(
+        None, description="the longest prompt + completion vLLM plans for (null: data.max_prompt_length + "
+                          "rollout.max_new_tokens); at least that sum")
+
+
+def _server_url(url: str) -> str:
+    if not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", url):
+        raise ValueError("expected a server's base URL, http://HOST:PORT")
+    return url.rstrip("/")
+
+
+class ServerConfig(Section):
+    urls: ListOf(Annotated[str, AfterValidator(_server_url)], min_length=1) = Field(
+        default_factory=lambda: ["http://127.0.0.1:8000"],
+        description="vllm_server: the base URLs of the vLLM servers (vLLM's OpenAI-compatible server, e.g. from "
+                    "grpo-engine serve); training process i generates on the (i mod len(urls))-th, the weights go "
+                    "to all")
+    model: Optional[str] = Field(None, description="the served model name (null: the first one the server lists)")
+    timeout_s: PositiveFloat = Field(
+        300.0, description="how long a server that stops answering is retried, with backoff, before the run stops "
+                           "with a checkpoint saved")
+    request_timeout_s: PositiveFloat = Field(600.0, description="the longest one HTTP request may take")
+    max_concurrent_requests: PositiveInt = Field(
+        64, description="completion requests in flight to one server (one request per completion, each with its "
+                        "own seed)")
+    weight_transfer: Literal["auto", "nccl", "reload"] = Field(
+        "auto", description="how the trained weights reach the servers after every optimizer step: nccl (CUDA: "
+                            "vLLM's weight-transfer API, broadcast from training process 0), reload (vLLM's "
+                            "reload_weights from safetensors written to weights_dir; the server needs "
+                            "VLLM_SERVER_DEV_MODE=1); auto: nccl on CUDA, else reload")
+    lora_transfer: Literal["auto", "adapter", "merged"] = Field(
+        "auto", description="with model.lora.enabled, how the trained LoRA reaches the servers: adapter (the servers "
+                            "keep their base weights; after every optimizer step the adapter is written to "
+                            "weights_dir and loaded through vLLM's /v1/load_lora_adapter under a new name, which "
+                            "the completion requests then name; the server needs grpo-engine serve --lora-rank R: "
+                            "--enable-lora, --max-lora-rank >= model.lora.r, VLLM_ALLOW_RUNTIME_LORA_UPDATING), "
+                            "merged (the adapter merged into the whole weights, sent by weight_transfer); auto: "
+                            "adapter when LoRA is on")
+    weights_dir: Optional[FilePath] = Field(
+        None, description="reload and adapter: the directory the weights or adapters are written to, which every "
+                          "server must read (a shared filesystem past one machine; null: "
+                          "run.output_dir/server_weights)")
+    nccl_host: Optional[str] = Field(
+        None, description="nccl: the address of training process 0 the servers connect to (null: this host's name)")
+    nccl_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        29700, description="nccl: the port of the weight-transfer group's rendezvous")
+
+
+class RolloutConfig(Section):
+    backend: Annotated[str, _choice(rollout_backend_names)] = Field(
+        DEFAULT_ROLLOUT_BACKEND, description="; ".join(f"{name}: {spec.summary}"
+                                                       for name, spec in ROLLOUT_BACKENDS.items()))
+    num_generations: Annotated[int, Field(ge=2)] = Field(
+        8, description="completions per prompt (G): advantages compare each with its group, so at least 2")
+    max_new_tokens: PositiveInt = Field(
+        256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "
+                         "(dr_grpo)")
+    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+        1.0, description="sampling temperature; the loss's log-probs are computed at the same one (at least "
+                         "1e-30: float32 logits divided by less overflow)")
+    top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
+    top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
+    repetition_penalty: PositiveFloat = Field(
+        1.0, description="transformers' repetition penalty in generate (1: off)")
+    replay_kept_tokens: Annotated[bool, ReadWhen(
+        "rollout.top_p < 1 or rollout.top_k > 0", lambda c: c.rollout.top_p < 1 or c.rollout.top_k > 0,
+        {"rollout.top_k": 5}, {"rollout.top_p": 1.0, "rollout.top_k": 0})] = Field(
+        True, description="with top_p < 1 or top_k > 0: score the policy and old/reference log-probs over the ids "
+                          "the sampler kept at each position, as it drew them (false: over the whole vocabulary; "
+                          "without truncation nothing to replay)")
+    mask_truncated_completions: bool = Field(
+        False, description="TRL's option: completions that hit max_new_tokens without EOS get an all-zero loss mask")
+    sample_padded_vocab: bool = Field(
+        False, description="sample (and score) the vocabulary rows past the tokenizer's last token, which a model "
+                           "padded its vocabulary with (Qwen2.5) and which decode to nothing (false: never sampled, "
+                           "left out of the log-probs)")
+    vllm: Annotated[VLLMConfig, read_with_section("vllm")] = Field(default_factory=VLLMConfig)
+    server: Annotated[ServerConfig, read_with_section("server")] = Field(default_factory=ServerConfig)
+    max_staleness: NonNegativeInt = Field(
+        0, description="vllm_server: 0 generates each batch from the policy it trains (on-policy); k >= 1 generates "
+                       "the next batches while this one trains, from a policy up to k optimizer steps older; older "
+                       "samples are dropped (and counted)")
+    importance_sampling: ImportanceSampling = Field(
+        "auto", description="the off-policy correction: each token's loss times the ratio of the trainer's "
+                            "probability (before the update) to the sampler's, capped (truncate) or zeroed past "
+                            "the cap (mask), per token or per sequence (the product); auto: token_truncate with "
+                            "max_staleness >= 1, else off")
+    importance_sampling_cap: Annotated[float, Field(gt=1), ReadWhen(
+        "an off-policy correction in force (rollout.importance_sampling, or max_staleness >= 1)",
+        lambda c: c.rollout.importance_sampling_mode() is not None, {"rollout.importance_sampling": "token_mask"},
+        {"rollout.importance_sampling": "off"})] = Field(
+        3.0, description="the cap of the importance-sampling ratio (> 1)")
+
+    def importance_sampling_mode(self) -> Optional[str]:
+        """The off-policy correction in force, or None."""
+        if self.importance_sampling == "auto":
+            return "token_truncate" if self.max_staleness > 0 else None
+        return None if self.importance_sampling == "off" else self.importance_sampling
+
+    def replays_kept_tokens(self) -> bool:
+        """Whether rollouts record, and the log-probs replay, the sampler's kept-token sets."""
+        truncating = self.top_p < 1.0 or self.top_k > 0
+        return truncating and self.replay_kept_tokens
+
+
+def _reward_spec(spec: str) -> str:
+    if spec not in BUILTIN_REWARDS and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):
+        raise ValueError(f"expected a built-in reward ({', '.join(BUILTIN_REWARDS)}) or 'package.module:function'")
+    return spec
+
+
+class RewardsConfig(Section):
+    functions: ListOf(Annotated[str, AfterValidator(_reward_spec)], min_length=1) = Field(
+        default_factory=lambda: ["math_accuracy"],
+        description="built-in names (math_accuracy, format, length) or package.module:function")
+    weights: Optional[ListOf(float)] = Field(None, description="one per function; all 1.0 when null")
+    answer_column: Annotated[str, MATH_REWARD] = Field(
+        "answer", description="the dataset column math_accuracy compares against")
+    math_correct: Annotated[float, MATH_REWARD] = Field(1.0, description="math_accuracy: reward of a correct answer")
+    math_wrong: Annotated[float, MATH_REWARD] = Field(-1.0, description="math_accuracy: reward of a wrong answer")
+    math_no_answer: Annotated[float, MATH_REWARD] = Field(
+        -0.5, description="math_accuracy: reward when no \\boxed{} answer is found")
+    length_cache: Annotated[NonNegativeInt, read_when_listed("rewards.functions", "length", "math_accuracy")] = Field(
+        32, description="length: DAPO's soft overlong punishment, 0 up to rollout.max_new_tokens - length_cache, "
+                        "linear down to -1 (at most rollout.max_new_tokens)")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="divide advantages by the group / batch std")
+    # At most the longest wait threading's timer takes (threading.TIMEOUT_MAX, about 292 years): past it the timer
+    # thread died with an OverflowError traceback and the limit silently did not apply.
+    timeout_seconds: Optional[Annotated[float, Field(gt=0, le=threading.TIMEOUT_MAX)]] = Field(
+        600.0, description="seconds one call of a reward function (one batch) may take before the run stops naming "
+                           "it (null: no limit)")
+
+    @model_validator(mode="after")
+    def _one_weight_per_function(self) -> "RewardsConfig":
+        if self.weights is not None and len(self.weights) != len(self.functions):
+            raise ValueError(f"rewards.weights has {len(self.weights)} entries for {len(self.functions)} "
+                             f"rewards.functions")
+        if self.weights is not None and not any(self.weights):
+            # every reward times 0 (-0.0 included): every advantage is 0 and no step changes the model
+            raise ValueError(f"rewards.weights are all 0 ({self.weights}): no completion would be preferred to "
+                             f"another; give at least one function a non-zero weight")
+        return self
+
+
+def _loss_type(name: str) -> str:
+    if name not in loss_type_names():
+        raise ValueError(f"expected one of {', '.join(loss_type_names())} (grpo_kernels.register_loss_type adds one)")
+    return name
+
+
+class LossSection(Section):
+    """The base of the `loss` section: the declared hyper-parameters of the loss type, checked and filled in."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trl_names_of_saved_configs(cls, data: Any) -> Any:
+        # A config.yaml saved before sapo's and vespo's hyper-parameters became loss.params holds them by TRL's
+        # names (every key, at its default where unread): read back, each goes to loss.params when it belongs to
+        # the chosen loss type and is dropped at its default otherwise (it was not read); a value set for another
+        # type is refused, naming the key and where the setting lives now.
+        if not isinstance(data, dict) or not any(key in loss_param_aliases() for key in data):
+            return data
+        data, params = dict(data), dict(data.get("params") or {})
+        chosen = data.get("loss_type", cls.model_fields["loss_type"].default)
+        for alias, (owner, param) in loss_param_aliases().items():
+            if alias not in data:
+                continue
+            value = data.pop(alias)
+            if owner == chosen:
+                params.setdefault(param, value)
+            elif value != get_loss_type(owner).params[param].default:
+                raise ValueError(f"loss.{alias} ({value!r}) is read only with loss.loss_type {owner}, where it is "
+                                 f"loss.params.{param}")
+        if params or "params" in data:
+            data["params"] = params
+        return data
+
+    @model_validator(mode="after")
+    def _declared_params(self) -> "LossSection":
+        filled = check_loss_params(self.loss_type, self.params)
+        if filled != self.params:
+            object.__setattr__(self, "params", filled)  # no re-validation loop through validate_assignment
+        return self
+
+
+def _setting_type(name: str, annotation: Any, declaration: LossSetting) -> Any:
+    """The pydantic type of a declared loss setting: its field's type, with its bounds and read condition."""
+    bounds = {key: getattr(declaration, key) for key in ("ge", "gt", "le") if getattr(declaration, key) is not None}
+    args = typing.get_args(annotation)
+    nullable = type(None) in args and typing.get_origin(annotation) is not Literal
+    base = next(arg for arg in args if arg is not type(None)) if nullable else annotation
+    if name == "loss_type":
+        base = Annotated[str, AfterValidator(_loss_type)]
+    elif bounds:
+        base = Annotated[base, Field(**bounds)]
+    typed = Optional[base] if nullable else base
+    condition = declaration.read_when
+    if condition is None:
+        return typed
+    return Annotated[typed, ReadWhen(f"loss.{condition.text}", lambda c: condition.holds(c.loss),
+                                     {f"loss.{k}": v for k, v in condition.when_true.items()},
+                                     {f"loss.{k}": v for k, v in condition.when_false.items()})]
+
+
+def loss_section(config_class: type = GRPOLossConfig) -> type[LossSection]:
+    """The engine's `loss` section, derived from the kernels' declarations (grpo_kernels/config.py: each setting's
+    type, bounds, default and meaning), less the settings the rollout owns (SHARED_SETTINGS), plus `params`."""
+    hints = typing.get_type_hints(config_class)
+    declared = {
+        f.name: (_setting_type(f.name, hints[f.name], f.metadata["setting"]),
+                 Field(f.default, description=f.metadata["setting"].help))
+        for f in dataclasses.fields(config_class)
+        if "setting" in f.metadata and f"loss.{f.name}" not in SHARED_SETTINGS}
+    params = (dict[str, Any], Field(default_factory=dict, description=(
+        "a loss type's own hyper-parameters by name (sapo: temperature_pos, temperature_neg; vespo: k_pos, "
+        "lambda_pos, k_neg, lambda_neg; a registered type's as it declares them); unset ones take the declared "
+        "defaults")))
+    return create_model("LossConfig", __base__=LossSection, __module__=__name__, **declared, params=params)
+
+
+LossConfig = loss_section()
+
+
+class OptimConfig(Section):
+    learning_rate: NonNegativeFloat = Field(1e-6, description="AdamW's peak learning rate")
+    weight_decay: NonNegativeFloat = Field(0.0, description="AdamW's decoupled weight decay")
+    adam_beta1: Annotated[float, Field(ge=0, lt=1)] = Field(0.9, description="AdamW's first-moment decay")
+    adam_beta2: Annotated[float, Field(ge=0, lt=1)] = Field(0.999, description="AdamW's second-moment decay")
+    adam_epsilon: PositiveFloat = Field(1e-8, description="AdamW's denominator epsilon")
+    max_grad_norm: NonNegativeFloat = Field(1.0, description="gradient-norm clipping (0: off)")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "linear", description="the LR's shape after warmup")
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="fraction of the optimizer steps spent warming the LR up linearly")
+    per_device_train_batch_size: PositiveInt = Field(8, description="completions per micro-batch of the padded step")
+    gradient_accumulation_steps: PositiveInt = Field(1, description="micro-batches per optimizer step")
+    num_iterations: PositiveInt = Field(
+        1, description="optimizer passes over each generated batch (mu in the GRPO paper)")
+    padding_free: bool = Field(
+        True, description="train on packs of whole sequences (prompt + completion, no padding) instead of padded "
+                          "micro-batches of per_device_train_batch_size completions; the old and reference "
+                          "log-probs are packed the same way")
+    max_tokens_per_micro_batch: Annotated[Optional[PositiveInt], read_when_is(
+        "optim.padding_free", True, otherwise=False)] = Field(
+        None, description="the tokens of one pack (padding_free); at least data.max_prompt_length + "
+                          "rollout.max_new_tokens. null: the batch's longest sequence times "
+                          "per_device_train_batch_size with flash_attention_2 or sdpa (run per sequence): no more "
+                          "tokens than a padded micro-batch, each batch packed or padded by estimated cost; times 2 "
+                          "with eager (its packed mask is dense: attention costs grow with the square of the pack)")
+
+
+class RunConfig(Section):
+    output_dir: FilePath = Field(
+        "runs/grpo", description="run directory: metrics.jsonl, samples.jsonl, config.yaml, checkpoints/")
+    max_steps: PositiveInt = Field(
+        100, description="generation rounds; each makes num_iterations optimizer steps. A finished run trains on to "
+                         "a larger max_steps with --resume")
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = Field(
+        42, description="seeds model init, prompt order and sampling (0 to 2^32 - 1: NumPy's seed domain, which "
+                        "every process's RNGs are seeded in)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
+    num_threads: Optional[PositiveInt] = Field(
+        None, description="CPU threads for torch (null: torch's default). Tiny models gain nothing from threads, "
+                          "and on a busy machine idle OpenMP threads spin and slow every small op down")
+    loss_backend: Annotated[str, _choice(backend_names)] = Field(
+        "auto", description="the kernels' backend for log-probs and loss (auto: routed per call by the cost model; "
+                            "see grpo_kernels' README)")
+    save_steps: NonNegativeInt = Field(0, description="checkpoint every this many steps (0: only the final one)")
+    save_total_limit: PositiveInt = Field(2, description="keep the last k checkpoints")
+    resume: Optional[FilePath] = Field(None, description="latest, or a checkpoint directory")
+    save_on_interrupt: bool = Field(
+        True, description="Ctrl-C / SIGTERM: finish the step in progress, save a checkpoint and stop with a hint to "
+                          "--resume")
+    log_completions_steps: NonNegativeInt = Field(10, description="log sample completions every this many steps "
+                                                                  "(0: never)")
+    eval_steps: Annotated[NonNegativeInt, EVALUATION_DATA] = Field(
+        0, description="evaluate every this many steps (0: only before and after training, when an eval split "
+                       "exists)")
+    eval_num_samples: Annotated[PositiveInt, EVALUATION_DATA] = Field(
+        1, description="completions per evaluation prompt: 1 is greedy decoding; more are sampled with the rollout "
+                       "settings (accuracy is then the mean over samples, and pass@k is reported)")
+    report_to: ListOf(Literal["tensorboard", "wandb"]) = Field(
+        default_factory=list, description="tensorboard, wandb (metrics.jsonl is always written)")
+    progress_bar: bool = Field(True, description="show a tqdm bar with the reward and loss")
+    plot: bool = Field(True, description="write curves.png at the end")
+    warm_start_steps: NonNegativeInt = Field(
+        0, description="supervised steps on the built-in task's reference answers before RL (built-in model only)")
+    warm_start_learning_rate: Annotated[NonNegativeFloat, WARM_START] = Field(
+        3e-3, description="AdamW LR of the supervised warm start")
+    warm_start_target: Annotated[Fraction, WARM_START] = Field(
+        1.0, description="the warm start stops early once the mean probability of the reference answers reaches this")
+
+
+class EngineConfig(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    def generation_batch_size(self, num_processes: int = 1) -> int:
+        """Completions generated per step over all processes."""
+        return self.optim.per_device_train_batch_size * self.optim.gradient_accumulation_steps * num_processes
+
+    def prompts_per_step(self, num_processes: int = 1) -> int:
+        return self.generation_batch_size(num_processes) // self.rollout.num_generations
+
+    def loss_config(self) -> GRPOLossConfig:
+        """The kernels' loss config: the loss section, with the settings the rollout owns taken from it."""
+        own = {f.name: getattr(self.loss, f.name) for f in dataclasses.fields(GRPOLossConfig)
+               if f.name in LossConfig.model_fields}
+        return GRPOLossConfig(**own, temperature=self.rollout.temperature,
+                              max_completion_length=self.rollout.max_new_tokens, loss_params=dict(self.loss.params))
+
+    def pushes_lora_adapters(self) -> bool:
+        """Whether the vllm_server backend sends the servers LoRA adapters rather than whole weights."""
+        transfer = self.rollout.server.lora_transfer
+        return rollout_backend(self.rollout.backend).lora_adapters and self.model.lora.enabled and \
+            transfer != "merged"
+
+    @model_validator(mode="after")
+    def _rules_across_sections(self) -> "EngineConfig":
+        r, o, v = self.rollout, self.optim, self.rollout.vllm
+        longest = None if self.data.max_prompt_length is None else self.data.max_prompt_length + r.max_new_tokens
+        if o.padding_free and o.max_tokens_per_micro_batch is not None and longest is not None \
+                and longest > o.max_tokens_per_micro_batch:
+            raise ValueError(f"optim.max_tokens_per_micro_batch ({o.max_tokens_per_micro_batch}) must hold the "
+                             f"longest sequence, data.max_prompt_length + rollout.max_new_tokens = {longest}")
+        if v.max_model_len is not None and v.max_model_len < (longest or r.max_new_tokens + 1):
+            raise ValueError(f"rollout.vllm.max_model_len ({v.max_model_len}) must hold the longest sequence, "
+                             f"data.max_prompt_length + rollout.max_new_tokens = {longest or r.max_new_tokens + 1}")
+        backend = rollout_backend(r.backend)
+        if r.max_staleness > 0 and not backend.generates_ahead:
+            raise ValueError(f"rollout.max_staleness ({r.max_staleness}) needs rollout.backend "
+                             f"{' or '.join(backends_with(generates_ahead=True))}: the other backends generate on the "
+                             f"training processes, in turn with the update")
+        if not backend.kept_token_sets and r.replays_kept_tokens():
+            raise ValueError(f"rollout.replay_kept_tokens: rollout.backend {r.backend} does not return the kept-token "
+                             f"sets of its sampler: set rollout.replay_kept_tokens false (the trainer then scores the "
+                             f"whole vocabulary), drop top_p / top_k, or use rollout.backend "
+                             f"{' or '.join(backends_with(kept_token_sets=True))}")
+        s = r.server
+        if s.lora_transfer == "adapter" and not self.model.lora.enabled:
+            raise ValueError("rollout.server.lora_transfer adapter needs model.lora.enabled true (without LoRA the "
+                             "whole weights are pushed): set it to auto")
+        if self.pushes_lora_adapters() and s.weight_transfer != "auto":
+            raise ValueError(f"rollout.server.weight_transfer {s.weight_transfer} sends whole weights, but with "
+                             f"model.lora.enabled the servers get adapters (rollout.server.lora_transfer "
+                             f"{s.lora_transfer}): set weight_transfer auto, or lora_transfer merged")
+        if v.tensor_parallel_size not in (1, self.model.tensor_parallel):
+            raise ValueError(f"rollout.vllm.tensor_parallel_size must be 1 or model.tensor_parallel "
+                             f"({self.model.tensor_parallel}), got {v.tensor_parallel_size}")
+        if "length" in self.rewards.functions and self.rewards.length_cache > r.max_new_tokens:
+            raise ValueError(f"rewards.length_cache ({self.rewards.length_cache}) must be at most "
+                             f"rollout.max_new_tokens ({r.max_new_tokens}): the length reward starts falling at "
+                             f"max_new_tokens - length_cache")
+        if self.run.warm_start_steps and self.model.name_or_path is not None:
+            raise ValueError("run.warm_start_steps applies to the built-in model only (model.name_or_path is set); "
+                             "set it to 0 to train another model")
+        try:
+            self.loss_config()  # the kernels' own checks of the combination (and TRL's warnings)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"loss: {exc}") from None
+        return self
+
+
+def reads_max_completion_length(loss_type: str) -> bool:
+    """Whether the loss type divides by max_completion_length (rollout.max_new_tokens here)."""
+    return get_loss_type(loss_type).aggregation.reads_max_completion_length

@@ -1,0 +1,350 @@
+"""Atomic, verified, resumable checkpoints: HF-format model (or LoRA adapters) + tokenizer, optimizer,
+scheduler, every process's RNG state, the data position and the run's config.
+
+A checkpoint is written to a hidden temporary directory and renamed into place only when complete, so an
+interrupted save never replaces (or corrupts) the last good one; loaders ignore the temporary names. Its
+last file is a manifest of every file's size and SHA-256, checked before resuming: a truncated or corrupted
+file (even one that still loads) is reported by name, and so are weights holding NaN or inf (a diverged run
+saves them intact); `latest` falls back to the newest sound one. A save that fails (a full disk) removes its
+partial directory and stops with one line.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+
+from ..model.fsdp import full_state_dict, is_fully_sharded, save_sharded_state
+from ..model.tensor_parallel import is_tensor_parallel
+from ..config.strict_yaml import MAX_CONFIG_BYTES
+from .bounded_read import read_bounded_bytes, read_json_file
+from .checkpoint_error import CheckpointError
+from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
+from .metrics import save_history
+
+_log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
+
+PREFIX = CHECKPOINT_PREFIX
+STATE_FILE = "trainer_state.json"
+MANIFEST_FILE = "checksums.json"
+CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
+SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weights and AdamW state (grpo_engine.model.fsdp)
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def checkpoint_step(path: Path) -> Optional[int]:
+    """The step in a checkpoint's name, or None for a name the engine does not write."""
+    match = CHECKPOINT_NAME.fullmatch(path.name)
+    return None if match is None else int(match.group(1))
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first: directories (or links to directories: a checkpoint moved to another disk
+    and linked back) of the engine's names."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir()
+             if checkpoint_step(p) is not None and p.is_dir() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Rotation: a checkpoint directory is deleted; a link to one (moved elsewhere by its user) is unlinked, and
+    what it points to is left where the user put it, said in one line."""
+    if path.is_symlink():
+        target = path.resolve()
+        path.unlink()
+        _log.warning(f"note: {path} was a link to {target}; rotation (run.save_total_limit) removed the link and "
+                     f"left {target} where it is")
+    else:
+        shutil.rmtree(path)
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    manifest = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+
+
+def checkpoint_problems(path: Path) -> list[str]:
+    """What is wrong with a checkpoint, one entry per damaged file; empty when it is intact."""
+    problems = []
+    try:
+        state = read_json_file(path / STATE_FILE, "a checkpoint's trainer state")
+        step, named = state.get("step") if isinstance(state, dict) else None, checkpoint_step(path)
+        if named is not None and step != named:
+            problems.append(f"{STATE_FILE} holds step {step!r}, not the {named} of the directory's name (a copy "
+                            f"renamed?)")
+    except (OSError, ValueError) as exc:
+        problems.append(f"{STATE_FILE} is unreadable ({exc})")
+    try:
+        manifest = read_json_file(path / MANIFEST_FILE, "a checkpoint's manifest")
+    except FileNotFoundError:
+        return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
+    except (OSError, ValueError) as exc:
+        return problems + [f"{MANIFEST_FILE} is unreadable ({exc})"]
+    if not isinstance(manifest, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+            for entry in manifest.values()):
+        return problems + [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
+    for name, expected in manifest.items():
+        file = path / name
+        if not file.is_file():
+            problems.append(f"{name} is missing")
+        elif file.stat().st_size != expected["bytes"]:
+            problems.append(f"{name} is truncated or overwritten ({file.stat().st_size} bytes, saved with "
+                            f"{expected['bytes']})")
+        elif file_sha256(file) != expected["sha256"]:
+            problems.append(f"{name} is corrupted (its SHA-256 differs from the one saved with it)")
+    return problems or nonfinite_weights(path)
+
+
+def nonfinite_weights(path: Path) -> list[str]:
+    """The first weight tensor holding NaN or inf in each of the checkpoint's model files (resuming from it
+    would fail only later, in sampling, with "probability tensor contains either inf, nan or element < 0")."""
+    from safetensors import safe_open
+
+    problems = []
+    for file in sorted((path / "model").glob("*.safetensors")):
+        bad = []
+        try:
+            with safe_open(file, framework="pt") as weights:
+                for name in weights.keys():
+                    tensor = weights.get_tensor(name)
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                        bad.append((name, tensor))
+        except Exception as exc:  # safetensors' own error type: a file that matches its checksum but is no model
+            problems.append(f"{file.relative_to(path)} cannot be read as safetensors ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})")
+            continue
+        if bad:
+            name, tensor = bad[0]
+            kinds = " and ".join(kind for kind, test in (("NaN", torch.isnan), ("inf", torch.isinf))
+                                 if bool(test(tensor).any()))
+            count = int((~torch.isfinite(tensor)).sum())
+            more = f", and {len(bad) - 1} more tensors hold non-finite values" if len(bad) > 1 else ""
+            problems.append(f"{file.relative_to(path)}: tensor {name!r} holds {kinds} ({count} of "
+                            f"{tensor.numel()} values){more}")
+    return problems
+
+
+@dataclass
+class ResumePoint:
+    path: Path
+    step: int
+    skipped: list[str]  # damaged newer checkpoints passed over, with their problems
+
+
+def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
+    """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
+    if resume != "latest":
+        path = Path(resume)
+        if not (path / STATE_FILE).is_file():
+            raise CheckpointError(f"run.resume {resume!r} is not a checkpoint directory (no {STATE_FILE})")
+        problems = checkpoint_problems(path)
+        if problems:
+            raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "
+                                  f"(--resume with no value picks the newest intact checkpoint)")
+        return ResumePoint(path, _step(path), [])
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint")
+    skipped = []
+    for path in reversed(found):
+        problems = checkpoint_problems(path)
+        if not problems:
+            return ResumePoint(path, _step(path), skipped)
+        skipped.append(f"{path.name} is damaged: {'; '.join(problems)}")
+    raise CheckpointError(f"no intact checkpoint in {checkpoint_root(run_dir)}: " + "; ".join(skipped))
+
+
+def _step(path: Path) -> int:
+    step = read_json_file(path / STATE_FILE, "a checkpoint's trainer state").get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"{path / STATE_FILE}: \"step\" is {step!r}, not a step the engine writes (an "
+                              f"integer >= 0); resume from another checkpoint")
+    return step
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, *args: Any, **kwargs: Any) -> Path:
+    """Write checkpoint-<step> atomically on every process's behalf (the arguments of `_write_checkpoint`);
+    returns its path. A write that fails removes the partial directory, which on a full disk would otherwise
+    keep it full; a full disk stops the run with one line that says so, the last good checkpoint untouched."""
+    try:
+        return _write_checkpoint(accelerator, run_dir, step, *args, **kwargs)
+    except Exception as exc:
+        tmp, final = temporary_dir(run_dir, step), checkpoint_root(run_dir) / f"{PREFIX}{step:06d}"
+        disk_full = is_disk_full(exc, checkpoint_root(run_dir))  # before the removal frees space again
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not disk_full:
+            raise
+        earlier = list_checkpoints(run_dir)  # complete ones only: all untouched by this save
+        last = f"the last good checkpoint is {earlier[-1]}" if earlier else "there is no earlier checkpoint"
+        raise CheckpointError(f"no space left on device while saving {final}: the partial {tmp.name} was removed; "
+                              f"{last}. Free some space, then continue with --resume") from exc
+
+
+DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
+# torch's zip writer reports a failed write without its errno: "unexpected pos" or "file write failed".
+TORCH_WRITE_FAILED = ("unexpected pos", "file write failed")
+
+
+def is_disk_full(exc: BaseException, directory: Path) -> bool:
+    """Whether `exc` (or what caused it) is a write that found no space: ENOSPC / EDQUOT, as an errno or in a
+    library's message, or a failed write of torch's with (almost) nothing free on `directory`'s filesystem."""
+    torch_write_failed, seen = False, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(exc)
+        if any(message in text for message in DISK_FULL_MESSAGES):
+            return True
+        torch_write_failed |= "inline_container" in text and any(m in text for m in TORCH_WRITE_FAILED)
+        exc = exc.__cause__ or exc.__context__
+    if not torch_write_failed:
+        return False
+    try:
+        return shutil.disk_usage(directory).free < 2**20
+    except OSError:
+        return False
+
+
+def temporary_dir(run_dir: str | Path, step: int) -> Path:
+    """Where checkpoint-<step> is written before it is renamed into place."""
+    return checkpoint_root(run_dir) / f".tmp-{PREFIX}{step:06d}"
+
+
+def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, lm: torch.nn.Module, tokenizer,
+                      optimizer: torch.optim.Optimizer, scheduler, trainer_state: dict[str, Any],
+                      keep_last: int, config_yaml: str) -> Path:
+    root = checkpoint_root(run_dir)
+    final = root / f"{PREFIX}{step:06d}"
+    tmp = temporary_dir(run_dir, step)
+    if accelerator.is_main_process:
+        if tmp.exists():
+            shutil.rmtree(tmp)  # the leftovers of an interrupted save
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    # Each data-parallel process keeps its own RNG stream (sampling differs per process); under tensor
+    # parallelism (one replica, `accelerator.num_processes` 1) every rank has the main process's stream.
+    if accelerator.num_processes > 1 or accelerator.is_main_process:
+        torch.save(rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
+    tensor_parallel = is_tensor_parallel(lm)
+    if tensor_parallel:
+        # Every rank takes part: transformers gathers the shards into whole weights, which the main one writes
+        # (the checkpoint loads without TP); each rank's optimizer state is its own shard's.
+        lm.save_pretrained(tmp / "model", is_main_process=accelerator.is_main_process, safe_serialization=True)
+        torch.save(optimizer.state_dict(), tmp / optimizer_file(torch.distributed.get_rank()))
+    fully_sharded = is_fully_sharded(lm)
+    if fully_sharded:
+        # Every process takes part: the whole weights are gathered onto the main one (model/ loads without
+        # FSDP), and each writes its shard of the weights and AdamW state, from which the run resumes.
+        state_dict = full_state_dict(lm)
+        save_sharded_state(tmp / SHARDED_DIR, lm, optimizer)
+    else:
+        state_dict = accelerator.get_state_dict(lm) if accelerator.distributed_type.name.startswith("FSDP") else None
+    if accelerator.is_main_process:
+        if not tensor_parallel:
+            lm.save_pretrained(tmp / "model", state_dict=state_dict, safe_serialization=True)
+        if not (tensor_parallel or fully_sharded):
+            torch.save(optimizer.state_dict(), tmp / optimizer_file(None))
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        (tmp / STATE_FILE).write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+        (tmp / CONFIG_FILE).write_text(config_yaml)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        save_history(Path(run_dir), tmp, step)
+        write_manifest(tmp)  # last: it covers every process's files
+        if final.exists():  # re-saving a step (a resumed run): swap, then drop the old copy
+            stale = root / f".old-{PREFIX}{step:06d}"
+            os.replace(final, stale)
+            os.replace(tmp, final)
+            remove_checkpoint(stale)
+        else:
+            os.replace(tmp, final)
+        for old in list_checkpoints(run_dir)[:-keep_last]:
+            remove_checkpoint(old)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def optimizer_file(shard: Optional[int]) -> str:
+    """optimizer.pt, or one file per tensor-parallel rank (`shard`), each holding that rank's shard's state."""
+    return "optimizer.pt" if shard is None else f"optimizer-tp{shard}.pt"
+
+
+def load_training_state(path: Path, process_index: int, optimizer_shard: Optional[int] = None,
+                        sharded_optimizer: bool = False) -> dict[str, Any]:
+    """Trainer state, optimizer (this tensor-parallel rank's, given `optimizer_shard`; none with
+    `sharded_optimizer`, which the caller loads from the FSDP checkpoint: grpo_engine.model.fsdp) and scheduler state
+    dicts, and this process's RNG state."""
+    rng_file = path / f"rng-{process_index}.pt"
+    if not rng_file.is_file():
+        raise CheckpointError(f"{path} has no RNG state for process {process_index}: it was saved with fewer "
+                              f"processes; resume with the same number of processes")
+    files = {"trainer": path / STATE_FILE, "scheduler": path / "scheduler.pt", "rng": rng_file}
+    if sharded_optimizer:
+        if not (path / SHARDED_DIR).is_dir():
+            raise CheckpointError(f"{path} has no {SHARDED_DIR}/ weights and optimizer state: it was saved without "
+                                  f"model.fsdp; resume with the options it was saved with")
+    else:
+        files["optimizer"] = path / optimizer_file(optimizer_shard)
+        if not files["optimizer"].is_file():
+            raise CheckpointError(f"{path} has no {files['optimizer'].name}: it was saved with another "
+                                  f"model.tensor_parallel; resume with the same model.tensor_parallel and number "
+                                  f"of processes")
+    state = {}
+    for key, file in files.items():
+        try:
+            state[key] = (read_json_file(file, "a checkpoint's trainer state") if key == "trainer"
+                          else torch.load(file, weights_only=False))
+        except Exception as exc:  # torch.load raises many types on a damaged file; the name is what matters
+            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+    return state
+
+
+def saved_config(path: Path) -> str:
+    """The config.yaml text a checkpoint was saved with (its manifest guarantees it is there)."""
+    return read_bounded_bytes(path / CONFIG_FILE, MAX_CONFIG_BYTES, "a saved config").decode(errors="replace")
+
+
+def model_dir(path: Optional[Path]) -> Optional[str]:
+    return None if path is None else str(path / "model")

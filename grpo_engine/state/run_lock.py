@@ -1,0 +1,168 @@
+"""The run directory: a directory this process can write, held by one run at a time.
+
+A second `grpo-engine train` on a directory a run is using would interleave its checkpoints and metrics with
+the first one's; it is refused at once, naming the process that holds the directory. The hold is an advisory
+`flock` on a small file in the directory, which the operating system drops when its process ends however it
+ends (kill -9 included): a killed run leaves no lock behind, only the file naming it, which the next run takes
+over with a note.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+_log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; runs there are not protected against a second run
+    fcntl = None
+
+from .run_files import has_progress, remove_own_start
+
+LOCK_FILE = ".grpo-engine.lock"
+
+
+class RunDirectoryError(RuntimeError):
+    """The run directory cannot be used: not a writable directory, or held by another run."""
+
+
+def check_output_dir(path: str | Path, key: str = "run.output_dir / --output-dir") -> None:
+    """A clear error, before any work, when `path` cannot hold a run: a file, under a file, or not writable."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunDirectoryError(f"{key} {str(path)!r} is a file, not a directory")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunDirectoryError(f"{key} {str(path)!r} lies under {str(existing)!r}, which is a file")
+    try:  # what the filesystem says (a read-only mount, permissions), not a guess from mode bits
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        where = "" if existing == path else f" (its nearest existing parent {str(existing)!r})"
+        raise RunDirectoryError(f"{key} {str(path)!r} is not writable{where}: {exc.strerror or exc}") from None
+
+
+# The entries the engine writes directly in a run directory, by kind. Each must be absent or of its kind, and not a
+# link: the engine appends to its logs and replaces the others, so a directory or a FIFO there failed (or hung) at
+# the first write, after the model had loaded, and a link to a file made it write into whatever the link names.
+# A directory may be a link to a directory (checkpoints/ kept on another disk).
+RUN_DIRECTORY_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "curves.png", ".grpo-engine-files.json",
+                       LOCK_FILE)
+RUN_DIRECTORY_DIRS = ("checkpoints", "base_model")
+
+
+def check_run_entries(run_dir: str | Path) -> None:
+    """One line, before any work, naming an entry of the engine's names that is of another kind or a link."""
+    run_dir = Path(run_dir)
+    for names, kind, is_kind in ((RUN_DIRECTORY_FILES, "a regular file", Path.is_file),
+                                 (RUN_DIRECTORY_DIRS, "a directory", Path.is_dir)):
+        for name in names:
+            path = run_dir / name
+            if path.is_symlink() and is_kind is Path.is_file:
+                raise RunDirectoryError(f"{path} is a link (to {os.readlink(path)}): the engine writes its {name} "
+                                        f"there itself; remove the link, or choose another --output-dir")
+            if path.exists() and not is_kind(path):
+                raise RunDirectoryError(f"{path} is not {kind} (the engine writes its {name} there); move it, or "
+                                        f"choose another --output-dir")
+
+
+def check_output_file(path: str | Path, key: str = "--output") -> None:
+    """A file to write: not a directory, in a directory that can be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
+    check_output_dir(path.parent, key=f"the directory of {key}")
+
+
+def _holder(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, 4096).decode(errors="replace").strip()
+
+
+class RunLock:
+    """The exclusive hold of one run directory by this process."""
+
+    def __init__(self, run_dir: Path, fd: int, created: Optional[Path]) -> None:
+        self.run_dir, self._fd, self._created = run_dir, fd, created
+
+    @classmethod
+    def acquire(cls, run_dir: str | Path) -> "RunLock":
+        run_dir = Path(run_dir)
+        created = None  # the outermost directory made here: removed again if the run writes nothing into it
+        for directory in (run_dir, *run_dir.parents):
+            if directory.exists():
+                break
+            created = directory
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd) or "a process that has not yet written its id"
+            os.close(fd)
+            raise RunDirectoryError(f"{run_dir} is in use by another run ({holder}); wait for it to finish, stop it, "
+                                    f"or choose another --output-dir") from None
+        except OSError as exc:  # a filesystem without locks (some network mounts): say so, do not pretend
+            os.close(fd)
+            raise RunDirectoryError(f"cannot lock {run_dir / LOCK_FILE} ({exc.strerror or exc}): put the run "
+                                    f"directory on a local filesystem") from None
+        stale = _holder(fd)
+        if stale:  # a released lock is emptied: text left behind is a run that ended without releasing it
+            _log.warning(f"note: {run_dir} was held by a run that ended without releasing it ({stale}); taking it "
+                        "over")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        os.fsync(fd)
+        return cls(run_dir, fd, created)
+
+    def release(self) -> None:
+        """Empty the file (the lock file itself stays: deleting it would let two later runs lock two files)."""
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+        if self._created is not None and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
+            # a run that stopped before writing anything (bad data, a refused option) leaves no directory behind
+            (self.run_dir / LOCK_FILE).unlink()
+            for directory in (self.run_dir, *self.run_dir.parents):
+                directory.rmdir()
+                if directory == self._created:
+                    break
+
+
+def _is_main_process() -> bool:
+    # Before accelerate starts: the launchers (torchrun, accelerate launch) say the rank in the environment.
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@contextmanager
+def hold_run_directory(run_dir: str | Path) -> Iterator[Optional[RunLock]]:
+    """The run directory, checked and held for the duration (by the main process; without flock, checked only)."""
+    check_output_dir(run_dir)
+    lock = RunLock.acquire(run_dir) if fcntl is not None and _is_main_process() else None
+    progress_before = lock is not None and has_progress(lock.run_dir)
+    present_before = {p.name for p in lock.run_dir.iterdir()} if lock is not None else set()
+    try:
+        yield lock
+    except BaseException:
+        # A start that failed before its first step, where no run had got anywhere: what it wrote would only stand
+        # in the way of the corrected command (a config.yaml of other options, the demo's base_model/).
+        if lock is not None and not progress_before and not has_progress(lock.run_dir):
+            remove_own_start(lock.run_dir, present_before)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()

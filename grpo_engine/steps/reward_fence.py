@@ -1,0 +1,292 @@
+"""The fence around one call of a user's reward function: what it can change of the process is put back.
+
+A reward function is the user's code and runs inside the training process. Whatever it does to the state the
+engine relies on is undone when it returns (or raises), so the run goes on as if it had not been called:
+
+- its arguments are deep copies (the dataset's rows, the prompts, the completions and their ids): a function
+  that appends to a list field changes nothing that a later step, another function or a resumed run sees;
+- the random number generators (Python's `random`, NumPy's global one, torch's CPU and initialised CUDA
+  generators) are restored: a function that draws numbers, or seeds them, leaves the training trajectory as it
+  was, so a run scores and trains the same with or without that draw;
+- the working directory, the environment variables, the umask and the signal handlers;
+- torch's global switches: grad mode, default dtype, default device, thread counts, deterministic-algorithms
+  mode, anomaly detection, float32 matmul precision and the TF32 / cuDNN flags;
+- `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
+  `disable` level;
+- the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
+  garbage collector, trace / profile functions, switch interval, integer string limit, the exception hooks.
+
+The same fence stands around the import of a reward module (`module:function`): a module that switches grad mode
+off at import is put back like a call that does. Whatever the fence puts back is said once, in one line naming the
+function (or module) and what it changed, so a function that relies on its change learns that it did not hold.
+What the fence cannot put back is named the same way: a thread it leaves running that is not a daemon (which
+would keep the process alive after the run ended: the CLI ends the process without waiting for such threads,
+naming them), torch's inter-op thread count (settable once per process).
+
+docs/engine.md ("What the engine guarantees") keeps this list for users. What is not fenced: a function can
+still end the process from C (`os._exit`), block in C code past its time limit, or change objects it reaches by
+import (a module's globals, including the engine's); those are the user's to keep.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import warnings
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+_log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
+
+# Signals whose handlers cannot be read or set (or that Python reserves).
+_FIXED_SIGNALS = {getattr(signal, name) for name in ("SIGKILL", "SIGSTOP") if hasattr(signal, name)}
+
+
+def fenced_arguments(**arguments: Any) -> dict[str, Any]:
+    """Deep copies of a reward call's arguments: nothing the function changes in them reaches the engine."""
+    return copy.deepcopy(arguments)
+
+
+def _signal_handlers() -> dict[int, Any]:
+    handlers = {}
+    for signum in signal.valid_signals():
+        if signum in _FIXED_SIGNALS:
+            continue
+        try:
+            handlers[signum] = signal.getsignal(signum)
+        except (OSError, ValueError):
+            continue
+    return handlers
+
+
+def _restore_signal_handlers(saved: dict[int, Any]) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # handlers can be set from the main thread only, so a call elsewhere could not change them
+    for signum, handler in saved.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            try:
+                signal.signal(signum, handler)
+            except (OSError, ValueError):
+                pass
+
+
+def _restore_environment(saved: dict[str, str]) -> None:
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    for key, value in saved.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
+def _torch_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]]]:
+    """(name, read, write) of torch's process-wide settings a function could flip."""
+    switches = [
+        ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
+        ("default dtype", torch.get_default_dtype, torch.set_default_dtype),
+        ("thread count", torch.get_num_threads, torch.set_num_threads),
+        ("deterministic-algorithms mode", torch.are_deterministic_algorithms_enabled,
+         lambda on: torch.use_deterministic_algorithms(on)),
+        ("deterministic-algorithms warn-only flag", torch.is_deterministic_algorithms_warn_only_enabled,
+         lambda warn: torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                                         warn_only=warn)),
+        ("anomaly detection", torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+        ("float32 matmul precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        ("CUDA matmul TF32 flag", lambda: torch.backends.cuda.matmul.allow_tf32,
+         lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+        ("cuDNN TF32 flag", lambda: torch.backends.cudnn.allow_tf32,
+         lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+        ("cuDNN benchmark flag", lambda: torch.backends.cudnn.benchmark,
+         lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+        ("cuDNN deterministic flag", lambda: torch.backends.cudnn.deterministic,
+         lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+        ("default device", torch.get_default_device, torch.set_default_device),
+    ]
+    return switches
+
+
+def _flushes_denormals() -> bool:
+    """torch.set_flush_denormal has no getter: a float32 subnormal times 1 is 0 exactly when it is on."""
+    return float(torch.tensor(1e-39, dtype=torch.float32) * 1.0) == 0.0
+
+
+def _interpreter_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]]]:
+    """(name, read, write) of the interpreter's and NumPy's process-wide settings a function could flip: each
+    changes what the engine computes (denormals flushed to 0, NumPy's errors raised), how fast (a trace function
+    on every line, the garbage collector off) or what it reports (the exception hooks that print the one-line
+    error)."""
+    return [
+        ("torch's flush-denormal mode", _flushes_denormals, torch.set_flush_denormal),
+        ("NumPy's floating-point error handling", np.geterr, lambda state: np.seterr(**state)),
+        ("the garbage collector's state", gc.isenabled, lambda on: gc.enable() if on else gc.disable()),
+        ("the trace function (sys.settrace)", sys.gettrace, sys.settrace),
+        ("the profile function (sys.setprofile)", sys.getprofile, sys.setprofile),
+        ("the thread switch interval", sys.getswitchinterval, sys.setswitchinterval),
+        ("the integer string conversion limit", sys.get_int_max_str_digits, sys.set_int_max_str_digits),
+        ("sys.excepthook", lambda: sys.excepthook, lambda hook: setattr(sys, "excepthook", hook)),
+        ("threading.excepthook", lambda: threading.excepthook, lambda hook: setattr(threading, "excepthook", hook)),
+    ]
+
+
+@contextmanager
+def _switches(changed: list[str], switches: list[tuple[str, Callable[[], Any], Callable[[Any], Any]]],
+              owner: str = "") -> Iterator[None]:
+    saved = [(name, read, write, read()) for name, read, write in switches]
+    try:
+        yield
+    finally:
+        for name, read, write, value in saved:
+            now = read()
+            if now != value:  # only what changed: setting a default device, even the same, adds a torch mode
+                shown = f" ({value} -> {now})" if isinstance(value, (bool, int, float, str, torch.dtype)) else ""
+                changed.append(f"changed {owner}{name}{shown}; the engine put it back")
+                write(value)
+
+
+@contextmanager
+def _torch_state(changed: list[str]) -> Iterator[None]:
+    interop = torch.get_num_interop_threads()
+    try:
+        with _switches(changed, _torch_switches(), "torch's "):
+            yield
+    finally:
+        if torch.get_num_interop_threads() != interop:  # settable once per process: a change cannot be undone
+            changed.append("changed torch's inter-op thread count, which cannot be set back (once per process)")
+
+
+@contextmanager
+def _random_state() -> Iterator[None]:
+    """Drawing numbers is a reward's right (sampling, tie-breaking): put back without a word."""
+    python_state = random.getstate()
+    numpy_state = np.random.get_state()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+
+
+def _fileno(stream: Any) -> Any:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO, a capture without a descriptor
+        return None
+
+
+def _reopened(stream: Any, fd: Any, changed: list[str]) -> Any:
+    """`stream` itself, or, when the function closed it (sys.stdout.close()), a new one on the same file
+    descriptor: Python's standard streams do not own descriptors 0-2, so those stay open, and every later print of
+    the engine would otherwise fail on a closed file."""
+    if not getattr(stream, "closed", False):
+        return stream
+    if not isinstance(fd, int):
+        return stream  # not a stream on a descriptor: nothing to reopen it on
+    try:
+        os.fstat(fd)
+    except OSError:
+        return stream  # the descriptor itself was closed (os.close): nothing to reopen
+    changed.append(f"closed the stream on file descriptor {fd}; the engine opened it again")
+    return open(fd, "r" if fd == 0 else "w", buffering=-1 if fd == 0 else 1, closefd=False,
+                encoding=getattr(stream, "encoding", None) or "utf-8", errors=getattr(stream, "errors", None))
+
+
+@contextmanager
+def _process_state(changed: list[str]) -> Iterator[None]:
+    cwd = os.getcwd()
+    environment = dict(os.environ)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    handlers = _signal_handlers()
+    streams = (sys.stdout, sys.stderr, sys.stdin)
+    fds = [_fileno(stream) for stream in streams]
+    recursion_limit = sys.getrecursionlimit()
+    logging_disabled = logging.root.manager.disable
+    try:
+        yield
+    finally:
+        if os.getcwd() != cwd:
+            changed.append(f"changed the working directory (to {os.getcwd()}); the engine put it back")
+        os.chdir(cwd)
+        names = sorted(key for key in set(os.environ) | set(environment) if os.environ.get(key) != environment.get(key))
+        if names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            changed.append(f"changed the environment ({shown}); the engine put it back")
+        _restore_environment(environment)
+        if os.umask(umask) != umask:
+            changed.append("changed the umask; the engine put it back")
+        if _signal_handlers() != handlers:
+            changed.append("changed signal handlers; the engine put it back")
+        _restore_signal_handlers(handlers)
+        if (sys.stdout, sys.stderr, sys.stdin) != streams:
+            changed.append("changed sys.stdout / sys.stderr / sys.stdin; the engine put it back")
+        sys.stdout, sys.stderr, sys.stdin = (_reopened(stream, fd, changed) for stream, fd in zip(streams, fds))
+        if sys.getrecursionlimit() != recursion_limit:
+            changed.append("changed the recursion limit; the engine put it back")
+        sys.setrecursionlimit(recursion_limit)
+        if logging.root.manager.disable != logging_disabled:
+            changed.append("changed logging's disable level; the engine put it back")
+        logging.disable(logging_disabled)
+
+
+# Threads a fenced call or import left running that are not daemons, each with who started it: the CLI ends the
+# process without waiting for them (threading would join them at exit: a reward's loop would keep the finished
+# run alive).
+LEFT_RUNNING: dict[threading.Thread, str] = {}
+_SAID: set[str] = set()
+
+
+@contextmanager
+def _threads(changed: list[str], owner: str) -> Iterator[None]:
+    before = set(threading.enumerate())
+    try:
+        yield
+    finally:
+        left = [t for t in threading.enumerate() if t not in before and t.is_alive() and not t.daemon]
+        for thread in left:
+            LEFT_RUNNING[thread] = owner
+        if left:
+            changed.append(f"left {len(left)} thread{'s' if len(left) > 1 else ''} running that "
+                           f"{'are not daemons' if len(left) > 1 else 'is not a daemon'} "
+                           f"({', '.join(repr(t.name) for t in left[:3])}), which the run will not wait for at exit")
+
+
+def threads_left_running() -> list[str]:
+    """'name' (by whom) of each non-daemon thread a reward started that is still alive."""
+    return [f"{thread.name!r} (started by {owner})" for thread, owner in LEFT_RUNNING.items() if thread.is_alive()]
+
+
+def _say(owner: str, changed: list[str]) -> None:
+    """One line per reward function (or module) and kind of change, the first time it happens."""
+    for change in changed:
+        key = f"{owner}\0{change.split(' (')[0]}"
+        if key not in _SAID:
+            _SAID.add(key)
+            _log.warning(f"warning: {owner} {change}")
+
+
+@contextmanager
+def reward_fence(owner: str = "a reward function") -> Iterator[None]:
+    """Run the body (one reward-function call, or the import of a reward module; `owner` names it in a warning)
+    with the process state it may change restored afterwards, and what it changed said once."""
+    changed: list[str] = []
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(_threads(changed, owner))
+            stack.enter_context(_process_state(changed))
+            stack.enter_context(warnings.catch_warnings())
+            stack.enter_context(_random_state())
+            stack.enter_context(_torch_state(changed))
+            stack.enter_context(_switches(changed, _interpreter_switches()))
+            yield
+    finally:
+        _say(owner, changed)
