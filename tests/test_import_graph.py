@@ -64,12 +64,8 @@ def _private_imports(names: dict) -> list[str]:
     return found
 
 
-# Left to the owners of those files (being edited elsewhere): each entry says which import, to drop once renamed.
-PRIVATE_IMPORTS_PENDING = {"grpo_kernels.kernels.compile_targets: from .accumulate_mm import _GPU_BLOCKS"}
-
-
 def test_no_module_takes_another_modules_private_names():
-    assert set(_private_imports(module_names(ROOT, PACKAGES))) <= PRIVATE_IMPORTS_PENDING
+    assert _private_imports(module_names(ROOT, PACKAGES)) == []
 
 
 def test_no_product_module_imports_a_conftest():

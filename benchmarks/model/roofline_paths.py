@@ -15,7 +15,7 @@ from functools import partial
 from typing import Callable
 
 from grpo_kernels.backends import get_backend
-from grpo_kernels.cost_model import LIBRARY_PATHS, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
+from grpo_kernels.cost_model import library_paths, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
 from grpo_kernels.cost_model.paths import atomic_tile_backward, chunked_logits_peak_bytes, gemm
 from grpo_kernels.routing import modelled_route
 
@@ -141,7 +141,7 @@ def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
 
 
 MODELS: dict[str, Callable[[Problem], Estimate]] = {
-    "floor": floor, **LIBRARY_PATHS, "auto": auto, "liger": liger, "cce": cce, "trl": trl,
+    "floor": floor, **library_paths(), "auto": auto, "liger": liger, "cce": cce, "trl": trl,
 }
 
 # Designs the code does not implement, for comparison (`python -m benchmarks.model.roofline --paths ...`).

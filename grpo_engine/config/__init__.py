@@ -16,7 +16,6 @@ from .loading import (
     validate_rollout_backend,
 )
 from .schema import (
-    LOSS_BACKENDS,
     ROLLOUT_BACKENDS,
     SHARED_SETTINGS,
     DataConfig,
@@ -34,7 +33,7 @@ from .schema import (
 from .strict_yaml import parse_yaml, read_yaml
 
 __all__ = [
-    "LOSS_BACKENDS", "ROLLOUT_BACKENDS", "SHARED_SETTINGS", "VLLM_INSTALL_HINT", "ConfigError", "DataConfig",
+    "ROLLOUT_BACKENDS", "SHARED_SETTINGS", "VLLM_INSTALL_HINT", "ConfigError", "DataConfig",
     "EngineConfig", "LoraConfig", "LossConfig", "ModelConfig", "OptimConfig", "RewardsConfig", "RolloutConfig",
     "RunConfig", "VLLMConfig", "apply_overrides", "config_from_dict", "config_from_yaml", "config_yaml",
     "deep_merge", "flag_value", "is_hub_id", "key_help", "leaf_fields", "leaf_keys", "load_config", "parse_yaml",

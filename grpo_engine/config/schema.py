@@ -136,9 +136,8 @@ EVALUATION_DATA = read_when_any(
              {"data.eval_path": None}),
     ReadWhen("data.path null", lambda c: c.data.path is None, {}, {"data.path": "org/train"}))
 
-# The kernels' backends: the registry's names (grpo_kernels.backends imports no torch). "auto" routes each call
-# by the cost model.
-LOSS_BACKENDS = backend_names()  # the registry of grpo_kernels.backends: no backend name spelled here
+# The kernels' backends: the registry's names, read when a config is checked (grpo_kernels.backends imports no
+# torch), so a backend registered later is a valid run.loss_backend. "auto" routes each call by the cost model.
 # The rollout backends: grpo_engine/rollout/registry.py's entries (a backend registered later is a valid choice).
 # The off-policy correction's modes (TRL's vLLM importance-sampling names, and auto / off).
 ImportanceSampling = Literal["auto", "off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]

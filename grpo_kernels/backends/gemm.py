@@ -156,7 +156,7 @@ def default_rows(device: torch.device) -> RowOps:
 
 # ---- GEMMs -----------------------------------------------------------------------------------------------
 
-class _WeightGrad:
+class WeightGrad:
     """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it (a GEMM with float32
     output); later waves add into it inside the GEMM (wide_gemm.add_mm_wide_: cuBLAS reads the accumulator as C),
     so no temporary of the head's size is made and the accumulator is read and written once per wave."""
@@ -207,7 +207,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     if given is None:
         logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
     grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
-    grad_weight = _WeightGrad(weight, wide) if needs_weight_grad else None
+    grad_weight = WeightGrad(weight, wide) if needs_weight_grad else None
     grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
 
     # statistics only (log-probs, a two-pass loss's first pass): the segments' statistics merged once, after

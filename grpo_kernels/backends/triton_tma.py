@@ -33,8 +33,8 @@ import torch
 
 from ..head import LMHead
 from ..kernels import launch
-# _WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C)
-from .gemm import DEFAULT_WORKSPACE_BYTES, CombineStats, TokenGrads, _WeightGrad, wave_rows
+# WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C)
+from .gemm import DEFAULT_WORKSPACE_BYTES, CombineStats, TokenGrads, WeightGrad, wave_rows
 from .protocol import stats_dtype
 from .wide_gemm import gemm_dtype, mm_wide
 
@@ -91,7 +91,7 @@ class TmaChunkBackend:
         elif not grads:
             return None, None, None, None, None, None
         grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
-        grad_weight = _WeightGrad(weight, wide) if needs_weight_grad else None
+        grad_weight = WeightGrad(weight, wide) if needs_weight_grad else None
         grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
         w = weight.to(gemm_dtype(hidden))  # no copy on CUDA; a float32 copy of a 16-bit head on CPU
 
@@ -115,7 +115,7 @@ class TmaChunkBackend:
         return logps, entropy, lse, grad_hidden, dweight, dbias
 
 
-def _add_chunk_grads(dz, w, h, hidden_rows: Optional[torch.Tensor], grad_weight: Optional[_WeightGrad],
+def _add_chunk_grads(dz, w, h, hidden_rows: Optional[torch.Tensor], grad_weight: Optional[WeightGrad],
                      grad_bias: Optional[torch.Tensor]) -> None:
     """The chunk's dH rows = dz W (written into hidden_rows), dW += dz^T h, dbias += column sums of dz."""
     if hidden_rows is not None:

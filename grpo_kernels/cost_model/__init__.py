@@ -7,9 +7,13 @@ from .estimate import GIB, ITEMSIZE, Estimate, Phase, Problem
 from .paths import PER_TOKEN_BYTES, gemm_phase, padding_phases, waves
 from ..backends import BACKENDS
 
-# The registered backends' models (each entry's `cost`), in the registry's order. A backend registered without one
-# runs, but `auto` never routes to it and the roofline and the GPU plan model it as the baseline.
-LIBRARY_PATHS = {name: spec.cost_model() for name, spec in BACKENDS.items() if spec.cost is not None}
+
+
+def library_paths() -> dict:
+    """The registered backends' models (each entry's `cost`), in the registry's order, read when asked: a backend
+    registered after import is modelled too. One registered without a cost runs, but `auto` never routes to it and
+    the roofline and the GPU plan model it as the baseline."""
+    return {name: spec.cost_model() for name, spec in BACKENDS.items() if spec.cost is not None}
 
 __all__ = ["DEVICES", "DeviceRates", "device_key", "gemm_compute_seconds", "GIB", "ITEMSIZE", "Estimate", "Phase",
-           "Problem", "LIBRARY_PATHS", "PER_TOKEN_BYTES", "gemm_phase", "padding_phases", "waves"]
+           "Problem", "library_paths", "PER_TOKEN_BYTES", "gemm_phase", "padding_phases", "waves"]

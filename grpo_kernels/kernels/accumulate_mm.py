@@ -17,7 +17,7 @@ import triton.language as tl
 
 from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
 
-_GPU_BLOCKS = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+GPU_BLOCKS = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 _INTERPRETER_BLOCKS = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=4)
 
 
@@ -68,7 +68,7 @@ def accumulate_at_b(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.
         raise ValueError("accumulate_at_b needs unit column strides")
     if K == 0:
         return c
-    blocks = dict(_GPU_BLOCKS if c.is_cuda else _INTERPRETER_BLOCKS)
+    blocks = dict(GPU_BLOCKS if c.is_cuda else _INTERPRETER_BLOCKS)
     grid = (triton.cdiv(M, blocks["BLOCK_M"]) * triton.cdiv(N, blocks["BLOCK_N"]),)
     _accumulate_at_b_kernel[grid](a, b, c, K, M, N, a.stride(0), b.stride(0), c.stride(0), UPCAST=not c.is_cuda,
                                   **blocks)

@@ -128,7 +128,7 @@ _GRPO_FLAGS = _grid(LOSS_KIND=[0, 1, 2], HAS_OLD=[True], HAS_REF=[True], HAS_RHO
 def _gemm_path_targets(arch: str, dtype: str, bias: list, ent: list, cap: list) -> list[CompileTarget]:
     """The GEMM path's kernels (kernels/rows.py, kernels/accumulate_mm.py): their launch options are fixed in
     those files, not per-arch tables; the report holds them to the same rules."""
-    from .accumulate_mm import _GPU_BLOCKS
+    from .accumulate_mm import GPU_BLOCKS
     from .rows import GPU_BLOCK_V, GPU_ROW_WARPS
 
     row_config = KernelConfig(block_n=1, block_v=GPU_BLOCK_V, num_warps=GPU_ROW_WARPS, num_stages=1)
@@ -139,9 +139,9 @@ def _gemm_path_targets(arch: str, dtype: str, bias: list, ent: list, cap: list) 
                           (*flags.items(), ("BLOCK_V", GPU_BLOCK_V)), tensor_cores=False)
             for flags in _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap)]
     if dtype != "fp32":  # float32 operands accumulate with torch's addmm
-        blocks = {k: v for k, v in _GPU_BLOCKS.items() if k not in ("num_warps", "num_stages")}
+        blocks = {k: v for k, v in GPU_BLOCKS.items() if k not in ("num_warps", "num_stages")}
         config = KernelConfig(block_n=blocks["BLOCK_N"], block_v=blocks["BLOCK_M"], block_k=blocks["BLOCK_K"],
-                              num_warps=_GPU_BLOCKS["num_warps"], num_stages=_GPU_BLOCKS["num_stages"])
+                              num_warps=GPU_BLOCKS["num_warps"], num_stages=GPU_BLOCKS["num_stages"])
         out.append(CompileTarget("_accumulate_at_b_kernel", "accumulate_mm", arch, dtype, "-", config,
                                  tuple({**blocks, "UPCAST": False}.items()), tensor_cores=True))
     return out

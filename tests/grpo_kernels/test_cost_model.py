@@ -48,6 +48,6 @@ def test_a_phase_is_its_bound_plus_its_launches_and_syncs_per_repetition():
 def test_every_registered_backend_has_a_cost_model():
     # auto routes by the model and the roofline prints it: a backend added to the registry needs its counts too
     from grpo_kernels.backends import BACKENDS
-    from grpo_kernels.cost_model import LIBRARY_PATHS
+    from grpo_kernels.cost_model import library_paths
 
-    assert set(LIBRARY_PATHS) == set(BACKENDS)
+    assert set(library_paths()) == set(BACKENDS)

@@ -168,7 +168,7 @@ class _CallCounter:
 @pytest.mark.parametrize("config", [TOKEN_LEVEL, SEQUENCE_LEVEL], ids=["token", "sequence"])
 def test_frozen_head_does_no_weight_gradient_work(monkeypatch, config):
     problem = make_problem(seed=1, B=2, T=5, H=12, V=50)
-    accumulator = _CallCounter(monkeypatch, gemm_path._WeightGrad, "add")
+    accumulator = _CallCounter(monkeypatch, gemm_path.WeightGrad, "add")
     hidden = problem.hidden.clone().requires_grad_()
     out = fused_linear_grpo_loss(hidden, problem.weight, problem.completion_ids, problem.completion_mask,
                                  problem.advantages, old_logps=problem.old_logps, ref_logps=problem.ref_logps,

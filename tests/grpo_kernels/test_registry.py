@@ -18,7 +18,7 @@ from grpo_kernels.backends import gemm as gemm_module
 from grpo_kernels.backends import torch_streaming
 from grpo_kernels.backends.protocol import EpilogueBackend, LogprobBackend, OnePassBackend
 from grpo_kernels.backends.vocab_parallel import VocabShard
-from grpo_kernels.cost_model import LIBRARY_PATHS
+from grpo_kernels.cost_model import library_paths
 
 REGISTRY = "grpo_kernels/backends/__init__.py"
 # String literals equal to a backend name that mean something else, with why.
@@ -77,8 +77,8 @@ def test_every_entry_implements_what_it_declares():
         assert isinstance(backend, LogprobBackend), name
         route_protocol = {ONE_PASS: OnePassBackend, EPILOGUE: EpilogueBackend, None: object}[spec.token_level_route]
         assert isinstance(backend, route_protocol), name
-        assert (name in LIBRARY_PATHS) == (spec.cost is not None), name
-        assert not spec.auto or name in LIBRARY_PATHS, name
+        assert (name in library_paths()) == (spec.cost is not None), name
+        assert not spec.auto or name in library_paths(), name
     assert [name for name, spec in BACKENDS.items() if spec.second_order] == \
         [name for name, spec in BACKENDS.items() if spec.materializes_logits]
 

@@ -23,7 +23,6 @@ from pydantic.fields import FieldInfo
 
 from grpo_engine.cli import _join_flag_values, _overrides, build_parser
 from grpo_engine.config import (
-    LOSS_BACKENDS,
     ConfigError,
     config_from_yaml,
     config_yaml,
@@ -34,6 +33,7 @@ from grpo_engine.config import (
 from grpo_engine.config.schema import ALL_LINEAR, BUILTIN_REWARDS
 from grpo_engine.config.strict_yaml import StrictDumper, dump_yaml
 from setting_kinds import list_keys, path_keys
+from grpo_kernels.backends import backend_names
 from grpo_kernels.losses import loss_type_names
 
 # Generated loss settings meet the kernels' TRL-style warnings on unusual combinations (a sequence-level ratio with a
@@ -55,7 +55,7 @@ SPECIAL_VALID = {
     "loss.loss_type": st.sampled_from(loss_type_names()),
     "loss.params": st.just({}),
     "rollout.backend": st.just("hf"),  # vllm: refused naming the key where vLLM is not installed
-    "run.loss_backend": st.sampled_from(LOSS_BACKENDS),
+    "run.loss_backend": st.sampled_from(backend_names()),
     "rewards.functions": st.lists(st.sampled_from(BUILTIN_REWARDS) | st.from_regex(r"\A[a-z_][a-z0-9_.]{0,10}:[a-z_]"
                                                                                    r"[a-z0-9_]{0,10}\Z"),
                                   min_size=1, max_size=1),
