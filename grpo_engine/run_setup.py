@@ -49,7 +49,7 @@ from .state.metrics import MetricsLogger
 from .state.resume import start_point
 from .state.run_files import record_own
 from .steps.packing import check_packed_attention
-from .steps.rewards import NamedReward, check_reward_columns, load_reward_functions
+from .steps.rewards import NamedReward, check_reward_columns, code_fingerprint, load_reward_functions
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
 
@@ -243,6 +243,9 @@ def setup_run(config: EngineConfig) -> Run:
     preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
     run_dir = Path(config.run.output_dir)
     data = {"train": data_fingerprint(rows, repr(config.data.path) if config.data.path else "of the built-in task")}
+    reward_code = code_fingerprint(rewards)
+    if reward_code is not None:
+        data["rewards"] = reward_code
     if eval_rows:
         data["eval"] = data_fingerprint(eval_rows, repr(config.data.eval_path) if config.data.eval_path
                                         else "of the built-in task")

@@ -123,8 +123,8 @@ def check_finished_run(config: EngineConfig, run_dir: Path) -> None:
 
 def check_same_data(point: ckpt.ResumePoint, data: dict[str, dict[str, Any]], announce: bool) -> None:
     """The data a run resumes on is the data its checkpoint was saved with (by the fingerprints of its rows): the
-    saved position in the data means nothing over other rows. Changed evaluation rows only make evaluations
-    incomparable: a warning. Checkpoints saved before fingerprints were kept are not checked."""
+    saved position in the data means nothing over other rows. Changed evaluation rows or reward code only make
+    evaluations or rewards incomparable: a warning. Checkpoints saved before fingerprints were kept are not checked."""
     saved = read_json_file(point.path / ckpt.STATE_FILE, "a checkpoint's trainer state").get("data")
     if not isinstance(saved, dict):
         return
@@ -140,7 +140,10 @@ def check_same_data(point: ckpt.ResumePoint, data: dict[str, dict[str, Any]], an
                 f"({counts}; its fingerprint differs), and the run would go on from the saved position over other "
                 f"rows. Restore the data it was saved with, or train on the new data in a new run (another "
                 f"--output-dir)")
-        if announce:
+        if announce and role == "rewards":
+            _log.warning(f"warning: the reward functions' code ({source}) changed since {point.path} was saved: "
+                         f"rewards after the resume are not comparable with the earlier ones")
+        elif announce:
             _log.warning(f"warning: the evaluation data {source} changed since {point.path} was saved ({counts}): "
                          f"evaluations after the resume are not comparable with the earlier ones")
 

@@ -12,6 +12,7 @@ against them when it loads, so a missing column stops the run before the model l
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import math
@@ -301,6 +302,26 @@ def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[Na
     weights = config.weights or [1.0] * len(config.functions)
     return [NamedReward(name, resolve_function(spec, config, max_new_tokens), float(w), config.timeout_seconds)
             for name, spec, w in zip(reward_names(list(config.functions)), config.functions, weights)]
+
+
+def code_fingerprint(rewards: list[NamedReward]) -> Optional[dict[str, Any]]:
+    """What a checkpoint keeps of the user's reward code: a SHA-256 over the source files of the modules that
+    define the reward functions (the built-in rewards are the engine's own code), so a resume can say the rewards
+    changed under it. None when every reward is built in."""
+    files = sorted({Path(inspect.getsourcefile(reward.fn) or "") for reward in rewards
+                    if not _is_builtin(reward.fn) and inspect.getsourcefile(reward.fn)})
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path).encode("utf-8", "replace") + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"")
+    return {"source": ", ".join(path.name for path in files), "rows": len(files), "sha256": digest.hexdigest()}
+
+
+def _is_builtin(fn: RewardFunction) -> bool:
+    module = inspect.getmodule(fn)
+    return module is not None and module.__name__ == __name__
 
 
 class NotAReward(TypeError):

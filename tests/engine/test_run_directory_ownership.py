@@ -65,6 +65,26 @@ def test_a_data_file_regenerated_before_resume_is_refused_naming_it_and_the_way_
     assert main([*common, "--run.max_steps", "2", "--resume"]) == 0
 
 
+def test_reward_code_edited_before_resume_is_said_naming_its_file(tmp_path, capsys, monkeypatch):
+    """The rewards after the resume are not those of the run's start: the resume goes on (fixing a reward is
+    ordinary), with one warning naming the module's file; unchanged code says nothing."""
+    module = tmp_path / "edited_reward_for_resume.py"
+    module.write_text("def score(completions, **kwargs):\n    return [float(len(c) % 2) for c in completions]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_dir = tmp_path / "run"
+    common = ["train", "--output-dir", str(run_dir), *SMALL, "--rewards.functions",
+              "[edited_reward_for_resume:score]", "--run.save_steps", "1"]
+    assert main([*common, "--run.max_steps", "1"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--run.max_steps", "2", "--resume"]) == 0
+    assert "reward functions' code" not in capsys.readouterr().err
+    module.write_text("def score(completions, **kwargs):\n    return [1.0 for c in completions]\n")
+    assert main([*common, "--run.max_steps", "3", "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "the reward functions' code (edited_reward_for_resume.py) changed since" in err
+    assert "rewards after the resume are not comparable" in err
+
+
 def test_a_failed_start_leaves_nothing_in_the_corrected_commands_way(tmp_path, capsys, monkeypatch):
     run_dir, empty_model = tmp_path / "run", tmp_path / "empty-model"
     empty_model.mkdir()
