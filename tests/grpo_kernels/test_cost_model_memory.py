@@ -32,7 +32,7 @@ MIB = 2**20
 
 def _peak_allocated(step) -> tuple[int, object]:
     """(the highest allocation during step() beyond what was allocated before it, step's result)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         result = step()
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                     key=lambda e: e.start_ns())
