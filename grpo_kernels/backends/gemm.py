@@ -6,7 +6,10 @@ default) plus O(tokens) vectors, plus one float32 dW accumulator when the head i
 objectives `g = dLoss/dlp` and `e = dLoss/dent` are closed-form per token, so `linear_forward_with_grads`
 does the whole step in the forward: three GEMMs in all, the floor. Everything else uses the small backend
 interface (`linear_forward` for the statistics, `linear_backward` for the gradients from g and e), which costs
-a fourth GEMM (the logits again) in the backward.
+a fourth GEMM (the logits again) in the backward. That second pass needs no whole rows (each logit's gradient
+needs only its row's statistics), so it may take the workspace as vocabulary slices of more tokens a wave:
+fewer passes over the float32 dW accumulator for a few over the wave's float32 dH sums (cost_model.paths.
+gradient_tiles).
 
 On CUDA the GEMMs run in the input dtype with float32 output, and the row passes are the Triton kernels of
 `kernels/rows.py`. Elsewhere (CPU) the operands are upcast to float32 (float64 stays float64) and the row
@@ -23,7 +26,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..cost_model.paths import MIN_SEGMENT, row_segments
+from ..cost_model.paths import MIN_GRADIENT_SLICE, MIN_SEGMENT, gradient_tiles, row_segments
 from ..head import LMHead
 from .workspace import DEFAULT_WORKSPACE_BYTES
 from .protocol import stats_dtype
@@ -157,23 +160,26 @@ def default_rows(device: torch.device) -> RowOps:
 # ---- GEMMs -----------------------------------------------------------------------------------------------
 
 class WeightGrad:
-    """dW = sum over waves of dZ^T H in a float32 accumulator. The first wave writes it (a GEMM with float32
-    output); later waves add into it inside the GEMM (wide_gemm.add_mm_wide_: cuBLAS reads the accumulator as C),
-    so no temporary of the head's size is made and the accumulator is read and written once per wave."""
+    """dW = sum over waves of dZ^T H in a float32 accumulator. A wave's first GEMM into a block of rows (the whole
+    head, or a vocabulary slice's rows) writes it (a GEMM with float32 output); later waves add into it inside the
+    GEMM (wide_gemm.add_mm_wide_: cuBLAS reads the accumulator as C), so no temporary of the head's size is made
+    and the accumulator is read and written once per wave."""
 
     def __init__(self, weight: torch.Tensor, wide: torch.dtype):
         self.acc = torch.empty(weight.shape, dtype=wide, device=weight.device)
-        self.started = False
+        self.written: set[int] = set()  # the first rows of the blocks written so far
 
-    def add(self, dz: torch.Tensor, h: torch.Tensor) -> None:
-        if not self.started:
-            mm_wide(dz.T, h, self.acc.dtype, out=self.acc)
-            self.started = True
+    def add(self, dz: torch.Tensor, h: torch.Tensor, v0: int = 0) -> None:
+        """Rows [v0, v0 + dz.shape[1]) of dW += dz^T h (the same blocks every wave)."""
+        rows = self.acc[v0:v0 + dz.shape[1]]
+        if v0 not in self.written:
+            mm_wide(dz.T, h, self.acc.dtype, out=rows)
+            self.written.add(v0)
         else:
-            add_mm_wide_(self.acc, dz.T, h)
+            add_mm_wide_(rows, dz.T, h)
 
     def result(self, dtype: torch.dtype) -> torch.Tensor:
-        if not self.started:
+        if not self.written:
             self.acc.zero_()
         return self.acc if self.acc.dtype == dtype else self.acc.to(dtype)
 
@@ -181,13 +187,12 @@ class WeightGrad:
 # ---- the wave loop ---------------------------------------------------------------------------------------
 
 def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
-            token_grads: Optional[TokenGrads] = None, given: Optional[tuple] = None,
-            needs_hidden_grad: bool = False, needs_weight_grad: bool = False,
-            combine_stats: Optional[CombineStats] = None, gemm_in_input_dtype: Optional[bool] = None):
-    """One pass over the tokens in waves. Statistics are computed (and returned) unless `given` = (lse, entropy,
-    g, e) supplies them with the gradients; gradients are computed when `token_grads` or `given` is set.
-    `combine_stats` turns each wave's statistics of this vocabulary shard into the whole vocabulary's
-    (vocab_parallel.py), before g and e are taken from them."""
+            token_grads: Optional[TokenGrads] = None, needs_hidden_grad: bool = False,
+            needs_weight_grad: bool = False, combine_stats: Optional[CombineStats] = None,
+            gemm_in_input_dtype: Optional[bool] = None):
+    """One pass over the tokens in waves of whole rows: the statistics, and with `token_grads` the gradients of
+    a token-level objective. `combine_stats` turns each wave's statistics of this vocabulary shard into the whole
+    vocabulary's (vocab_parallel.py), before g and e are taken from them."""
     weight, bias = head.weight, head.bias
     N, H = hidden.shape
     V = weight.shape[0]
@@ -197,25 +202,20 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     inv_tau, cap_scale = head.logit_constants
     w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
     b = None if bias is None else bias.to(wide)
-    wants_grads = token_grads is not None or given is not None
+    wants_grads = token_grads is not None
     needs_hidden_grad, needs_weight_grad = wants_grads and needs_hidden_grad, wants_grads and needs_weight_grad
     grads = needs_hidden_grad or needs_weight_grad  # no dZ at all under no_grad or with nothing to train
 
-    if given is not None and not grads:
-        return None, None, None, None, None, None
-    logps = entropy = lse = None
-    if given is None:
-        logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
+    logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
     grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
     grad_weight = WeightGrad(weight, wide) if needs_weight_grad else None
     grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
 
     # statistics only (log-probs, a two-pass loss's first pass): the segments' statistics merged once, after
     # the last wave, not once a wave
-    deferred = [] if given is None and token_grads is None and combine_stats is None and rows.stats_parts \
-        else None
+    deferred = [] if token_grads is None and combine_stats is None and rows.stats_parts else None
     # segmented statistics: every row's segment targets formed once, sliced per wave
-    segments = row_segments(V, b is not None, rows.min_segment) if rows.stats_parts and given is None else 1
+    segments = row_segments(V, b is not None, rows.min_segment) if rows.stats_parts else 1
     all_segment_targets = targets_by_segment(targets, V, segments) if segments > 1 and N else None
     step = wave_rows(V, workspace_bytes)
     workspace = torch.empty(min(step, N), V, dtype=wide, device=device) if N else None
@@ -228,20 +228,16 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
         if deferred is not None:
             deferred.append(rows.stats_parts(z, b, y, inv_tau, cap_scale, **segmented))
             continue
-        if given is None:
-            lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale, **segmented)
-            if combine_stats is not None:
-                lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
-            lp_w = target_z - lse_w
-            logps[n0:n1], entropy[n0:n1], lse[n0:n1] = lp_w, ent_w, lse_w
-            if token_grads is None:
-                continue
-            g, e = token_grads(n0, n1, lp_w, ent_w)  # also the objective's value of these tokens: called even
-            if not grads:  # when nothing needs a gradient
-                continue
-        else:
-            lse_w, ent_w = given[0][n0:n1], given[1][n0:n1]
-            g, e = given[2][n0:n1], None if given[3] is None else given[3][n0:n1]
+        lse_w, ent_w, target_z = rows.stats(z, b, y, inv_tau, cap_scale, **segmented)
+        if combine_stats is not None:
+            lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, target_z)
+        lp_w = target_z - lse_w
+        logps[n0:n1], entropy[n0:n1], lse[n0:n1] = lp_w, ent_w, lse_w
+        if token_grads is None:
+            continue
+        g, e = token_grads(n0, n1, lp_w, ent_w)  # also the objective's value of these tokens: called even
+        if not grads:  # when nothing needs a gradient
+            continue
         dz = rows.grad_(z, b, y, lse_w, ent_w, g.to(wide).contiguous(), None if e is None else e.to(wide).contiguous(),
                         inv_tau, cap_scale, gemm)
         if needs_hidden_grad:
@@ -261,15 +257,82 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     return logps, entropy, lse, grad_hidden, dweight, dbias
 
 
+def _gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, workspace_bytes, rows: RowOps, *,
+                          needs_hidden_grad: bool, needs_weight_grad: bool, min_slice: int,
+                          gemm_in_input_dtype: Optional[bool] = None):
+    """(dH, dW, dbias) from the statistics and g = dLoss/dlp, e = dLoss/dent (a two-pass loss's second pass).
+    The softmax gradient of a logit needs only its row's statistics, so the logits are recomputed in tiles of
+    cost_model.paths.gradient_tiles: token waves of whole rows, or vocabulary slices of the rows of a wave. Each
+    tile turns into dZ in place; dH of a wave is summed over its slices in float32 in slice order, and the slice's
+    rows of dW over the waves in wave order: every element has one writer and a fixed order of additions."""
+    weight, bias = head.weight, head.bias
+    N, H = hidden.shape
+    V = weight.shape[0]
+    if not (needs_hidden_grad or needs_weight_grad):
+        return None, None, None
+    device = hidden.device
+    gemm = gemm_dtype(hidden, gemm_in_input_dtype)
+    wide = stats_dtype(hidden.dtype)
+    inv_tau, cap_scale = head.logit_constants
+    w = weight.to(gemm)
+    b = None if bias is None else bias.to(wide)
+    tile_rows, tile_columns = gradient_tiles(N, V, H, workspace_bytes, needs_hidden_grad, needs_weight_grad,
+                                             min_slice)
+    sliced = tile_columns < V
+    grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
+    # a wave's dH summed over its slices: in grad_hidden itself when it is float32 (float64), else in float32
+    hidden_sums = torch.empty(min(tile_rows, N), H, dtype=wide, device=device) \
+        if needs_hidden_grad and sliced and hidden.dtype != wide and N else None
+    grad_weight = WeightGrad(weight, wide) if needs_weight_grad else None
+    grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
+    workspace = torch.empty(min(tile_rows, N) * tile_columns, dtype=wide, device=device) if N else None
+    for n0 in range(0, N, tile_rows):
+        n1 = min(n0 + tile_rows, N)
+        h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
+        lse_w, ent_w = lse[n0:n1], entropy[n0:n1]
+        g_w = g[n0:n1].to(wide).contiguous()
+        e_w = None if e is None else e[n0:n1].to(wide).contiguous()
+        dh_sum = None
+        if needs_hidden_grad and sliced:
+            dh_sum = grad_hidden[n0:n1] if hidden_sums is None else hidden_sums[:n1 - n0]
+        for v0 in range(0, V, tile_columns):
+            v1 = min(v0 + tile_columns, V)
+            z = mm_wide(h, w[v0:v1].T, wide, out=workspace[:(n1 - n0) * (v1 - v0)].view(n1 - n0, v1 - v0))
+            y_slice = y if not sliced else y - v0  # the target's column within the slice (outside it: none)
+            dz = rows.grad_(z, None if b is None else b[v0:v1], y_slice, lse_w, ent_w, g_w, e_w, inv_tau,
+                            cap_scale, gemm)
+            if needs_hidden_grad and not sliced:
+                if dz.dtype == hidden.dtype:
+                    torch.mm(dz, w, out=grad_hidden[n0:n1])
+                else:
+                    grad_hidden[n0:n1] = torch.mm(dz, w)
+            elif needs_hidden_grad and v0 == 0:
+                mm_wide(dz, w[v0:v1], wide, out=dh_sum)
+            elif needs_hidden_grad:
+                add_mm_wide_(dh_sum, dz, w[v0:v1])
+            if grad_weight is not None:
+                grad_weight.add(dz, h, v0)
+            if grad_bias is not None:
+                grad_bias[v0:v1] += dz.sum(0, dtype=wide)
+        if hidden_sums is not None:
+            grad_hidden[n0:n1] = dh_sum
+    dweight = None if grad_weight is None else grad_weight.result(weight.dtype)
+    dbias = None if grad_bias is None else grad_bias.to(bias.dtype)
+    return grad_hidden, dweight, dbias
+
+
 class GemmBackend:
     """The backend interface (per-token statistics forward; gradients from g and e backward), plus the
     one-pass token-level step."""
 
     def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, rows: Optional[RowOps] = None,
-                 gemm_in_input_dtype: Optional[bool] = None):
+                 gemm_in_input_dtype: Optional[bool] = None, min_gradient_slice: int = MIN_GRADIENT_SLICE):
         """rows: the row pass (default: Triton on CUDA, torch elsewhere); gemm_in_input_dtype: GEMM operands in
-        the input dtype (default: on CUDA only; True runs CUDA's 16-bit data flow on CPU, see the module doc)."""
+        the input dtype (default: on CUDA only; True runs CUDA's 16-bit data flow on CPU, see the module doc);
+        min_gradient_slice: the narrowest vocabulary slice of the gradient pass (cost_model.paths.gradient_tiles;
+        tests take small ones)."""
         self.workspace_bytes = int(workspace_bytes)
+        self.min_gradient_slice = int(min_gradient_slice)
         self.rows = rows
         self.gemm_in_input_dtype = gemm_in_input_dtype
 
@@ -284,12 +347,12 @@ class GemmBackend:
 
     def linear_backward(self, grad_logps, grad_entropy, hidden, head: LMHead, targets, lse, entropy,
                         needs_hidden_grad=True, needs_weight_grad=True):
-        """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent: the logits again, dZ, two GEMMs."""
-        *_, dh, dw, db = _stream(hidden, head, targets, self.workspace_bytes, self._rows(hidden.device),
-                                 given=(lse, entropy, grad_logps, grad_entropy),
-                                 needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
-                                 gemm_in_input_dtype=self.gemm_in_input_dtype)
-        return dh, dw, db
+        """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent: the logits again (in vocabulary
+        slices when that passes over the float32 accumulators less: _gradients_from_stats), dZ, two GEMMs."""
+        return _gradients_from_stats(hidden, head, targets, lse, entropy, grad_logps, grad_entropy,
+                                     self.workspace_bytes, self._rows(hidden.device),
+                                     needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
+                                     min_slice=self.min_gradient_slice, gemm_in_input_dtype=self.gemm_in_input_dtype)
 
     def linear_forward_with_grads(self, hidden, head: LMHead, targets, token_grads: TokenGrads,
                                   needs_hidden_grad=True, needs_weight_grad=True,

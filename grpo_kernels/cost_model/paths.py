@@ -50,6 +50,45 @@ def row_segments(vocab: int, has_bias: bool = False, min_segment: int = MIN_SEGM
 _HOPPER = GPU_CONFIGS["sm90"]
 
 
+# cuBLAS's output tiles on Hopper (DeviceRates.gemm_tile): tiles of the gradient pass in whole ones where they can
+GEMM_TILE_ROWS, GEMM_TILE_COLUMNS = 128, 256
+# The gradient pass from given statistics (a two-pass loss's second pass) needs no whole rows: its logits tiles
+# may be vocabulary slices. Slices of at least this many columns keep the GEMMs' tiles full.
+MIN_GRADIENT_SLICE = 4096
+
+
+def gradient_tiles(tokens: int, vocab: int, hidden: int, workspace_bytes: int, hidden_grad: bool = True,
+                   weight_grad: bool = True, min_slice: int = MIN_GRADIENT_SLICE) -> tuple[int, int]:
+    """(rows, columns) of the logits tiles of the gradient pass from given statistics: token waves of whole rows
+    (columns = vocab), or fewer token waves of vocabulary slices (`min_slice` columns times a power of two), whose
+    wave's float32 dH sums ([rows, hidden]) the workspace holds too. Each token wave after the first reads and
+    writes the float32 dW accumulator again; each slice after the first, the dH sums of its wave: the tiling with
+    the least accumulator traffic (the widest slices on a tie)."""
+    if workspace_bytes <= 0:
+        raise ValueError(f"workspace_bytes must be > 0, got {workspace_bytes}")
+    N, V = max(1, tokens), vocab
+
+    def traffic(rows: int, columns: int) -> int:  # accumulator elements passed over again, per hidden unit
+        return weight_grad * (math.ceil(N / rows) - 1) * V + hidden_grad * (math.ceil(V / columns) - 1) * N
+
+    widths = {V, *(min(V, min_slice << k) for k in range(max(1, V.bit_length())))}
+    sums = hidden if hidden_grad else 0
+    tilings = [(min(N, max(1, workspace_bytes // (4 * (columns + sums * (columns < V))))), columns)
+               for columns in widths]
+    # the least traffic; then the widest slices (fewer launches, whole rows first)
+    rows, columns = min(tilings, key=lambda tiling: (traffic(*tiling), -tiling[1]))
+    return balanced(N, rows, GEMM_TILE_ROWS), balanced(V, columns, GEMM_TILE_COLUMNS)
+
+
+def balanced(total: int, most: int, align: int) -> int:
+    """The size of the fewest equal parts of `total` no larger than `most`, rounded up to a multiple of `align`
+    where that stays within `most`: no thin last part, and whole GEMM tiles."""
+    parts = math.ceil(total / most)
+    size = math.ceil(total / parts)
+    aligned = math.ceil(size / align) * align
+    return aligned if aligned <= most else size
+
+
 def gemm_phase(name: str, m: int, n: int, k: int, c: int, out_bytes: int, count: int = 1) -> Phase:
     """C[m, n] = A[m, k] B[k, n] by cuBLAS: reads both operands once, writes C once (tiles re-read from L2)."""
     return Phase(name, flops=2 * m * n * k, hbm_bytes=(m * k + k * n) * c + m * n * out_bytes, count=count,
@@ -75,12 +114,13 @@ def padding_phases(p: Problem) -> list[Phase]:
     return phases
 
 
-def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
+def gemm(p: Problem, dw_through_temporary: bool = False, sliced_second_pass: bool = True) -> Estimate:
     """The GEMM-rate path: waves of n_w rows through a reused float32 [n_w, V] logits workspace.
 
     Later waves' GEMM3 adds into the float32 dW accumulator itself (cuBLAS reads it as C: backends/wide_gemm.py's
     add_mm_wide_; the accumulator read and written once per wave, no temporary). dw_through_temporary models the
     design that avoids: a float32 temporary from torch.mm(out_dtype=float32), then added into the accumulator.
+    sliced_second_pass=False: a two-pass loss's second pass in waves of whole rows (a backend that does not slice).
     """
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     n_w = min(N, max(1, p.workspace_bytes // (4 * V)))
@@ -111,30 +151,15 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
         return out
 
     phases += logits_and_stats("pass 1: " if two_pass else "")
+    second_pass_peak = 0
     if grads:
-        one_pass_objective = not two_pass
         phases.append(Phase("objective", hbm_bytes=N * PER_TOKEN_BYTES,
-                            launches=OBJECTIVE_LAUNCHES * (n_waves if one_pass_objective else 1)))
+                            launches=OBJECTIVE_LAUNCHES * (1 if two_pass else n_waves)))
         if two_pass:
-            phases += [ph for ph in logits_and_stats("pass 2: ") if "statistics" not in ph.name]
-        first = True
-        for rows, count in wave_list:
-            phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c),
-                                row_read_bytes=rows * V * 4, row_programs=rows, count=count, launches=1))
-            if p.hidden_needs_grad:
-                phases.append(gemm_phase("GEMM2 dH = dZ W", rows, H, V, c, c, count))
-            if p.weight_grad:
-                later = count - 1 if first else count
-                if first:  # the first wave's GEMM3 writes the float32 accumulator directly
-                    phases.append(gemm_phase("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
-                if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
-                    gemm3 = gemm_phase("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
-                    phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
-                elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
-                    phases.append(gemm_phase("GEMM3 dW += dZ^T h (fp32 temporary)", V, H, rows, c, 4, later))
-                    phases.append(Phase("add temporary into dW accumulator", hbm_bytes=V * H * (4 + 8), count=later,
-                                        launches=1))
-            first = False
+            gradient_phases, second_pass_peak = gradients_from_stats(p, whole_rows=not sliced_second_pass)
+            phases += gradient_phases
+        else:
+            phases += _one_pass_gradients(p, wave_list, dw_through_temporary)
         if p.weight_grad:
             phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c), launches=1))
         # the one-pass route forms the gradients for an upstream gradient of 1 and scales them in the backward
@@ -144,14 +169,80 @@ def gemm(p: Problem, dw_through_temporary: bool = False) -> Estimate:
         if p.hidden_needs_grad and not two_pass:
             phases.append(Phase("backward: scale dH by the incoming gradient", hbm_bytes=2 * N * H * c, launches=1))
     gemms = (2 if two_pass else 1) + (p.hidden_needs_grad + p.weight_grad) * grads
-    temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary else 0
+    temporary = V * H * 4 if p.weight_grad and n_waves > 1 and dw_through_temporary and not two_pass else 0
     gathered = N * H * c if N < p.tokens else 0
+    assumptions = [f"n_w = {n_w} rows per wave, {n_waves} waves", "padding rows dropped before the head",
+                   "a head without bias"]
+    if two_pass and sliced_second_pass:
+        tile_rows, tile_columns = gradient_tiles(N, V, H, p.workspace_bytes, p.hidden_needs_grad, p.weight_grad)
+        assumptions.append(f"second pass in [{tile_rows}, {tile_columns}] logits tiles")
     return Estimate("GEMM-rate waves" + ", dW through a temporary" * dw_through_temporary, p, phases, gemms=gemms,
-                    peak_extra_bytes=n_w * V * 4 + temporary + gathered + N * PER_TOKEN_BYTES
-                    + N * segments * 12 * merged_once,
-                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
-                    assumptions=[f"n_w = {n_w} rows per wave, {n_waves} waves",
-                                 "padding rows dropped before the head", "a head without bias"])
+                    peak_extra_bytes=max(n_w * V * 4, second_pass_peak) + temporary + gathered
+                    + N * PER_TOKEN_BYTES + N * segments * 12 * merged_once,
+                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0, assumptions=assumptions)
+
+
+def _one_pass_gradients(p: Problem, wave_list: list[tuple[int, int]], dw_through_temporary: bool) -> list[Phase]:
+    """Each wave's dZ in place, dH and dW from it (the one-pass token-level route: the statistics just taken)."""
+    H, V, c = p.hidden, p.vocab, p.itemsize
+    phases = []
+    first = True
+    for rows, count in wave_list:
+        phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * V * (4 + c),
+                            row_read_bytes=rows * V * 4, row_programs=rows, count=count, launches=1))
+        if p.hidden_needs_grad:
+            phases.append(gemm_phase("GEMM2 dH = dZ W", rows, H, V, c, c, count))
+        if p.weight_grad:
+            later = count - 1 if first else count
+            if first:  # the first wave's GEMM3 writes the float32 accumulator directly
+                phases.append(gemm_phase("GEMM3 dW = dZ^T h (first wave)", V, H, rows, c, 4))
+            if later and not dw_through_temporary:  # the GEMM reads the accumulator as C and writes it back
+                gemm3 = gemm_phase("GEMM3 dW += dZ^T h (into the accumulator)", V, H, rows, c, 4, later)
+                phases.append(replace(gemm3, hbm_bytes=gemm3.hbm_bytes + V * H * 4))
+            elif later:  # later waves: float32 temporary (written, read) + accumulator read-modify-write
+                phases.append(gemm_phase("GEMM3 dW += dZ^T h (fp32 temporary)", V, H, rows, c, 4, later))
+                phases.append(Phase("add temporary into dW accumulator", hbm_bytes=V * H * (4 + 8), count=later,
+                                    launches=1))
+        first = False
+    return phases
+
+
+def gradients_from_stats(p: Problem, whole_rows: bool = False) -> tuple[list[Phase], int]:
+    """The second pass of the two-pass route (backends/gemm.py's _gradients_from_stats) and its peak: per
+    [rows, columns] tile of gradient_tiles, the logits GEMM (float32 out), dZ in place, dH of the tile's rows
+    (written, or added into the wave's float32 sums read as C after its first slice; those sums cast at the end of
+    the wave), and dW of the slice's rows (written by the first wave, added into by later ones). whole_rows: waves
+    of whole rows (a backend that does not slice)."""
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    tile_rows, tile_columns = (min(N, max(1, p.workspace_bytes // (4 * V))), V) if whole_rows else \
+        gradient_tiles(N, V, H, p.workspace_bytes, p.hidden_needs_grad, p.weight_grad)
+    sliced = tile_columns < V
+    phases = []
+    for wave, (rows, row_count) in enumerate(waves(N, tile_rows)):
+        for first_slice, (columns, count) in _firsts(waves(V, tile_columns)):
+            tiles = row_count * count
+            phases.append(gemm_phase("pass 2: GEMM1 Z = h W^T (fp32 out)", rows, columns, H, c, 4, tiles))
+            phases.append(Phase("row gradient Z -> dZ in place", hbm_bytes=rows * columns * (4 + c),
+                                row_read_bytes=rows * columns * 4, row_programs=rows, count=tiles, launches=1))
+            if p.hidden_needs_grad and not sliced:
+                phases.append(gemm_phase("GEMM2 dH = dZ W", rows, H, columns, c, c, tiles))
+            elif p.hidden_needs_grad:
+                dh = gemm_phase("GEMM2 dH (+)= dZ W_slice (fp32 sums)", rows, H, columns, c, 4, tiles)
+                later = row_count * (count - first_slice)  # tiles that read the sums as C
+                phases.append(replace(dh, hbm_bytes=dh.hbm_bytes + rows * H * 4 * later // tiles))
+            if p.weight_grad:
+                dw = gemm_phase("GEMM3 dW_slice (+)= dZ^T h", columns, H, rows, c, 4, tiles)
+                later_waves = tiles if wave else count * (row_count - 1)  # tiles that read their dW rows as C
+                phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + columns * H * 4 * later_waves // tiles))
+    if p.hidden_needs_grad and sliced and c != 4:
+        phases.append(Phase("cast the dH sums", hbm_bytes=N * H * (4 + c), launches=math.ceil(N / tile_rows)))
+    peak = tile_rows * tile_columns * 4 + (tile_rows * H * 4 if p.hidden_needs_grad and sliced and c != 4 else 0)
+    return phases, peak
+
+
+def _firsts(wave_list: list[tuple[int, int]]) -> list[tuple[int, tuple[int, int]]]:
+    """(how many of the group are the first of the list: 1 or 0, the group) of waves()'s groups."""
+    return [(int(i == 0), group) for i, group in enumerate(wave_list)]
 
 
 def triton(p: Problem, programs_in_flight: int | None = None, l2_bytes: int = 50 * MIB) -> Estimate:

@@ -80,7 +80,7 @@ def triton_tma(p: Problem) -> Estimate:
                         peak_extra_bytes=_partial_bytes(N, p) + N * PER_TOKEN_BYTES + (N * p.hidden * p.itemsize
                                                                                        if N < p.tokens else 0),
                         fp32_weight_grad_bytes=0, assumptions=_assumptions(rows, N))
-    waves = gemm(replace(p, workspace_bytes=rows * 4 * p.vocab))
+    waves = gemm(replace(p, workspace_bytes=rows * 4 * p.vocab), sliced_second_pass=False)
     phases, replaced = [], 0
     for phase in waves.phases:
         if "GEMM1" not in phase.name:

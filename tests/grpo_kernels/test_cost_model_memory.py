@@ -3,9 +3,10 @@
 
 The instrument is torch's allocator as the profiler records it (every [memory] event, in order): what a GPU's
 torch.cuda.max_memory_allocated counts, so head-sized temporaries show here as they would there. Peak extra =
-the highest allocation during the step beyond what was allocated before it, less the gradients it returns (the
-model's estimate leaves out the inputs, the gradients and, for 16-bit heads, the float32 dW copy; float32 heads
-accumulate into dW itself). The Triton path is not measured here: under the interpreter a step at this head takes
+the highest allocation during the step (forward, then backward) beyond what was allocated before it, less the
+gradients alive at that point (the model's estimate leaves out the inputs, the gradients and, for 16-bit heads, the
+float32 dW copy; float32 heads accumulate into dW itself): the one-pass route forms them in the forward, the
+two-pass route (a sequence-level loss) only in the backward. The Triton path is not measured here: under the interpreter a step at this head takes
 minutes on a CPU.
 """
 
@@ -28,10 +29,15 @@ V, H = 25600, 1024  # 100 MiB of float32 head
 B, T = 2, 512
 WAVE_ROWS = 256  # the gemm path's workspace: four waves of 256 rows (25 MiB)
 MIB = 2**20
+TOKEN_LEVEL = GRPOLossConfig(loss_type="dapo", beta=0.0)
+# "sequence": the two-pass route (statistics, then the gradients recomputed: in vocabulary slices where the model
+# says so)
+CONFIGS = {"sequence": GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence")}
 
 
-def _peak_allocated(step) -> tuple[int, object]:
-    """(the highest allocation during step() beyond what was allocated before it, step's result)."""
+def _allocations(step) -> tuple[int, int, object]:
+    """(the highest allocation during step() beyond what was allocated before it, what it left allocated,
+    step's result)."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         result = step()
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
@@ -40,13 +46,13 @@ def _peak_allocated(step) -> tuple[int, object]:
     for event in events:
         running += event.nbytes()
         peak = max(peak, running)
-    return peak, result
+    return peak, running, result
 
 
 def _inputs(operation: str, valid_rows: int):
     gen = torch.Generator().manual_seed(7)
     hidden = (torch.randn(B, T, H, generator=gen) * 0.5).requires_grad_(operation != "logprobs")
-    weight = (torch.randn(V, H, generator=gen) * 0.02).requires_grad_(operation == "loss")
+    weight = (torch.randn(V, H, generator=gen) * 0.02).requires_grad_(operation in ("loss", "sequence"))
     ids = torch.randint(0, V, (B, T), generator=gen)
     mask = (torch.arange(B * T) < valid_rows).long().view(B, T)
     return hidden, weight, ids, mask
@@ -57,25 +63,27 @@ def _measured_extra(path: str, operation: str, valid_rows: int, workspace_bytes:
     gen = torch.Generator().manual_seed(8)
     advantages, old = torch.randn(B, generator=gen), -torch.rand(B, T, generator=gen) * 5
 
-    def step():
+    def forward():
         if operation == "logprobs":
             with torch.no_grad():
                 return linear_logprobs(hidden.view(-1, H), weight, ids.view(-1), backend=path,
                                        workspace_bytes=workspace_bytes)
-        out = fused_linear_grpo_loss(hidden, weight, ids, mask, advantages, old_logps=old,
-                                     config=GRPOLossConfig(loss_type="dapo", beta=0.0), backend=path,
-                                     workspace_bytes=workspace_bytes)
-        out.loss.backward()
-        return out
+        return fused_linear_grpo_loss(hidden, weight, ids, mask, advantages, old_logps=old,
+                                      config=CONFIGS.get(operation, TOKEN_LEVEL), backend=path,
+                                      workspace_bytes=workspace_bytes)
 
-    peak, _ = _peak_allocated(step)
+    forward_peak, left, out = _allocations(forward)
+    backward_peak = _allocations(out.loss.backward)[0] if operation != "logprobs" else 0
     gradients = sum(x.grad.numel() * x.grad.element_size() for x in (hidden, weight) if x.grad is not None)
-    return peak - gradients
+    if operation == "sequence":  # two passes: no gradient exists before the backward, whose peak holds them all
+        return max(forward_peak, left + backward_peak - gradients)
+    return max(forward_peak, left + backward_peak) - gradients  # the one-pass route forms them in the forward
 
 
 def _modelled_extra(path: str, operation: str, valid_rows: int, workspace_bytes: Optional[int]) -> int:
     """The model's estimate for the backend the call runs: for `auto`, the route it takes on a CPU."""
-    modelled_operation = operation_of(operation != "logprobs", True, operation == "loss")
+    modelled_operation = operation_of(operation != "logprobs", operation != "sequence",
+                                      operation in ("loss", "sequence"))
     backend, workspace = path, workspace_bytes
     if path == "auto":
         chosen = route(modelled_operation, B * T, H, V, "float32", DeviceSpec("cpu"))
@@ -86,7 +94,7 @@ def _modelled_extra(path: str, operation: str, valid_rows: int, workspace_bytes:
     return get_backend(backend).cost_model()(p).peak_extra_bytes
 
 
-@pytest.mark.parametrize("operation", ["loss", "frozen", "logprobs"])
+@pytest.mark.parametrize("operation", ["loss", "sequence", "frozen", "logprobs"])
 @pytest.mark.parametrize("path,valid_rows,workspace_bytes", [
     ("gemm", B * T, WAVE_ROWS * 4 * V),
     ("gemm", 3 * B * T // 4, WAVE_ROWS * 4 * V),  # padding dropped: the valid rows gathered

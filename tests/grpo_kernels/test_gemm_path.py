@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from grpo_testing import as_float64, assert_output_matches, make_problem, run_loss
+from grpo_testing import as_float64, assert_grad_close, assert_output_matches, make_problem, run_loss
 
 from grpo_kernels import GRPOLossConfig, LMHead, LogitTransform, fused_linear_grpo_loss, reference
 from grpo_kernels.backends import gemm as gemm_path
@@ -296,3 +296,98 @@ def test_accumulate_gemm_adds_a_16_bit_product_into_float32(dtype):
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="float32"):
         accumulate_at_b(c.to(dtype), a, b)
+
+
+def test_gradient_tiles_slice_the_vocabulary_where_it_saves_accumulator_passes():
+    from grpo_kernels.cost_model.paths import balanced, gradient_tiles
+
+    # 11 tokens, V 97, H 4, a workspace of 5 rows x (16 logits + 4 dH sums) float32: whole rows would take 11
+    # waves (10 more passes over dW), slices of 16 columns 3 waves (2 more over dW, 6 over each wave's dH sums);
+    # balanced: 3 waves of 4 rows (the last 3), 7 slices of 14 columns (the last 13)
+    assert gradient_tiles(11, 97, 4, 4 * 5 * 20, min_slice=16) == (4, 14)
+    # a frozen head has no dW to pass over again: whole rows, whatever the waves
+    assert gradient_tiles(11, 97, 4, 4 * 5 * 20, weight_grad=False, min_slice=16) == (1, 97)
+    # a workspace that holds every row whole: one wave, no slices
+    assert gradient_tiles(11, 97, 4, 4 * 11 * 97, min_slice=16) == (11, 97)
+    # only dW needed: slices cost nothing (no dH sums either), one wave of every token
+    assert gradient_tiles(11, 97, 4, 4 * 11 * 16, hidden_grad=False, min_slice=16) == (11, 14)
+    # at scale, whole GEMM tiles: 65536 tokens of H 1536 in a 297 MiB workspace take 9 waves of 7296 rows (57
+    # tiles of 128), slices of 8192 columns (32 tiles of 256)
+    assert gradient_tiles(65536, 151936, 1536, 297 << 20) == (7296, 8192)
+    assert balanced(1000, 300, 128) == 256 and balanced(1000, 255, 128) == 250 and balanced(1000, 400, 128) == 384
+    with pytest.raises(ValueError, match="workspace_bytes"):
+        gradient_tiles(11, 97, 4, 0)
+
+
+def _float64_gradients(hidden, head, targets, g, e):
+    """dH, dW, dbias of sum(g * logp + e * entropy) by autograd in float64 over the whole logits; a foreign target
+    (a vocabulary shard's) has no target logit: its logp is -lse, as the backends take it."""
+    h = hidden.double().requires_grad_()
+    w = head.weight.double().requires_grad_()
+    b = None if head.bias is None else head.bias.double().requires_grad_()
+    logits = reference.linear_logits(h, w, b)
+    scaled = head.transform.apply(logits) / head.temperature
+    log_p = torch.log_softmax(scaled, dim=-1)
+    inside = (targets >= 0) & (targets < scaled.shape[1])
+    target_z = torch.where(inside, scaled.gather(1, targets.clamp(0, scaled.shape[1] - 1)[:, None]).squeeze(1), 0.0)
+    logps = target_z - torch.logsumexp(scaled, dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    (g.double() * logps + e.double() * entropy).sum().backward()
+    return h.grad, w.grad, None if b is None else b.grad
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("transform", [IDENTITY, SOFTCAPPED], ids=["plain", "softcapped"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("workspace_rows,waves", [(5, 3), (11, 1)], ids=["three-waves", "one-wave"])
+def test_gradient_pass_in_vocabulary_slices_matches_float64(workspace_rows, waves, dtype, transform, with_bias):
+    """The second pass from given statistics, in vocabulary slices of 14 columns (the last one 13 wide), against
+    float64 autograd: dH summed over slices, dW's slices over waves, dbias per slice, targets in every slice and
+    a foreign one (-1)."""
+    from grpo_kernels.cost_model.paths import gradient_tiles
+
+    gen = torch.Generator().manual_seed(21)
+    N, H, V = 11, 12, 97
+    hidden = torch.randn(N, H, generator=gen).to(dtype)
+    head = LMHead((torch.randn(V, H, generator=gen) * 0.5).to(dtype),
+                  (torch.randn(V, generator=gen) * 0.5).to(dtype) if with_bias else None, 0.9, transform)
+    targets = torch.tensor([0, 15, 16, 31, 32, 50, 80, 95, 96, 7, -1])
+    g, e = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
+    workspace = 4 * workspace_rows * (16 + H)
+    rows, columns = gradient_tiles(N, V, H, workspace, min_slice=16)
+    assert columns < V and -(-N // rows) == waves  # the case under test slices the vocabulary
+    backend = GemmBackend(workspace_bytes=workspace, min_gradient_slice=16)
+    _, entropy, lse = backend.linear_forward(hidden, head, targets)
+    got = backend.linear_backward(g, e, hidden, head, targets, lse, entropy)
+    expected = _float64_gradients(hidden, head, targets, g, e)
+    for name, value, want in zip(("dH", "dW", "dbias"), got, expected):
+        if want is None:
+            assert value is None, name
+        else:
+            assert_grad_close(value, want, dtype, name)
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract:RuntimeWarning")  # masked lanes: -inf - -inf
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+def test_gradient_pass_in_slices_on_the_cuda_data_flow(with_bias):
+    """The same sliced pass with CUDA's data flow (16-bit GEMM operands, dZ narrowed in place by the Triton row
+    kernel, float32 accumulators read as C) against the whole-row pass on the same flow: equal up to the order of
+    float32 sums."""
+    gen = torch.Generator().manual_seed(22)
+    N, H, V = 9, 16, 70
+    hidden = torch.randn(N, H, generator=gen).to(torch.bfloat16)
+    head = LMHead((torch.randn(V, H, generator=gen) * 0.5).to(torch.bfloat16),
+                  torch.randn(V, generator=gen).to(torch.bfloat16) if with_bias else None, 1.0, SOFTCAPPED)
+    targets = torch.tensor([0, 15, 16, 40, 69, 3, -1, 33, 64])
+    g, e = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
+    results = []
+    for workspace, min_slice in ((4 * 3 * (16 + H), 16), (4 * N * V, 4096)):  # slices of 16; whole rows, one wave
+        backend = GemmBackend(workspace_bytes=workspace, rows=triton_rows(gpu_launch=True),
+                              gemm_in_input_dtype=True, min_gradient_slice=min_slice)
+        _, entropy, lse = backend.linear_forward(hidden, head, targets)
+        results.append(backend.linear_backward(g, e, hidden, head, targets, lse, entropy))
+    assert (results[0][2] is None) is (not with_bias)
+    for sliced, whole in zip(*results):
+        if whole is not None:
+            torch.testing.assert_close(sliced.float(), whole.float(), rtol=1e-2, atol=1e-3)
