@@ -257,7 +257,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     return logps, entropy, lse, grad_hidden, dweight, dbias
 
 
-def _gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, workspace_bytes, rows: RowOps, *,
+def gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, workspace_bytes, rows: RowOps, *,
                           needs_hidden_grad: bool, needs_weight_grad: bool, min_slice: int,
                           gemm_in_input_dtype: Optional[bool] = None):
     """(dH, dW, dbias) from the statistics and g = dLoss/dlp, e = dLoss/dent (a two-pass loss's second pass).
@@ -348,8 +348,8 @@ class GemmBackend:
     def linear_backward(self, grad_logps, grad_entropy, hidden, head: LMHead, targets, lse, entropy,
                         needs_hidden_grad=True, needs_weight_grad=True):
         """(dhidden, dweight, dbias) from g = dLoss/dlp and e = dLoss/dent: the logits again (in vocabulary
-        slices when that passes over the float32 accumulators less: _gradients_from_stats), dZ, two GEMMs."""
-        return _gradients_from_stats(hidden, head, targets, lse, entropy, grad_logps, grad_entropy,
+        slices when that passes over the float32 accumulators less: gradients_from_stats), dZ, two GEMMs."""
+        return gradients_from_stats(hidden, head, targets, lse, entropy, grad_logps, grad_entropy,
                                      self.workspace_bytes, self._rows(hidden.device),
                                      needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
                                      min_slice=self.min_gradient_slice, gemm_in_input_dtype=self.gemm_in_input_dtype)

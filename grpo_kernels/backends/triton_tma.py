@@ -1,28 +1,37 @@
-"""The Triton path on the Hopper recipe: token chunks with the gradient formed in the forward.
+"""The Triton path on the Hopper recipe: the persistent TMA kernel's statistics, and the gradients either formed in
+the forward over token chunks or recomputed in the GEMM path's tiles.
 
-Per chunk of tokens (as many as a float32 [rows, V] chunk of `workspace_bytes` holds, in whole token blocks of the
-kernel):
+Token chunks (as many tokens as a float32 [rows, V] chunk of `workspace_bytes` holds, in whole token blocks of the
+kernel), a token-level loss's route where the chunks pay (below):
 1. the persistent TMA kernel (kernels/persistent_forward.py) makes the chunk's logits tile by tile, folds each tile
    into the row statistics in its epilogue and stores the transformed float32 tile to the chunk; the merge kernel
    finishes the rows' log-prob, entropy and lse;
-2. the objective's g = dLoss/dlp and e = dLoss/dent of those rows (`token_grads`, the ONE_PASS route; or given, in
-   `linear_backward`);
+2. the objective's g = dLoss/dlp and e = dLoss/dent of those rows (`token_grads`, the ONE_PASS route);
 3. kernels/chunk_grad.py turns the chunk into dz in the input dtype, in place (its docstring says why no thread
    still needs the bytes it overwrites);
 4. dH[chunk] = dz W and dW += dz^T h (a float32 accumulator written by the first chunk's GEMM, then read as C by
    each later one, in chunk order) and dbias += column sums of dz: cuBLAS on a GPU (backends/wide_gemm.py).
+Three GEMM-equivalents for a trained head (two for a frozen head), but the float32 dW accumulator is read and
+written once a chunk: a small workspace means many chunks.
 
-Three GEMM-equivalents for a trained head through the ONE_PASS route (two for a frozen head), four through
-`linear_backward` (the logits again). No atomics: every output element has one writer, chunks run in a fixed
-order, so the gradients are bitwise repeatable run to run; the log-probs and entropies are the persistent kernel's,
-batch-invariant (kernels/linear_forward.py explains why the split boundaries make them so), whatever the chunking.
+Two passes, every other call (a sequence-level loss through `linear_backward`, and a token-level loss where the
+workspace is too small for the chunks to pay, by cost_model.triton_tma.chunks_pay): the persistent kernel's
+statistics of every token in one launch, no logits stored; the objective; then the GEMM path's gradient pass
+(gemm.gradients_from_stats: the logits again by cuBLAS in vocabulary slices, dz in place, dH summed over the slices
+in float32 in slice order, each dW slice's rows over the token waves in order). Four GEMM-equivalents, in a
+workspace as small as the float32 dH of the tokens.
+
+No atomics: every output element has one writer, chunks, waves and slices run in a fixed order, so the gradients are
+bitwise repeatable run to run; the log-probs and entropies are the persistent kernel's, batch-invariant
+(kernels/linear_forward.py explains why the split boundaries make them so), whatever the chunking.
 
 The chunk is float32, not the input dtype: dz needs p = exp(z - lse), and a bf16 logit is off by up to |z| 2^-9,
 p as much relative (measured: 7% of the largest dH element off float64 at |z| ~ 15, against the 1.5% the tests
 allow a bf16 gradient). dz itself is rounded to the input dtype, as any GEMM operand.
 
-Extra memory: the chunk (at most `workspace_bytes`, at least one token block of rows), the float32 dW accumulator
-when the head is trained, the forward's partial statistics (16 bytes x splits x chunk rows).
+Extra memory: the chunk or the gradient pass's tiles (at most `workspace_bytes`; a chunk at least one token block of
+rows), the float32 dW accumulator when the head is trained, the forward's partial statistics (16 bytes x splits x
+rows).
 """
 
 from __future__ import annotations
@@ -33,8 +42,12 @@ import torch
 
 from ..head import LMHead
 from ..kernels import launch
-# WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C)
-from .gemm import DEFAULT_WORKSPACE_BYTES, CombineStats, TokenGrads, WeightGrad, wave_rows
+from ..cost_model.estimate import Problem
+from ..cost_model.triton_tma import chunks_pay
+# WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C);
+# gradients_from_stats: its gradient pass from given statistics
+from .gemm import (DEFAULT_WORKSPACE_BYTES, MIN_GRADIENT_SLICE, CombineStats, TokenGrads, WeightGrad, default_rows,
+                   gradients_from_stats, wave_rows)
 from .protocol import stats_dtype
 from .wide_gemm import gemm_dtype, mm_wide
 
@@ -55,8 +68,14 @@ def _padded_vocab(vocab_size: int) -> int:
 class TmaChunkBackend:
     """The LogprobBackend interface and the ONE_PASS route (protocol.py) over token chunks."""
 
-    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES):
+    def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, chunks: Optional[bool] = None,
+                 min_gradient_slice: int = MIN_GRADIENT_SLICE):
+        """chunks: whether a token-level loss goes through the token chunks (True) or takes the statistics first
+        and the gradients in the GEMM path's tiles (False); None: as the cost model says for the workspace
+        (cost_model.triton_tma.chunks_pay). min_gradient_slice: gemm.GemmBackend's (tests take small ones)."""
         self.workspace_bytes = int(workspace_bytes) if workspace_bytes else DEFAULT_WORKSPACE_BYTES
+        self.chunks = chunks
+        self.min_gradient_slice = int(min_gradient_slice)
 
     def linear_forward(self, hidden, head: LMHead, targets):
         """(logps, entropy, lse) [N]: the persistent kernel alone, no logits stored."""
@@ -64,32 +83,47 @@ class TmaChunkBackend:
 
     def linear_backward(self, grad_logps, grad_entropy, hidden, head: LMHead, targets, lse, entropy,
                         needs_hidden_grad=True, needs_weight_grad=True):
-        """(dhidden, dweight, dbias) from g and e: each chunk's logits again, dz in place, the GEMMs."""
-        *_, dh, dw, db = self._stream(hidden, head, targets, given=(lse, entropy, grad_logps, grad_entropy),
-                                      needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad)
-        return dh, dw, db
+        """(dhidden, dweight, dbias) from g and e: the GEMM path's gradient pass (gemm.gradients_from_stats: the
+        logits again by cuBLAS, in vocabulary slices where that passes over the float32 accumulators less)."""
+        return gradients_from_stats(hidden, head, targets, lse, entropy, grad_logps, grad_entropy,
+                                    self.workspace_bytes, default_rows(hidden.device),
+                                    needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
+                                    min_slice=self.min_gradient_slice)
 
     def linear_forward_with_grads(self, hidden, head: LMHead, targets, token_grads: TokenGrads,
                                   needs_hidden_grad=True, needs_weight_grad=True,
                                   combine_stats: Optional[CombineStats] = None):
-        """(logps, entropy, lse, dhidden, dweight, dbias) in one pass over the chunks."""
-        return self._stream(hidden, head, targets, token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
-                            needs_weight_grad=needs_weight_grad, combine_stats=combine_stats)
+        """(logps, entropy, lse, dhidden, dweight, dbias): in one pass over the token chunks, or (where the chunks do
+        not pay for the workspace) the statistics of every token in one launch, the objective's g and e, then
+        linear_backward's pass. A vocabulary shard always takes the chunks: its ranks must agree on the route, and
+        its statistics are combined per chunk."""
+        if combine_stats is not None or self._takes_chunks(hidden, head, needs_hidden_grad, needs_weight_grad):
+            return self._stream(hidden, head, targets, token_grads=token_grads,
+                                needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
+                                combine_stats=combine_stats)
+        logps, entropy, lse = launch.persistent_forward(hidden, head, targets)
+        g, e = token_grads(0, hidden.shape[0], logps, entropy)  # also records the objective's value
+        return (logps, entropy, lse,
+                *self.linear_backward(g, e, hidden, head, targets, lse, entropy, needs_hidden_grad,
+                                      needs_weight_grad))
 
-    def _stream(self, hidden, head: LMHead, targets, *, token_grads: Optional[TokenGrads] = None,
-                given: Optional[tuple] = None, needs_hidden_grad: bool, needs_weight_grad: bool,
-                combine_stats: Optional[CombineStats] = None):
+    def _takes_chunks(self, hidden, head: LMHead, needs_hidden_grad: bool, needs_weight_grad: bool) -> bool:
+        if self.chunks is not None:
+            return self.chunks
+        problem = Problem(tokens=max(1, hidden.shape[0]), hidden=hidden.shape[1], vocab=head.weight.shape[0],
+                          dtype=str(hidden.dtype).removeprefix("torch."), frozen_head=not needs_weight_grad,
+                          hidden_grad=needs_hidden_grad, workspace_bytes=self.workspace_bytes)
+        return chunks_pay(problem)
+
+    def _stream(self, hidden, head: LMHead, targets, *, token_grads: TokenGrads, needs_hidden_grad: bool,
+                needs_weight_grad: bool, combine_stats: Optional[CombineStats] = None):
         weight, bias = head.weight, head.bias
         N = hidden.shape[0]
         V = weight.shape[0]
         device = hidden.device
         wide = stats_dtype(hidden.dtype)
         grads = needs_hidden_grad or needs_weight_grad
-        logps = entropy = lse = None
-        if given is None:
-            logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
-        elif not grads:
-            return None, None, None, None, None, None
+        logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))
         grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
         grad_weight = WeightGrad(weight, wide) if needs_weight_grad else None
         grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
@@ -103,8 +137,8 @@ class TmaChunkBackend:
             h, y = hidden[n0:n1], targets[n0:n1]
             logits = chunk[:n1 - n0, :V]
             stats = launch.persistent_forward(h, head, y, logits=logits if grads else None)
-            rows = _row_terms(n0, n1, stats, given, token_grads, combine_stats, (logps, entropy, lse))
-            if rows is None or not grads:
+            rows = _row_terms(n0, n1, stats, token_grads, combine_stats, (logps, entropy, lse))
+            if not grads:
                 continue
             lse_w, ent_w, g, e = rows
             dz = launch.chunk_logits_grad_(logits, head, y, lse_w.float().contiguous(), ent_w.float().contiguous(),
@@ -129,23 +163,17 @@ def _add_chunk_grads(dz, w, h, hidden_rows: Optional[torch.Tensor], grad_weight:
         grad_bias.add_(dz.sum(0, dtype=grad_bias.dtype))
 
 
-def _row_terms(n0: int, n1: int, stats: tuple, given: Optional[tuple], token_grads: Optional[TokenGrads],
-                combine_stats: Optional[CombineStats], outputs: tuple) -> Optional[tuple]:
-    """(lse, entropy, g, e) of rows [n0, n1): `given` ones (linear_backward), or the chunk's statistics (combined
-    over a vocabulary shard), written to `outputs` (logps, entropy, lse), with the objective's g and e; None when
-    there is no objective. token_grads is called even when nothing needs a gradient: it also records the
-    objective's value of these rows."""
-    if given is not None:
-        lse, entropy, g, e = given
-        return lse[n0:n1], entropy[n0:n1], g[n0:n1], None if e is None else e[n0:n1]
+def _row_terms(n0: int, n1: int, stats: tuple, token_grads: TokenGrads, combine_stats: Optional[CombineStats],
+               outputs: tuple) -> tuple:
+    """(lse, entropy, g, e) of rows [n0, n1): the chunk's statistics (combined over a vocabulary shard), written to
+    `outputs` (logps, entropy, lse), with the objective's g and e. token_grads is called even when nothing needs a
+    gradient: it also records the objective's value of these rows."""
     logps_w, ent_w, lse_w = stats
     if combine_stats is not None:
         lse_w, ent_w, target_z = combine_stats(lse_w, ent_w, logps_w + lse_w)
         logps_w = target_z - lse_w
     for out, value in zip(outputs, (logps_w, ent_w, lse_w)):
         out[n0:n1] = value
-    if token_grads is None:
-        return None
     return (lse_w, ent_w, *token_grads(n0, n1, logps_w, ent_w))
 
 

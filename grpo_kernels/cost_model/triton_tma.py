@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..kernels.configs import GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT
 from .estimate import Estimate, Phase, Problem
-from .paths import PER_TOKEN_BYTES, gemm, padding_phases
+from .device import DEVICES, DeviceRates
+from .paths import PER_TOKEN_BYTES, gemm, gradients_from_stats, padding_phases
 
 # persistent TMA Triton GEMM / cuBLAS on Hopper: 700 / 780 TFLOP/s (PyTorch issue 149790; tritonbench issue 894:
 # 666-689 TFLOP/s): published, not measured here
@@ -70,36 +72,79 @@ def persistent_forward_phase(name: str, rows: int, p: Problem, store_logits: boo
 
 
 def triton_tma(p: Problem) -> Estimate:
-    """The chunk loop: paths.gemm's waves with each wave's logits GEMM and row statistics replaced by the persistent
-    kernel (storing the chunk when gradients follow); no-grad log-probs in one launch."""
-    rows = chunk_rows_modelled(p)
+    """The route backends/triton_tma.py takes: no-grad log-probs in one launch; a token-level loss through the token
+    chunks where chunks_pay says so, else (and a sequence-level loss always) the statistics first and the gradients
+    in the GEMM path's tiles."""
     N = p.valid_tokens
     if p.operation == "logprobs":
         phases = padding_phases(p) + [persistent_forward_phase("persistent TMA forward + merge", N, p, False)]
         return Estimate("persistent TMA Triton forward", p, phases, gemms=1,
                         peak_extra_bytes=_partial_bytes(N, p) + N * PER_TOKEN_BYTES + (N * p.hidden * p.itemsize
                                                                                        if N < p.tokens else 0),
-                        fp32_weight_grad_bytes=0, assumptions=_assumptions(rows, N))
-    waves = gemm(replace(p, workspace_bytes=rows * 4 * p.vocab), sliced_second_pass=False)
-    phases, replaced = [], 0
-    for phase in waves.phases:
-        if "GEMM1" not in phase.name:
-            if "row statistics" not in phase.name:  # the statistics are the kernel's epilogue's
-                phases.append(phase)
-            continue
-        replaced += 1
-        if phase.name.startswith("pass 1"):  # a sequence-level loss's statistics: linear_forward, one launch
-            if replaced == 1:
-                phases.append(persistent_forward_phase("pass 1: persistent TMA forward + merge", N, p, False))
-        else:  # the wave's logits again (or for the first time): the chunk stored
-            phases.append(persistent_forward_phase(phase.name.replace("GEMM1 Z = h W^T (fp32 out)",
-                                                                      "persistent TMA forward, chunk stored"),
-                                                   phase.gemm_shape[0], p, True, phase.count))
+                        fp32_weight_grad_bytes=0, assumptions=_assumptions(chunk_rows_modelled(p), N))
+    if p.level == "sequence" or not chunks_pay(p):
+        return two_passes(p)
+    return token_chunks(p)
+
+
+def chunks_pay(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> bool:
+    """Whether a token-level loss is faster through the token chunks (three GEMM-equivalents, but the float32 dW
+    accumulator passed over once a chunk) than in two passes (a fourth, the statistics, but few passes over the
+    accumulators): by this model on the rates of the Hopper GPU the kernels are built for (the choice must not
+    depend on where it is asked: a CPU runs the same route, interpreted)."""
+    return token_chunks(p).seconds(rates) <= two_passes(p).seconds(rates)
+
+
+def token_chunks(p: Problem) -> Estimate:
+    """The chunk loop: paths.gemm's waves with each wave's logits GEMM and row statistics replaced by the persistent
+    kernel, storing the chunk."""
+    rows = chunk_rows_modelled(p)
+    waves = gemm(replace(p, level="token", workspace_bytes=rows * 4 * p.vocab))
+    phases = _replaced(waves.phases, p, lambda phase: True)
+    return Estimate("persistent TMA Triton chunks, dz in place, dH / dW by GEMM", p, phases, gemms=waves.gemms,
+                    peak_extra_bytes=waves.peak_extra_bytes + _partial_bytes(min(rows, p.valid_tokens), p),
+                    fp32_weight_grad_bytes=waves.fp32_weight_grad_bytes,
+                    assumptions=_assumptions(rows, p.valid_tokens))
+
+
+def two_passes(p: Problem) -> Estimate:
+    """The statistics by the persistent kernel in one launch (no logits stored), the objective, then the GEMM path's
+    gradient pass from the statistics (paths.gradients_from_stats: cuBLAS recomputes the logits in its tiles)."""
+    N = p.valid_tokens
+    waves = gemm(replace(p, level="sequence"))
+    phases = _replaced(waves.phases, p, lambda phase: phase.name.startswith("pass 1"))
+    second_pass_peak = gradients_from_stats(p)[1]
+    return Estimate("persistent TMA Triton statistics, then the gradients in the GEMM path's tiles", p, phases,
+                    gemms=waves.gemms,
+                    peak_extra_bytes=max(second_pass_peak, _partial_bytes(N, p)) + N * PER_TOKEN_BYTES
+                    + (N * p.hidden * p.itemsize if N < p.tokens else 0),
+                    fp32_weight_grad_bytes=waves.fp32_weight_grad_bytes,
+                    assumptions=[*waves.assumptions[-1:], *_assumptions(N, N)[1:]])
+
+
+def _replaced(phases: list[Phase], p: Problem, by_the_kernel: Callable[[Phase], bool]) -> list[Phase]:
+    """paths.gemm's phases with the logits GEMMs (and their statistics) that `by_the_kernel` selects replaced by the
+    persistent kernel: a first pass's by one launch over every token, a chunk's with the chunk stored."""
+    statistics = ("row statistics", "merge the segments", "segment targets")
+    out, replaced = [], 0
+    for phase in phases:
+        if not by_the_kernel(phase):
+            out.append(phase)
+        elif "GEMM1" in phase.name:
+            replaced += 1
+            if phase.name.startswith("pass 1"):  # a two-pass loss's statistics: linear_forward, one launch
+                if replaced == 1:
+                    out.append(persistent_forward_phase("pass 1: persistent TMA forward + merge", p.valid_tokens,
+                                                        p, False))
+            else:  # a chunk's logits, for the first time: the chunk stored
+                out.append(persistent_forward_phase(phase.name.replace("GEMM1 Z = h W^T (fp32 out)",
+                                                                       "persistent TMA forward, chunk stored"),
+                                                    phase.gemm_shape[0], p, True, phase.count))
+        elif not any(name in phase.name for name in statistics):  # the statistics are the kernel's epilogue's
+            out.append(phase)
     if not replaced:
         raise RuntimeError("paths.gemm names no 'GEMM1' logits phase: this model must follow its rename")
-    return Estimate("persistent TMA Triton chunks, dz in place, dH / dW by GEMM", p, phases, gemms=waves.gemms,
-                    peak_extra_bytes=waves.peak_extra_bytes + _partial_bytes(min(rows, N), p),
-                    fp32_weight_grad_bytes=waves.fp32_weight_grad_bytes, assumptions=_assumptions(rows, N))
+    return out
 
 
 def _partial_bytes(rows: int, p: Problem) -> int:

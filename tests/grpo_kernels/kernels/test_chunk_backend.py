@@ -1,6 +1,7 @@
-"""The token-chunk backend on the Hopper recipe (backends/triton_tma.py: the persistent TMA forward storing each
-chunk's logits, kernels/chunk_grad.py's dz in place, dH and dW by GEMM) under the interpreter, against float64:
-the Protocol's backward and the ONE_PASS route, trained and frozen heads, bias or none, soft-capped heads, targets
+"""The Hopper-recipe backend (backends/triton_tma.py: the persistent TMA forward storing each chunk's logits,
+kernels/chunk_grad.py's dz in place, dH and dW by GEMM; or its statistics first and the GEMM path's gradient pass
+in vocabulary slices) under the interpreter, against float64: the Protocol's backward and the ONE_PASS route by
+either way, trained and frozen heads, bias or none, soft-capped heads, targets
 outside the shard, several chunks with a partial last one (tail tiles in both dimensions: N 45, V 300 over the
 interpreter's 16 x 32 tiles), float32 / bfloat16 / float16 inputs; a vocabulary shard through the route's
 combine_stats hook; every built-in loss type and a registered one through the public API; kept-token sets; bitwise
@@ -43,7 +44,7 @@ def test_backward_matches_float64(dtype, with_bias, transform):
     expected = float64_grads(hidden, weight, bias, targets, g, e, transform)
     _, _, lse, _ = float64_stats(hidden, weight, bias, targets, transform)
     stats = [s.float() for s in float64_stats(hidden, weight, bias, targets, transform)[:3]]
-    backend = TmaChunkBackend(SMALL_WORKSPACE)
+    backend = TmaChunkBackend(SMALL_WORKSPACE, min_gradient_slice=32)  # slices of 32 columns (the last 12)
     dh, dw, db = backend.linear_backward(*backward_args(g, e, hidden, weight, bias, targets, stats[2], stats[1],
                                                         transform))
     assert dh.dtype == dw.dtype == dtype
@@ -77,13 +78,18 @@ def _token_grads(g, e, calls):
     return token_grads
 
 
+@pytest.mark.parametrize("chunks,calls_made", [(True, [(0, 16), (16, 32), (32, 45)]), (False, [(0, 45)])],
+                         ids=["token-chunks", "two-passes"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_one_pass_gives_statistics_and_gradients_of_float64(dtype):
+def test_one_pass_route_gives_statistics_and_gradients_of_float64(dtype, chunks, calls_made):
+    """The ONE_PASS route through the token chunks (g and e of each chunk's rows as it comes) or in two passes
+    (every token's statistics, then g and e of all, then the gradient pass in slices of 32 columns)."""
     (hidden, weight, bias), targets, g, e = inputs(seed=4, dtype=dtype, out_of_shard=4)
     calls = []
-    logps, entropy, lse, dh, dw, db = TmaChunkBackend(SMALL_WORKSPACE).linear_forward_with_grads(
+    logps, entropy, lse, dh, dw, db = TmaChunkBackend(SMALL_WORKSPACE, chunks=chunks, min_gradient_slice=32
+                                                      ).linear_forward_with_grads(
         *forward_args(hidden, weight, bias, targets, SOFTCAPPED), _token_grads(g, e, calls))
-    assert calls == [(0, 16), (16, 32), (32, 45)]
+    assert calls == calls_made
     tol = 1e-4
     for name, actual, ref in zip(("logps", "entropy", "lse"), (logps, entropy, lse),
                                  float64_stats(hidden, weight, bias, targets, SOFTCAPPED)):
@@ -129,12 +135,15 @@ def test_a_vocabulary_shard_combines_statistics_per_chunk():
 def test_bitwise_repeatable_and_chunking_leaves_the_statistics_alone():
     (hidden, weight, bias), targets, g, e = inputs(seed=7, dtype=torch.bfloat16)
     args = forward_args(hidden, weight, bias, targets, SOFTCAPPED)
-    runs = [TmaChunkBackend(workspace).linear_forward_with_grads(*args, _token_grads(g, e, []))
-            for workspace in (SMALL_WORKSPACE, SMALL_WORKSPACE, 1 << 20)]
-    for a, b in zip(runs[0], runs[1]):
-        assert torch.equal(a, b)
-    for a, b in zip(runs[0][:3], runs[2][:3]):  # one chunk or three: bitwise the same statistics
-        assert torch.equal(a, b)
+    runs = [TmaChunkBackend(workspace, chunks=chunks).linear_forward_with_grads(*args, _token_grads(g, e, []))
+            for workspace, chunks in ((SMALL_WORKSPACE, True), (SMALL_WORKSPACE, True), (1 << 20, True),
+                                      (SMALL_WORKSPACE, False), (SMALL_WORKSPACE, False))]
+    for first, second in ((0, 1), (3, 4)):  # each route bitwise repeatable
+        for a, b in zip(runs[first], runs[second]):
+            assert torch.equal(a, b)
+    for other in (2, 3):  # one chunk, three, or every token at once: bitwise the same statistics
+        for a, b in zip(runs[0][:3], runs[other][:3]):
+            assert torch.equal(a, b)
     alone = TmaChunkBackend(1 << 20).linear_forward(*args)
     for a, b in zip(runs[0][:3], alone):
         assert torch.equal(a, b)
