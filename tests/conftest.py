@@ -1,4 +1,5 @@
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -8,6 +9,12 @@ import torch
 from grpo_kernels.kernels.launch import use_interpreter_if_no_gpu
 
 use_interpreter_if_no_gpu()
+
+# Under pytest-xdist (the root conftest.py: one worker per CPU) each worker takes its share of the CPUs for torch's
+# intra-op threads, so that the workers together start no more threads than there are cores: torch's default (one
+# per core in every worker) makes them wait on each other's OpenMP barriers.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 # The engine's messages shown as `grpo-engine` shows them (grpo_engine/messages.py), for the tests that call the
 # engine's functions directly and read what a person would see.

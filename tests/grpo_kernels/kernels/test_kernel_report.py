@@ -15,6 +15,10 @@ import triton  # before benchmarks.model.kernel_report, which turns the interpre
 
 from repo_paths import ROOT
 COMMITTED = ROOT / "benchmarks" / "results" / "kernels"
+
+# The tests that read the compile report share one compile (`report`, a module fixture): under pytest-xdist they
+# go to one worker, which compiles once.
+pytestmark = pytest.mark.xdist_group("kernel_report")
 MEASURED = ("registers", "stack_bytes", "spill_stores", "shared_bytes", "tma_loads", "wgmma", "mma")
 
 
@@ -102,6 +106,7 @@ def test_problems_flags_spills_and_missing_wgmma():
     assert problems([dict(clean, tma_loads=0, tensor_cores=False)]) == []
 
 
+@pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own
 def test_the_hopper_recipe_is_on_the_hot_path(report):
     """The persistent forward is built for Hopper with TMA loads and wgmma in every 16-bit variant, and every
     hot-path Hopper tensor-core build has both (problems() fails the run otherwise; this says they exist)."""
