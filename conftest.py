@@ -6,8 +6,9 @@ what `auto` means for any pytest run in this repository (the tests, the benchmar
   its share of torch's threads);
 - none, i.e. the tests run in this one process as without xdist: on a machine with CUDA (the GPU tests time and
   measure memory on the one device, and assume nothing else is running on it), for the benchmark suite under
-  benchmarks/ (its timings need the machine to themselves, and pytest-benchmark turns itself off under xdist), and
-  for `--collect-only` (starting workers costs more than collecting here).
+  benchmarks/ (its timings need the machine to themselves, and pytest-benchmark turns itself off under xdist),
+  for `--collect-only` (starting workers costs more than collecting here), and for a pytest that a test of an xdist
+  run starts (the run's workers already have every core).
 
 PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead (xdist's own rule); `-n 0` (or `-n N`) on the command line
 replaces `auto`.
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parent
 def pytest_xdist_auto_num_workers(config):
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
-    if config.option.collectonly or _runs_the_benchmark_suite(config):
+    if config.option.collectonly or _runs_the_benchmark_suite(config) or os.environ.get("PYTEST_XDIST_WORKER"):
         return 0
     import torch
 

@@ -15,10 +15,6 @@ import triton  # before benchmarks.model.kernel_report, which turns the interpre
 
 from repo_paths import ROOT
 COMMITTED = ROOT / "benchmarks" / "results" / "kernels"
-
-# The tests that read the compile report share one compile (`report`, a module fixture): under pytest-xdist they
-# go to one worker, which compiles once.
-pytestmark = pytest.mark.xdist_group("kernel_report")
 MEASURED = ("registers", "stack_bytes", "spill_stores", "shared_bytes", "tma_loads", "wgmma", "mma")
 
 
