@@ -39,3 +39,11 @@ def _runs_the_benchmark_suite(config) -> bool:
         if path == benchmarks or benchmarks in path.parents:
             return True
     return False
+
+
+def pytest_cmdline_main(config):
+    # After xdist's own (tryfirst) has set the distribution mode. pytest-benchmark turns itself off in an xdist run
+    # with a warning from every process; what runs under xdist here is the tests, none of them a benchmark (the
+    # benchmark suite runs in one process, above), so it is turned off without one.
+    if config.getoption("dist", "no") != "no" and not config.getoption("benchmark_only", False):
+        config.option.benchmark_disable = True
