@@ -2,7 +2,7 @@
 # The test suite on the oldest stack pyproject.toml claims to support, as the GPU machines have it: Python 3.12,
 # every lower bound of the core dependencies and of the engine extra installed exactly, numpy 2.5, and none of
 # trl, liger-kernel, datasets, math-verify or vLLM (their tests skip with the reason). The test tools (pytest,
-# pytest-benchmark, hypothesis) come at their newest. CI runs it (.ci/run).
+# pytest-xdist, pytest-benchmark, hypothesis) come at their newest. CI runs it (.ci/run).
 #
 #   scripts/test_oldest_stack.sh [pytest arguments]
 #   scripts/test_oldest_stack.sh --setup-only     # make or update the environment, check it, run no test
@@ -58,7 +58,7 @@ print("\n".join(f"{name}=={version}" for name, version in pins.items()))
 PY
     echo "oldest stack: $(tr '\n' ' ' <"$constraints")"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[$EXTRAS]" \
-        "pytest>=8" "pytest-benchmark>=4" "hypothesis>=6"
+        "pytest>=8" "pytest-xdist>=3" "pytest-benchmark>=4" "hypothesis>=6"
 elif [ ! -x "$VENV/bin/python" ]; then
     echo "test_oldest_stack.sh: --tests-only needs the environment $VENV; make it with --setup-only" >&2
     exit 2

@@ -33,8 +33,11 @@ def suite(tmp_path_factory):
     command = [sys.executable, "-m", "pytest", "benchmarks/suite/", "--bench-set=smoke", "--bench-rounds=1",
                "--bench-warmup=0", "--bench-no-memory", f"--benchmark-json={out}", "-q", "-rs",
                "-p", "no:cacheprovider"]
+    # Not as an xdist worker, which this process may be: pytest-benchmark turns itself off in a process that has
+    # PYTEST_XDIST_WORKER set.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST_")}
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+                         env=dict(env, CUDA_VISIBLE_DEVICES=""))
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     return json.loads(out.read_text()), output

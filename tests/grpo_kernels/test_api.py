@@ -4,7 +4,7 @@ and bias, over every loss type and option (tolerances in grpo_testing.py)."""
 import pytest
 import torch
 from grpo_testing import (FUSED_BACKENDS, as_float64, assert_grad_close, assert_loss_close, assert_output_matches,
-                          device_of, loss_config, make_problem, run_loss)
+                          device_of, loss_config, make_problem, run_loss, runs_triton)
 from loss_configs import CONFIGS, head_kwargs, importance_ratio_kind
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, reference
@@ -86,7 +86,13 @@ def test_all_masked_rows_and_fully_masked_batch(backend, loss_type):
             assert float(out.loss.detach()) == 0.0 and float(grads["hidden"].abs().max()) == 0.0
 
 
-@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+# One 4096-token row takes 15-20 s per Triton backend under the interpreter: the fast tier runs it on `triton`,
+# the slow tier on the other backends that run Triton kernels (on a CPU they share `triton`'s forward).
+LONG_ROW_BACKENDS = [pytest.param(backend, marks=pytest.mark.slow) if runs_triton(backend) and backend != "triton"
+                     else backend for backend in FUSED_BACKENDS]
+
+
+@pytest.mark.parametrize("backend", LONG_ROW_BACKENDS)
 def test_long_rows(backend):
     problem = make_problem(seed=3, B=1, T=4096, H=16, V=40, with_bias=False, device=device_of(backend))
     config = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)

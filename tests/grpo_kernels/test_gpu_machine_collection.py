@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from repo_paths import ROOT, SUPPORT
 
 
@@ -25,6 +26,7 @@ def _collect(tmp_path) -> dict:
     return json.loads(report.read_text())
 
 
+@pytest.mark.slow  # collects tests/grpo_kernels in a pytest process of its own
 def test_on_a_gpu_machine_interpreter_tests_skip_and_gpu_tests_run(tmp_path):
     collected = _collect(tmp_path)
     assert collected["TRITON_INTERPRET"] is None  # as on a GPU machine: grpo_kernels did not turn it on

@@ -102,6 +102,7 @@ def test_problems_flags_spills_and_missing_wgmma():
     assert problems([dict(clean, tma_loads=0, tensor_cores=False)]) == []
 
 
+@pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own
 def test_the_hopper_recipe_is_on_the_hot_path(report):
     """The persistent forward is built for Hopper with TMA loads and wgmma in every 16-bit variant, and every
     hot-path Hopper tensor-core build has both (problems() fails the run otherwise; this says they exist)."""
