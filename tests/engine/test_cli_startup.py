@@ -24,6 +24,21 @@ print(json.dumps({"code": code, "imported": [m for m in %r if m in sys.modules]}
 """ % (HEAVY,)
 
 
+def _seconds(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return time.perf_counter() - start, result
+
+
+@pytest.fixture(scope="module")
+def heavy_import_seconds() -> float:
+    """What a fresh interpreter takes to import torch and transformers here, now (the machine's load included)."""
+    elapsed, result = _seconds(["-c", "import torch, transformers"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    return elapsed
+
+
 @pytest.mark.parametrize("args, code", [
     (["--help"], 0),
     (["train", "--help"], 0),
@@ -35,15 +50,13 @@ print(json.dumps({"code": code, "imported": [m for m in %r if m in sys.modules]}
     (["train", "--loss.loss_type", "ppo"], 2),  # the config's own validation
     (["train", "--config", "examples/demo.yaml", "--model", "/no/such/model"], 2),
 ])
-def test_help_and_argument_errors_import_no_torch(args, code):
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60,
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    elapsed = time.perf_counter() - start
+def test_help_and_argument_errors_import_no_torch(args, code, heavy_import_seconds):
+    elapsed, result = _seconds(["-c", PROBE, *args])
     report = json.loads(result.stderr.strip().splitlines()[-1])
     assert report == {"code": code, "imported": []}, result.stderr[-2000:]
-    # Importing torch and transformers alone takes several seconds; the bound is loose for a loaded CI machine.
-    assert elapsed < 2.0, f"{args}: {elapsed:.2f} s"
+    # The answer comes sooner than importing torch and transformers alone would, measured beside it under the same
+    # load (a fixed bound in seconds failed on a CI machine whose two cores ran two test workers and more).
+    assert elapsed < 0.5 * heavy_import_seconds, f"{args}: {elapsed:.2f} s, importing torch {heavy_import_seconds:.2f} s"
 
 
 # As on a machine with the loss library alone (`pip install grpo-kernels`): None in sys.modules makes the engine
