@@ -16,7 +16,8 @@ from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
-from .objective import GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, token_inputs, token_metrics
+from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
+                        token_inputs, token_metrics)
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
                          check_kept_token_ids, check_linear_inputs,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
@@ -201,6 +202,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
         num_items_in_batch, cu_seqlens, kept_token_ids)
     completion_ids = as_token_ids(completion_ids)
+    config = on_policy_token_level(config, old_logps, importance_ratio,
+                                   _one_advantage_per_sequence(advantages, cu_seqlens))
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids)
     backend, workspace_bytes = routing.resolve(
         backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head, config,
@@ -261,6 +264,14 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     logps = logps.detach().float()
     out_logps = layout.to_grid(logps) if cu_seqlens is None else layout.output_rows(logps, hidden.shape[0])
     return GRPOLossOutput(loss=loss, metrics=metrics, logps=out_logps)
+
+
+def _one_advantage_per_sequence(advantages: object, cu_seqlens: Optional[torch.Tensor]) -> bool:
+    """Whether `advantages` holds one value a sequence ([B], or [S] packed) rather than one a token (checked later)."""
+    if not isinstance(advantages, torch.Tensor) or advantages.dim() != 1:
+        return False
+    return cu_seqlens is None or (isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1
+                                  and advantages.shape[0] == cu_seqlens.shape[0] - 1)
 
 
 def _token_rows(layout: TokenLayout, config: GRPOLossConfig, num_items_in_batch, advantages, old_logps, ref_logps,

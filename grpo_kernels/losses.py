@@ -63,6 +63,10 @@ class Aggregation:
     mean_over: str = SEQUENCES
     # Divided by config.max_completion_length (which the config then requires).
     reads_max_completion_length: bool = False
+    # Every valid token of a sequence gets the same weight (each built-in aggregation; a weights function of a
+    # user's may not): one of the conditions under which GSPO's on-policy ratio equals the per-token one
+    # (objective.on_policy_token_level).
+    same_within_sequence: bool = False
 
     @property
     def token_normalised(self) -> bool:
@@ -95,11 +99,13 @@ def _sequence_sum(m, config, num_items):  # mean over sequences of sum_t m L (TR
     return m / m.shape[0]
 
 
-SEQUENCE_MEAN = Aggregation("sequence_mean", _sequence_mean)
-LOCAL_TOKEN_MEAN = Aggregation("local_token_mean", _local_token_mean, mean_over=TOKENS)
-FIXED_LENGTH = Aggregation("fixed_length", _fixed_length, reads_max_completion_length=True)
-GLOBAL_TOKEN_MEAN = Aggregation("global_token_mean", _global_token_mean, mean_over=GENERATION_TOKENS)
-SEQUENCE_SUM = Aggregation("sequence_sum", _sequence_sum)
+SEQUENCE_MEAN = Aggregation("sequence_mean", _sequence_mean, same_within_sequence=True)
+LOCAL_TOKEN_MEAN = Aggregation("local_token_mean", _local_token_mean, mean_over=TOKENS, same_within_sequence=True)
+FIXED_LENGTH = Aggregation("fixed_length", _fixed_length, reads_max_completion_length=True,
+                           same_within_sequence=True)
+GLOBAL_TOKEN_MEAN = Aggregation("global_token_mean", _global_token_mean, mean_over=GENERATION_TOKENS,
+                                same_within_sequence=True)
+SEQUENCE_SUM = Aggregation("sequence_sum", _sequence_sum, same_within_sequence=True)
 AGGREGATIONS = {a.name: a for a in (SEQUENCE_MEAN, LOCAL_TOKEN_MEAN, FIXED_LENGTH, GLOBAL_TOKEN_MEAN, SEQUENCE_SUM)}
 
 # What a loss type's clipping acts on (objective.clip_flags gives the flags, the metrics are their means):
@@ -189,6 +195,10 @@ class LossType:
     # Each token's term reads only its own token (no sequence reduction): the one-pass GEMM route and the Triton
     # epilogue may compute g and e per token inside the streaming pass.
     token_level: bool = False
+    # The term's slope in the ratio at r = 1 is the same at every token of a sequence (it reads the sequence's
+    # advantage and the config, not the token's own lp): on-policy, GSPO's sequence ratio then trains exactly as the
+    # per-token one, and such a call takes the token-level route (objective.on_policy_token_level).
+    ratio_slope_per_sequence: bool = False
     # The term reads rho itself (vespo folds it into its sequence weight) instead of being multiplied by it; such a
     # type needs rho per token ([B, T]).
     folds_importance_ratio: bool = False
@@ -269,7 +279,7 @@ def _add(loss: LossType) -> LossType:
 
 def _ppo(name: str, aggregation: Aggregation, **traits) -> LossType:
     return _add(LossType(name, ppo_clip_term, aggregation, clip=TRUST_REGION, token_level=True,
-                         epilogue=Epilogue.PPO_CLIP, **traits))
+                         ratio_slope_per_sequence=True, epilogue=Epilogue.PPO_CLIP, **traits))
 
 
 # sapo's and vespo's own hyper-parameters, declared as any registered type's (TRL's names are their aliases).
@@ -293,9 +303,11 @@ GSPO_LOSS_TYPE = _ppo("grpo", SEQUENCE_MEAN).name  # GSPO: this type with import
 _ppo("bnpo", LOCAL_TOKEN_MEAN, warns_sequence_level=True)
 _ppo("dr_grpo", FIXED_LENGTH, warns_sequence_level=True)
 DEFAULT_LOSS_TYPE = _ppo("dapo", GLOBAL_TOKEN_MEAN, warns_sequence_level=True).name
-_add(LossType("cispo", cispo_term, GLOBAL_TOKEN_MEAN, clip=RATIO_CAP, token_level=True, epilogue=Epilogue.CISPO,
-              warns_sequence_level=True))
-_add(LossType("sapo", sapo_term, SEQUENCE_MEAN, token_level=True, epilogue=Epilogue.SAPO, params=SAPO_PARAMS))
+# cispo's slope in r is 0 (its weight is detached); sapo's at r = 1 is -A whatever its temperature
+_add(LossType("cispo", cispo_term, GLOBAL_TOKEN_MEAN, clip=RATIO_CAP, token_level=True, ratio_slope_per_sequence=True,
+              epilogue=Epilogue.CISPO, warns_sequence_level=True))
+_add(LossType("sapo", sapo_term, SEQUENCE_MEAN, token_level=True, ratio_slope_per_sequence=True,
+              epilogue=Epilogue.SAPO, params=SAPO_PARAMS))
 _ppo("luspo", SEQUENCE_SUM, paper_importance_sampling_level="sequence")
 _add(LossType("vespo", vespo_term, GLOBAL_TOKEN_MEAN, folds_importance_ratio=True, sequence_weight=vespo_weights,
               params=VESPO_PARAMS))
@@ -346,6 +358,7 @@ def validate_loss_params(loss_type: str, params: Optional[Mapping[str, Any]], ke
 
 def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggregation | AggregationWeights, *,
                        clip: Optional[str] = None, token_level: bool = False,
+                       ratio_slope_per_sequence: bool = False,
                        folds_importance_ratio: bool = False, params: Optional[Mapping[str, Any]] = None,
                        replace: bool = False) -> LossType:
     """Add a loss type: GRPOLossConfig(loss_type=name) then runs it on every backend and vocabulary shard.
@@ -362,6 +375,9 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
     token_level: True only if each token's L reads that token alone (no sum over a sequence): the GEMM backend
         then computes g and e inside its streaming pass. False (the safe default) takes the two-step route:
         statistics, this objective by autograd, gradients from g = dLoss/dlp and e = dLoss/dent.
+    ratio_slope_per_sequence: True only if dL/dr at r = 1 is the same at every token of a sequence (it reads x.ratio,
+        the sequence's advantage and the config, not x.logps): on-policy, GSPO's sequence-level ratio then takes
+        the token-level route (with token_level and one of the built-in aggregations).
     folds_importance_ratio: the term reads x.importance_ratio itself instead of L being multiplied by it.
     params: the loss type's own hyper-parameters, {name: LossParam(default, type, minimum, maximum, choices)} or
         {name: default} (the type is the default's: bool, int, float or str). A config sets them with
@@ -408,7 +424,7 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
             raise ValueError(f"params: a hyper-parameter name must be an identifier, got {param_name!r}")
     declared = {param_name: _declared_param(param_name, spec) for param_name, spec in (params or {}).items()}
     return _add(LossType(name, term, aggregation, clip=clip, token_level=bool(token_level),
-                         folds_importance_ratio=bool(folds_importance_ratio), params=declared))
+                         ratio_slope_per_sequence=bool(ratio_slope_per_sequence), folds_importance_ratio=bool(folds_importance_ratio), params=declared))
 
 
 def unregister_loss_type(name: str) -> None:

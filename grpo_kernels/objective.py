@@ -11,13 +11,14 @@ those of that page.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Optional
 
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .config import GRPOLossConfig
+from .config import GRPOLossConfig, LossConfigWarning
 from .losses import BUILTIN_LOSS_TYPES, RATIO_CAP, TRUST_REGION, LossType, TermInputs, get_loss_type
 
 METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -242,6 +243,37 @@ def is_token_level(config: GRPOLossConfig) -> bool:
     entropy-quantile mask need a reduction over tokens first."""
     return (config.importance_sampling_level == "token" and get_loss_type(config.loss_type).token_level
             and config.top_entropy_quantile == 1.0)
+
+
+def on_policy_token_level(config: GRPOLossConfig, old_logps: Optional[torch.Tensor],
+                          importance_ratio: Optional[torch.Tensor], advantages_per_sequence: bool) -> GRPOLossConfig:
+    """`config`, or where GSPO's sequence-level ratio is on-policy, the same config at the token level: the same loss,
+    metrics and gradients on this call's inputs, and a token-level call (one pass on the GEMM path, not two).
+
+    On-policy (old_logps None: lp_old = sg(lp)) every ratio is 1 in value. The sequence ratio
+    r_i = exp(sum_t m_t d_t / |o_i|) has slope m_t / |o_i| in lp_t, so sum_t w_t f(r_i) gives token t of sequence i
+    the gradient (m_t / |o_i|) sum_{t' in i} w_t' m_t' f'(1), and the per-token ratio gives it w_t m_t f'(1): the
+    same when w (Aggregation.same_within_sequence) and f'(1) (LossType.ratio_slope_per_sequence, one advantage a
+    sequence, no rho multiplying L) are the same at every token of a sequence, no entropy mask selects tokens within
+    it and the KL is not multiplied by the ratio. The clip metrics agree when nothing reads as clipped at r = 1
+    (a sequence's flag is averaged over sequences, a token's over tokens)."""
+    if config.importance_sampling_level != "sequence" or old_logps is not None or importance_ratio is not None:
+        return config
+    loss = get_loss_type(config.loss_type)
+    if not (advantages_per_sequence and loss.token_level and loss.ratio_slope_per_sequence
+            and loss.aggregation.same_within_sequence and config.top_entropy_quantile == 1.0
+            and not (config.beta != 0.0 and config.use_bias_correction_kl)):
+        return config
+    if torch.compiler.is_compiling():  # the flags below are a (tiny) computation Dynamo would have to trace
+        return config
+    with torch.no_grad():
+        low, high = clip_flags(torch.ones(2, dtype=torch.float64), torch.tensor([-1.0, 1.0], dtype=torch.float64),
+                               config)
+    if bool((low | high).any()):
+        return config
+    with warnings.catch_warnings():  # the caller's config was checked (and warned about) as given
+        warnings.simplefilter("ignore", LossConfigWarning)
+        return replace(config, importance_sampling_level="token")
 
 
 @dataclass
