@@ -202,8 +202,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
         num_items_in_batch, cu_seqlens, kept_token_ids)
     completion_ids = as_token_ids(completion_ids)
-    config = on_policy_token_level(config, old_logps, importance_ratio,
-                                   _one_advantage_per_sequence(advantages, cu_seqlens))
+    config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
+                                   advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids)
     backend, workspace_bytes = routing.resolve(
         backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head, config,

@@ -245,19 +245,20 @@ def is_token_level(config: GRPOLossConfig) -> bool:
             and config.top_entropy_quantile == 1.0)
 
 
-def on_policy_token_level(config: GRPOLossConfig, old_logps: Optional[torch.Tensor],
-                          importance_ratio: Optional[torch.Tensor], advantages_per_sequence: bool) -> GRPOLossConfig:
+def on_policy_token_level(config: GRPOLossConfig, *, on_policy: bool, importance_ratio: bool,
+                          advantages_per_sequence: bool) -> GRPOLossConfig:
     """`config`, or where GSPO's sequence-level ratio is on-policy, the same config at the token level: the same loss,
-    metrics and gradients on this call's inputs, and a token-level call (one pass on the GEMM path, not two).
+    metrics and gradients on the call's inputs, and a token-level call (one pass on the GEMM path, not two).
+    on_policy: no old log-probs given; importance_ratio: a rho given; advantages_per_sequence: [B] (or [S] packed).
 
-    On-policy (old_logps None: lp_old = sg(lp)) every ratio is 1 in value. The sequence ratio
+    On-policy (lp_old = sg(lp)) every ratio is 1 in value. The sequence ratio
     r_i = exp(sum_t m_t d_t / |o_i|) has slope m_t / |o_i| in lp_t, so sum_t w_t f(r_i) gives token t of sequence i
     the gradient (m_t / |o_i|) sum_{t' in i} w_t' m_t' f'(1), and the per-token ratio gives it w_t m_t f'(1): the
     same when w (Aggregation.same_within_sequence) and f'(1) (LossType.ratio_slope_per_sequence, one advantage a
     sequence, no rho multiplying L) are the same at every token of a sequence, no entropy mask selects tokens within
     it and the KL is not multiplied by the ratio. The clip metrics agree when nothing reads as clipped at r = 1
     (a sequence's flag is averaged over sequences, a token's over tokens)."""
-    if config.importance_sampling_level != "sequence" or old_logps is not None or importance_ratio is not None:
+    if config.importance_sampling_level != "sequence" or not on_policy or importance_ratio:
         return config
     loss = get_loss_type(config.loss_type)
     if not (advantages_per_sequence and loss.token_level and loss.ratio_slope_per_sequence

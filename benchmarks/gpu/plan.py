@@ -3,8 +3,8 @@
     python -m benchmarks.gpu.plan                  # the modelled parts of a first run on an 80 GiB GPU
     python -m benchmarks.gpu.plan --memory-gib 141 --budget-s 540
 
-Cases: at the target shapes S1-S3 every path (and `auto`) in four scenarios (token-level dapo with beta = 0.04
-and old/ref log-probs, sequence-level, frozen head, no-grad log-probs) plus the bare GEMMs; at the GPU
+Cases: at the target shapes S1-S3 every path (and `auto`) in five scenarios (token-level dapo with beta = 0.04
+and old/ref log-probs, sequence-level, frozen head, no-grad log-probs, GSPO on-policy) plus the bare GEMMs; at the GPU
 benchmark set's shapes every path's token-level loss step plus the bare GEMMs. Order: a correctness smoke
 (every backend against float64 on the GPU, at most SMOKE_TIMEOUT_S), then the headline (S1's token-level loss
 and S1's no-grad log-probs: the GEMM floor, auto, gemm, TRL, Liger and CCE), then the full GPU tests, then the
@@ -52,12 +52,13 @@ TIME_SAFETY = 2.0
 # Modelled memory leaves out the allocator's fragmentation and small buffers.
 MEMORY_SAFETY = 1.15
 
-# (label in the results, operation, case name): the four scenarios of the target shapes, in priority order.
+# (label in the results, operation, case name): the five scenarios of the target shapes, in priority order.
 TARGET_SCENARIOS = (
     ("token-level", "loss", "dapo_kl"),
     ("sequence-level", "loss", "gspo_kl"),
     ("frozen head", "loss", "dapo_kl_frozen"),
     ("no-grad log-probs", "logprobs", "dapo_kl"),
+    ("on-policy sequence-level", "loss", "gspo_on_policy"),
 )
 # Within a scenario: the default backend, the baseline, the peers, then any other path in PATHS order.
 PATH_PRIORITY = ("auto", DEFAULT_BACKEND, BASELINE_BACKEND, "liger", "cce", "trl")

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from grpo_kernels.objective import is_token_level, on_policy_token_level
+
 from ..suite.cases import LOSS_CASES
 from ..suite.shapes import SHAPE_SETS, TARGET_SHAPE_MEANING, TARGET_SHAPES, BenchShape
 from .roofline_model import DEVICES, GIB, DeviceRates, Estimate, Problem, device_key
@@ -73,10 +75,10 @@ def case_problem(operation: str, config: str, hidden: int, vocab: int, tokens: i
     level, frozen = "token", False
     if operation == "loss" and config in LOSS_CASES:
         case = LOSS_CASES[config]
-        settings = case.config
-        if (settings.importance_sampling_level == "sequence" or settings.loss_type == "vespo"
-                or settings.top_entropy_quantile < 1.0):
-            level = "sequence"
+        # the library's own decision (the suite's advantages are one per sequence, and it passes no rho)
+        settings = on_policy_token_level(case.config, on_policy=not case.uses_old_logps, importance_ratio=False,
+                                         advantages_per_sequence=True)
+        level = "token" if is_token_level(settings) else "sequence"
         frozen = case.frozen_head
     # the log-probs operation takes no mask: every position goes through the head
     valid = 1.0 if not valid_tokens or operation == "logprobs" else min(1.0, valid_tokens / tokens)

@@ -63,6 +63,11 @@ VARIANT_LOSS_CASES: dict[str, LossCase] = {
     "gspo_kl": LossCase("gspo_kl", GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04,
                                                   epsilon=3e-4, epsilon_high=4e-4),
                         uses_old_logps=True, uses_ref_logps=True),
+    # GSPO as TRL documents it, on-policy (TRL's and the engine's default num_iterations = 1: no old log-probs):
+    # its ratio then trains as the per-token one, and the call runs as a token-level loss (docs/math.md).
+    "gspo_on_policy": LossCase("gspo_on_policy", GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
+                                                                epsilon=3e-4, epsilon_high=4e-4),
+                               uses_old_logps=False, uses_ref_logps=False),
 }
 
 LOSS_CASES: dict[str, LossCase] = {**STANDARD_LOSS_CASES, **VARIANT_LOSS_CASES}

@@ -133,7 +133,8 @@ def _prediction_header(run: Run) -> tuple[str, str]:
 
 
 SCENARIOS = (("loss", "dapo_kl", "token-level loss"), ("loss", "gspo_kl", "sequence-level loss"),
-             ("loss", "dapo_kl_frozen", "frozen head"), ("logprobs", "dapo_kl", "no-grad log-probs"))
+             ("loss", "dapo_kl_frozen", "frozen head"), ("logprobs", "dapo_kl", "no-grad log-probs"),
+             ("loss", "gspo_on_policy", "on-policy sequence-level loss"))
 
 
 def model_error_table(run: Run) -> list[str]:

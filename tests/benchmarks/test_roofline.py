@@ -158,6 +158,9 @@ def test_predictions_for_benchmark_cases():
     frozen = roofline.predict_case_ms("NVIDIA H100", "gemm", **{**args, "config": "dapo_kl_frozen"})
     sequence = roofline.predict_case_ms("NVIDIA H100", "gemm", **{**args, "config": "gspo_kl"})
     assert frozen < h100 < sequence
+    # GSPO on-policy is modelled as the library runs it: the token-level loss's one pass, as fast as dapo_kl's
+    on_policy = roofline.predict_case_ms("NVIDIA H100", "gemm", **{**args, "config": "gspo_on_policy"})
+    assert on_policy == pytest.approx(h100, rel=1e-9)
     padded = roofline.predict_case_ms("NVIDIA H100", "gemm", **args, valid_tokens=4096)
     assert padded < 0.6 * h100
 

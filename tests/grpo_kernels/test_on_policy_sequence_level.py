@@ -48,6 +48,10 @@ def _batch(seed: int, B: int, T: int, per_token_advantages: bool = False):
     return lp, ent, mask, adv, ref
 
 
+def _converted(config):
+    return on_policy_token_level(config, on_policy=True, importance_ratio=False, advantages_per_sequence=True)
+
+
 def _assert_same(a, b):
     (loss_a, metrics_a, g_a, e_a), (loss_b, metrics_b, g_b, e_b) = a, b
     torch.testing.assert_close(loss_a, loss_b, atol=1e-12, rtol=1e-12)
@@ -69,7 +73,7 @@ def test_converted_config_gives_the_sequence_level_spec(loss_type, seed, B, T, b
     config = _config(loss_type=loss_type, beta=beta, entropy_coef=entropy_coef, epsilon=epsilon,
                      epsilon_high=epsilon_high, delta=delta, use_bias_correction_kl=False,
                      max_completion_length=T if loss_type == "dr_grpo" else None)
-    converted = on_policy_token_level(config, None, None, advantages_per_sequence=True)
+    converted = _converted(config)
     clipped_at_one = get_loss_type(loss_type).clip == "ratio_cap" and config.epsilon_high_value < 1.0
     assert converted.importance_sampling_level == ("sequence" if clipped_at_one else "token")
     lp, ent, mask, adv, ref = _batch(seed, B, T)
@@ -96,7 +100,8 @@ def test_each_guard_is_needed_and_kept(case):
     old = lp + 0.2 * torch.randn(lp.shape, generator=gen, dtype=torch.float64) if inputs.get("old_logps") else None
     rho = 0.5 + torch.rand(lp.shape, generator=gen, dtype=torch.float64) if inputs.get("importance_ratio") else None
     kwargs = dict(ref_logps=ref, old_logps=old, importance_ratio=rho)
-    assert on_policy_token_level(config, old, rho, advantages_per_sequence=adv.dim() == 1) is config
+    assert on_policy_token_level(config, on_policy=old is None, importance_ratio=rho is not None,
+                                 advantages_per_sequence=adv.dim() == 1) is config
     token = GRPOLossConfig(**{**{k: getattr(config, k) for k in ("loss_type", "beta", "use_bias_correction_kl",
                                                                  "top_entropy_quantile")}})
     with pytest.raises(AssertionError):  # the token-level config would train differently on these inputs
@@ -105,7 +110,7 @@ def test_each_guard_is_needed_and_kept(case):
 
 def test_a_clip_flag_at_ratio_one_keeps_the_sequence_level():
     config = _config(loss_type="cispo", epsilon_high=0.5)  # r = 1 > 0.5: every positive advantage reads as capped
-    assert on_policy_token_level(config, None, None, advantages_per_sequence=True) is config
+    assert _converted(config) is config
 
 
 def test_a_registered_type_converts_only_when_it_declares_so():
@@ -120,13 +125,13 @@ def test_a_registered_type_converts_only_when_it_declares_so():
                            ratio_slope_per_sequence=True)
         for name in ("slope_reads_lp", "own_weights"):
             config = _config(loss_type=name)
-            assert on_policy_token_level(config, None, None, advantages_per_sequence=True) is config, name
+            assert _converted(config) is config, name
             lp, ent, mask, adv, _ = _batch(5, 3, 5)
             token = GRPOLossConfig(loss_type=name)
             with pytest.raises(AssertionError):  # the declaration is what keeps these right
                 _assert_same(_spec(token, lp, ent, mask, adv), _spec(config, lp, ent, mask, adv))
         config = _config(loss_type="declared_ppo")
-        converted = on_policy_token_level(config, None, None, advantages_per_sequence=True)
+        converted = _converted(config)
         assert converted.importance_sampling_level == "token"
         lp, ent, mask, adv, _ = _batch(6, 3, 5)
         _assert_same(_spec(converted, lp, ent, mask, adv), _spec(config, lp, ent, mask, adv))
