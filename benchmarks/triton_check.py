@@ -9,8 +9,10 @@
     H 4096, V 151936, bf16), median of triton.testing.do_bench, beside the bare torch.mm GEMM floor (1 GEMM for
     log-probs, 3 for the loss) and the gemm backend;
 (c) the Hopper recipe (triton_tma: the persistent TMA forward, token chunks) at S1-S3: no-grad log-probs against
-    one torch.mm GEMM (target <= 1.15x), the token-level loss against three, the frozen head's against two, and
-    its loss gradients bitwise the same over two runs at each shape.
+    one torch.mm GEMM (target <= 1.15x), the token-level loss against three, the frozen head's against two (at
+    the default workspace, and at the one where the model puts them within the Triton targets:
+    benchmarks/model/triton_targets.py), each with its peak extra memory, and its loss gradients bitwise the same
+    over two runs at each shape.
 
     python -m benchmarks.triton_check          # exit status 1 if a check of (a) fails
 """
@@ -24,6 +26,8 @@ import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
 from grpo_kernels.backends import BACKENDS
+
+from .model.triton_targets import target_problem, workspace_within_targets
 
 # every backend of Triton kernels, the deterministic default first
 TRITON_BACKENDS = tuple(name for name, spec in BACKENDS.items() if spec.triton_kernels)
@@ -174,9 +178,13 @@ def time_recipe(backend: str = "triton_tma") -> tuple[list[tuple[str, float, flo
         with torch.no_grad():
             ms = _ms(lambda: linear_logprobs(flat_hidden, weight, flat_ids, backend=backend))
         rows.append((f"{label} no-grad log-probs, {backend} (target <= 1.15x)", ms, ms / gemm))
-        # the default workspace (token chunks), and 128 MiB (the two-pass route the model takes there: issue 35's
-        # memory target, peak extra <= 1.1x Cut Cross-Entropy's)
-        for frozen, workspace in ((False, None), (True, None), (False, 128 << 20)):
+        # the default workspace, and the one where the model puts the route within the Triton targets (time
+        # <= 1.6x the floor and peak extra <= 1.1x Cut Cross-Entropy's; benchmarks/model/triton_targets.py)
+        cases = [(False, None), (True, None)]
+        for frozen, scenario in ((False, "token-level"), (True, "frozen head")):
+            workspace = workspace_within_targets(target_problem(label, scenario))
+            cases += [] if workspace is None else [(frozen, workspace)]
+        for frozen, workspace in cases:
             h, w = hidden.detach().requires_grad_(), weight.detach().requires_grad_(not frozen)
 
             def run():
@@ -187,7 +195,8 @@ def time_recipe(backend: str = "triton_tma") -> tuple[list[tuple[str, float, flo
             floor = 2 if frozen else 3
             peak = _peak_extra_mib(run, (h, w))
             rows.append((f"{label} token-level loss, {'frozen head' if frozen else 'trained head'}, {backend}"
-                         f"{'' if workspace is None else ', 128 MiB workspace'} (x {floor} GEMMs; target <= 1.6x; "
+                         f"{'' if workspace is None else f', {workspace >> 20} MiB workspace'} (x {floor} GEMMs; "
+                         f"target <= 1.6x; "
                          f"peak extra {peak:.0f} MiB beyond the gradients)", ms, ms / (floor * gemm)))
             run()
             first = [h.grad.clone()] + ([] if frozen else [w.grad.clone()])
