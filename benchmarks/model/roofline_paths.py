@@ -16,7 +16,8 @@ from typing import Callable
 
 from grpo_kernels.backends import get_backend
 from grpo_kernels.cost_model import library_paths, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
-from grpo_kernels.cost_model.paths import atomic_tile_backward, chunked_logits_peak_bytes, gemm
+from grpo_kernels.cost_model.paths import (OBJECTIVE_LAUNCHES, SEGMENT_MERGE_LAUNCHES, atomic_tile_backward,
+                                           chunked_logits_peak_bytes, gemm, padding_phases, row_segments)
 from grpo_kernels.routing import modelled_route
 
 from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
@@ -140,6 +141,68 @@ def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
     return replace(est, path=f"auto: {label}", assumptions=[f"{label}: {route.reason}", *est.assumptions])
 
 
+def sequence_waves(p: Problem, seq_len: int = 1024, scratch_rows: int = 128) -> Estimate:
+    """A design the code does not implement: a sequence-level loss in one pass, over waves of whole sequences.
+
+    Each of a wave's tokens' logits go through a float32 scratch of `scratch_rows` rows (GEMM1, the row statistics,
+    as the GEMM path's); while the scratch holds them, each stored row's Q = p - onehot is narrowed in place to the
+    input dtype and copied into a compact store (the row kernel as it is, with g = -1). Once the wave's sequences
+    are complete their objective gives each token its g (the loss separable by sequence: no entropy term, no
+    entropy-quantile mask), and the stored rows need no logits again: dH = -g (Q W), dW += Q^T (-g h), each a GEMM.
+    Where one sequence outgrows the store (the workspace less the scratch, in the input dtype), the rest of its
+    rows are recomputed in the freed memory (GEMM1, dZ in place, dH and dW as the GEMM path's one pass): between
+    three GEMM-equivalents (the store holds whole sequences) and four. The Q pass needs no reduction (the row's
+    statistics are known), so it runs as the statistics pass does, a program per row segment."""
+    N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
+    length, scratch = min(seq_len, N), min(scratch_rows, N)
+    store_rows = max(0, (p.workspace_bytes - scratch * V * 4) // (V * c))
+    wave_rows = max(1, store_rows // length) * length
+    segments = row_segments(V)
+    phases = padding_phases(p)
+    first = True
+    for rows, count in _waves(N, wave_rows):
+        stored = min(rows, store_rows)
+        for sub, sub_count in _waves(rows, scratch):
+            phases.append(_gemm("GEMM1 Z = h W^T (fp32 out, scratch)", sub, V, H, c, 4, count * sub_count))
+            phases.append(Phase(f"row statistics ({segments} segments a row)", hbm_bytes=sub * V * 4,
+                                row_read_bytes=sub * V * 4, row_programs=sub * segments, count=count * sub_count,
+                                launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
+        phases.append(Phase("Q = p - onehot narrowed in place, copied to the store", hbm_bytes=stored * V * (4 + 3 * c),
+                            row_read_bytes=stored * V * 4, row_programs=scratch * segments, count=count,
+                            launches=2 * math.ceil(stored / scratch)))
+        phases.append(Phase("objective of the wave's sequences", hbm_bytes=p.tokens * PER_TOKEN_BYTES,
+                            launches=OBJECTIVE_LAUNCHES, count=count))
+        if p.hidden_needs_grad:
+            phases.append(_gemm("GEMM2 Q W (fp32 out)", stored, H, V, c, 4, count))
+            phases.append(Phase("dH = -g (Q W), cast", hbm_bytes=stored * H * (4 + c), count=count, launches=1))
+        if p.weight_grad:
+            phases.append(Phase("-g h", hbm_bytes=stored * H * 2 * c, count=count, launches=1))
+            dw = _gemm("GEMM3 dW (+)= Q^T (-g h)", V, H, stored, c, 4, count)
+            later = count - 1 if first else count  # waves whose GEMM reads the accumulator as C
+            phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4 * later // count))
+        recomputed = rows - stored
+        if recomputed:  # in the store's and the scratch's memory, as float32 rows
+            chunk = max(scratch, (store_rows * c + scratch * 4) // 4)
+            for sub, sub_count in _waves(recomputed, chunk):
+                n = count * sub_count
+                phases.append(_gemm("recompute: GEMM1 (fp32 out)", sub, V, H, c, 4, n))
+                phases.append(Phase("recompute: dZ in place", hbm_bytes=sub * V * (4 + c), row_read_bytes=sub * V * 4,
+                                    row_programs=sub, count=n, launches=1))
+                if p.hidden_needs_grad:
+                    phases.append(_gemm("recompute: GEMM2 dH = dZ W", sub, H, V, c, c, n))
+                if p.weight_grad:
+                    dw = _gemm("recompute: GEMM3 dW += dZ^T h", V, H, sub, c, 4, n)
+                    phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4))
+        first = False
+    if p.weight_grad:
+        phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c), launches=1))
+    return Estimate("sequence waves (design)", p, phases, gemms=3,
+                    peak_extra_bytes=store_rows * V * c + scratch * V * 4 + N * PER_TOKEN_BYTES,
+                    fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
+                    assumptions=[f"{seq_len}-token sequences", f"{store_rows} stored rows, {scratch}-row scratch",
+                                 "a loss separable by sequence, no entropy term"])
+
+
 MODELS: dict[str, Callable[[Problem], Estimate]] = {
     "floor": floor, **library_paths(), "auto": auto, "liger": liger, "cce": cce, "trl": trl,
 }
@@ -147,4 +210,5 @@ MODELS: dict[str, Callable[[Problem], Estimate]] = {
 # Designs the code does not implement, for comparison (`python -m benchmarks.model.roofline --paths ...`).
 ALTERNATIVES: dict[str, Callable[[Problem], Estimate]] = {
     "gemm+dw-temporary": partial(gemm, dw_through_temporary=True),
+    "gemm+sequence-waves": sequence_waves,
 }

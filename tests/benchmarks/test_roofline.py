@@ -1,5 +1,6 @@
 """benchmarks.model.roofline: a case counted by hand, and the model's sanity (frozen head, padding, two passes)."""
 
+import dataclasses
 import os
 import re
 from dataclasses import replace
@@ -259,3 +260,22 @@ def test_docs_kept_token_roofline_block_is_what_the_command_prints():
     # a phase repeated keeps its kind: a cuBLAS GEMM stays at the cuBLAS rate, counted `count` times
     phase = replace_count(Phase("gemm", flops=1e12, hbm_bytes=1e9), 7)
     assert phase.count == 7 and not phase.triton_matmul and phase.flops == 1e12
+
+
+def test_sequence_waves_design_makes_three_gemms_when_its_store_holds_a_sequence_and_recomputes_the_rest():
+    from benchmarks.model.roofline_paths import sequence_waves
+
+    N, H, V, length, scratch = 4096, 1024, 32768, 1024, 128
+    one_gemm = 2 * N * H * V
+    p = roofline.Problem(tokens=N, hidden=H, vocab=V, level="sequence")
+    # a store of two sequences (bf16 rows) and the float32 scratch
+    whole = sequence_waves(dataclasses.replace(p, workspace_bytes=2 * length * V * 2 + scratch * V * 4),
+                           seq_len=length, scratch_rows=scratch)
+    assert whole.flops == 3 * one_gemm
+    assert not any(ph.name.startswith("recompute") for ph in whole.phases)
+    assert whole.peak_extra_bytes == 2 * length * V * 2 + scratch * V * 4 + N * 64
+    # a store of 3/4 of a sequence: the last quarter of each is recomputed (a fourth GEMM over those rows)
+    part = sequence_waves(dataclasses.replace(p, workspace_bytes=(3 * length // 4) * V * 2 + scratch * V * 4),
+                          seq_len=length, scratch_rows=scratch)
+    assert part.flops == 3 * one_gemm + one_gemm // 4
+    assert any(ph.name.startswith("recompute") for ph in part.phases)
