@@ -30,11 +30,13 @@ from .paths import PER_TOKEN_BYTES, gemm, gradients_from_stats, padding_phases
 # persistent TMA Triton GEMM / cuBLAS on Hopper: 700 / 780 TFLOP/s (PyTorch issue 149790; tritonbench issue 894:
 # 666-689 TFLOP/s): published, not measured here
 TMA_TRITON_FRACTION_OF_CUBLAS = 700 / 780
-# The epilogue's exponentials (two a logit: p, and the rescale's share is per row) on the special-function units:
-# 16 results per clock per SM for compute capability 9.0 (CUDA C++ Programming Guide, arithmetic instruction
-# throughput, exp2), at H100 / H200's 1.98 GHz boost clock; not overlapped with the tile's tensor-core work (no
-# warp specialisation on Hopper in stock Triton).
-EPILOGUE_EXPS_PER_LOGIT = 2
+# The epilogue's exponentials on the special-function units: one a logit (p; the running max's rescale is one a
+# row), counted in the persistent kernel's sm_90a code (benchmarks/results/kernels/kernel-report-triton-*.md, column
+# ex2: 66 MUFU.EX2 a thread for the 64 logits each of 256 threads holds of a 128 x 128 tile, under both supported
+# tritons; a soft-capped head's tanh adds one more); 16 results per clock per SM for compute capability 9.0 (CUDA
+# C++ Programming Guide, arithmetic instruction throughput, exp2), at H100 / H200's 1.98 GHz boost clock; not
+# overlapped with the tile's tensor-core work (no warp specialisation on Hopper in stock Triton).
+EPILOGUE_EXPS_PER_LOGIT = 1
 SFU_RESULTS_PER_CLOCK_PER_SM = 16
 SM_CLOCK_HZ = 1.98e9
 _PERSISTENT = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT]

@@ -3,7 +3,10 @@ the persistent kernel in place of each wave's logits GEMM and row statistics, it
 count the design's (1 log-probs, 3 trained, 2 frozen, 4 sequence-level), and the kernel charged at the published
 Triton fraction of cuBLAS's time at its shape plus the epilogue's exponentials."""
 
+import json
+
 import pytest
+from repo_paths import ROOT
 
 from grpo_kernels.backends import get_backend
 from grpo_kernels.backends.triton_tma import chunk_rows
@@ -51,6 +54,21 @@ def test_the_kernel_is_charged_at_the_published_fraction_of_cublas_plus_its_expo
     exps = EPILOGUE_EXPS_PER_LOGIT * 8192 * 151936 / (SFU_RESULTS_PER_CLOCK_PER_SM * H200.sms * SM_CLOCK_HZ)
     assert phase.compute_seconds(H200) == pytest.approx(cublas / TMA_TRITON_FRACTION_OF_CUBLAS + exps)
     assert TMA_TRITON_FRACTION_OF_CUBLAS == pytest.approx(700 / 780)
+
+
+@pytest.mark.parametrize("report", sorted((ROOT / "benchmarks" / "results" / "kernels").glob("kernel-report-*.json")))
+def test_the_exponentials_a_logit_are_those_counted_in_the_persistent_kernels_code(report):
+    """The committed compile report of each supported triton counts the MUFU.EX2 a thread issues in the persistent
+    kernel's sm_90a code: for a plain 16-bit head, the model's exponentials a logit for each logit the thread
+    holds of a tile, and a few a row (the running max's rescale)."""
+    builds = [r for r in json.loads(report.read_text())["builds"]
+              if r["kernel"] == "_persistent_stats_kernel" and r["arch"] == "sm90" and r["dtype"] in ("bf16", "fp16")
+              and "SOFTCAP" not in r["variant"]]
+    assert builds
+    for r in builds:
+        per_thread = r["block_n"] * r["block_v"] // (32 * r["num_warps"])  # the logits a thread holds of a tile
+        assert EPILOGUE_EXPS_PER_LOGIT * per_thread <= r["ex2"] <= EPILOGUE_EXPS_PER_LOGIT * per_thread + 8, \
+            (r["variant"], r["ex2"], per_thread)
 
 
 def test_the_chunk_loop_keeps_the_gemm_paths_backward_and_memory():

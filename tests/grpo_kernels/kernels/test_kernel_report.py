@@ -15,7 +15,7 @@ import triton  # before benchmarks.model.kernel_report, which turns the interpre
 
 from repo_paths import ROOT
 COMMITTED = ROOT / "benchmarks" / "results" / "kernels"
-MEASURED = ("registers", "stack_bytes", "spill_stores", "shared_bytes", "tma_loads", "wgmma", "mma")
+MEASURED = ("registers", "stack_bytes", "spill_stores", "shared_bytes", "tma_loads", "wgmma", "mma", "ex2")
 
 
 def _cuobjdump_missing() -> bool:
