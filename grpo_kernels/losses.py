@@ -377,7 +377,8 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         statistics, this objective by autograd, gradients from g = dLoss/dlp and e = dLoss/dent.
     ratio_slope_per_sequence: True only if dL/dr at r = 1 is the same at every token of a sequence (it reads x.ratio,
         the sequence's advantage and the config, not x.logps): on-policy, GSPO's sequence-level ratio then takes
-        the token-level route (with token_level and one of the built-in aggregations).
+        the token-level route (with token_level, and an aggregation whose weights are the same within a sequence:
+        each built-in one).
     folds_importance_ratio: the term reads x.importance_ratio itself instead of L being multiplied by it.
     params: the loss type's own hyper-parameters, {name: LossParam(default, type, minimum, maximum, choices)} or
         {name: default} (the type is the default's: bool, int, float or str). A config sets them with
@@ -424,7 +425,8 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
             raise ValueError(f"params: a hyper-parameter name must be an identifier, got {param_name!r}")
     declared = {param_name: _declared_param(param_name, spec) for param_name, spec in (params or {}).items()}
     return _add(LossType(name, term, aggregation, clip=clip, token_level=bool(token_level),
-                         ratio_slope_per_sequence=bool(ratio_slope_per_sequence), folds_importance_ratio=bool(folds_importance_ratio), params=declared))
+                         ratio_slope_per_sequence=bool(ratio_slope_per_sequence),
+                         folds_importance_ratio=bool(folds_importance_ratio), params=declared))
 
 
 def unregister_loss_type(name: str) -> None:
