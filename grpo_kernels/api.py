@@ -16,6 +16,7 @@ from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .layout import TokenLayout
+from .messages import shown
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
                         token_inputs, token_metrics)
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
@@ -137,6 +138,8 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     A vocabulary-sharded head (a DTensor weight placed Shard(0), or this rank's rows plus `process_group`): see
     `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
+    if not isinstance(return_entropy, bool):
+        raise TypeError(f"return_entropy must be True or False, got {shown(return_entropy)}")
     backend = resolve_backend(backend, _device_of(hidden))
     hidden, weight, bias, targets, mask, kept_token_ids = outside_inference_mode(
         hidden, weight, bias, targets, mask, kept_token_ids)
@@ -234,7 +237,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
                                  f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}")
         if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in ((S,), (N,)):
             raise ValueError(f"advantages must be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form, got "
-                             f"{list(advantages.shape) if isinstance(advantages, torch.Tensor) else advantages!r}")
+                             f"{list(advantages.shape) if isinstance(advantages, torch.Tensor) else shown(advantages)}")
         check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.packed(cu_seqlens, completion_mask, N)

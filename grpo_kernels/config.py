@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional
 
 from .losses import (DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type, loss_param_aliases,
                      validate_loss_params)
+from .messages import shown
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
@@ -177,7 +178,7 @@ def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
             if owner != loss_type:
                 continue
             if param in params and params[param] != value:
-                raise ValueError(f"{name}={value!r} and loss_params[{param!r}]={params[param]!r} set the same "
+                raise ValueError(f"{name}={shown(value)} and loss_params[{param!r}]={shown(params[param])} set the same "
                                  f"hyper-parameter of loss_type {loss_type!r}; give one")
             params[param] = value
         kwargs["loss_params"] = params
@@ -212,12 +213,13 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
     if value is None and nullable:
         return
     if choices is not None:
-        if value not in choices:
-            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        # compared by type first: `in` would compare a tensor elementwise
+        if not any(type(value) is type(choice) and value == choice for choice in choices):
+            raise ValueError(f"{name} must be one of {choices}, got {shown(value)}")
         return
     if kind is bool or kind is str:
         if not isinstance(value, kind):
-            raise TypeError(f"{name} must be {'True or False' if kind is bool else 'a string'}, got {value!r}")
+            raise TypeError(f"{name} must be {'True or False' if kind is bool else 'a string'}, got {shown(value)}")
         return
     number = not isinstance(value, bool) and isinstance(value, int if kind is int else (int, float))
     if kind is float and number and not math.isfinite(value):
@@ -226,12 +228,12 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
     within = number and (declaration.ge is None or value >= declaration.ge) and (
         declaration.gt is None or value > declaration.gt) and (declaration.le is None or value <= declaration.le)
     if kind is int and not within:
-        raise ValueError(f"{name} must be a positive int, got {value!r}" if declaration.ge == 1 else
-                         f"{name} must be an int {bounds}, got {value!r}")
+        raise ValueError(f"{name} must be a positive int, got {shown(value)}" if declaration.ge == 1 else
+                         f"{name} must be an int {bounds}, got {shown(value)}")
     if not number:
-        raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number, got {value!r}")
+        raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number, got {shown(value)}")
     if not within:
-        raise ValueError(f"{name} must be {bounds}, got {value!r}")
+        raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
 
 
 def _warn_at_caller(message: str) -> None:

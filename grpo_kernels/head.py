@@ -21,10 +21,12 @@ from typing import Optional
 
 import torch
 
+from .messages import shown
+
 
 def _real(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+        raise ValueError(f"{name} must be a finite real number, got {shown(value)}")
     return float(value)
 
 

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
+from .messages import shown
+
 if TYPE_CHECKING:
     import torch
 
@@ -168,7 +170,7 @@ class LossParam:
         if fits and self.choices is not None:
             fits = value in self.choices
         if not fits:
-            raise ValueError(f"expected {self.describe()}, got {value!r}")
+            raise ValueError(f"expected {self.describe()}, got {shown(value)}")
         return value
 
 
@@ -323,7 +325,7 @@ def get_loss_type(name: object) -> LossType:
     """The registered loss type `name`; one clear error listing the registered ones otherwise."""
     loss = _REGISTRY.get(name) if isinstance(name, str) else None
     if loss is None:
-        raise ValueError(f"loss_type must be one of the registered loss types {loss_type_names()}, got {name!r} "
+        raise ValueError(f"loss_type must be one of the registered loss types {loss_type_names()}, got {shown(name)} "
                          "(grpo_kernels.register_loss_type adds one)")
     return loss
 
@@ -342,7 +344,7 @@ def validate_loss_params(loss_type: str, params: Optional[Mapping[str, Any]], ke
     declared = get_loss_type(loss_type).params
     params = {} if params is None else params
     if not isinstance(params, Mapping):
-        raise ValueError(f"{key}: expected a mapping of hyper-parameter names to values, got {params!r}")
+        raise ValueError(f"{key}: expected a mapping of hyper-parameter names to values, got {shown(params)}")
     for name in params:
         if name not in declared:
             offered = f"it declares {list(declared)}" if declared else "it declares none"

@@ -25,6 +25,7 @@ from .backends import AUTO, DEFAULT_BACKEND, auto_candidates, get_backend, token
 from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
 from .cost_model.device import MIB
 from .cost_model.paths import PER_TOKEN_BYTES, chunked_logits_peak_bytes
+from .messages import shown
 # the workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
 from .backends import DEFAULT_WORKSPACE_BYTES
 
@@ -170,7 +171,7 @@ def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, devi
     pick); `two_pass` those of them that would run a token-level call in two steps."""
     if budget_bytes is not None and (not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool)
                                      or budget_bytes <= 0):
-        raise ValueError(f"memory budget must be a positive int (bytes), got {budget_bytes!r}")
+        raise ValueError(f"memory budget must be a positive int (bytes), got {shown(budget_bytes)}")
     backends = auto_candidates() if backends is None else tuple(backends)
     modelled = tuple(name for name in backends if get_backend(name).cost is not None)
     key = device_key(device.name) if device.type == "cuda" else None

@@ -15,6 +15,7 @@ import torch
 from .config import MIN_TEMPERATURE, GRPOLossConfig
 from .losses import get_loss_type
 from .head import IDENTITY, LogitTransform
+from .messages import shown
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -226,7 +227,7 @@ def check_workspace(workspace_bytes: object) -> int:
     if (isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int)
             or not 0 < workspace_bytes <= MAX_WORKSPACE_BYTES):
         raise ValueError(f"workspace_bytes must be a positive int (bytes) of at most 2**63 - 1, got "
-                         f"{workspace_bytes!r:.60}")
+                         f"{shown(workspace_bytes)}")
     return workspace_bytes
 
 
@@ -236,7 +237,7 @@ def check_temperature(temperature: object) -> float:
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
             math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
         raise ValueError(f"temperature must be a finite number > 0 (at least {MIN_TEMPERATURE:g}: float32 logits "
-                         f"divided by less overflow), got {temperature!r:.60}")
+                         f"divided by less overflow), got {shown(temperature)}")
     return float(temperature)
 
 
@@ -305,7 +306,7 @@ def _check_num_items(value: object, check_values: bool) -> None:
         bad = (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
                or value < 0)
     if bad:
-        raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {value!r}")
+        raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {shown(value)}")
 
 
 def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor) -> None:

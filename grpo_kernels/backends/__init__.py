@@ -23,6 +23,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ..messages import shown
 from .workspace import DEFAULT_WORKSPACE_BYTES
 
 __all__ = ["AUTO", "BACKENDS", "BASELINE_BACKEND", "DEFAULT_BACKEND", "DEFAULT_WORKSPACE_BYTES", "EPILOGUE", "ONE_PASS", "BackendSpec",
@@ -208,14 +209,14 @@ def get_backend(name: object, argument: str = "backend") -> BackendSpec:
     """The registry entry of `name`; an unknown name is one error naming `argument` and today's choices."""
     spec = BACKENDS.get(name) if isinstance(name, str) else None
     if spec is None:
-        raise ValueError(f"{argument} must be one of {backend_names()}, got {name!r}")
+        raise ValueError(f"{argument} must be one of {backend_names()}, got {shown(name)}")
     return spec
 
 
 def check_backend_name(name: object, argument: str = "backend") -> str:
     """`name` if `backend=` takes it now ('auto' or a registered backend, read from the registry at this call, so
     that a backend registered after import is taken), else one error naming `argument`."""
-    if name != AUTO:
+    if not (isinstance(name, str) and name == AUTO):  # (an array's != would compare elementwise)
         get_backend(name, argument)
     return name
 

@@ -2,6 +2,8 @@
 infinities at padded and at scored positions). Every draw is accepted, with a finite loss and gradients that no
 padded value changes, or refused before any work by one line from the boundary naming the argument."""
 
+import dataclasses
+import inspect
 import os
 import traceback
 from pathlib import Path
@@ -12,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import grpo_kernels
-from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
+from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 
 DERANDOMIZE = bool(os.environ.get("CI"))
 BOUNDARY = {"validation.py", "api.py", "config.py", "losses.py"}  # where a refusal may come from
@@ -103,3 +105,62 @@ def test_every_loss_input_is_accepted_correctly_or_refused_naming_the_argument(c
     torch.testing.assert_close(loss, clean_loss, atol=0, rtol=0)  # a padded value changes nothing
     torch.testing.assert_close(dhidden, clean_dhidden, atol=0, rtol=0)
     torch.testing.assert_close(dweight, clean_dweight, atol=0, rtol=0)
+
+
+class _BadRepr:
+    def __repr__(self):
+        raise RuntimeError("a repr that fails")
+
+
+@st.composite
+def hostile_values(draw):
+    """A value of a kind no argument takes, or of the right kind and a wrong size: tensors and arrays of any shape
+    and dtype (their repr spans lines), long and multi-line text, containers, huge and non-finite numbers."""
+    shape = draw(st.lists(st.integers(0, 4), max_size=3))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool,
+                                  torch.complex64]))
+    return draw(st.sampled_from([
+        torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype).numpy() if dtype not in (
+            torch.bfloat16,) else [[0.0] * 9] * 9,
+        "x" * draw(st.integers(0, 300)), "line\nbreak", [1, 2], {"k": [1] * 50}, (None,), _BadRepr(), object(),
+        float("nan"), float("-inf"), 10 ** 40, -(2 ** 70), True, b"\x00" * 80]))
+
+
+# the optional arguments of the public entry points, with the value each call takes as it is
+LOSS_ARGUMENTS = [name for name in inspect.signature(fused_linear_grpo_loss).parameters
+                  if name not in ("hidden", "weight", "completion_ids", "completion_mask", "advantages")]
+LOGPROB_ARGUMENTS = [name for name in inspect.signature(linear_logprobs).parameters
+                     if name not in ("hidden", "weight", "targets")]
+
+
+def _refused_on_one_line(call, argument):
+    try:
+        call()
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        assert "\n" not in message and argument.split(".")[-1] in message and len(message) < 600, (argument, message)
+
+
+@settings(max_examples=150, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["loss", "logprobs", "config", "transform"]), st.data())
+def test_a_hostile_value_of_any_argument_is_refused_on_one_line_naming_it(entry, data):
+    """Every optional argument of the loss and the log-probs, every setting of GRPOLossConfig and LogitTransform:
+    a value of a kind they do not take is accepted (where it happens to be valid) or refused by one line that names
+    the argument, never a crash elsewhere or a message that prints a tensor's elements."""
+    value = data.draw(hostile_values())
+    gen = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(2, 3, 8, generator=gen), torch.randn(16, 8, generator=gen)
+    ids, mask = torch.randint(0, 16, (2, 3), generator=gen), torch.ones(2, 3, dtype=torch.int64)
+    if entry == "loss":
+        name = data.draw(st.sampled_from(LOSS_ARGUMENTS))
+        _refused_on_one_line(lambda: fused_linear_grpo_loss(hidden, weight, ids, mask, torch.randn(2),
+                                                            **{name: value}), name)
+    elif entry == "logprobs":
+        name = data.draw(st.sampled_from(LOGPROB_ARGUMENTS))
+        _refused_on_one_line(lambda: linear_logprobs(hidden, weight, ids, **{name: value}), name)
+    elif entry == "config":
+        name = data.draw(st.sampled_from([f.name for f in dataclasses.fields(GRPOLossConfig)]))
+        _refused_on_one_line(lambda: GRPOLossConfig(**{name: value}), name)
+    else:
+        name = data.draw(st.sampled_from(["scale", "softcap"]))
+        _refused_on_one_line(lambda: LogitTransform(**{name: value}), f"LogitTransform.{name}")
