@@ -178,8 +178,8 @@ def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
             if owner != loss_type:
                 continue
             if param in params and params[param] != value:
-                raise ValueError(f"{name}={shown(value)} and loss_params[{param!r}]={shown(params[param])} set the same "
-                                 f"hyper-parameter of loss_type {loss_type!r}; give one")
+                raise ValueError(f"{name}={shown(value)} and loss_params[{param!r}]={shown(params[param])} set the "
+                                 f"same hyper-parameter of loss_type {loss_type!r}; give one")
             params[param] = value
         kwargs["loss_params"] = params
     _dataclass_init(self, *args, **kwargs)
@@ -189,6 +189,14 @@ _init_with_aliases.__signature__ = inspect.Signature([  # type: ignore[attr-defi
     *inspect.signature(_dataclass_init).parameters.values(),
     *(inspect.Parameter(alias, inspect.Parameter.KEYWORD_ONLY, default=None) for alias in loss_param_aliases())])
 GRPOLossConfig.__init__ = _init_with_aliases  # type: ignore[method-assign]
+
+
+def check_setting(name: str, value: Any, shown_as: Optional[str] = None, config_class: Optional[type] = None) -> None:
+    """`value` against the declaration of setting `name` (of GRPOLossConfig, or `config_class`), the error naming
+    it `shown_as` (a boundary's own name for it, e.g. Liger's epsilon_low for epsilon)."""
+    config_class = GRPOLossConfig if config_class is None else config_class
+    field_ = next(f for f in fields(config_class) if f.name == name)
+    _check_setting(shown_as or name, value, _field_types(config_class)[name], field_.metadata["setting"])
 
 
 @lru_cache(maxsize=None)

@@ -16,8 +16,11 @@ from typing import Optional
 import torch
 
 from .api import fused_linear_grpo_loss, linear_logprobs
-from .config import GRPOLossConfig
+from .backends import check_backend_name
+from .config import GRPOLossConfig, check_setting
 from .losses import get_loss_type, loss_param_aliases
+from .messages import shown
+from .validation import check_workspace
 
 
 # Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
@@ -67,10 +70,27 @@ def liger_config(config_class: type, signature: inspect.Signature, *args: object
     values = {name: value for name, value in bound.arguments.items()
               if name in given or name not in loss_param_aliases()}
     options = {name: values.pop(name) for name in MODULE_OPTIONS}
+    _check_options(options)
     loss_params = values.pop("loss_params")
+    for liger_name, ours in LIGER_NAMES.items():  # refused by Liger's name, the one the caller wrote
+        check_setting(ours, values[liger_name], shown_as=liger_name, config_class=config_class)
     config = config_class(**{LIGER_NAMES.get(name, name): value for name, value in values.items()},
-                          loss_params=loss_params or {})
+                          loss_params={} if loss_params is None else loss_params)
     return config, options
+
+
+def _check_options(options: dict[str, object]) -> None:
+    """Liger's switches and knobs and this module's options, before anything is built from them."""
+    for name in ("compiled", "use_ref_model"):
+        if not isinstance(options[name], bool):
+            raise TypeError(f"{name} must be True or False, got {shown(options[name])}")
+    chunk_size = options["chunk_size"]
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int (Liger's; this module streams by its own), got "
+                         f"{shown(chunk_size)}")
+    check_backend_name(options["backend"])
+    if options["workspace_bytes"] is not None:
+        check_workspace(options["workspace_bytes"])
 
 
 class FusedLinearGRPOLoss(torch.nn.Module):

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import grpo_kernels
-from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
+from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 
 DERANDOMIZE = bool(os.environ.get("CI"))
 BOUNDARY = {"validation.py", "api.py", "config.py", "losses.py"}  # where a refusal may come from
@@ -142,9 +142,10 @@ def _refused_on_one_line(call, argument):
 
 
 @settings(max_examples=150, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(["loss", "logprobs", "config", "transform"]), st.data())
+@given(st.sampled_from(["loss", "logprobs", "config", "transform", "module"]), st.data())
 def test_a_hostile_value_of_any_argument_is_refused_on_one_line_naming_it(entry, data):
-    """Every optional argument of the loss and the log-probs, every setting of GRPOLossConfig and LogitTransform:
+    """Every optional argument of the loss and the log-probs, every setting of GRPOLossConfig and LogitTransform,
+    every argument of the Liger-compatible module's constructor (by Liger's names):
     a value of a kind they do not take is accepted (where it happens to be valid) or refused by one line that names
     the argument, never a crash elsewhere or a message that prints a tensor's elements."""
     value = data.draw(hostile_values())
@@ -161,6 +162,9 @@ def test_a_hostile_value_of_any_argument_is_refused_on_one_line_naming_it(entry,
     elif entry == "config":
         name = data.draw(st.sampled_from([f.name for f in dataclasses.fields(GRPOLossConfig)]))
         _refused_on_one_line(lambda: GRPOLossConfig(**{name: value}), name)
-    else:
+    elif entry == "transform":
         name = data.draw(st.sampled_from(["scale", "softcap"]))
         _refused_on_one_line(lambda: LogitTransform(**{name: value}), f"LogitTransform.{name}")
+    else:
+        name = data.draw(st.sampled_from(list(inspect.signature(FusedLinearGRPOLoss).parameters)))
+        _refused_on_one_line(lambda: FusedLinearGRPOLoss(**{name: value}), name)
