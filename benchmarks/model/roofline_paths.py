@@ -17,7 +17,8 @@ from typing import Callable
 from grpo_kernels.backends import get_backend
 from grpo_kernels.cost_model import library_paths, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
 from grpo_kernels.cost_model.paths import (OBJECTIVE_LAUNCHES, SEGMENT_MERGE_LAUNCHES, atomic_tile_backward,
-                                           chunked_logits_peak_bytes, gemm, padding_phases, row_segments)
+                                           chunked_logits_peak_bytes, gemm, gradients_from_stats, padding_phases,
+                                           row_segments)
 from grpo_kernels.routing import modelled_route
 
 from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
@@ -141,65 +142,62 @@ def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
     return replace(est, path=f"auto: {label}", assumptions=[f"{label}: {route.reason}", *est.assumptions])
 
 
-def sequence_waves(p: Problem, seq_len: int = 1024, scratch_rows: int = 128) -> Estimate:
+def sequence_waves(p: Problem, seq_len: int = 1024, scratch_rows: int = 256) -> Estimate:
     """A design the code does not implement: a sequence-level loss in one pass, over waves of whole sequences.
 
     Each of a wave's tokens' logits go through a float32 scratch of `scratch_rows` rows (GEMM1, the row statistics,
-    as the GEMM path's); while the scratch holds them, each stored row's Q = p - onehot is narrowed in place to the
-    input dtype and copied into a compact store (the row kernel as it is, with g = -1). Once the wave's sequences
-    are complete their objective gives each token its g (the loss separable by sequence: no entropy term, no
-    entropy-quantile mask), and the stored rows need no logits again: dH = -g (Q W), dW += Q^T (-g h), each a GEMM.
-    Where one sequence outgrows the store (the workspace less the scratch, in the input dtype), the rest of its
-    rows are recomputed in the freed memory (GEMM1, dZ in place, dH and dW as the GEMM path's one pass): between
-    three GEMM-equivalents (the store holds whole sequences) and four. The Q pass needs no reduction (the row's
-    statistics are known), so it runs as the statistics pass does, a program per row segment."""
+    as the GEMM path's); while the scratch holds them, each row's Q = p - onehot is written in the input dtype to a
+    compact store (the rest of the workspace): a pass that needs no reduction, so a program per row segment, as the
+    statistics. Once the wave's sequences are complete their objective gives each token its g (the loss separable
+    by sequence: no entropy term, no entropy-quantile mask), and the stored rows need no logits again:
+    dH = g (Q W), dW += Q^T (g h), each a GEMM. A wave holds as many whole sequences as the store does; a sequence
+    longer than the store keeps its first rows there and defers the rest, whose statistics the wave took: after the
+    last wave the deferred rows take the two-pass route's second pass (gradients_from_stats), its dW slices added
+    into the accumulator. Between three GEMM-equivalents (the store holds whole sequences) and four."""
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     length, scratch = min(seq_len, N), min(scratch_rows, N)
     store_rows = max(0, (p.workspace_bytes - scratch * V * 4) // (V * c))
-    wave_rows = max(1, store_rows // length) * length
+    stored_per_sequence = min(length, store_rows)
+    per_wave = max(1, store_rows // length)
     segments = row_segments(V)
     phases = padding_phases(p)
-    first = True
-    for rows, count in _waves(N, wave_rows):
-        stored = min(rows, store_rows)
+    waves_done = 0
+    for sequences, count in _waves(max(1, N // length), per_wave):
+        rows, stored = sequences * length, sequences * stored_per_sequence
         for sub, sub_count in _waves(rows, scratch):
             phases.append(_gemm("GEMM1 Z = h W^T (fp32 out, scratch)", sub, V, H, c, 4, count * sub_count))
-            phases.append(Phase(f"row statistics ({segments} segments a row)", hbm_bytes=sub * V * 4,
-                                row_read_bytes=sub * V * 4, row_programs=sub * segments, count=count * sub_count,
+            phases.append(Phase(f"row statistics ({segments} segments a row)",
+                                hbm_bytes=sub * V * 4 + sub * PER_TOKEN_BYTES, row_read_bytes=sub * V * 4,
+                                row_programs=sub * segments, count=count * sub_count,
                                 launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
-        phases.append(Phase("Q = p - onehot narrowed in place, copied to the store", hbm_bytes=stored * V * (4 + 3 * c),
-                            row_read_bytes=stored * V * 4, row_programs=scratch * segments, count=count,
-                            launches=2 * math.ceil(stored / scratch)))
+        if stored:
+            phases.append(Phase("Q = p - onehot into the store (input dtype)", hbm_bytes=stored * V * (4 + c),
+                                row_read_bytes=stored * V * 4, row_programs=min(stored, scratch) * segments,
+                                count=count, launches=math.ceil(stored / scratch)))
         phases.append(Phase("objective of the wave's sequences", hbm_bytes=p.tokens * PER_TOKEN_BYTES,
                             launches=OBJECTIVE_LAUNCHES, count=count))
-        if p.hidden_needs_grad:
+        if p.hidden_needs_grad and stored:
             phases.append(_gemm("GEMM2 Q W (fp32 out)", stored, H, V, c, 4, count))
-            phases.append(Phase("dH = -g (Q W), cast", hbm_bytes=stored * H * (4 + c), count=count, launches=1))
-        if p.weight_grad:
-            phases.append(Phase("-g h", hbm_bytes=stored * H * 2 * c, count=count, launches=1))
-            dw = _gemm("GEMM3 dW (+)= Q^T (-g h)", V, H, stored, c, 4, count)
-            later = count - 1 if first else count  # waves whose GEMM reads the accumulator as C
-            phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4 * later // count))
-        recomputed = rows - stored
-        if recomputed:  # in the store's and the scratch's memory, as float32 rows
-            chunk = max(scratch, (store_rows * c + scratch * 4) // 4)
-            for sub, sub_count in _waves(recomputed, chunk):
-                n = count * sub_count
-                phases.append(_gemm("recompute: GEMM1 (fp32 out)", sub, V, H, c, 4, n))
-                phases.append(Phase("recompute: dZ in place", hbm_bytes=sub * V * (4 + c), row_read_bytes=sub * V * 4,
-                                    row_programs=sub, count=n, launches=1))
-                if p.hidden_needs_grad:
-                    phases.append(_gemm("recompute: GEMM2 dH = dZ W", sub, H, V, c, c, n))
-                if p.weight_grad:
-                    dw = _gemm("recompute: GEMM3 dW += dZ^T h", V, H, sub, c, 4, n)
-                    phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4))
-        first = False
+            phases.append(Phase("dH = g (Q W), cast", hbm_bytes=stored * H * (4 + c), count=count, launches=1))
+        if p.weight_grad and stored:
+            phases.append(Phase("g h", hbm_bytes=stored * H * 2 * c, count=count, launches=1))
+            dw = _gemm("GEMM3 dW (+)= Q^T (g h)", V, H, stored, c, 4, count)
+            later = count - 1 if not waves_done else count  # waves whose GEMM reads the accumulator as C
+            phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4 * later / count))
+        waves_done += count
+    deferred = N - min(N, max(1, N // length) * stored_per_sequence)
+    deferred_peak = 0
+    if deferred:  # every dW row already written by the waves: each slice's GEMM reads its rows as C
+        gradient_phases, deferred_peak = gradients_from_stats(replace(p, tokens=deferred, valid_fraction=1.0))
+        phases += [replace(ph, hbm_bytes=ph.hbm_bytes + ph.gemm_shape[0] * H * 4 * (stored_per_sequence > 0))
+                   if ph.name.startswith("GEMM3") else ph for ph in gradient_phases]
     if p.weight_grad:
         phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * H * (4 + c), launches=1))
-    return Estimate("sequence waves (design)", p, phases, gemms=3,
-                    peak_extra_bytes=store_rows * V * c + scratch * V * 4 + N * PER_TOKEN_BYTES,
+    return Estimate("sequence waves (design)", p, phases, gemms=3 + (deferred > 0),
+                    peak_extra_bytes=max(store_rows * V * c + scratch * V * 4, deferred_peak) + N * PER_TOKEN_BYTES,
                     fp32_weight_grad_bytes=V * H * 4 if p.weight_grad else 0,
                     assumptions=[f"{seq_len}-token sequences", f"{store_rows} stored rows, {scratch}-row scratch",
+                                 f"{deferred} rows deferred to a second pass",
                                  "a loss separable by sequence, no entropy term"])
 
 
