@@ -9,7 +9,7 @@ from typing import Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import ops, reference, routing
+from . import ops, reference, routing, sequence_route
 from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_backend_name, get_backend,
                        refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
@@ -208,9 +208,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
                                    advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids)
-    backend, workspace_bytes = routing.resolve(
-        backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head, config,
-        kept_sets=kept_token_ids is not None)
+    workspace_bytes = None if workspace_bytes is None else check_workspace(workspace_bytes)
     values = _checking_values()
     H = hidden.shape[-1]
     if cu_seqlens is None:
@@ -249,12 +247,23 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         check_loss_inputs(layout.batch_shape, hidden.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config, values)
 
+    backend, workspace_bytes = routing.resolve(
+        backend, workspace_bytes, hidden, head, config, kept_sets=kept_token_ids is not None,
+        sequence_rows=sequence_route.longest_sequence(backend, config, layout, head, hidden,
+                                                      kept_sets=kept_token_ids is not None, compiling=not values))
     hidden_rows = layout.head_rows(hidden.reshape(-1, H))
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
     route = token_level_route(backend, config, kept_sets=kept_rows is not None, sharded=head.shard is not None,
                               compiling=not values, float64=head.weight.dtype == torch.float64)
-    if route is None:  # the two-step route: statistics, the objective by autograd, gradients from g and e
+    waves = None if route is not None else sequence_route.waves_for(
+        backend, config, layout, head, hidden_rows, workspace_bytes, kept_sets=kept_rows is not None,
+        compiling=not values)
+    if waves is not None:  # a loss separable by sequence: one pass over waves of whole sequences
+        loss, metrics, logps = sequence_route.sequence_level_in_waves(
+            backend, waves, hidden_rows, head, target_rows, layout, advantages, config, old_logps, ref_logps,
+            importance_ratio, num_items_in_batch, workspace_bytes)
+    elif route is None:  # the two-step route: statistics, the objective by autograd, gradients from g and e
         logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes, kept_rows)
         loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
                                        config, old_logps=old_logps, ref_logps=ref_logps,

@@ -55,6 +55,15 @@ class TokenLayout:
         B, T = self.batch_shape
         return B * T if self.grid_rows is None else self.grid_rows.numel()
 
+    def rows_per_sequence(self) -> list[int]:
+        """How many of the head's rows each grid row (sequence) holds, in order: the head's rows are grouped by
+        sequence, the sequences in grid order (a host synchronisation)."""
+        B, T = self.batch_shape
+        if self.grid_rows is None:
+            return [T] * B
+        return torch.bincount(torch.div(self.grid_rows, T, rounding_mode="floor"), minlength=B).tolist() \
+            if T else [0] * B
+
     def head_rows(self, flat: torch.Tensor) -> torch.Tensor:
         """The rows of a flattened input ([N, ...] or [B*T, ...]) that go through the head."""
         return flat if self.source_rows is None else flat.index_select(0, self.source_rows)

@@ -201,6 +201,10 @@ class LossType:
     # advantage and the config, not the token's own lp): on-policy, GSPO's sequence ratio then trains exactly as the
     # per-token one, and such a call takes the token-level route (objective.on_policy_token_level).
     ratio_slope_per_sequence: bool = False
+    # A sequence's terms read that sequence's tokens alone (a token-level term, or a reduction along its own row, as
+    # vespo's weight): a sequence's g = dLoss/dlp is known once its own tokens are, and the GEMM backend may take a
+    # sequence-level loss in one pass over waves of whole sequences (objective.sequence_waves_apply).
+    separable_by_sequence: bool = False
     # The term reads rho itself (vespo folds it into its sequence weight) instead of being multiplied by it; such a
     # type needs rho per token ([B, T]).
     folds_importance_ratio: bool = False
@@ -281,7 +285,8 @@ def _add(loss: LossType) -> LossType:
 
 def _ppo(name: str, aggregation: Aggregation, **traits) -> LossType:
     return _add(LossType(name, ppo_clip_term, aggregation, clip=TRUST_REGION, token_level=True,
-                         ratio_slope_per_sequence=True, epilogue=Epilogue.PPO_CLIP, **traits))
+                         ratio_slope_per_sequence=True, separable_by_sequence=True, epilogue=Epilogue.PPO_CLIP,
+                         **traits))
 
 
 # sapo's and vespo's own hyper-parameters, declared as any registered type's (TRL's names are their aliases).
@@ -307,12 +312,12 @@ _ppo("dr_grpo", FIXED_LENGTH, warns_sequence_level=True)
 DEFAULT_LOSS_TYPE = _ppo("dapo", GLOBAL_TOKEN_MEAN, warns_sequence_level=True).name
 # cispo's slope in r is 0 (its weight is detached); sapo's at r = 1 is -A whatever its temperature
 _add(LossType("cispo", cispo_term, GLOBAL_TOKEN_MEAN, clip=RATIO_CAP, token_level=True, ratio_slope_per_sequence=True,
-              epilogue=Epilogue.CISPO, warns_sequence_level=True))
+              separable_by_sequence=True, epilogue=Epilogue.CISPO, warns_sequence_level=True))
 _add(LossType("sapo", sapo_term, SEQUENCE_MEAN, token_level=True, ratio_slope_per_sequence=True,
-              epilogue=Epilogue.SAPO, params=SAPO_PARAMS))
+              separable_by_sequence=True, epilogue=Epilogue.SAPO, params=SAPO_PARAMS))
 _ppo("luspo", SEQUENCE_SUM, paper_importance_sampling_level="sequence")
 _add(LossType("vespo", vespo_term, GLOBAL_TOKEN_MEAN, folds_importance_ratio=True, sequence_weight=vespo_weights,
-              params=VESPO_PARAMS))
+              separable_by_sequence=True, params=VESPO_PARAMS))
 BUILTIN_LOSS_TYPES = tuple(_REGISTRY)
 
 
@@ -360,7 +365,7 @@ def validate_loss_params(loss_type: str, params: Optional[Mapping[str, Any]], ke
 
 def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggregation | AggregationWeights, *,
                        clip: Optional[str] = None, token_level: bool = False,
-                       ratio_slope_per_sequence: bool = False,
+                       ratio_slope_per_sequence: bool = False, separable_by_sequence: bool = False,
                        folds_importance_ratio: bool = False, params: Optional[Mapping[str, Any]] = None,
                        replace: bool = False) -> LossType:
     """Add a loss type: GRPOLossConfig(loss_type=name) then runs it on every backend and vocabulary shard.
@@ -381,6 +386,10 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         the sequence's advantage and the config, not x.logps): on-policy, GSPO's sequence-level ratio then takes
         the token-level route (with token_level, and an aggregation whose weights are the same within a sequence:
         each built-in one).
+    separable_by_sequence: True only if a sequence's L reads that sequence's tokens alone (token_level implies it):
+        a sequence-level call then may run in one pass over waves of whole sequences on the GEMM backend, each
+        wave's g taken from this objective once the wave's sequences are complete. False (the safe default) keeps
+        the two-step route.
     folds_importance_ratio: the term reads x.importance_ratio itself instead of L being multiplied by it.
     params: the loss type's own hyper-parameters, {name: LossParam(default, type, minimum, maximum, choices)} or
         {name: default} (the type is the default's: bool, int, float or str). A config sets them with
@@ -428,6 +437,7 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
     declared = {param_name: _declared_param(param_name, spec) for param_name, spec in (params or {}).items()}
     return _add(LossType(name, term, aggregation, clip=clip, token_level=bool(token_level),
                          ratio_slope_per_sequence=bool(ratio_slope_per_sequence),
+                         separable_by_sequence=bool(separable_by_sequence or token_level),
                          folds_importance_ratio=bool(folds_importance_ratio), params=declared))
 
 

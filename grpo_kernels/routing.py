@@ -24,7 +24,7 @@ from typing import Optional
 from .backends import AUTO, DEFAULT_BACKEND, auto_candidates, get_backend, token_level_route
 from .cost_model import DEVICES, DeviceRates, Estimate, Problem, device_key
 from .cost_model.device import MIB
-from .cost_model.paths import PER_TOKEN_BYTES, chunked_logits_peak_bytes
+from .cost_model.paths import PER_TOKEN_BYTES, chunked_logits_peak_bytes, sequence_store_layout
 from .messages import shown
 # the workspace where the model does not choose it (CPU, unmodelled devices, a given workspace)
 from .backends import DEFAULT_WORKSPACE_BYTES
@@ -78,14 +78,15 @@ def _cuda_name(index: int) -> str:
 
 
 def problem_for(operation: str, tokens: int, hidden: int, vocab: int, dtype: str,
-                workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> Problem:
-    """The model's Problem of one of the four operations ('token', 'sequence', 'frozen', 'logprobs')."""
+                workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, sequence_rows: int = 0) -> Problem:
+    """The model's Problem of one of the four operations ('token', 'sequence', 'frozen', 'logprobs');
+    `sequence_rows` the longest sequence's rows of a sequence-level loss separable by sequence (0: not one)."""
     shapes = {"token": dict(operation="loss"), "sequence": dict(operation="loss", level="sequence"),
               "frozen": dict(operation="loss", frozen_head=True), "logprobs": dict(operation="logprobs")}
     if operation not in shapes:
         raise ValueError(f"operation must be one of {sorted(shapes)}, got {operation!r}")
     return Problem(tokens=max(1, tokens), hidden=hidden, vocab=vocab, dtype=dtype, workspace_bytes=workspace_bytes,
-                   **shapes[operation])
+                   sequence_rows=sequence_rows if operation == "sequence" else 0, **shapes[operation])
 
 
 def _budget_rows(p: Problem, budget_bytes: int) -> int:
@@ -111,7 +112,12 @@ def workspace_candidates(p: Problem, rates: DeviceRates, budget_bytes: int) -> l
     for count in range(fewest, fewest + _EXTRA_WAVE_COUNTS):
         balanced = math.ceil(math.ceil(N / count) / tile_rows) * tile_rows
         rows.add(min(N, balanced))
-    return sorted(r * row_bytes for r in rows if r <= most_rows)
+    candidates = {r * row_bytes for r in rows if r <= most_rows}
+    if p.sequence_rows:  # the one-pass sequence route's: a scratch and a store of 1, 2, ... whole sequences
+        scratch = sequence_store_layout(N, p.vocab, p.itemsize, 0)[0] * row_bytes
+        stores = (k * min(p.sequence_rows, N) * p.vocab * p.itemsize for k in range(1, N // p.sequence_rows + 1))
+        candidates |= {scratch + store for store in stores if scratch + store <= budget_bytes}
+    return sorted(candidates)
 
 
 def modelled_route(p: Problem, rates: DeviceRates, budget_bytes: Optional[int] = None,
@@ -164,11 +170,12 @@ def _route_within(p: Problem, rates: DeviceRates, budget_bytes: int, backends: O
 
 def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, device: DeviceSpec,
           budget_bytes: Optional[int] = None, backends: Optional[tuple[str, ...]] = None,
-          two_pass: tuple[str, ...] = ()) -> Route:
+          two_pass: tuple[str, ...] = (), sequence_rows: int = 0) -> Route:
     """The path `auto` takes for one call: `operation` one of 'token', 'sequence', 'frozen', 'logprobs';
     `tokens` rows through the head; `dtype` the inputs' ('bfloat16', ...); `budget_bytes` the call's memory
     budget (None: modelled_route's default); `backends` those the call allows (default: every one `auto` may
-    pick); `two_pass` those of them that would run a token-level call in two steps."""
+    pick); `two_pass` those of them that would run a token-level call in two steps; `sequence_rows` the longest
+    sequence's rows of a sequence-level loss separable by sequence (0: not one)."""
     if budget_bytes is not None and (not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool)
                                      or budget_bytes <= 0):
         raise ValueError(f"memory budget must be a positive int (bytes), got {shown(budget_bytes)}")
@@ -181,15 +188,16 @@ def route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, devi
                  f"{dtype} inputs" if dtype not in MODELLED_DTYPES else f"no cost model for {list(backends)}")
         fallback = DEFAULT_BACKEND if DEFAULT_BACKEND in backends or not backends else backends[0]
         return Route(fallback, DEFAULT_WORKSPACE_BYTES, f"not modelled ({where}): {fallback}, default workspace")
-    return _cached_route(operation, tokens, hidden, vocab, dtype, key, budget_bytes, modelled, tuple(two_pass))
+    return _cached_route(operation, tokens, hidden, vocab, dtype, key, budget_bytes, modelled, tuple(two_pass),
+                         sequence_rows)
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_route(operation: str, tokens: int, hidden: int, vocab: int, dtype: str, key: str,
-                  budget_bytes: Optional[int],
-                  backends: tuple[str, ...], two_pass: tuple[str, ...]) -> Route:
-    chosen, _ = modelled_route(problem_for(operation, tokens, hidden, vocab, dtype), DEVICES[key], budget_bytes,
-                               backends, two_pass)
+                  budget_bytes: Optional[int], backends: tuple[str, ...], two_pass: tuple[str, ...],
+                  sequence_rows: int = 0) -> Route:
+    chosen, _ = modelled_route(problem_for(operation, tokens, hidden, vocab, dtype, sequence_rows=sequence_rows),
+                               DEVICES[key], budget_bytes, backends, two_pass)
     return chosen
 
 
@@ -203,10 +211,11 @@ def operation_of(grads: bool, token_level: bool, weight_grad: bool) -> str:
     return "token" if weight_grad else "frozen"
 
 
-def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, config=None, kept_sets: bool = False
-            ) -> tuple[str, int]:
+def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, config=None, kept_sets: bool = False,
+            sequence_rows: int = 0) -> tuple[str, int]:
     """(backend, workspace) of one call; `config` the loss's GRPOLossConfig (None: log-probs), `kept_sets` whether
-    it scores kept-token sets. `auto` routes by the model among the backends that support the call; an explicit
+    it scores kept-token sets; `sequence_rows` the longest sequence's rows where the loss may run in waves of whole
+    sequences (sequence_route.py; 0: it may not). `auto` routes by the model among the backends that support the call; an explicit
     backend is kept, and a workspace backend's workspace, when not given, is the model's choice without a budget
     from the call (modelled_route). A given `workspace_bytes` is the memory budget of `auto` (and the workspace of an explicit workspace
     backend). Under torch.compile, and for a sharded head (the model has no collectives), `auto` is the default
@@ -230,5 +239,5 @@ def resolve(backend: str, workspace_bytes: Optional[int], hidden, head, config=N
     chosen = route(operation, hidden.numel() // max(1, hidden.shape[-1]), hidden.shape[-1], head.weight.shape[0],
                    str(hidden.dtype).removeprefix("torch."), device_spec(hidden.device),
                    workspace_bytes, allowed,
-                   tuple(name for name, is_fused in fused.items() if not is_fused))
+                   tuple(name for name, is_fused in fused.items() if not is_fused), sequence_rows)
     return chosen.backend, chosen.workspace_bytes

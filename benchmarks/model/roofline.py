@@ -45,9 +45,12 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def problem(shape: BenchShape, scenario: Scenario, valid_fraction: float = 1.0) -> Problem:
+    """The scenario at the shape; a sequence-level loss is GSPO's (separable by sequence: the GEMM path may take it
+    in waves of whole sequences of the shape's length)."""
     return Problem(tokens=shape.tokens, hidden=shape.head.hidden, vocab=shape.head.vocab, dtype=shape.dtype,
                    operation=scenario.operation, level=scenario.level, frozen_head=scenario.frozen_head,
-                   valid_fraction=valid_fraction)
+                   valid_fraction=valid_fraction,
+                   sequence_rows=shape.seq_len if scenario.level == "sequence" else 0)
 
 
 def estimate(path: str, p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:

@@ -83,6 +83,9 @@ class BackendSpec:
     uses_workspace: bool = False
     # How a token-level objective is fused into its streaming pass (ONE_PASS, EPILOGUE); None: never fused.
     token_level_route: Optional[TokenLevelRoute] = None
+    # A loss separable by sequence in one pass over waves of whole sequences (backends/sequence_waves.py:
+    # linear_forward_with_sequence_grads, sequence_store_rows), where its store holds the longest sequence.
+    sequence_waves: bool = False
     kept_token_sets: bool = True  # kept_token_ids: log-probs over a sampler's kept sets
     vocab_shards: bool = True  # a vocabulary-parallel head (each rank holds rows of W)
     logit_transforms: bool = True  # a LogitTransform (scale, soft-cap) other than the identity
@@ -189,7 +192,8 @@ for _spec in (
                 token_level_route=ONE_PASS, triton_kernels=True, logits_module=".triton",
                 dtypes=("float32", "bfloat16", "float16"), batch_invariant=True),
     BackendSpec("gemm", ".gemm", "GEMM-rate waves: cuBLAS GEMMs and Triton row kernels on CUDA, torch ops elsewhere",
-                cost="..cost_model.paths:gemm", auto=True, uses_workspace=True, token_level_route=ONE_PASS),
+                cost="..cost_model.paths:gemm", auto=True, uses_workspace=True, token_level_route=ONE_PASS,
+                sequence_waves=True),
 ):
     BACKENDS[_spec.name] = _spec  # the package's own: their modules are imported on first use, not here
 

@@ -26,7 +26,8 @@ from typing import Callable, Optional
 
 import torch
 
-from ..cost_model.paths import MIN_GRADIENT_SLICE, MIN_SEGMENT, gradient_tiles, row_segments
+from ..cost_model.paths import (MIN_GRADIENT_SLICE, MIN_SEGMENT, gradient_tiles, row_segments,
+                                sequence_store_layout)
 from ..head import LMHead
 from .workspace import DEFAULT_WORKSPACE_BYTES
 from .protocol import stats_dtype
@@ -364,6 +365,22 @@ class GemmBackend:
                        token_grads=token_grads, needs_hidden_grad=needs_hidden_grad,
                        needs_weight_grad=needs_weight_grad, combine_stats=combine_stats,
                        gemm_in_input_dtype=self.gemm_in_input_dtype)
+
+    def sequence_store_rows(self, rows: int, vocab: int, hidden: torch.Tensor) -> int:
+        """Rows of the store of the one-pass sequence-level route (backends/sequence_waves.py) in this workspace."""
+        return sequence_store_layout(rows, vocab, gemm_dtype(hidden, self.gemm_in_input_dtype).itemsize,
+                                     self.workspace_bytes, stats_dtype(hidden.dtype).itemsize)[1]
+
+    def linear_forward_with_sequence_grads(self, hidden, head: LMHead, targets, waves: list[tuple[int, int]],
+                                           wave_grads, needs_hidden_grad=True, needs_weight_grad=True):
+        """Statistics and the gradients of a loss separable by sequence in one pass over `waves` of whole
+        sequences (backends/sequence_waves.py): per wave the logits GEMM, the statistics and Q = d lp / d z into
+        the store, `wave_grads(r0, r1, logps, entropy) -> g` of its rows once they are all in, dH and dW."""
+        from .sequence_waves import stream_sequence_waves
+
+        return stream_sequence_waves(hidden, head, targets, waves, self.workspace_bytes, self._rows(hidden.device),
+                                     wave_grads, needs_hidden_grad=needs_hidden_grad,
+                                     needs_weight_grad=needs_weight_grad, gemm_in_input_dtype=self.gemm_in_input_dtype)
 
 
 def backend(workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> GemmBackend:

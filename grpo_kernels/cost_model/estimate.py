@@ -31,6 +31,9 @@ class Problem:
     hidden_grad: bool = True
     valid_fraction: float = 1.0
     workspace_bytes: int = GIB  # the gemm path's float32 logits workspace
+    # The longest sequence's rows, where a sequence-level loss is separable by sequence (the GEMM path may then run
+    # it in one pass over waves of whole sequences, backends/sequence_waves.py); 0: that route does not apply.
+    sequence_rows: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tokens", "hidden", "vocab", "workspace_bytes"):
@@ -43,6 +46,8 @@ class Problem:
             raise ValueError(f"operation must be 'loss' or 'logprobs', got {self.operation!r}")
         if self.level not in ("token", "sequence"):
             raise ValueError(f"level must be 'token' or 'sequence', got {self.level!r}")
+        if not isinstance(self.sequence_rows, int) or self.sequence_rows < 0:
+            raise ValueError(f"sequence_rows must be an int >= 0, got {self.sequence_rows!r}")
         if not 0.0 < self.valid_fraction <= 1.0:
             raise ValueError(f"valid_fraction must be in (0, 1], got {self.valid_fraction!r}")
 

@@ -57,6 +57,20 @@ GEMM_TILE_ROWS, GEMM_TILE_COLUMNS = 128, 256
 MIN_GRADIENT_SLICE = 4096
 
 
+# Rows of the one-pass sequence route's float32 scratch (backends/sequence_waves.py): enough for the logits GEMM to
+# fill its tiles (two 128-row tiles), few enough that the store keeps most of the workspace.
+SEQUENCE_SCRATCH_ROWS = 256
+
+
+def sequence_store_layout(rows: int, vocab: int, gemm_itemsize: int, workspace_bytes: int,
+                          scratch_itemsize: int = 4) -> tuple[int, int]:
+    """(scratch rows, store rows) of the one-pass sequence route's workspace: a scratch of up to
+    SEQUENCE_SCRATCH_ROWS rows in the statistics dtype (float32; float64 for the oracle), fewer when the call has
+    fewer, the rest a store of rows in the GEMM dtype (0 when the scratch alone fills it)."""
+    scratch = max(1, min(SEQUENCE_SCRATCH_ROWS, rows))
+    return scratch, max(0, (workspace_bytes - scratch * vocab * scratch_itemsize) // (vocab * gemm_itemsize))
+
+
 def gradient_tiles(tokens: int, vocab: int, hidden: int, workspace_bytes: int, hidden_grad: bool = True,
                    weight_grad: bool = True, min_slice: int = MIN_GRADIENT_SLICE) -> tuple[int, int]:
     """(rows, columns) of the logits tiles of the gradient pass from given statistics: token waves of whole rows
@@ -122,6 +136,9 @@ def gemm(p: Problem, dw_through_temporary: bool = False, sliced_second_pass: boo
     design that avoids: a float32 temporary from torch.mm(out_dtype=float32), then added into the accumulator.
     sliced_second_pass=False: a two-pass loss's second pass in waves of whole rows (a backend that does not slice).
     """
+    if p.operation == "loss" and p.level == "sequence" and 0 < p.sequence_rows <= sequence_store_layout(
+            p.valid_tokens, p.vocab, p.itemsize, p.workspace_bytes)[1]:
+        return sequence_waves(p)
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     n_w = min(N, max(1, p.workspace_bytes // (4 * V)))
     wave_list = waves(N, n_w)
@@ -238,6 +255,58 @@ def gradients_from_stats(p: Problem, whole_rows: bool = False) -> tuple[list[Pha
         phases.append(Phase("cast the dH sums", hbm_bytes=N * H * (4 + c), launches=math.ceil(N / tile_rows)))
     peak = tile_rows * tile_columns * 4 + (tile_rows * H * 4 if p.hidden_needs_grad and sliced and c != 4 else 0)
     return phases, peak
+
+
+def sequence_waves(p: Problem) -> Estimate:
+    """The GEMM path's one-pass route for a loss separable by sequence (backends/sequence_waves.py), its store
+    holding p.sequence_rows rows a sequence: every sequence that long (the fewest sequences a wave)."""
+    N, V, c = p.valid_tokens, p.vocab, p.itemsize
+    scratch, store_rows = sequence_store_layout(N, V, c, p.workspace_bytes)
+    length = min(p.sequence_rows, N)
+    phases = padding_phases(p) + sequence_wave_phases(p, length, length, store_rows // length, scratch)
+    if p.weight_grad:
+        phases.append(Phase("cast dW to the weight dtype", hbm_bytes=V * p.hidden * (4 + c), launches=1))
+    return Estimate("GEMM-rate waves of whole sequences", p, phases, gemms=1 + p.hidden_needs_grad + p.weight_grad,
+                    peak_extra_bytes=scratch * V * 4 + min(N, store_rows // length * length) * V * c
+                    + N * PER_TOKEN_BYTES, fp32_weight_grad_bytes=V * p.hidden * 4 if p.weight_grad else 0,
+                    assumptions=[f"{length}-row sequences, {store_rows // length} a wave",
+                                 f"a {scratch}-row float32 scratch, a store of {store_rows} rows"])
+
+
+def sequence_wave_phases(p: Problem, length: int, stored_per_sequence: int, per_wave: int, scratch: int
+                         ) -> list[Phase]:
+    """Waves of `per_wave` whole sequences of `length` rows: each row's logits through the float32 scratch (GEMM1,
+    the statistics), the first `stored_per_sequence` rows of each sequence's Q = d lp / d z into the store (a
+    program per row segment); once the wave is complete, its objective, dH = g (Q W) and dW (+)= Q^T (g h) of the
+    stored rows (the accumulator read as C after the first wave)."""
+    H, V, c = p.hidden, p.vocab, p.itemsize
+    segments = row_segments(V)
+    phases: list[Phase] = []
+    first = True
+    for sequences, count in waves(max(1, p.valid_tokens // length), max(1, per_wave)):
+        rows, stored = sequences * length, sequences * stored_per_sequence
+        for sub, sub_count in waves(rows, scratch):
+            phases.append(gemm_phase("GEMM1 Z = h W^T (fp32 out, scratch)", sub, V, H, c, 4, count * sub_count))
+            phases.append(Phase(f"row statistics ({segments} segments a row)",
+                                hbm_bytes=sub * V * 4 + sub * PER_TOKEN_BYTES, row_read_bytes=sub * V * 4,
+                                row_programs=sub * segments, count=count * sub_count,
+                                launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
+        if stored:
+            phases.append(Phase("Q = d lp / d z into the store (input dtype)", hbm_bytes=stored * V * (4 + c),
+                                row_read_bytes=stored * V * 4, row_programs=min(stored, scratch) * segments,
+                                count=count, launches=2 * math.ceil(stored / scratch)))
+        phases.append(Phase("objective of the wave's sequences", hbm_bytes=p.tokens * PER_TOKEN_BYTES,
+                            launches=OBJECTIVE_LAUNCHES, count=count))
+        if p.hidden_needs_grad and stored:
+            phases.append(gemm_phase("GEMM2 Q W (fp32 out)", stored, H, V, c, 4, count))
+            phases.append(Phase("dH = g (Q W), cast", hbm_bytes=stored * H * (4 + c), count=count, launches=1))
+        if p.weight_grad and stored:
+            phases.append(Phase("g h", hbm_bytes=stored * H * 2 * c, count=count, launches=1))
+            dw = gemm_phase("GEMM3 dW (+)= Q^T (g h)", V, H, stored, c, 4, count)
+            later = count - 1 if first else count  # waves whose GEMM reads the accumulator as C
+            phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4 * later / count))
+        first = False
+    return phases
 
 
 def _firsts(wave_list: list[tuple[int, int]]) -> list[tuple[int, tuple[int, int]]]:

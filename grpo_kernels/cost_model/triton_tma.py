@@ -113,7 +113,7 @@ def two_passes(p: Problem) -> Estimate:
     """The statistics by the persistent kernel in one launch (no logits stored), the objective, then the GEMM path's
     gradient pass from the statistics (paths.gradients_from_stats: cuBLAS recomputes the logits in its tiles)."""
     N = p.valid_tokens
-    waves = gemm(replace(p, level="sequence"))
+    waves = gemm(replace(p, level="sequence", sequence_rows=0))  # no waves of whole sequences here
     phases = _replaced(waves.phases, p, lambda phase: phase.name.startswith("pass 1"))
     second_pass_peak = gradients_from_stats(p)[1]
     return Estimate("persistent TMA Triton statistics, then the gradients in the GEMM path's tiles", p, phases,

@@ -7,6 +7,7 @@ from grpo_testing import device_of, make_problem, registered_backends
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 from grpo_kernels.backends import gemm as gemm_path
+from grpo_kernels.backends import sequence_waves
 from grpo_kernels.backends import torch_streaming as torch_chunked
 
 CONFIGS = {
@@ -98,16 +99,19 @@ def test_packed_with_its_own_completion_mask():
     torch.testing.assert_close(packed.logps, padded.logps.reshape(-1))
 
 
-@pytest.mark.parametrize("backend,module,name", [("gemm", gemm_path, "_stream"),
-                                                  ("torch", torch_chunked, "linear_forward")])
-def test_padding_never_goes_through_the_head(monkeypatch, backend, module, name):
+@pytest.mark.parametrize("backend,passes", [
+    ("gemm", [(gemm_path, "_stream"), (sequence_waves, "stream_sequence_waves")]),
+    ("torch", [(torch_chunked, "linear_forward")])], ids=["gemm", "torch"])
+def test_padding_never_goes_through_the_head(monkeypatch, backend, passes):
     rows_seen = []
-    original = getattr(module, name)
 
-    def spy(hidden, *args, **kwargs):
-        rows_seen.append(hidden.shape[0])
-        return original(hidden, *args, **kwargs)
-    monkeypatch.setattr(module, name, spy)
+    def spy(original):
+        def run(hidden, *args, **kwargs):
+            rows_seen.append(hidden.shape[0])
+            return original(hidden, *args, **kwargs)
+        return run
+    for module, name in passes:  # every pass of the backend over the head's rows
+        monkeypatch.setattr(module, name, spy(getattr(module, name)))
     problem = _right_padded(seed=1, lengths=[8, 2, 2, 4])
     config = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence")
     hidden = problem.hidden.clone().requires_grad_()

@@ -244,3 +244,39 @@ def test_auto_chooses_among_the_backends_that_support_the_call(monkeypatch):
     assert routing.resolve("auto", tiny, hidden, softcapped)[0] == "gemm"
     assert routing.resolve("auto", tiny, hidden, LMHead(softcapped.weight))[0] == "triton"
     routing._cached_route.cache_clear()
+
+
+def test_a_loss_separable_by_sequence_gets_a_workspace_whose_store_holds_its_longest_sequence_at_s1():
+    """GSPO off-policy at S1 (1024-row sequences): auto sizes the workspace for waves of whole sequences (three
+    GEMM-equivalents) within the usual fused head's memory; without sequence rows, the two-pass route's."""
+    from grpo_kernels.cost_model.paths import sequence_store_layout
+
+    tokens, hidden, vocab = S1
+    waves = routing.route("sequence", tokens, hidden, vocab, "bfloat16", H100, sequence_rows=1024)
+    two_pass = routing.route("sequence", tokens, hidden, vocab, "bfloat16", H100)
+    assert waves.backend == two_pass.backend == "gemm"
+    assert sequence_store_layout(tokens, vocab, 2, waves.workspace_bytes)[1] >= 1024
+    assert sequence_store_layout(tokens, vocab, 2, two_pass.workspace_bytes)[1] < 1024
+    assert waves.predicted_s < 0.9 * two_pass.predicted_s
+    p = routing.problem_for("sequence", tokens, hidden, vocab, "bfloat16", waves.workspace_bytes, sequence_rows=1024)
+    assert get_backend("gemm").cost_model()(p).peak_extra_bytes <= chunked_logits_peak_bytes(p)
+
+
+def test_auto_passes_the_longest_sequence_to_the_route_only_where_the_waves_may_apply(monkeypatch):
+    seen = []
+    resolve = routing.resolve
+
+    def spy(*args, sequence_rows=0, **kwargs):
+        seen.append(sequence_rows)
+        return resolve(*args, sequence_rows=sequence_rows, **kwargs)
+
+    monkeypatch.setattr(routing, "resolve", spy)
+    problem = make_problem(seed=5, B=3, T=8, H=16, V=64, dtype=torch.float32)
+    longest = int(problem.completion_mask.sum(-1).max())
+    for config, expected in ((GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence"), longest),
+                             (GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence",
+                                             entropy_coef=0.1), 0),
+                             (GRPOLossConfig(loss_type="dapo"), 0)):
+        seen.clear()
+        run_loss(fused_linear_grpo_loss, problem, config, backend="auto")
+        assert seen == [expected], config
