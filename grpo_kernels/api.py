@@ -165,7 +165,10 @@ def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: to
     batch_shape = tuple(hidden.shape[:-1])
     check_targets(names.targets, targets, batch_shape, head.vocab_size, hidden.device,
                   check_values=_checking_values(), anchor=names.hidden)
-    check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
+    if mask is not None:  # before the kept sets, which it selects, and before any work
+        check_mask(names.mask, mask, batch_shape, hidden.device, _checking_values(), names.hidden)
+    check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values(),
+                         targets_name=names.targets)
     kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
     backend, workspace_bytes = routing.resolve(
         backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
@@ -175,7 +178,6 @@ def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: to
     if mask is None:
         logps, entropy = _row_logprobs(backend, flat_hidden, head, flat_targets, workspace_bytes, flat_kept)
     else:
-        check_mask(names.mask, mask, batch_shape, hidden.device, _checking_values(), names.hidden)
         layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
         logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), head, layout.head_rows(flat_targets),
                                        workspace_bytes, None if flat_kept is None else layout.head_rows(flat_kept))
@@ -258,7 +260,8 @@ def fused_linear_grpo_loss_named(
         check_targets(names.targets, completion_ids, (B, T), head.vocab_size, hidden.device, values, names.hidden)
         check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch, config, values, names)
-        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values,
+                             names.targets)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.padded(completion_mask, compact=values)
     else:
@@ -273,7 +276,8 @@ def fused_linear_grpo_loss_named(
             check_mask(names.mask, completion_mask, (N,), hidden.device, values, names.hidden)
         # their metadata before the layout moves them onto the grid (a tensor elsewhere failed inside that copy)
         check_packed_inputs(N, S, hidden.device, advantages, old_logps, ref_logps, importance_ratio, names)
-        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values,
+                             names.targets)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.packed(cu_seqlens, completion_mask, N)
         if isinstance(advantages, torch.Tensor) and advantages.dim() == 1 and advantages.shape[0] == N and N != S:

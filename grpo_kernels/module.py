@@ -21,7 +21,7 @@ from .backends import check_backend_name
 from .config import GRPOLossConfig, check_setting
 from .losses import get_loss_type, loss_param_aliases
 from .messages import shown
-from .validation import check_workspace
+from .validation import check_kept_token_ids, check_linear_inputs, check_loss_inputs, check_targets, check_workspace
 
 
 # Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
@@ -148,6 +148,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         # Liger documents _input as [B*T, H]; TRL passes [B, T, H]. Accept both.
         hidden = _as_batch_grid("_input", _input, B, T)
         importance_ratio = _per_sequence_or_token_ratio(vllm_is_ratio, B, T)
+        if self._computes_reference(ref_per_token_logps, ref_input):
+            # the reference pass is a whole head's work: the policy's inputs are checked before it, not after
+            self._check_policy_inputs(hidden, lin_weight, bias, selected_token_ids, attention_mask, advantages,
+                                      old_per_token_logps, importance_ratio, num_items_in_batch, kept_token_ids)
         ref_logps = self._reference_logps(B, T, lin_weight, selected_token_ids, attention_mask,
                                           ref_per_token_logps, ref_input, ref_weight, ref_bias, kept_token_ids)
         # No reference: Liger's KL is taken against the policy's own detached log-probs, 0 in value and gradient
@@ -167,6 +171,28 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         else:
             metrics.append(out.metrics["clip_ratio/region_mean"])
         return out.loss, metrics
+
+    def _computes_reference(self, ref_per_token_logps: Optional[torch.Tensor], ref_input: Optional[torch.Tensor]
+                            ) -> bool:
+        """Whether forward computes the reference log-probs from ref_input (Liger's precedence)."""
+        return (self.use_ref_model and self.config.beta != 0.0 and ref_per_token_logps is None
+                and ref_input is not None)
+
+    def _check_policy_inputs(self, hidden, lin_weight, bias, selected_token_ids, attention_mask, advantages,
+                             old_per_token_logps, importance_ratio, num_items_in_batch, kept_token_ids) -> None:
+        """The checks the loss runs on the policy's inputs (by forward's names), without the reference log-probs
+        that do not exist yet."""
+        values = not torch.compiler.is_compiling()
+        check_linear_inputs(hidden, lin_weight, bias, check_finite=values, names=FORWARD_NAMES)
+        if hidden.dim() != 3:
+            raise ValueError(f"_input must be [B*T, H] or [B, T, H], got shape {list(hidden.shape)}")
+        B, T = selected_token_ids.shape
+        check_targets("selected_token_ids", selected_token_ids, (B, T), lin_weight.shape[0], hidden.device, values,
+                      anchor="_input")
+        check_loss_inputs((B, T), hidden.device, attention_mask, advantages, old_per_token_logps, None,
+                          importance_ratio, num_items_in_batch, _without_kl(self.config), values, FORWARD_NAMES)
+        check_kept_token_ids(kept_token_ids, selected_token_ids, lin_weight.shape[0], attention_mask, values,
+                             "selected_token_ids")
 
     def _reference_logps(self, B: int, T: int, lin_weight: torch.Tensor, selected_token_ids: torch.Tensor,
                          attention_mask: torch.Tensor, ref_per_token_logps: Optional[torch.Tensor],

@@ -263,13 +263,13 @@ def check_temperature(temperature: object) -> float:
 
 
 def _check_per_token(name: str, value: object, shapes: tuple[tuple[int, ...], ...], device: torch.device,
-                     where: str = "", anchor: str = "hidden/logits") -> torch.Tensor:
+                     expected: Optional[str] = None, anchor: str = "hidden/logits") -> torch.Tensor:
     """One of the objective's float inputs (advantages, log-probs, ratios) by its metadata: a dense float tensor of
     one of `shapes`, on `device`, asking no gradient. The padded and the packed form both check theirs here."""
     value = _require_tensor(name, value)
     if tuple(value.shape) not in shapes:
-        expected = " or ".join(str(list(s)) for s in shapes)
-        raise ValueError(f"{name} must have shape {expected}{where}, got {list(value.shape)}")
+        expected = expected or "have shape " + " or ".join(str(list(s)) for s in shapes)
+        raise ValueError(f"{name} must {expected}, got {list(value.shape)}")
     _require_float(name, value)
     _require_device(name, value, device, anchor)
     _require_constant(name, value)
@@ -285,10 +285,10 @@ def check_packed_inputs(n_tokens: int, n_sequences: int, device: torch.device, a
     for name, value in ((names.old_logps, old_logps), (names.ref_logps, ref_logps),
                         (names.importance_ratio, importance_ratio)):
         if value is not None:
-            _check_per_token(name, value, ((N,),), device, " (N: one value per token of the packed form)",
+            _check_per_token(name, value, ((N,),), device, f"be [N]=[{N}] in the packed form (one value per token)",
                              names.hidden)
     _check_per_token(names.advantages, advantages, ((S,), (N,)), device,
-                     " (S: one per sequence, or N: one per token of the packed form)", names.hidden)
+                     f"be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form", names.hidden)
 
 
 def check_loss_inputs(
@@ -374,7 +374,8 @@ def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Ten
 
 
 def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_size: int,
-                         mask: Optional[torch.Tensor] = None, check_values: bool = True) -> None:
+                         mask: Optional[torch.Tensor] = None, check_values: bool = True,
+                         targets_name: str = "completion_ids") -> None:
     """kept_token_ids [*targets.shape, K] int64 ids in [-1, vocab_size), -1 padding; a position that carries a set
     holds each id once and its target among them (positions where `mask` is 0 are not checked for the target)."""
     if kept_token_ids is None:
@@ -406,8 +407,8 @@ def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_si
         missing &= mask.reshape(-1) != 0
     if bool(missing.any()):
         index = int(torch.nonzero(missing)[0])
-        raise ValueError(f"the target token {int(targets.reshape(-1)[index])} at position {_position(index, shape)} "
-                         "is not in its kept_token_ids set: the sampler cannot have drawn it")
+        raise ValueError(f"{targets_name}: the target token {int(targets.reshape(-1)[index])} at position "
+                         f"{_position(index, shape)} is not in its kept_token_ids set: the sampler cannot have drawn it")
 
 
 def _position(flat_index: int, shape: tuple[int, ...]) -> list[int]:
