@@ -10,6 +10,7 @@ from typing import Callable, Optional, TypeVar, Union
 import torch
 
 from . import ops, reference, routing, sequence_route
+from .argument_names import LOGITS_NAMES, LOGPROB_NAMES, LOSS_NAMES, ArgumentNames
 from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_backend_name, get_backend,
                        refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
@@ -21,8 +22,8 @@ from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_obje
                         token_inputs, token_metrics)
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
                          check_kept_token_ids, check_linear_inputs,
-                         check_logit_transform, check_logits, check_loss_inputs, check_mask, check_targets,
-                         check_temperature, check_workspace, outside_inference_mode)
+                         check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
+                         check_targets, check_temperature, check_workspace, outside_inference_mode)
 
 # "auto" or the name of a backend registered when the call is made (grpo_kernels/backends/__init__.py): a str,
 # not a Literal of today's names, since register_backend adds names after import.
@@ -77,7 +78,7 @@ def _device_of(x: object) -> torch.device:
 
 def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float,
           logit_transform: Optional[LogitTransform], process_group: Optional[object], backend: str,
-          kept_token_ids: Optional[torch.Tensor]) -> LMHead:
+          kept_token_ids: Optional[torch.Tensor], names: ArgumentNames) -> LMHead:
     """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved; an explicit
     backend that does not declare what the call needs (its registry entry) is refused here, before any work."""
     transform = check_logit_transform(logit_transform)
@@ -86,8 +87,8 @@ def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
                            compiling=not _checking_values(),
                            deterministic=torch.are_deterministic_algorithms_enabled())
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
-    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values())
-    check_backend_dtype(backend, hidden, "hidden")
+    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values(), names=names)
+    check_backend_dtype(backend, hidden, names.hidden)
     bias = bias_in_weight_dtype(weight, bias)
     return LMHead(weight, bias, temperature, transform, shard)
 
@@ -138,6 +139,21 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     A vocabulary-sharded head (a DTensor weight placed Shard(0), or this rank's rows plus `process_group`): see
     `fused_linear_grpo_loss`. `kept_token_ids` [..., K]: see `fused_linear_grpo_loss`.
     """
+    return linear_logprobs_named(
+        LOGPROB_NAMES, hidden, weight, targets, bias=bias, temperature=temperature, return_entropy=return_entropy,
+        backend=backend, mask=mask, workspace_bytes=workspace_bytes, process_group=process_group,
+        logit_transform=logit_transform, kept_token_ids=kept_token_ids)
+
+
+def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          *, bias: Optional[torch.Tensor] = None, temperature: float = 1.0,
+                          return_entropy: bool = False, backend: Backend = "auto",
+                          mask: Optional[torch.Tensor] = None, workspace_bytes: Optional[int] = None,
+                          process_group: Optional[object] = None, logit_transform: Optional[LogitTransform] = None,
+                          kept_token_ids: Optional[torch.Tensor] = None
+                          ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """linear_logprobs, its refusals naming the inputs as `names` does (the caller's names for them: the
+    Liger-compatible module's ref_input, ref_weight, ...)."""
     if not isinstance(return_entropy, bool):
         raise TypeError(f"return_entropy must be True or False, got {shown(return_entropy)}")
     backend = resolve_backend(backend, _device_of(hidden))
@@ -145,10 +161,14 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         hidden, weight, bias, targets, mask, kept_token_ids)
     targets = as_token_ids(targets)
     temperature = check_temperature(temperature)
-    head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend, kept_token_ids)
+    head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend, kept_token_ids, names)
     batch_shape = tuple(hidden.shape[:-1])
-    check_targets("targets", targets, batch_shape, head.vocab_size, hidden.device, check_values=_checking_values())
-    check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values())
+    check_targets(names.targets, targets, batch_shape, head.vocab_size, hidden.device,
+                  check_values=_checking_values(), anchor=names.hidden)
+    if mask is not None:  # before the kept sets, which it selects, and before any work
+        check_mask(names.mask, mask, batch_shape, hidden.device, _checking_values(), names.hidden)
+    check_kept_token_ids(kept_token_ids, targets, head.vocab_size, mask, check_values=_checking_values(),
+                         targets_name=names.targets)
     kept_token_ids = _no_sets_on_padding(kept_token_ids, mask)
     backend, workspace_bytes = routing.resolve(
         backend, None if workspace_bytes is None else check_workspace(workspace_bytes), hidden, head,
@@ -158,7 +178,6 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     if mask is None:
         logps, entropy = _row_logprobs(backend, flat_hidden, head, flat_targets, workspace_bytes, flat_kept)
     else:
-        check_mask("mask", mask, batch_shape, hidden.device, _checking_values())
         layout = TokenLayout.padded(mask.reshape(1, -1), compact=_checking_values())
         logps, entropy = _row_logprobs(backend, layout.head_rows(flat_hidden), head, layout.head_rows(flat_targets),
                                        workspace_bytes, None if flat_kept is None else layout.head_rows(flat_kept))
@@ -198,6 +217,25 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     the set (after temperature), as the sampler drew from it. A position whose set is all -1 is scored over the
     whole vocabulary; the target must be in its set.
     """
+    return fused_linear_grpo_loss_named(
+        LOSS_NAMES, hidden, weight, completion_ids, completion_mask, advantages, bias=bias, old_logps=old_logps,
+        ref_logps=ref_logps, importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch, config=config,
+        backend=backend, cu_seqlens=cu_seqlens, workspace_bytes=workspace_bytes, process_group=process_group,
+        logit_transform=logit_transform, kept_token_ids=kept_token_ids)
+
+
+def fused_linear_grpo_loss_named(
+        names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
+        completion_mask: Optional[torch.Tensor], advantages: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
+        old_logps: Optional[torch.Tensor] = None, ref_logps: Optional[torch.Tensor] = None,
+        importance_ratio: Optional[torch.Tensor] = None,
+        num_items_in_batch: Optional[Union[torch.Tensor, int, float]] = None,
+        config: Optional[GRPOLossConfig] = None, backend: Backend = "auto", cu_seqlens: Optional[torch.Tensor] = None,
+        workspace_bytes: Optional[int] = None, process_group: Optional[object] = None,
+        logit_transform: Optional[LogitTransform] = None, kept_token_ids: Optional[torch.Tensor] = None
+) -> GRPOLossOutput:
+    """fused_linear_grpo_loss, its refusals naming the inputs as `names` does (the caller's names for them: the
+    Liger-compatible module's _input, lin_weight, selected_token_ids, ...)."""
     config = check_config(config)
     backend = resolve_backend(backend, _device_of(hidden))
     (hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
@@ -207,36 +245,37 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     completion_ids = as_token_ids(completion_ids)
     config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
                                    advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
-    head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids)
+    head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids,
+                 names)
     workspace_bytes = None if workspace_bytes is None else check_workspace(workspace_bytes)
     values = _checking_values()
     H = hidden.shape[-1]
     if cu_seqlens is None:
         if hidden.dim() != 3:
-            raise ValueError(f"hidden must be [B, T, H] (or [N, H] with cu_seqlens), got shape {list(hidden.shape)}")
+            raise ValueError(f"{names.hidden} must be [B, T, H] (or [N, H] with cu_seqlens), got shape "
+                             f"{list(hidden.shape)}")
         B, T = hidden.shape[:2]
-        check_targets("completion_ids", completion_ids, (B, T), head.vocab_size, hidden.device, values)
+        check_targets(names.targets, completion_ids, (B, T), head.vocab_size, hidden.device, values, names.hidden)
         check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
-                          importance_ratio, num_items_in_batch, config, values)
-        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
+                          importance_ratio, num_items_in_batch, config, values, names)
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values,
+                             names.targets)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.padded(completion_mask, compact=values)
     else:
         if hidden.dim() != 2:
-            raise ValueError(f"with cu_seqlens, hidden must be packed [N, H], got shape {list(hidden.shape)}")
+            raise ValueError(f"with cu_seqlens, {names.hidden} must be packed [N, H], got shape "
+                             f"{list(hidden.shape)}")
         N = hidden.shape[0]
-        S = check_cu_seqlens(cu_seqlens, N, hidden.device, values)
-        check_targets("completion_ids", completion_ids, (N,), head.vocab_size, hidden.device, values)
+        S = check_cu_seqlens(cu_seqlens, N, hidden.device, values, anchor=names.hidden)
+        cu_seqlens = as_token_ids(cu_seqlens)  # any integer width, as the layout's index ops take int64
+        check_targets(names.targets, completion_ids, (N,), head.vocab_size, hidden.device, values, names.hidden)
         if completion_mask is not None:
-            check_mask("completion_mask", completion_mask, (N,), hidden.device, values)
-        for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
-            if value is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != (N,)):
-                raise ValueError(f"{name} must be [N]=[{N}] in the packed form (one value per token), got "
-                                 f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__}")
-        if not isinstance(advantages, torch.Tensor) or tuple(advantages.shape) not in ((S,), (N,)):
-            raise ValueError(f"advantages must be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form, got "
-                             f"{list(advantages.shape) if isinstance(advantages, torch.Tensor) else shown(advantages)}")
-        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values)
+            check_mask(names.mask, completion_mask, (N,), hidden.device, values, names.hidden)
+        # their metadata before the layout moves them onto the grid (a tensor elsewhere failed inside that copy)
+        check_packed_inputs(N, S, hidden.device, advantages, old_logps, ref_logps, importance_ratio, names)
+        check_kept_token_ids(kept_token_ids, completion_ids, head.vocab_size, completion_mask, values,
+                             names.targets)
         kept_token_ids = _no_sets_on_padding(kept_token_ids, completion_mask)
         layout = TokenLayout.packed(cu_seqlens, completion_mask, N)
         if isinstance(advantages, torch.Tensor) and advantages.dim() == 1 and advantages.shape[0] == N and N != S:
@@ -245,7 +284,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         importance_ratio = layout.packed_to_grid(importance_ratio, cu_seqlens, fill=1.0)
         completion_mask = layout.mask
         check_loss_inputs(layout.batch_shape, hidden.device, completion_mask, advantages, old_logps, ref_logps,
-                          importance_ratio, num_items_in_batch, config, values)
+                          importance_ratio, num_items_in_batch, config, values, names)
 
     backend, workspace_bytes = routing.resolve(
         backend, workspace_bytes, hidden, head, config, kept_sets=kept_token_ids is not None,
@@ -327,16 +366,16 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                                                   ref_logps, importance_ratio, num_items_in_batch)
     completion_ids = as_token_ids(completion_ids)
     if isinstance(logits, torch.Tensor):
-        check_backend_dtype(backend, logits, "logits")
+        check_backend_dtype(backend, logits, "logits")  # a non-tensor: check_logits names it
     if get_backend(backend).materializes_logits:
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)
     values = _checking_values()
     check_logits(logits, check_finite=values)
     B, T, V = logits.shape
-    check_targets("completion_ids", completion_ids, (B, T), V, logits.device, values)
+    check_targets("completion_ids", completion_ids, (B, T), V, logits.device, values, anchor="logits")
     check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
-                      importance_ratio, num_items_in_batch, config, values)
+                      importance_ratio, num_items_in_batch, config, values, LOGITS_NAMES)
     # the logits are already there: the streaming row pass over them (the backend's logits module)
     logps, entropy = ops.logits_logprobs(logits, completion_ids, config.temperature, backend)
     return grpo_loss_output(logps, entropy, completion_mask, advantages, old_logps, ref_logps, importance_ratio,

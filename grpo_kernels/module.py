@@ -15,12 +15,13 @@ from typing import Optional
 
 import torch
 
-from .api import fused_linear_grpo_loss, linear_logprobs
+from .api import fused_linear_grpo_loss_named, linear_logprobs_named
+from .argument_names import ArgumentNames
 from .backends import check_backend_name
 from .config import GRPOLossConfig, check_setting
 from .losses import get_loss_type, loss_param_aliases
 from .messages import shown
-from .validation import check_workspace
+from .validation import check_kept_token_ids, check_linear_inputs, check_loss_inputs, check_targets, check_workspace
 
 
 # Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
@@ -31,6 +32,14 @@ LIGER_ORDER = ("beta", "compiled", "use_ref_model", "chunk_size", "epsilon_low",
                "temperature")
 LIGER_NAMES = {"epsilon_low": "epsilon"}  # Liger's name -> GRPOLossConfig's
 LIGER_DEFAULTS = {"beta": 0.04, "epsilon_high": 0.2, "max_completion_length": None, "use_bias_correction_kl": False}
+# forward()'s names for the loss's inputs, which its refusals use (Liger's, not fused_linear_grpo_loss's)
+FORWARD_NAMES = ArgumentNames(hidden="_input", weight="lin_weight", targets="selected_token_ids",
+                              mask="attention_mask", old_logps="old_per_token_logps",
+                              ref_logps="ref_per_token_logps", importance_ratio="vllm_is_ratio")
+# ...and for the reference model's log-probs computed from ref_input (with lin_weight when no ref_weight is given)
+REFERENCE_NAMES = ArgumentNames(hidden="ref_input", weight="ref_weight", bias="ref_bias",
+                                targets="selected_token_ids", mask="attention_mask")
+REFERENCE_WITH_POLICY_HEAD = dataclasses.replace(REFERENCE_NAMES, weight="lin_weight")
 # Liger's performance knobs and reference switch (not loss settings), then this module's own options.
 MODULE_OPTIONS = {"compiled": True, "use_ref_model": True, "chunk_size": 1, "backend": "auto",
                   "workspace_bytes": None, "process_group": None}
@@ -134,18 +143,22 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         computed here use them too.
         """
         if not isinstance(selected_token_ids, torch.Tensor) or selected_token_ids.dim() != 2:
-            raise ValueError("selected_token_ids must be a [B, T] tensor")
+            raise ValueError(f"selected_token_ids must be a [B, T] tensor, got {shown(selected_token_ids)}")
         B, T = selected_token_ids.shape
         # Liger documents _input as [B*T, H]; TRL passes [B, T, H]. Accept both.
-        hidden = _as_batch_grid(_input, B, T)
+        hidden = _as_batch_grid("_input", _input, B, T)
         importance_ratio = _per_sequence_or_token_ratio(vllm_is_ratio, B, T)
+        if self._computes_reference(ref_per_token_logps, ref_input):
+            # the reference pass is a whole head's work: the policy's inputs are checked before it, not after
+            self._check_policy_inputs(hidden, lin_weight, bias, selected_token_ids, attention_mask, advantages,
+                                      old_per_token_logps, importance_ratio, num_items_in_batch, kept_token_ids)
         ref_logps = self._reference_logps(B, T, lin_weight, selected_token_ids, attention_mask,
                                           ref_per_token_logps, ref_input, ref_weight, ref_bias, kept_token_ids)
         # No reference: Liger's KL is taken against the policy's own detached log-probs, 0 in value and gradient
         # (bias-corrected or not), which is the loss without the KL term.
         config = self.config if ref_logps is not None or self.config.beta == 0.0 else _without_kl(self.config)
-        out = fused_linear_grpo_loss(
-            hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
+        out = fused_linear_grpo_loss_named(
+            FORWARD_NAMES, hidden, lin_weight, selected_token_ids, attention_mask, advantages, bias=bias,
             old_logps=old_per_token_logps, ref_logps=ref_logps, importance_ratio=importance_ratio,
             num_items_in_batch=num_items_in_batch, config=config, backend=self.backend,
             workspace_bytes=self.workspace_bytes, process_group=self.process_group, kept_token_ids=kept_token_ids)
@@ -158,6 +171,28 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         else:
             metrics.append(out.metrics["clip_ratio/region_mean"])
         return out.loss, metrics
+
+    def _computes_reference(self, ref_per_token_logps: Optional[torch.Tensor], ref_input: Optional[torch.Tensor]
+                            ) -> bool:
+        """Whether forward computes the reference log-probs from ref_input (Liger's precedence)."""
+        return (self.use_ref_model and self.config.beta != 0.0 and ref_per_token_logps is None
+                and ref_input is not None)
+
+    def _check_policy_inputs(self, hidden, lin_weight, bias, selected_token_ids, attention_mask, advantages,
+                             old_per_token_logps, importance_ratio, num_items_in_batch, kept_token_ids) -> None:
+        """The checks the loss runs on the policy's inputs (by forward's names), without the reference log-probs
+        that do not exist yet."""
+        values = not torch.compiler.is_compiling()
+        check_linear_inputs(hidden, lin_weight, bias, check_finite=values, names=FORWARD_NAMES)
+        if hidden.dim() != 3:
+            raise ValueError(f"_input must be [B*T, H] or [B, T, H], got shape {list(hidden.shape)}")
+        B, T = selected_token_ids.shape
+        check_targets("selected_token_ids", selected_token_ids, (B, T), lin_weight.shape[0], hidden.device, values,
+                      anchor="_input")
+        check_loss_inputs((B, T), hidden.device, attention_mask, advantages, old_per_token_logps, None,
+                          importance_ratio, num_items_in_batch, _without_kl(self.config), values, FORWARD_NAMES)
+        check_kept_token_ids(kept_token_ids, selected_token_ids, lin_weight.shape[0], attention_mask, values,
+                             "selected_token_ids")
 
     def _reference_logps(self, B: int, T: int, lin_weight: torch.Tensor, selected_token_ids: torch.Tensor,
                          attention_mask: torch.Tensor, ref_per_token_logps: Optional[torch.Tensor],
@@ -177,9 +212,11 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         if ref_input is None:
             raise ValueError("use_ref_model=True with beta != 0 needs ref_per_token_logps or ref_input (with "
                              "ref_weight); pass use_ref_model=False for no KL term")
+        names = REFERENCE_NAMES if ref_weight is not None else REFERENCE_WITH_POLICY_HEAD
         with torch.no_grad():
-            return linear_logprobs(
-                _as_batch_grid(ref_input, B, T), ref_weight if ref_weight is not None else lin_weight,
+            return linear_logprobs_named(
+                names, _as_batch_grid("ref_input", ref_input, B, T),
+                ref_weight if ref_weight is not None else lin_weight,
                 selected_token_ids, bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
                 mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group,
                 kept_token_ids=kept_token_ids)
@@ -195,8 +232,15 @@ def _without_kl(config: GRPOLossConfig) -> GRPOLossConfig:
 REF_INPUT_IGNORED_WARNING = "Both ref_per_token_logps and ref_input are provided. Using ref_per_token_logps."
 
 
-def _as_batch_grid(x: torch.Tensor, B: int, T: int) -> torch.Tensor:
-    return x.view(B, T, -1) if isinstance(x, torch.Tensor) and x.dim() == 2 else x
+def _as_batch_grid(name: str, x: object, B: int, T: int) -> object:
+    """A [B*T, H] input as [B, T, H]; any other value as it is, for the loss's checks to name. A row count other
+    than B*T is refused here (its reshape failed inside torch), and reshape, not view, takes any strides."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        return x
+    if x.shape[0] != B * T:
+        raise ValueError(f"{name} must be [B*T, H]=[{B * T}, H] or [B, T, H]=[{B}, {T}, H] (B, T from "
+                         f"selected_token_ids), got {list(x.shape)}")
+    return x.reshape(B, T, x.shape[1])
 
 
 def _per_sequence_or_token_ratio(vllm_is_ratio: Optional[torch.Tensor], B: int, T: int) -> Optional[torch.Tensor]:

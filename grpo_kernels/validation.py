@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from .argument_names import LOSS_NAMES, ArgumentNames
 from .config import MIN_TEMPERATURE, GRPOLossConfig
 from .losses import get_loss_type
 from .head import IDENTITY, LogitTransform
@@ -60,9 +61,19 @@ def _require_data(name: str, x: torch.Tensor) -> None:
                          "materialise it (e.g. model.to_empty(device=...) and load the weights) first")
 
 
-def _require_device(name: str, x: torch.Tensor, device: torch.device) -> None:
+def _require_device(name: str, x: torch.Tensor, device: torch.device, anchor: str = "hidden/logits") -> None:
     if x.device != device:
-        raise ValueError(f"{name} is on {x.device} but hidden/logits are on {device}; put all inputs on one device")
+        raise ValueError(f"{name} is on {x.device} but {anchor} is on {device}; put all inputs on one device")
+
+
+def _require_constant(name: str, x: torch.Tensor) -> None:
+    """The mask, advantages, old / reference log-probs, ratios and token count are constants of the objective. A
+    gradient asked of one was three different things before: the two-step route differentiated it, the Triton
+    epilogue dropped it silently and the GEMM path's one-pass route failed inside backward. Refused here, alike on
+    every backend (only while autograd records: under no_grad nothing would flow into it)."""
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{name} requires grad, but the loss takes it as a constant (no gradient flows into it on "
+                         f"any backend); pass {name}.detach()")
 
 
 def check_config(config: object) -> GRPOLossConfig:
@@ -80,6 +91,7 @@ def check_backend_dtype(backend: str, hidden: torch.Tensor, name: str) -> None:
     backend, rather than inside a kernel launch."""
     from .backends import AUTO, BACKENDS, get_backend
 
+    _require_float(name, hidden)  # a non-float tensor is no backend's dtype: named as such, not as a backend's gap
     if backend == AUTO:
         return
     spec = get_backend(backend)
@@ -111,13 +123,13 @@ def bias_in_weight_dtype(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> 
 
 
 def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device,
-                  check_values: bool = True) -> None:
+                  check_values: bool = True, anchor: str = "hidden/logits") -> None:
     targets = _require_tensor(name, targets)
     if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor (int64 token ids), got {targets.dtype}")
     if tuple(targets.shape) != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {list(targets.shape)}")
-    _require_device(name, targets, device)
+    _require_device(name, targets, device, anchor)
     if check_values and targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= vocab_size):
         raise ValueError(
             f"{name} must hold token ids in [0, {vocab_size}), "
@@ -126,8 +138,9 @@ def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size
 
 
 def as_token_ids(ids: object) -> object:
-    """Integer token ids of any width (int16, uint8, int32...) as the int64 the gathers take; anything else as
-    it is, for the checks to name."""
+    """Integer token ids (or sequence offsets) of any width (int16, uint8, int32...) as the int64 the gathers and
+    torch's index ops take (repeat_interleave has no uint8 kernel); anything else as it is, for the checks to
+    name."""
     if isinstance(ids, torch.Tensor) and ids.dtype != torch.int64 and not (
             ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool):
         return ids.long()
@@ -144,33 +157,39 @@ def check_logit_transform(transform: object) -> LogitTransform:
     return transform
 
 
-def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], check_finite: bool = True) -> None:
+def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], check_finite: bool = True,
+                        names: ArgumentNames = LOSS_NAMES) -> None:
     """hidden [..., H] and weight [V, H] (and bias [V]) of one float dtype family on one device."""
-    hidden = _require_tensor("hidden", hidden)
-    weight = _require_tensor("weight", weight)
-    _require_float("hidden", hidden)
-    _require_float("weight", weight)
+    hidden = _require_tensor(names.hidden, hidden)
+    weight = _require_tensor(names.weight, weight)
+    _require_float(names.hidden, hidden)
+    _require_float(names.weight, weight)
+    _require_data(names.hidden, hidden)  # before the device checks: a meta hidden is named, not the weight beside it
     if hidden.dim() < 1 or hidden.shape[-1] == 0:
-        raise ValueError(f"hidden must be [..., H] with a hidden size H >= 1, got shape {list(hidden.shape)}")
+        raise ValueError(f"{names.hidden} must be [..., H] with a hidden size H >= 1, got shape "
+                         f"{list(hidden.shape)}")
     if weight.dim() != 2:
-        raise ValueError(f"weight must be [V, H], got shape {list(weight.shape)}")
+        raise ValueError(f"{names.weight} must be [V, H], got shape {list(weight.shape)}")
     if weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(f"hidden size mismatch: hidden has H={hidden.shape[-1]} "
-                         f"but weight is [V, H]={list(weight.shape)}")
+        # nn.Linear stores [out, in] = [V, H]; its .T (or a head kept as [H, V]) is the likeliest mismatch
+        transposed = (f"; it looks transposed ([H, V]): pass the head's weight as nn.Linear stores it, [V, H], not "
+                      "its .T") if weight.shape[0] == hidden.shape[-1] else ""
+        raise ValueError(f"hidden size mismatch: {names.hidden} has H={hidden.shape[-1]} but {names.weight} is "
+                         f"[V, H]={list(weight.shape)}{transposed}")
     if weight.shape[0] == 0:
-        raise ValueError("weight must have at least one vocabulary row")
+        raise ValueError(f"{names.weight} must have at least one vocabulary row")
     if weight.dtype != hidden.dtype:
-        raise TypeError(f"weight dtype {weight.dtype} must match hidden dtype {hidden.dtype}")
-    _require_device("weight", weight, hidden.device)
-    _require_data("hidden", hidden)
+        raise TypeError(f"{names.weight} dtype {weight.dtype} must match {names.hidden} dtype {hidden.dtype}")
+    _require_device(names.weight, weight, hidden.device, names.hidden)
     if bias is not None:
-        bias = _require_tensor("bias", bias)
-        _require_float("bias", bias)
+        bias = _require_tensor(names.bias, bias)
+        _require_float(names.bias, bias)
         if tuple(bias.shape) != (weight.shape[0],):
-            raise ValueError(f"bias must have shape [V]=[{weight.shape[0]}], got {list(bias.shape)}")
-        _require_device("bias", bias, hidden.device)
+            raise ValueError(f"{names.bias} must have shape [V]=[{weight.shape[0]}], got {list(bias.shape)}")
+        _require_device(names.bias, bias, hidden.device, names.hidden)
     if check_finite:
-        _require_finite(hidden=hidden, weight=weight, **({} if bias is None else {"bias": bias}))
+        _require_finite(**{names.hidden: hidden, names.weight: weight},
+                        **({} if bias is None else {names.bias: bias}))
 
 
 def check_logits(logits: object, check_finite: bool = True) -> None:
@@ -186,12 +205,13 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
 
 
 def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.device,
-               check_values: bool = True) -> None:
+               check_values: bool = True, anchor: str = "hidden/logits") -> None:
     mask = _require_tensor(name, mask)
     if tuple(mask.shape) != shape:
         dims = {2: "[B, T]", 1: "[N]"}.get(len(shape), "hidden's leading dims")
         raise ValueError(f"{name} must have shape {dims}={list(shape)}, got {list(mask.shape)}")
-    _require_device(name, mask, device)
+    _require_device(name, mask, device, anchor)
+    _require_constant(name, mask)
     if mask.dtype != torch.bool:
         if mask.dtype.is_complex:
             raise TypeError(f"{name} must be bool, integer or float in {{0, 1}}")
@@ -199,14 +219,15 @@ def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.de
             raise ValueError(f"{name} values must be 0 or 1")
 
 
-def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device, check_values: bool = True) -> int:
+def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device, check_values: bool = True,
+                     anchor: str = "hidden") -> int:
     """Sequence boundaries of a packed batch: int [S + 1], 0 first, non-decreasing, n_tokens last. Returns S."""
     cu = _require_tensor("cu_seqlens", cu_seqlens)
     if cu.dtype.is_floating_point or cu.dtype.is_complex or cu.dtype == torch.bool:
         raise TypeError(f"cu_seqlens must be an integer tensor, got {cu.dtype}")
     if cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"cu_seqlens must be [S + 1] with S >= 1 sequences, got shape {list(cu.shape)}")
-    _require_device("cu_seqlens", cu, device)
+    _require_device("cu_seqlens", cu, device, anchor)
     if check_values and (int(cu[0]) != 0 or int(cu[-1]) != n_tokens or bool((cu[1:] < cu[:-1]).any())):
         raise ValueError(f"cu_seqlens must start at 0, never decrease and end at N={n_tokens} (hidden's rows), "
                          f"got {cu.tolist() if cu.numel() <= 16 else [int(cu[0]), '...', int(cu[-1])]}")
@@ -241,6 +262,35 @@ def check_temperature(temperature: object) -> float:
     return float(temperature)
 
 
+def _check_per_token(name: str, value: object, shapes: tuple[tuple[int, ...], ...], device: torch.device,
+                     expected: Optional[str] = None, anchor: str = "hidden/logits") -> torch.Tensor:
+    """One of the objective's float inputs (advantages, log-probs, ratios) by its metadata: a dense float tensor of
+    one of `shapes`, on `device`, asking no gradient. The padded and the packed form both check theirs here."""
+    value = _require_tensor(name, value)
+    if tuple(value.shape) not in shapes:
+        expected = expected or "have shape " + " or ".join(str(list(s)) for s in shapes)
+        raise ValueError(f"{name} must {expected}, got {list(value.shape)}")
+    _require_float(name, value)
+    _require_device(name, value, device, anchor)
+    _require_constant(name, value)
+    return value
+
+
+def check_packed_inputs(n_tokens: int, n_sequences: int, device: torch.device, advantages: object,
+                        old_logps: Optional[object], ref_logps: Optional[object], importance_ratio: Optional[object],
+                        names: ArgumentNames = LOSS_NAMES) -> None:
+    """The packed form's inputs by their metadata, before they are laid out on the [S, T] grid (check_loss_inputs
+    then reads their values there): per-token values [N], advantages [S] or [N]."""
+    N, S = n_tokens, n_sequences
+    for name, value in ((names.old_logps, old_logps), (names.ref_logps, ref_logps),
+                        (names.importance_ratio, importance_ratio)):
+        if value is not None:
+            _check_per_token(name, value, ((N,),), device, f"be [N]=[{N}] in the packed form (one value per token)",
+                             names.hidden)
+    _check_per_token(names.advantages, advantages, ((S,), (N,)), device,
+                     f"be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form", names.hidden)
+
+
 def check_loss_inputs(
     batch_shape: tuple[int, int],
     device: torch.device,
@@ -252,64 +302,64 @@ def check_loss_inputs(
     num_items_in_batch: Optional[object],
     config: GRPOLossConfig,
     check_values: bool = True,
+    names: ArgumentNames = LOSS_NAMES,
 ) -> None:
     B, T = batch_shape
-    check_mask("completion_mask", completion_mask, (B, T), device, check_values)
+    check_mask(names.mask, completion_mask, (B, T), device, check_values, names.hidden)
 
-    adv = _require_tensor("advantages", advantages)
+    adv = _require_tensor(names.advantages, advantages)
     if tuple(adv.shape) not in ((B,), (B, T)):
-        raise ValueError(f"advantages must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
-    _require_float("advantages", adv)
-    _require_device("advantages", adv, device)
+        raise ValueError(f"{names.advantages} must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
+    _check_per_token(names.advantages, adv, ((B,), (B, T)), device, anchor=names.hidden)
     if check_values:  # only where scored: a padded position's value (a NaN included) is never read
         scored = completion_mask != 0
         bad = ~torch.isfinite(adv) & (scored if adv.dim() == 2 else scored.any(-1))
         if bool(bad.any()):
             position = torch.nonzero(bad)[0].tolist()
-            raise ValueError(f"advantages contains NaN or Inf values where completion_mask is 1 (at position "
+            raise ValueError(f"{names.advantages} contains NaN or Inf values where {names.mask} is 1 (at position "
                              f"{position}: {float(adv[tuple(position)])})")
 
     for name, value, shapes in (
-        ("old_logps", old_logps, ((B, T),)),
-        ("ref_logps", ref_logps, ((B, T),)),
-        ("importance_ratio", importance_ratio, ((B, T), (B, 1))),
+        (names.old_logps, old_logps, ((B, T),)),
+        (names.ref_logps, ref_logps, ((B, T),)),
+        (names.importance_ratio, importance_ratio, ((B, T), (B, 1))),
     ):
         if value is None:
             continue
-        value = _require_tensor(name, value)
-        if tuple(value.shape) not in shapes:
-            expected = " or ".join(str(list(s)) for s in shapes)
-            raise ValueError(f"{name} must have shape {expected}, got {list(value.shape)}")
-        _require_float(name, value)
-        _require_device(name, value, device)
+        value = _check_per_token(name, value, shapes, device, anchor=names.hidden)
         if check_values:
-            _require_finite_where_scored(name, value, completion_mask)
+            _require_finite_where_scored(name, value, completion_mask, names.mask)
     if check_values and importance_ratio is not None and bool((importance_ratio < 0).any()):
-        raise ValueError("importance_ratio must be >= 0 (it is a probability ratio)")
+        raise ValueError(f"{names.importance_ratio} must be >= 0 (it is a probability ratio)")
     if (get_loss_type(config.loss_type).folds_importance_ratio and importance_ratio is not None
             and importance_ratio.shape[-1] == 1 and T > 1):
         # TRL: VESPO folds the engine's per-token log-ratios into its sequence weight; a sequence-level IS mode
         # has none to fold (it requires vllm_importance_sampling_mode 'token_truncate' or 'token_mask').
-        raise ValueError(f"loss_type={config.loss_type!r} needs a per-token importance_ratio [B, T], got [B, 1] "
-                         "(TRL requires vllm_importance_sampling_mode='token_truncate' or 'token_mask')")
+        raise ValueError(f"loss_type={config.loss_type!r} needs a per-token {names.importance_ratio} [B, T], got "
+                         "[B, 1] (TRL requires vllm_importance_sampling_mode='token_truncate' or 'token_mask')")
     if config.beta != 0.0 and ref_logps is None:
-        raise ValueError("config.beta != 0 needs ref_logps (the reference model's per-token log-probs)")
+        raise ValueError(f"config.beta != 0 needs {names.ref_logps} (the reference model's per-token log-probs)")
     if num_items_in_batch is not None:
-        _check_num_items(num_items_in_batch, check_values)
+        _check_num_items(names.num_items_in_batch, num_items_in_batch, check_values)
 
 
-def _check_num_items(value: object, check_values: bool) -> None:
+def _check_num_items(name: str, value: object, check_values: bool) -> None:
+    """A count: a real number, or a one-element real tensor with values to read (a meta or complex one failed
+    inside torch when read), asking no gradient."""
     if isinstance(value, torch.Tensor):
-        bad = value.numel() != 1 or (check_values and not (bool(torch.isfinite(value.float()).all())
-                                                           and float(value) >= 0))
+        _require_constant(name, value)
+        bad = (value.numel() != 1 or value.dtype.is_complex or value.dtype == torch.bool
+               or value.device.type == "meta" or value.layout != torch.strided)
+        bad = bad or (check_values and not (bool(torch.isfinite(value.float()).all()) and float(value) >= 0))
     else:
         bad = (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
                or value < 0)
     if bad:
-        raise ValueError(f"num_items_in_batch must be a non-negative finite scalar, got {shown(value)}")
+        raise ValueError(f"{name} must be a non-negative finite scalar (a number or a one-element real tensor with "
+                         f"values), got {shown(value)}")
 
 
-def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor) -> None:
+def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor, mask_name: str) -> None:
     """A NaN or an infinity at a padded position is whatever the caller had there and is never read (the objective
     selects it out); at a scored one it would make the loss non-finite (a sequence-level [B, 1] value is scored
     when its sequence has a token)."""
@@ -319,12 +369,13 @@ def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Ten
     bad = ~torch.isfinite(value) & scored
     if bool(bad.any()):
         position = torch.nonzero(bad)[0].tolist()
-        raise ValueError(f"{name} is {float(value[tuple(position)])} at position {position}, where completion_mask "
+        raise ValueError(f"{name} is {float(value[tuple(position)])} at position {position}, where {mask_name} "
                          "is 1: a scored token needs a finite value (infinities are allowed only where the mask is 0)")
 
 
 def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_size: int,
-                         mask: Optional[torch.Tensor] = None, check_values: bool = True) -> None:
+                         mask: Optional[torch.Tensor] = None, check_values: bool = True,
+                         targets_name: str = "completion_ids") -> None:
     """kept_token_ids [*targets.shape, K] int64 ids in [-1, vocab_size), -1 padding; a position that carries a set
     holds each id once and its target among them (positions where `mask` is 0 are not checked for the target)."""
     if kept_token_ids is None:
@@ -356,8 +407,8 @@ def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_si
         missing &= mask.reshape(-1) != 0
     if bool(missing.any()):
         index = int(torch.nonzero(missing)[0])
-        raise ValueError(f"the target token {int(targets.reshape(-1)[index])} at position {_position(index, shape)} "
-                         "is not in its kept_token_ids set: the sampler cannot have drawn it")
+        raise ValueError(f"{targets_name}: the target token {int(targets.reshape(-1)[index])} at position "
+                         f"{_position(index, shape)} is not in its kept_token_ids set: the sampler cannot have drawn it")
 
 
 def _position(flat_index: int, shape: tuple[int, ...]) -> list[int]:

@@ -102,9 +102,13 @@ def test_config_warnings_point_at_the_callers_line(make):
 
 
 def test_wrong_device_mix_is_named():
+    """A meta hidden is named as such (it has no values), not as a device mismatch of the weight beside it."""
     meta = torch.empty(2, 3, 8, device="meta")
-    with pytest.raises(ValueError, match="weight is on cpu but hidden/logits are on meta"):
+    with pytest.raises(ValueError, match="hidden is on the meta device"):
         linear_logprobs(meta, torch.randn(20, 8), torch.zeros(2, 3, dtype=torch.long), backend="torch")
+    with pytest.raises(ValueError, match="weight is on meta but hidden is on cpu"):
+        linear_logprobs(torch.randn(2, 3, 8), torch.empty(20, 8, device="meta"), torch.zeros(2, 3, dtype=torch.long),
+                        backend="torch")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
