@@ -62,7 +62,8 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         text = " ".join(message.split())
-        print(f"{self.prog}: {text} ({self.prog} --help lists every argument)", file=sys.stderr)
+        # argparse's own way to stderr (the command's output, as its usage text was), without the usage text
+        self._print_message(f"{self.prog}: {text} ({self.prog} --help lists every argument)\n", sys.stderr)
         raise CommandLineError()
 
     def parse_known_args(self, args: Optional[Sequence[str]] = None,
