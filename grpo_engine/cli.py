@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .cli_parser import CommandLineError, CommandParser
+from .cli_types import positive_int
 from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
 from .state.interrupt import TrainingInterrupted
@@ -41,15 +43,21 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{key}", dest=f"cfg:{key}", metavar="VALUE", default=argparse.SUPPRESS, help=meaning)
 
 
+# The options besides the config keys that always take one value: `--data -x.jsonl` is the file -x.jsonl.
+VALUE_OPTIONS = ("--config", "--model", "--data", "--output-dir", "--max-steps", "--num-samples", "--output")
+
+
 def _join_flag_values(argv: Sequence[str]) -> list[str]:
-    """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag always takes the next
-    argument as its value, which argparse would take for an option when it starts with '-' (a negative number,
-    a string)."""
+    """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag (and each of
+    VALUE_OPTIONS) always takes the next argument as its value, which argparse would take for an option when it
+    starts with '-' (a negative number, a string)."""
     from .config import leaf_keys
 
-    flags = {f"--{key}" for key in leaf_keys()}
+    flags = {f"--{key}" for key in leaf_keys()} | set(VALUE_OPTIONS)
     joined: list[str] = []
-    for arg in argv:
+    for i, arg in enumerate(argv):
+        if arg == "--":  # what follows is another program's (serve's vLLM arguments): passed on as written
+            return joined + list(argv[i:])
         if joined and joined[-1] in flags and arg.startswith("-"):
             joined[-1] = f"{joined[-1]}={arg}"
         else:
@@ -89,8 +97,9 @@ def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # allow_abbrev=False: a misspelt key (--optim.learning_rat) must fail, not match the key it abbreviates.
-    parser = argparse.ArgumentParser(prog="grpo-engine", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    # CommandParser (cli_parser.py): one line per argument error, no abbreviations, no flag given twice; the
+    # subcommands' parsers are of its class.
+    parser = CommandParser(prog="grpo-engine", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
@@ -120,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "task's held-out split")
     evaluate.add_argument("--num-samples", help="samples per prompt for pass@k (= --run.eval_num_samples; default 1)")
     evaluate.add_argument("--sample", action="store_true", help="sample at rollout.temperature even with one sample")
-    evaluate.add_argument("--batch-size", type=int, default=64, help="completions generated at once")
+    evaluate.add_argument("--batch-size", type=positive_int, default=64, help="completions generated at once")
     evaluate.add_argument("--output", help="also write the metrics to this JSON file")
     _add_config_flags(evaluate)
 
@@ -164,9 +173,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
+    """Whether the config file sets `section.key`. A section that is not a mapping sets nothing here: the schema
+    refuses it, naming it, when the config loads."""
     from .config import read_yaml
 
-    return path is not None and (read_yaml(path).get(section) or {}).get(key) is not None
+    if path is None:
+        return False
+    values = read_yaml(path).get(section)
+    return isinstance(values, dict) and values.get(key) is not None
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -259,15 +273,20 @@ def _command(argv: Optional[Sequence[str]]) -> int:
               file=sys.stderr)
         return 1
     from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
+    from .launch_env import check_environment
 
     parser = build_parser()
-    args, unknown = parser.parse_known_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
+    try:
+        args, unknown = parser.parse_known_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
+    except CommandLineError as exc:  # said in one line by the parser
+        return exc.code
     if unknown:
         print(f"grpo-engine {args.command}: {unknown_arguments_message(parser, args.command, unknown)}",
               file=sys.stderr)
         return 2
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:
+        check_environment()  # the launchers' and libraries' variables, before anything reads them
         return handlers[args.command](args)
     except ConfigError as exc:
         print(f"grpo-engine: config error: {exc}", file=sys.stderr)

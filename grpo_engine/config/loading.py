@@ -39,17 +39,24 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
     for dotted, value in overrides.items():
         section = result
         *parents, leaf = dotted.split(".")
-        for part in parents:
+        for depth, part in enumerate(parents, 1):
             existing = section.get(part)
             if existing is None:
                 existing = section[part] = {}
             elif not isinstance(existing, dict):
-                raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
+                # the schema's words for the same value without a flag into it
+                raise ConfigError(f"{'.'.join(parents[:depth])}: expected a mapping of keys, got "
+                                  f"{_shown(existing)} (--{dotted} sets a key inside it)")
             else:
                 existing = section[part] = dict(existing)
             section = existing
         section[leaf] = value
     return result
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def resolve_data_paths(data: dict, base: Path) -> dict:

@@ -34,8 +34,13 @@ from .loss_params import check_loss_params
 
 # ----------------------------------------------------------------------------------------------- value types
 
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+# Every count has a ceiling: what a C int holds, the narrowest integer the libraries a setting reaches take
+# (torch.set_num_threads, a tokenizer's max_length). Past it a value failed deep inside them ("Overflow when unpacking
+# long", an OverflowError traceback from the tokenizer) instead of here, naming the key. A count with a narrower
+# meaning declares its own bound; tests/engine/config/test_config_ceilings.py holds every integer key to one.
+MAX_COUNT = 2**31 - 1
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]  # (0, 1]
@@ -128,6 +133,7 @@ BUILTIN_TASK = ReadWhen("data.path null (the built-in addition task)", lambda c:
 DATA_FILE = ReadWhen("data.path set", lambda c: c.data.path is not None, {"data.path": "org/train"}, {})
 MATH_REWARD = read_when_listed("rewards.functions", "math_accuracy", "length")
 WARM_START = read_when_positive("run.warm_start_steps")
+MAX_BUILTIN_OPERAND = 999
 # NumPy's seed domain (accelerate's set_seed seeds NumPy, Python's and torch's RNGs with the run's seed)
 MAX_SEED = 2**32 - 1
 EVALUATION_DATA = read_when_any(
@@ -270,8 +276,11 @@ class DataConfig(Section):
                              "bound): a tokenizer reads every character before it truncates, so one runaway line of "
                              "megabytes would stall the run")
     shuffle: bool = Field(True, description="a fresh seeded permutation of the prompts each epoch")
-    builtin_max_operand: Annotated[PositiveInt, BUILTIN_TASK] = Field(
-        9, description="the built-in addition task (used when path is null): operands 0..builtin_max_operand")
+    # Every (a, b) pair is built in memory and its prompt tokenized before the run starts: 10^4 meant 10^8 rows,
+    # and the process was killed for memory with no word.
+    builtin_max_operand: Annotated[int, Field(ge=1, le=MAX_BUILTIN_OPERAND), BUILTIN_TASK] = Field(
+        9, description=f"the built-in addition task (used when path is null): operands 0..builtin_max_operand (at "
+                       f"most {MAX_BUILTIN_OPERAND}: its (n + 1)^2 problems are built in memory)")
     builtin_eval_size: Annotated[NonNegativeInt, BUILTIN_TASK] = Field(
         0, description="built-in task: problems held out for evaluation (0: evaluate on the training ones); fewer "
                        "than its (builtin_max_operand + 1)^2 problems")
@@ -348,7 +357,7 @@ class RolloutConfig(Section):
     backend: Annotated[str, _choice(rollout_backend_names)] = Field(
         DEFAULT_ROLLOUT_BACKEND, description="; ".join(f"{name}: {spec.summary}"
                                                        for name, spec in ROLLOUT_BACKENDS.items()))
-    num_generations: Annotated[int, Field(ge=2)] = Field(
+    num_generations: Annotated[int, Field(ge=2, le=MAX_COUNT)] = Field(
         8, description="completions per prompt (G): advantages compare each with its group, so at least 2")
     max_new_tokens: PositiveInt = Field(
         256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "

@@ -42,6 +42,13 @@ class StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                # Every key of a config is a name. A number, null or true there is a typo, and a list or mapping
+                # (`? [a, b]`) is not even hashable: the check below failed on it with a TypeError traceback.
+                shown = repr(key) if isinstance(key_node, yaml.ScalarNode) else f"a {type(key).__name__}"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be a name (text), got {shown}; quote it if it is one",
+                    key_node.start_mark)
             if key == "<<" and isinstance(key_node, yaml.ScalarNode) and key_node.style is None:
                 # YAML 1.1's merge key, which YAML 1.2 dropped: read as a key named '<<' it was "unknown key
                 # 'run.<<'", which did not say why

@@ -25,7 +25,7 @@ try:
 except ImportError:  # Windows: no flock; runs there are not protected against a second run
     fcntl = None
 
-from .run_files import has_progress, remove_own_start
+from .run_files import MANIFEST, has_progress, remove_own_start
 
 LOCK_FILE = ".grpo-engine.lock"
 
@@ -35,7 +35,14 @@ class RunDirectoryError(RuntimeError):
 
 
 def check_output_dir(path: str | Path, key: str = "run.output_dir / --output-dir") -> None:
-    """A clear error, before any work, when `path` cannot hold a run: a file, under a file, or not writable."""
+    """A clear error, before any work, when `path` cannot hold a run: a file, under a file, not writable, or inside
+    another run's checkpoints/ or base_model/."""
+    check_writable_dir(path, key)
+    check_not_inside_a_run(path, key)
+
+
+def check_writable_dir(path: str | Path, key: str) -> None:
+    """A clear error when `path` cannot be written into: a file, under a file, or not writable."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a file, not a directory")
@@ -76,12 +83,30 @@ def check_run_entries(run_dir: str | Path) -> None:
                                         f"choose another --output-dir")
 
 
+def _is_run_directory(path: Path) -> bool:
+    """A directory the engine has run in: its lock file (which stays) or its manifest is there."""
+    return (path / LOCK_FILE).is_file() or (path / MANIFEST).is_file()
+
+
+def check_not_inside_a_run(path: str | Path, key: str) -> None:
+    """One line when `path` is, or lies inside, a directory the engine keeps in another run's directory
+    (checkpoints/, base_model/): a run written there was accepted, and it put its own checkpoints/, base_model/ and
+    logs among that run's checkpoints and saved model."""
+    path = Path(path).resolve()
+    for inner in (path, *path.parents):
+        run_dir = inner.parent
+        if inner.name in RUN_DIRECTORY_DIRS and run_dir != inner and _is_run_directory(run_dir):
+            where = "is" if inner == path else f"lies inside {str(inner)!r},"
+            raise RunDirectoryError(f"{key} {str(path)!r} {where} the {inner.name}/ of the run directory "
+                                    f"{str(run_dir)!r}, which that run writes itself: choose a directory outside it")
+
+
 def check_output_file(path: str | Path, key: str = "--output") -> None:
     """A file to write: not a directory, in a directory that can be written."""
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
-    check_output_dir(path.parent, key=f"the directory of {key}")
+    check_writable_dir(path.parent, key=f"the directory of {key}")
 
 
 def _holder(fd: int) -> str:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable, Optional
 
+from ..cli_parser import CommandParser
+from ..cli_types import positive_float, positive_int
+
 DESCRIPTION = "what the fused loss buys one GRPO optimizer step of a real architecture"
 
 
@@ -39,7 +42,7 @@ ARCHITECTURES: dict[str, Callable[[], Any]] = {
 
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="grpo-engine bench", description=DESCRIPTION)
+    parser = parser or CommandParser(prog="grpo-engine bench", description=DESCRIPTION)
     add = parser.add_argument
     add("--model", default="qwen2.5-0.5b", choices=sorted(ARCHITECTURES),
         help="architecture (a released model's config with random weights; no download) (default: %(default)s)")
@@ -52,9 +55,10 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     add("--backends", nargs="+", metavar="BACKEND",
         help=f"loss backends to compare (default: {BASELINE_BACKEND}, then every fused backend: "
              f"{', '.join(fused)}; {', '.join(on_cuda)} on CUDA only)")
-    add("--batch-size", type=int, default=8, help="completions per step (default: %(default)s)")
-    add("--prompt-length", type=int, default=128, help="prompt tokens of each completion (default: %(default)s)")
-    add("--completion-length", type=int, default=1024,
+    add("--batch-size", type=positive_int, default=8, help="completions per step (default: %(default)s)")
+    add("--prompt-length", type=positive_int, default=128,
+        help="prompt tokens of each completion (default: %(default)s)")
+    add("--completion-length", type=positive_int, default=1024,
         help="completion tokens T of the timed step (default: %(default)s)")
     add("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
         help="weights and activations (auto: bfloat16 on CUDA, float32 on CPU) (default: %(default)s)")
@@ -62,15 +66,15 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
         help="train LoRA adapters instead of every weight (the reference is the base model: no second copy)")
     add("--device", default="auto", choices=["auto", "cpu", "cuda"],
         help="where the steps run (auto: cuda when available) (default: %(default)s)")
-    add("--repeats", type=int, default=3, help="timed steps after one warm-up step; the median is reported "
+    add("--repeats", type=positive_int, default=3, help="timed steps after one warm-up step; the median is reported "
                                                "(default: %(default)s)")
-    add("--threads", type=int, help="torch CPU threads in each measurement (default: torch's own)")
-    add("--budget-gb", type=float,
+    add("--threads", type=positive_int, help="torch CPU threads in each measurement (default: torch's own)")
+    add("--budget-gb", type=positive_float("a memory budget in GiB"),
         help="memory budget in GiB: also search the longest completion length that fits it (default: no search)")
-    add("--start-length", type=int, default=256,
+    add("--start-length", type=positive_int, default=256,
         help="first completion length the search probes; it doubles from there (default: %(default)s)")
-    add("--max-length", type=int, default=65536,
+    add("--max-length", type=positive_int, default=65536,
         help="the search's upper limit: '>= L' means L itself fits (default: %(default)s)")
-    add("--resolution", type=int, default=64,
+    add("--resolution", type=positive_int, default=64,
         help="the bisection after the doubling stops within this many tokens (default: %(default)s)")
     return parser

@@ -19,6 +19,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from ..cli_types import port_number, positive_int
+
 
 # The values vLLM 0.32 accepts for --max-lora-rank (vllm.config.lora.MaxLoRARanks; a vLLM test checks the copy).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -47,10 +49,10 @@ def lora_rank(text: str) -> int:
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="the model directory (or Hub id) the run trains")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port_number, default=8000)
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                         help="as model.dtype (auto: bf16 on CUDA, fp32 on a CPU)")
-    parser.add_argument("--max-model-len", type=int, default=None,
+    parser.add_argument("--max-model-len", type=positive_int, default=None,
                         help="the longest prompt + completion (data.max_prompt_length + rollout.max_new_tokens)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--lora-rank", type=lora_rank, default=None,

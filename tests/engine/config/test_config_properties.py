@@ -30,7 +30,7 @@ from grpo_engine.config import (
     leaf_fields,
     load_config,
 )
-from grpo_engine.config.schema import ALL_LINEAR, BUILTIN_REWARDS
+from grpo_engine.config.schema import ALL_LINEAR, BUILTIN_REWARDS, MAX_BUILTIN_OPERAND, MAX_COUNT
 from grpo_engine.config.strict_yaml import StrictDumper, dump_yaml
 from setting_kinds import list_keys, path_keys
 from grpo_kernels.backends import backend_names
@@ -61,19 +61,20 @@ SPECIAL_VALID = {
                                   min_size=1, max_size=1),
     "rewards.weights": st.none() | st.lists(st.floats(allow_nan=False, allow_infinity=False).filter(bool), min_size=1,
                                             max_size=1),  # all 0: refused (test_config_loading)
-    # Each at least data.max_prompt_length + rollout.max_new_tokens, both drawn up to 2**40 below.
-    "rollout.vllm.max_model_len": st.none() | st.integers(2**41, 2**62),
-    "optim.max_tokens_per_micro_batch": st.none() | st.integers(2**41, 2**62),
-    "data.max_prompt_length": st.none() | st.integers(1, 2**40),
+    # Each at least data.max_prompt_length + rollout.max_new_tokens, both drawn up to 2**29 below, and at most
+    # MAX_COUNT (every integer key's ceiling).
+    "rollout.vllm.max_model_len": st.none() | st.integers(2**30, MAX_COUNT),
+    "optim.max_tokens_per_micro_batch": st.none() | st.integers(2**30, MAX_COUNT),
+    "data.max_prompt_length": st.none() | st.integers(1, 2**29),
     "rollout.vllm.tensor_parallel_size": st.just(1),
     "rewards.length_cache": st.integers(0, 256),
-    "rollout.max_new_tokens": st.integers(256, 2**40),  # at least rewards.length_cache (up to 256 here)
+    "rollout.max_new_tokens": st.integers(256, 2**29),  # at least rewards.length_cache (up to 256 here)
     "run.warm_start_steps": st.just(0),
     "rollout.max_staleness": st.just(0),
     "rollout.server.lora_transfer": st.sampled_from(["auto", "merged"]),  # adapter only with LoRA (a rule across keys)
     "rollout.server.urls": st.lists(st.from_regex(r"\Ahttps?://[a-z][a-z0-9.-]{0,20}(:[1-9][0-9]{0,3})?\Z"), min_size=1,
                                     max_size=2),  # > 0 only with rollout.backend vllm_server (a cross-field rule)
-    "data.builtin_max_operand": st.integers(9, 10**6),  # with data.builtin_eval_size below its problems
+    "data.builtin_max_operand": st.integers(9, MAX_BUILTIN_OPERAND),  # with data.builtin_eval_size below its problems
     "data.builtin_eval_size": st.integers(0, 99),  # > 0 only with the built-in model; default name_or_path is null
 }
 

@@ -84,15 +84,20 @@ def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
     assert "| torch | 0.500 | 3 | >= 300 (--max-length) | 3 |" in out
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--backends", "fastest"], "--backends: unknown ['fastest']"),
-    (["--completion-length", "0"], "--completion-length must be >= 1, got 0"),
-    (["--budget-gb", "-2"], "--budget-gb must be > 0, got -2.0"),
-    (["--start-length", "512", "--max-length", "256"], "--start-length (512) must not exceed --max-length (256)"),
+@pytest.mark.parametrize("flags, code, message", [
+    (["--backends", "fastest"], 1, "--backends: unknown ['fastest']"),
+    (["--completion-length", "0"], 2, "argument --completion-length: expected an integer from 1 to 2,147,483,647, "
+                                      "got 0"),
+    (["--budget-gb", "-2"], 2, "argument --budget-gb: expected a memory budget in GiB, a finite number > 0, got '-2'"),
+    (["--budget-gb", "nan"], 2, "argument --budget-gb: expected a memory budget in GiB, a finite number > 0, got "
+                                "'nan'"),
+    (["--start-length", "512", "--max-length", "256"], 1,
+     "--start-length (512) must not exceed --max-length (256)"),
 ])
-def test_bad_flags_are_named(capsys, flags, message):
-    assert main(["bench", "--scale", "tiny", "--device", "cpu", *flags]) == 1
-    assert message in capsys.readouterr().err
+def test_bad_flags_are_named(capsys, flags, code, message):
+    assert main(["bench", "--scale", "tiny", "--device", "cpu", *flags]) == code
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_every_option_says_what_it_means_and_its_default():

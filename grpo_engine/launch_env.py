@@ -1,0 +1,78 @@
+"""The environment variables the engine, its launchers and its libraries read, checked once when a command
+starts, before anything loads: a bad value is one line naming the variable and what it takes.
+
+Read where they are used, they failed late and anonymously: `WORLD_SIZE=abc` stopped a run with "invalid literal
+for int() with base 10: 'abc'", naming no variable; `HF_HUB_OFFLINE=maybe` silently meant online (huggingface_hub
+takes any word but 1/ON/YES/TRUE for false); `OMP_NUM_THREADS=abc` was ignored with a note from libgomp.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Optional
+
+from .config import ConfigError
+
+# The words huggingface_hub reads as true (constants._is_true) and the ones meaning false: anything else is a typo.
+_TRUE_WORDS = ("1", "ON", "YES", "TRUE")
+_FALSE_WORDS = ("", "0", "OFF", "NO", "FALSE")
+
+
+def _whole_number(low: int, high: Optional[int] = None) -> Callable[[str], Optional[str]]:
+    def problem(text: str) -> Optional[str]:
+        expected = f"a whole number >= {low}" if high is None else f"a whole number from {low} to {high}"
+        if not text.strip().isdigit() or not text.strip().isascii():
+            return expected
+        value = int(text)
+        return expected if value < low or (high is not None and value > high) else None
+
+    return problem
+
+
+def _thread_counts(text: str) -> Optional[str]:
+    # OpenMP takes a comma-separated list, one count per nesting level
+    parts = text.split(",")
+    if all(part.strip().isascii() and part.strip().isdigit() and int(part) >= 1 for part in parts):
+        return None
+    return "a whole number >= 1 (or a comma-separated list of them, one per OpenMP nesting level)"
+
+
+def _switch(text: str) -> Optional[str]:
+    if text.strip().upper() in _TRUE_WORDS + _FALSE_WORDS:
+        return None
+    return "1 / true / yes / on or 0 / false / no / off"
+
+
+# Variable -> (what checks its text, what it is for).
+ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
+    "RANK": (_whole_number(0), "this process's rank, set by the launcher (torchrun, accelerate launch)"),
+    "WORLD_SIZE": (_whole_number(1), "the number of processes, set by the launcher"),
+    "LOCAL_RANK": (_whole_number(0), "this process's rank on its machine, set by the launcher"),
+    "LOCAL_WORLD_SIZE": (_whole_number(1), "the number of processes on this machine, set by the launcher"),
+    "MASTER_PORT": (_whole_number(1, 65535), "the rendezvous port of the processes"),
+    "OMP_NUM_THREADS": (_thread_counts, "CPU threads of torch's OpenMP pool"),
+    "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
+    "TRANSFORMERS_OFFLINE": (_switch, "read the Hugging Face cache only"),
+    "HF_DATASETS_OFFLINE": (_switch, "read the datasets cache only"),
+}
+
+# (rank variable, count variable): a rank is below its count.
+_RANKS_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+
+
+def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
+    """ConfigError, in one line naming the variable, for the first variable of ENVIRONMENT that is set to a value
+    its reader does not take."""
+    environ = os.environ if environ is None else environ
+    for name, (problem_of, meaning) in ENVIRONMENT.items():
+        text = environ.get(name)
+        if text is None:
+            continue
+        problem = problem_of(text)
+        if problem is not None:
+            raise ConfigError(f"environment variable {name}={text[:40]!r}: expected {problem} ({meaning}); "
+                              f"fix or unset it")
+    for rank, count in _RANKS_BELOW:
+        if rank in environ and count in environ and int(environ[rank]) >= int(environ[count]):
+            raise ConfigError(f"environment variable {rank}={environ[rank]} must be below {count}={environ[count]} "
+                              f"(ranks count from 0); fix or unset them")
