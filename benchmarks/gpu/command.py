@@ -157,8 +157,12 @@ def run_case(case: GpuCase, inputs, device: torch.device, device_name: str) -> d
             "flops": flops(case.operation, shape.tokens, shape.head.hidden, shape.head.vocab),
             "valid_tokens": valid, "peak_extra_bytes": peak,
             "rounds": len(times), "mean_entropy": inputs.mean_entropy,
+            # the model's sequence rows (a sequence-level loss may run in waves of whole sequences): the report
+            # predicts this run with them
+            "sequence_rows": shape.seq_len,
             "predicted_ms": predict_case_ms(device_name, case.path, case.operation, case.case_name,
-                                            shape.head.hidden, shape.head.vocab, shape.tokens, shape.dtype, valid)}
+                                            shape.head.hidden, shape.head.vocab, shape.tokens, shape.dtype, valid,
+                                            shape.seq_len)}
     return {"name": f"gpu::{case.id}", "group": f"{case.operation} | {case.case_name} | flat | {shape.id}",
             "stats": {"median": median_ms / 1e3, "min": min(times) / 1e3, "max": max(times) / 1e3,
                       "rounds": len(times)},

@@ -117,7 +117,8 @@ def _all_cases(paths: tuple[str, ...]) -> list[GpuCase]:
 
 def _problem(case: GpuCase) -> Problem:
     s = case.shape
-    p = case_problem(case.operation, case.case_name, s.head.hidden, s.head.vocab, s.tokens, s.dtype)
+    p = case_problem(case.operation, case.case_name, s.head.hidden, s.head.vocab, s.tokens, s.dtype,
+                     sequence_rows=s.seq_len)
     if p is None:
         raise ValueError(f"the roofline model does not cover {case.id} (GPU cases are 16-bit loss or log-probs)")
     return p

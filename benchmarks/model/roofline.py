@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from grpo_kernels.objective import is_token_level, on_policy_token_level
+from grpo_kernels.objective import is_token_level, on_policy_token_level, sequence_waves_apply
 
 from ..suite.cases import LOSS_CASES
 from ..suite.shapes import SHAPE_SETS, TARGET_SHAPE_MEANING, TARGET_SHAPES, BenchShape
@@ -70,9 +70,11 @@ def x_floor(path: str, p: Problem, rates: DeviceRates) -> float:
 # ---- the benchmark suite's cases ------------------------------------------------------------------
 
 def case_problem(operation: str, config: str, hidden: int, vocab: int, tokens: int, dtype: str,
-                 valid_tokens: Optional[int] = None) -> Optional[Problem]:
+                 valid_tokens: Optional[int] = None, sequence_rows: int = 0) -> Optional[Problem]:
     """The Problem of one benchmark case (benchmarks.suite.cases names), or None when the model does not cover it
-    (the logits-input operation, float32 inputs)."""
+    (the logits-input operation, float32 inputs). `sequence_rows`: the case's sequence length where the GEMM path
+    may take a sequence-level loss in waves of whole sequences (case_sequence_rows); 0 for runs measured before it
+    could."""
     if operation not in ("loss", "logprobs") or dtype == "float32":
         return None
     level, frozen = "token", False
@@ -83,17 +85,21 @@ def case_problem(operation: str, config: str, hidden: int, vocab: int, tokens: i
                                          advantages_per_sequence=True)
         level = "token" if is_token_level(settings) else "sequence"
         frozen = case.frozen_head
+        sequence_rows = sequence_rows if level == "sequence" and sequence_waves_apply(settings) else 0
+    else:
+        sequence_rows = 0
     # the log-probs operation takes no mask: every position goes through the head
     valid = 1.0 if not valid_tokens or operation == "logprobs" else min(1.0, valid_tokens / tokens)
     return Problem(tokens=tokens, hidden=hidden, vocab=vocab, dtype=dtype, operation=operation, level=level,
-                   frozen_head=frozen, valid_fraction=valid)
+                   frozen_head=frozen, valid_fraction=valid, sequence_rows=min(sequence_rows, tokens))
 
 
 def predict_case_ms(device_name: str, path: str, operation: str, config: str, hidden: int, vocab: int,
-                    tokens: int, dtype: str, valid_tokens: Optional[int] = None) -> Optional[float]:
+                    tokens: int, dtype: str, valid_tokens: Optional[int] = None, sequence_rows: int = 0
+                    ) -> Optional[float]:
     """Predicted milliseconds of a benchmark case on the named CUDA device; None where nothing is modelled."""
     key = device_key(device_name)
-    p = case_problem(operation, config, hidden, vocab, tokens, dtype, valid_tokens)
+    p = case_problem(operation, config, hidden, vocab, tokens, dtype, valid_tokens, sequence_rows)
     if key is None or p is None or path not in MODELS:
         return None
     return estimate(path, p, DEVICES[key]).seconds(DEVICES[key]) * 1e3

@@ -112,9 +112,10 @@ def predicted_ms(run: Run, result: Result) -> Optional[float]:
     """The roofline model's time for this case on the run's GPU (None on CPU and for unmodelled cases)."""
     if run.meta.get("device_type") != "cuda":
         return None
+    # a run measured before the GEMM path could take a sequence-level loss in waves records no sequence rows
     return roofline.predict_case_ms(run.meta.get("device", ""), result.path, result.operation, result.config,
                                     result.hidden, result.vocab, result.tokens, result.dtype,
-                                    result.extra.get("valid_tokens"))
+                                    result.extra.get("valid_tokens"), result.extra.get("sequence_rows", 0))
 
 
 def _prediction_cells(run: Run, result: Result) -> str:
