@@ -124,3 +124,24 @@ def test_cublas_adds_16_bit_dw_waves_into_float32(dtype):
     expected = acc.double() + dz.double().T @ h.double()
     wide_gemm.add_mm_wide_(acc, dz.T, h)
     torch.testing.assert_close(acc.double(), expected, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_sequence_level_loss_in_waves_of_whole_sequences_matches_float64(monkeypatch, dtype):
+    """The one-pass sequence route on CUDA (sequence_route.py): cuBLAS GEMMs in 16 bits, the Triton row kernels over
+    row segments (V 32768: eight of 4096), Q kept in 16 bits, two sequences a wave."""
+    from grpo_kernels import sequence_route
+    from grpo_kernels.cost_model.paths import SEQUENCE_SCRATCH_ROWS
+
+    taken = []
+    run = sequence_route.sequence_level_in_waves
+    monkeypatch.setattr(sequence_route, "sequence_level_in_waves",
+                        lambda backend, waves, *args: taken.append(waves) or run(backend, waves, *args))
+    B, T, V = 6, 96, 32768
+    problem = make_problem(seed=2, B=B, T=T, H=256, V=V, dtype=dtype, device="cuda", with_bias=False)
+    config = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)
+    workspace = SEQUENCE_SCRATCH_ROWS * V * 4 + 2 * T * V * 2
+    out, grads = run_loss(fused_linear_grpo_loss, problem, config, backend="gemm", workspace_bytes=workspace)
+    ref_out, ref_grads = run_loss(reference.fused_linear_grpo_loss, as_float64(problem).to("cuda"), config)
+    assert_output_matches(out, grads, ref_out, ref_grads, dtype)
+    assert len(taken) == 1 and len(taken[0]) >= B // 2
