@@ -82,3 +82,21 @@ class EpilogueBackend(Protocol):
         """Rows [N] and the objective's constants (kernels/token_objective.epilogue_args) -> (terms, logps,
         entropy, lse, g, kl, clip code)."""
         ...
+
+
+@runtime_checkable
+class SequenceWavesBackend(Protocol):
+    """A loss separable by sequence in one pass over waves of whole sequences (BackendSpec.sequence_waves;
+    sequence_route.py): the statistics of each wave's rows, then the gradients from the wave's g."""
+
+    def sequence_store_rows(self, rows: int, vocab: int, hidden: torch.Tensor) -> int:
+        """How many rows of a call of `rows` rows the workspace's store holds: the longest sequence it may take."""
+        ...
+
+    def linear_forward_with_sequence_grads(self, hidden: torch.Tensor, head: LMHead, targets: torch.Tensor,
+                                           waves: list[tuple[int, int]], wave_grads: Callable,
+                                           needs_hidden_grad: bool = True, needs_weight_grad: bool = True
+                                           ) -> tuple[torch.Tensor, ...]:
+        """`wave_grads(r0, r1, logps, entropy) -> g` of rows [r0, r1) once every row up to r1 has its statistics
+        -> (logps, entropy, lse, dhidden, dweight, dbias), gradients None where not needed."""
+        ...

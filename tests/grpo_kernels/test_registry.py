@@ -16,7 +16,7 @@ from grpo_kernels.backends import (BACKENDS, EPILOGUE, ONE_PASS, BackendSpec, au
                                    get_backend, register_backend, token_level_route)
 from grpo_kernels.backends import gemm as gemm_module
 from grpo_kernels.backends import torch_streaming
-from grpo_kernels.backends.protocol import EpilogueBackend, LogprobBackend, OnePassBackend
+from grpo_kernels.backends.protocol import EpilogueBackend, LogprobBackend, OnePassBackend, SequenceWavesBackend
 from grpo_kernels.backends.vocab_parallel import VocabShard
 from grpo_kernels.cost_model import library_paths
 
@@ -77,6 +77,7 @@ def test_every_entry_implements_what_it_declares():
         assert isinstance(backend, LogprobBackend), name
         route_protocol = {ONE_PASS: OnePassBackend, EPILOGUE: EpilogueBackend, None: object}[spec.token_level_route]
         assert isinstance(backend, route_protocol), name
+        assert not spec.sequence_waves or isinstance(backend, SequenceWavesBackend), name
         assert (name in library_paths()) == (spec.cost is not None), name
         assert not spec.auto or name in library_paths(), name
     assert [name for name, spec in BACKENDS.items() if spec.second_order] == \
