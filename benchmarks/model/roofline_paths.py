@@ -16,9 +16,8 @@ from typing import Callable
 
 from grpo_kernels.backends import get_backend
 from grpo_kernels.cost_model import library_paths, PER_TOKEN_BYTES, gemm_phase as _gemm, waves as _waves
-from grpo_kernels.cost_model.paths import (OBJECTIVE_LAUNCHES, SEGMENT_MERGE_LAUNCHES, atomic_tile_backward,
-                                           chunked_logits_peak_bytes, gemm, gradients_from_stats, padding_phases,
-                                           row_segments)
+from grpo_kernels.cost_model.paths import (atomic_tile_backward, chunked_logits_peak_bytes, gemm, gradients_from_stats,
+                                           padding_phases, sequence_wave_phases)
 from grpo_kernels.routing import modelled_route
 
 from .roofline_model import DEVICES, MIB, DeviceRates, Estimate, Phase, Problem
@@ -143,48 +142,17 @@ def auto(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> Estimate:
 
 
 def sequence_waves(p: Problem, seq_len: int = 1024, scratch_rows: int = 256) -> Estimate:
-    """A design the code does not implement: a sequence-level loss in one pass, over waves of whole sequences.
-
-    Each of a wave's tokens' logits go through a float32 scratch of `scratch_rows` rows (GEMM1, the row statistics,
-    as the GEMM path's); while the scratch holds them, each row's Q = p - onehot is written in the input dtype to a
-    compact store (the rest of the workspace): a pass that needs no reduction, so a program per row segment, as the
-    statistics. Once the wave's sequences are complete their objective gives each token its g (the loss separable
-    by sequence: no entropy term, no entropy-quantile mask), and the stored rows need no logits again:
-    dH = g (Q W), dW += Q^T (g h), each a GEMM. A wave holds as many whole sequences as the store does; a sequence
-    longer than the store keeps its first rows there and defers the rest, whose statistics the wave took: after the
-    last wave the deferred rows take the two-pass route's second pass (gradients_from_stats), its dW slices added
-    into the accumulator. Between three GEMM-equivalents (the store holds whole sequences) and four."""
+    """The GEMM path's waves of whole sequences (cost_model.paths.sequence_waves, built: where the store holds the
+    longest sequence) extended by a design the code does not implement: a sequence longer than the store keeps its
+    first rows there and defers the rest, whose statistics its wave took; after the last wave the deferred rows take
+    the two-pass route's second pass (gradients_from_stats), its dW slices added into the accumulator. Between three
+    GEMM-equivalents (the store holds whole sequences) and four."""
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     length, scratch = min(seq_len, N), min(scratch_rows, N)
     store_rows = max(0, (p.workspace_bytes - scratch * V * 4) // (V * c))
     stored_per_sequence = min(length, store_rows)
-    per_wave = max(1, store_rows // length)
-    segments = row_segments(V)
-    phases = padding_phases(p)
-    waves_done = 0
-    for sequences, count in _waves(max(1, N // length), per_wave):
-        rows, stored = sequences * length, sequences * stored_per_sequence
-        for sub, sub_count in _waves(rows, scratch):
-            phases.append(_gemm("GEMM1 Z = h W^T (fp32 out, scratch)", sub, V, H, c, 4, count * sub_count))
-            phases.append(Phase(f"row statistics ({segments} segments a row)",
-                                hbm_bytes=sub * V * 4 + sub * PER_TOKEN_BYTES, row_read_bytes=sub * V * 4,
-                                row_programs=sub * segments, count=count * sub_count,
-                                launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
-        if stored:
-            phases.append(Phase("Q = p - onehot into the store (input dtype)", hbm_bytes=stored * V * (4 + c),
-                                row_read_bytes=stored * V * 4, row_programs=min(stored, scratch) * segments,
-                                count=count, launches=math.ceil(stored / scratch)))
-        phases.append(Phase("objective of the wave's sequences", hbm_bytes=p.tokens * PER_TOKEN_BYTES,
-                            launches=OBJECTIVE_LAUNCHES, count=count))
-        if p.hidden_needs_grad and stored:
-            phases.append(_gemm("GEMM2 Q W (fp32 out)", stored, H, V, c, 4, count))
-            phases.append(Phase("dH = g (Q W), cast", hbm_bytes=stored * H * (4 + c), count=count, launches=1))
-        if p.weight_grad and stored:
-            phases.append(Phase("g h", hbm_bytes=stored * H * 2 * c, count=count, launches=1))
-            dw = _gemm("GEMM3 dW (+)= Q^T (g h)", V, H, stored, c, 4, count)
-            later = count - 1 if not waves_done else count  # waves whose GEMM reads the accumulator as C
-            phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + V * H * 4 * later / count))
-        waves_done += count
+    phases = padding_phases(p) + sequence_wave_phases(p, length, stored_per_sequence, max(1, store_rows // length),
+                                                      scratch)
     deferred = N - min(N, max(1, N // length) * stored_per_sequence)
     deferred_peak = 0
     if deferred:  # every dW row already written by the waves: each slice's GEMM reads its rows as C

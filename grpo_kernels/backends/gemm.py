@@ -22,7 +22,7 @@ output (or float32 C) is stood in for by a float32 GEMM of the same 16-bit value
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -187,6 +187,23 @@ class WeightGrad:
 
 # ---- the wave loop ---------------------------------------------------------------------------------------
 
+class HeadOperands(NamedTuple):
+    """What every pass over the head reads: W in the GEMM dtype (no copy on CUDA; the one float32 copy of a 16-bit
+    head on CPU), the bias in the statistics dtype, the two dtypes, and the head transform's constants."""
+    w: torch.Tensor
+    b: Optional[torch.Tensor]
+    gemm: torch.dtype
+    wide: torch.dtype
+    inv_tau: float
+    cap_scale: Optional[float]
+
+
+def head_operands(hidden: torch.Tensor, head: LMHead, gemm_in_input_dtype: Optional[bool]) -> HeadOperands:
+    gemm, wide = gemm_dtype(hidden, gemm_in_input_dtype), stats_dtype(hidden.dtype)
+    return HeadOperands(head.weight.to(gemm), None if head.bias is None else head.bias.to(wide), gemm, wide,
+                        *head.logit_constants)
+
+
 def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
             token_grads: Optional[TokenGrads] = None, needs_hidden_grad: bool = False,
             needs_weight_grad: bool = False, combine_stats: Optional[CombineStats] = None,
@@ -198,11 +215,7 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     N, H = hidden.shape
     V = weight.shape[0]
     device = hidden.device
-    gemm = gemm_dtype(hidden, gemm_in_input_dtype)
-    wide = stats_dtype(hidden.dtype)
-    inv_tau, cap_scale = head.logit_constants
-    w = weight.to(gemm)  # no copy on CUDA; the one float32 copy of a 16-bit head on CPU
-    b = None if bias is None else bias.to(wide)
+    w, b, gemm, wide, inv_tau, cap_scale = head_operands(hidden, head, gemm_in_input_dtype)
     wants_grads = token_grads is not None
     needs_hidden_grad, needs_weight_grad = wants_grads and needs_hidden_grad, wants_grads and needs_weight_grad
     grads = needs_hidden_grad or needs_weight_grad  # no dZ at all under no_grad or with nothing to train
@@ -272,11 +285,7 @@ def gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, work
     if not (needs_hidden_grad or needs_weight_grad):
         return None, None, None
     device = hidden.device
-    gemm = gemm_dtype(hidden, gemm_in_input_dtype)
-    wide = stats_dtype(hidden.dtype)
-    inv_tau, cap_scale = head.logit_constants
-    w = weight.to(gemm)
-    b = None if bias is None else bias.to(wide)
+    w, b, gemm, wide, inv_tau, cap_scale = head_operands(hidden, head, gemm_in_input_dtype)
     tile_rows, tile_columns = gradient_tiles(N, V, H, workspace_bytes, needs_hidden_grad, needs_weight_grad,
                                              min_slice)
     sliced = tile_columns < V

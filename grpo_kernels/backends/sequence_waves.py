@@ -21,9 +21,8 @@ import torch
 
 from ..cost_model.paths import row_segments, sequence_store_layout
 from ..head import LMHead
-from .gemm import RowOps, WeightGrad, targets_by_segment
-from .protocol import stats_dtype
-from .wide_gemm import gemm_dtype, mm_wide
+from .gemm import RowOps, WeightGrad, head_operands, targets_by_segment
+from .wide_gemm import mm_wide
 
 # (r0, r1, logps [r1], entropy [r1]) -> g [r1 - r0]: the objective's dLoss/dlp of rows r0..r1 (whole sequences),
 # given every row's statistics up to r1
@@ -56,11 +55,7 @@ def stream_sequence_waves(hidden: torch.Tensor, head: LMHead, targets: torch.Ten
     N, H = hidden.shape
     V = weight.shape[0]
     device = hidden.device
-    gemm = gemm_dtype(hidden, gemm_in_input_dtype)
-    wide = stats_dtype(hidden.dtype)
-    inv_tau, cap_scale = head.logit_constants
-    w = weight.to(gemm)
-    b = None if bias is None else bias.to(wide)
+    w, b, gemm, wide, inv_tau, cap_scale = head_operands(hidden, head, gemm_in_input_dtype)
     scratch_rows, store_rows = sequence_store_layout(N, V, gemm.itemsize, workspace_bytes, wide.itemsize)
 
     logps, entropy, lse = (torch.empty(N, dtype=wide, device=device) for _ in range(3))

@@ -94,6 +94,17 @@ def _base(gen, B, T, H, V):
                 kept=torch.stack([ids, torch.where(ids + 1 < V, ids + 1, -1)], -1))
 
 
+def _loss_run(loss_type: str):
+    """run(args, backend) of fused_linear_grpo_loss, padded or packed: (loss, logps), no extra outputs."""
+    def run(args, backend):
+        a = dict(args)
+        out = fused_linear_grpo_loss(a.pop("hidden"), a.pop("weight"), a.pop("completion_ids"),
+                                     a.pop("completion_mask"), a.pop("advantages"), config=_config(loss_type),
+                                     backend=backend, **a)
+        return (out.loss, out.logps), {}
+    return run
+
+
 def _loss_call(gen, B, T, H, V, loss_type) -> Call:
     b = _base(gen, B, T, H, V)
     scored = b["mask"] != 0
@@ -101,12 +112,7 @@ def _loss_call(gen, B, T, H, V, loss_type) -> Call:
                 advantages=b["advantages"], bias=b["bias"], old_logps=b["old"], ref_logps=b["ref"],
                 importance_ratio=b["ratio"], num_items_in_batch=scored.sum() + 1.0, kept_token_ids=b["kept"])
 
-    def run(args, backend):
-        a = dict(args)
-        out = fused_linear_grpo_loss(a.pop("hidden"), a.pop("weight"), a.pop("completion_ids"),
-                                     a.pop("completion_mask"), a.pop("advantages"), config=_config(loss_type),
-                                     backend=backend, **a)
-        return (out.loss, out.logps), {}
+    run = _loss_run(loss_type)
 
     return Call(args, dict(hidden=HEAD, weight=HEAD, bias=HEAD, completion_ids=IDS, completion_mask=MASK,
                            advantages=CONSTANT, old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
@@ -132,12 +138,7 @@ def _packed_call(gen, B, T, H, V, loss_type) -> Call:
                 advantages=torch.randn(S, generator=gen), bias=b["bias"], old_logps=b["old"][0],
                 ref_logps=b["ref"][0], importance_ratio=b["ratio"][0], cu_seqlens=cu)
 
-    def run(args, backend):
-        a = dict(args)
-        out = fused_linear_grpo_loss(a.pop("hidden"), a.pop("weight"), a.pop("completion_ids"),
-                                     a.pop("completion_mask"), a.pop("advantages"), config=_config(loss_type),
-                                     backend=backend, **a)
-        return (out.loss, out.logps), {}
+    run = _loss_run(loss_type)
 
     return Call(args, dict(hidden=HEAD, weight=HEAD, bias=HEAD, completion_ids=IDS, completion_mask=MASK,
                            advantages=CONSTANT, old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
