@@ -247,10 +247,10 @@ def is_token_level(config: GRPOLossConfig) -> bool:
 
 def sequence_waves_apply(config: GRPOLossConfig) -> bool:
     """Whether a loss that is not token-level may run in one pass over waves of whole sequences
-    (backends/sequence_waves.py): each sequence's g = dLoss/dlp must be known once that sequence's own tokens are
-    (the loss type separable by sequence, and no entropy-quantile mask, which ranks every token of the batch), and no
-    entropy term may reach the gradient (its d ent / d z is not the Q the store keeps). The aggregation weights read
-    the mask and the config only, never lp: constants of the wave."""
+    (backends/gemm.py: stream_sequence_waves): each sequence's g = dLoss/dlp must be known once that sequence's own
+    tokens are (the loss type separable by sequence, and no entropy-quantile mask, which ranks every token of the
+    batch), and no entropy term may reach the gradient (its d ent / d z is not the Q the store keeps). The aggregation
+    weights read the mask and the config only, never lp: constants of the wave."""
     return (not is_token_level(config) and get_loss_type(config.loss_type).separable_by_sequence
             and config.top_entropy_quantile == 1.0 and config.entropy_coef == 0.0)
 

@@ -3,10 +3,10 @@
 A sequence-level loss (GSPO's ratio, vespo's weight) normally takes two passes over the head: every row's statistics,
 then the objective by autograd, then the logits again for the gradients. Where the loss is separable by sequence
 (objective.sequence_waves_apply) and the backend declares the route (BackendSpec.sequence_waves), the backend runs
-waves of whole sequences (backends/sequence_waves.py) and asks the objective, once a wave's sequences are complete,
-for their g: the spec's own objective, differentiated by autograd over the whole batch with the rows still to come
-at a placeholder (their old log-probs, or 0), of which only the complete sequences' g is read, the same as the
-whole batch's since the loss is separable by sequence.
+waves of whole sequences (backends/gemm.py: stream_sequence_waves) and asks the objective, once a wave's sequences
+are complete, for their g: the spec's own objective, differentiated by autograd over the whole batch with the rows
+still to come at a placeholder (their old log-probs, or 0), of which only the complete sequences' g is read, the same
+as the whole batch's since the loss is separable by sequence.
 """
 
 from __future__ import annotations
@@ -43,6 +43,23 @@ def longest_sequence(backend: str, config: GRPOLossConfig, layout: TokenLayout, 
     return max(layout.rows_per_sequence(), default=0)
 
 
+def sequence_waves(rows_per_sequence: list[int], store_rows: int) -> Optional[list[tuple[int, int]]]:
+    """Row ranges (r0, r1) of consecutive whole sequences, each range as many as the store holds; None when a sequence
+    is longer than the store (the route does not apply)."""
+    waves: list[tuple[int, int]] = []
+    start = end = 0
+    for length in rows_per_sequence:
+        if length > store_rows:
+            return None
+        if end + length - start > store_rows:
+            waves.append((start, end))
+            start = end
+        end += length
+    if end > start:
+        waves.append((start, end))
+    return waves
+
+
 def waves_for(backend: str, config: GRPOLossConfig, layout: TokenLayout, head: LMHead, hidden_rows: torch.Tensor,
               workspace_bytes: int, *, kept_sets: bool, compiling: bool) -> Optional[list[tuple[int, int]]]:
     """The waves of whole sequences (head row ranges) the call runs in, or None where the route does not apply: the
@@ -50,8 +67,6 @@ def waves_for(backend: str, config: GRPOLossConfig, layout: TokenLayout, head: L
     or carries kept-token sets, the graph is compiled, or the store does not hold the longest sequence."""
     if not _applies(backend, config, head, hidden_rows, kept_sets=kept_sets, compiling=compiling):
         return None
-    from .backends.sequence_waves import sequence_waves
-
     store_rows = implementation(backend, workspace_bytes).sequence_store_rows(hidden_rows.shape[0], head.vocab_size,
                                                                               hidden_rows)
     return sequence_waves(layout.rows_per_sequence(), store_rows)

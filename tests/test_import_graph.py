@@ -14,9 +14,11 @@ from grpo_kernels.backends import BACKENDS
 
 PACKAGES = ("grpo_kernels", "grpo_engine", "benchmarks")
 # Bottom to top: a module may import its own layer and those below. The library's core (the registry, the
-# backends, the kernels, the cost model, the math) under the autograd glue and routing, under the public
+# backends, the kernels, the cost model, the math) under the autograd glue and routing (and the one-pass sequence
+# route, which is both), under the public
 # functions, under the Liger-compatible module, under the integrations, under the engine, under the benchmarks.
-LAYERS = [("grpo_kernels",), ("grpo_kernels.ops", "grpo_kernels.routing"), ("grpo_kernels.api",),
+LAYERS = [("grpo_kernels",), ("grpo_kernels.ops", "grpo_kernels.routing", "grpo_kernels.sequence_route"),
+          ("grpo_kernels.api",),
           ("grpo_kernels.module",), ("grpo_kernels.integrations",), ("grpo_engine",), ("benchmarks",)]
 
 

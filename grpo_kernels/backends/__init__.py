@@ -83,7 +83,7 @@ class BackendSpec:
     uses_workspace: bool = False
     # How a token-level objective is fused into its streaming pass (ONE_PASS, EPILOGUE); None: never fused.
     token_level_route: Optional[TokenLevelRoute] = None
-    # A loss separable by sequence in one pass over waves of whole sequences (backends/sequence_waves.py:
+    # A loss separable by sequence in one pass over waves of whole sequences (backends/gemm.py: stream_sequence_waves:
     # linear_forward_with_sequence_grads, sequence_store_rows), where its store holds the longest sequence.
     sequence_waves: bool = False
     kept_token_sets: bool = True  # kept_token_ids: log-probs over a sampler's kept sets

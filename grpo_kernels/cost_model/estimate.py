@@ -32,7 +32,8 @@ class Problem:
     valid_fraction: float = 1.0
     workspace_bytes: int = GIB  # the gemm path's float32 logits workspace
     # The longest sequence's rows, where a sequence-level loss is separable by sequence (the GEMM path may then run
-    # it in one pass over waves of whole sequences, backends/sequence_waves.py); 0: that route does not apply.
+    # it in one pass over waves of whole sequences, backends/gemm.py: stream_sequence_waves); 0: that route does not
+    # apply.
     sequence_rows: int = 0
 
     def __post_init__(self) -> None:

@@ -57,8 +57,8 @@ GEMM_TILE_ROWS, GEMM_TILE_COLUMNS = 128, 256
 MIN_GRADIENT_SLICE = 4096
 
 
-# Rows of the one-pass sequence route's float32 scratch (backends/sequence_waves.py): enough for the logits GEMM to
-# fill its tiles (two 128-row tiles), few enough that the store keeps most of the workspace.
+# Rows of the one-pass sequence route's float32 scratch (backends/gemm.py: stream_sequence_waves): enough for the
+# logits GEMM to fill its tiles (two 128-row tiles), few enough that the store keeps most of the workspace.
 SEQUENCE_SCRATCH_ROWS = 256
 
 
@@ -258,8 +258,8 @@ def gradients_from_stats(p: Problem, whole_rows: bool = False) -> tuple[list[Pha
 
 
 def sequence_waves(p: Problem) -> Estimate:
-    """The GEMM path's one-pass route for a loss separable by sequence (backends/sequence_waves.py), its store
-    holding p.sequence_rows rows a sequence: every sequence that long (the fewest sequences a wave)."""
+    """The GEMM path's one-pass route for a loss separable by sequence (backends/gemm.py: stream_sequence_waves),
+    its store holding p.sequence_rows rows a sequence: every sequence that long (the fewest sequences a wave)."""
     N, V, c = p.valid_tokens, p.vocab, p.itemsize
     scratch, store_rows = sequence_store_layout(N, V, c, p.workspace_bytes)
     length = min(p.sequence_rows, N)

@@ -7,7 +7,6 @@ from grpo_testing import device_of, make_problem, registered_backends
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, linear_logprobs
 from grpo_kernels.backends import gemm as gemm_path
-from grpo_kernels.backends import sequence_waves
 from grpo_kernels.backends import torch_streaming as torch_chunked
 
 CONFIGS = {
@@ -100,7 +99,7 @@ def test_packed_with_its_own_completion_mask():
 
 
 @pytest.mark.parametrize("backend,passes", [
-    ("gemm", [(gemm_path, "_stream"), (sequence_waves, "stream_sequence_waves")]),
+    ("gemm", [(gemm_path, "_stream"), (gemm_path, "stream_sequence_waves")]),
     ("torch", [(torch_chunked, "linear_forward")])], ids=["gemm", "torch"])
 def test_padding_never_goes_through_the_head(monkeypatch, backend, passes):
     rows_seen = []

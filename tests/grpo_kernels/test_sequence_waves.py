@@ -1,6 +1,6 @@
 """A sequence-level loss separable by sequence in one pass over waves of whole sequences on the GEMM path
-(grpo_kernels/sequence_route.py, backends/sequence_waves.py): the same loss, metrics, log-probs and gradients as the
-float64 reference, where the route applies; the two-pass route wherever one of its conditions fails."""
+(grpo_kernels/sequence_route.py, backends/gemm.py: stream_sequence_waves): the same loss, metrics, log-probs and
+gradients as the float64 reference, where the route applies; the two-pass route wherever one of its conditions fails."""
 
 import functools
 import warnings
@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss, reference, sequence_route
+from grpo_kernels.sequence_route import sequence_waves
 from grpo_kernels.backends import gemm
 from grpo_kernels.backends.gemm import GemmBackend, triton_rows
-from grpo_kernels.backends.sequence_waves import sequence_waves
 from grpo_kernels.cost_model.paths import SEQUENCE_SCRATCH_ROWS as SCRATCH_ROWS
 from grpo_kernels.cost_model.paths import sequence_store_layout as store_layout
 from grpo_kernels.config import LossConfigWarning
