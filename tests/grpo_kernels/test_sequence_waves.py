@@ -66,9 +66,10 @@ def test_every_built_in_loss_type_is_separable_by_sequence():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(loss_type=st.sampled_from(SEPARABLE), level=st.sampled_from(["sequence", "token"]),
        beta=st.sampled_from([0.0, 0.04]), bias_correction=st.booleans(), delta=st.sampled_from([None, 1.5]),
-       store_sequences=st.integers(1, 4), with_bias=st.booleans(), packed=st.booleans(), seed=st.integers(0, 10**6))
+       store_sequences=st.integers(1, 4), with_bias=st.booleans(), packed=st.booleans(),
+       rho=st.sampled_from([None, "token", "sequence"]), token_advantages=st.booleans(), seed=st.integers(0, 10**6))
 def test_waves_match_the_float64_reference(waves_taken, loss_type, level, beta, bias_correction, delta,
-                                           store_sequences, with_bias, packed, seed):
+                                           store_sequences, with_bias, packed, rho, token_advantages, seed):
     waves_taken.clear()  # the fixture lives across hypothesis's examples
     config = _config(loss_type=loss_type, importance_sampling_level=level, beta=beta,
                      use_bias_correction_kl=bias_correction, delta=delta)
@@ -76,7 +77,10 @@ def test_waves_match_the_float64_reference(waves_taken, loss_type, level, beta, 
         assert is_token_level(config)
         return
     dtype = torch.float64
-    problem = make_problem(seed=seed, B=5, T=7, H=12, V=40, dtype=dtype, with_bias=with_bias)
+    if get_loss_type(loss_type).folds_importance_ratio and rho == "sequence":
+        rho = "token"  # vespo reads rho per token
+    problem = make_problem(seed=seed, B=5, T=7, H=12, V=40, dtype=dtype, with_bias=with_bias,
+                           importance_ratio=None if packed else rho, token_advantages=token_advantages and not packed)
     workspace = _workspace(problem, store_rows=store_sequences * 7)
     if packed:
         _check_packed(problem, config, workspace)
