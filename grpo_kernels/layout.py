@@ -10,7 +10,7 @@ The objective only ever sees the grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -22,6 +22,9 @@ class TokenLayout:
     mask: torch.Tensor  # [B, T] float32: the completion mask on the grid
     source_rows: Optional[torch.Tensor]  # [R] rows of the flattened input that go through the head; None: all
     grid_rows: Optional[torch.Tensor]  # [R] their flat positions in the grid; None: the identity
+    # rows_per_sequence's answer, kept: it costs a host synchronisation, and `auto` asks it twice a call (the
+    # workspace of the sequence route, then its waves)
+    _rows_per_sequence: Optional[tuple[int, ...]] = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def padded(cls, completion_mask: torch.Tensor, compact: bool = True) -> "TokenLayout":
@@ -55,14 +58,17 @@ class TokenLayout:
         B, T = self.batch_shape
         return B * T if self.grid_rows is None else self.grid_rows.numel()
 
-    def rows_per_sequence(self) -> list[int]:
+    def rows_per_sequence(self) -> tuple[int, ...]:
         """How many of the head's rows each grid row (sequence) holds, in order: the head's rows are grouped by
-        sequence, the sequences in grid order (a host synchronisation)."""
-        B, T = self.batch_shape
-        if self.grid_rows is None:
-            return [T] * B
-        return torch.bincount(torch.div(self.grid_rows, T, rounding_mode="floor"), minlength=B).tolist() \
-            if T else [0] * B
+        sequence, the sequences in grid order (a host synchronisation, once per layout)."""
+        if self._rows_per_sequence is None:
+            B, T = self.batch_shape
+            if self.grid_rows is None:
+                self._rows_per_sequence = (T,) * B
+            else:
+                self._rows_per_sequence = tuple(torch.bincount(
+                    torch.div(self.grid_rows, T, rounding_mode="floor"), minlength=B).tolist()) if T else (0,) * B
+        return self._rows_per_sequence
 
     def head_rows(self, flat: torch.Tensor) -> torch.Tensor:
         """The rows of a flattened input ([N, ...] or [B*T, ...]) that go through the head."""

@@ -11,7 +11,7 @@ as the whole batch's since the loss is separable by sequence.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -43,7 +43,7 @@ def longest_sequence(backend: str, config: GRPOLossConfig, layout: TokenLayout, 
     return max(layout.rows_per_sequence(), default=0)
 
 
-def sequence_waves(rows_per_sequence: list[int], store_rows: int) -> Optional[list[tuple[int, int]]]:
+def sequence_waves(rows_per_sequence: Sequence[int], store_rows: int) -> Optional[list[tuple[int, int]]]:
     """Row ranges (r0, r1) of consecutive whole sequences, each range as many as the store holds; None when a sequence
     is longer than the store (the route does not apply)."""
     waves: list[tuple[int, int]] = []

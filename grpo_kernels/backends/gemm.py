@@ -74,14 +74,16 @@ def _torch_row_stats(z, bias, targets, inv_tau, cap_scale):
     return lse, entropy, target_z
 
 
-def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype):
+def _torch_row_grad_(z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype, out=None):
     chunk = _row_chunk(z.shape[0])
     for r0 in range(0, z.shape[0], chunk):
         r1 = min(r0 + chunk, z.shape[0])
         inside, column = target_in_range(targets[r0:r1], 0, z.shape[1])
         softmax_grad_(_transformed(z[r0:r1], bias, inv_tau, cap_scale), lse[r0:r1], entropy[r0:r1], g[r0:r1],
                       None if e is None else e[r0:r1], inside, column, inv_tau, cap_scale)
-    return z
+        if out is not None:  # a chunk at a time: the CPU's extra traffic stays within the chunk
+            out[r0:r1] = z[r0:r1]
+    return z if out is None else out
 
 
 def _transformed(z: torch.Tensor, bias: Optional[torch.Tensor], inv_tau: float,
@@ -97,7 +99,9 @@ class RowOps:
     """The row pass over a workspace of raw logits: statistics, and dZ written over the logits."""
 
     stats: Callable  # (z, bias, targets, inv_tau, cap_scale) -> (lse, entropy, target logit)
-    grad_: Callable  # (z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype) -> dz (z's memory)
+    # (z, bias, targets, lse, entropy, g, e, inv_tau, cap_scale, out_dtype, out=None) -> dz: z's memory, or `out`
+    # ([rows, V] in out_dtype) where given
+    grad_: Callable
     # (z, bias, targets, inv_tau, cap_scale, segment_targets=None) -> the same three per row segment,
     # [rows, segments], unmerged (row_math.merge_segment_stats merges them): a pass that needs no statistics
     # before its last wave merges once for all waves. None: whole rows only. `stats` then takes segment_targets
@@ -380,12 +384,12 @@ def stream_sequence_waves(hidden: torch.Tensor, head: LMHead, targets: torch.Ten
             lse_c, ent_c, target_z = rows.stats(z, b, y, inv_tau, cap_scale,
                                                 **({} if by_segment is None else {"segment_targets": by_segment}))
             logps[c0:c1], entropy[c0:c1], lse[c0:c1] = target_z - lse_c, ent_c, lse_c
-            # Q = d lp / d z (g = 1, no entropy term), in place over the scratch, then kept in the GEMM dtype
+            # Q = d lp / d z (g = 1, no entropy term), read from the scratch and written into the store in the
+            # GEMM dtype
             count = (c1 - c0) * segments
-            q = rows.grad_(z.view(count, V // segments), b, y if by_segment is None else by_segment,
-                           lse_c.repeat_interleave(segments), ent_c.repeat_interleave(segments), ones[:count], None,
-                           inv_tau, cap_scale, gemm)
-            store[c0 - r0:c1 - r0].view(count, V // segments).copy_(q)
+            rows.grad_(z.view(count, V // segments), b, y if by_segment is None else by_segment,
+                       lse_c.repeat_interleave(segments), ent_c.repeat_interleave(segments), ones[:count], None,
+                       inv_tau, cap_scale, gemm, out=store[c0 - r0:c1 - r0].view(count, V // segments))
         g = wave_grads(r0, r1, logps[:r1], entropy[:r1]).to(wide)
         q = store[:r1 - r0]
         if grad_hidden is not None:

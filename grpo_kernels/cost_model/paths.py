@@ -276,9 +276,9 @@ def sequence_waves(p: Problem) -> Estimate:
 def sequence_wave_phases(p: Problem, length: int, stored_per_sequence: int, per_wave: int, scratch: int
                          ) -> list[Phase]:
     """Waves of `per_wave` whole sequences of `length` rows: each row's logits through the float32 scratch (GEMM1,
-    the statistics), the first `stored_per_sequence` rows of each sequence's Q = d lp / d z narrowed in place (a
-    program per row segment) and copied into the store; once the wave is complete, its objective, dH = g (Q W) and dW (+)= Q^T (g h) of the
-    stored rows (the accumulator read as C after the first wave)."""
+    the statistics), the first `stored_per_sequence` rows of each sequence's Q = d lp / d z read from the scratch and
+    written into the store in the input dtype (a program per row segment); once the wave is complete, its objective,
+    dH = g (Q W) and dW (+)= Q^T (g h) of the stored rows (the accumulator read as C after the first wave)."""
     H, V, c = p.hidden, p.vocab, p.itemsize
     segments = row_segments(V)
     phases: list[Phase] = []
@@ -293,11 +293,9 @@ def sequence_wave_phases(p: Problem, length: int, stored_per_sequence: int, per_
                                 launches=1 + SEGMENT_MERGE_LAUNCHES * (segments > 1)))
         if stored:
             chunks = math.ceil(stored / scratch)
-            phases.append(Phase("Q = d lp / d z narrowed in place (input dtype)", hbm_bytes=stored * V * (4 + c),
+            phases.append(Phase("Q = d lp / d z into the store (input dtype)", hbm_bytes=stored * V * (4 + c),
                                 row_read_bytes=stored * V * 4, row_programs=min(stored, scratch) * segments,
                                 count=count, launches=chunks))
-            phases.append(Phase("Q copied into the store", hbm_bytes=stored * V * 2 * c, count=count,
-                                launches=chunks))
         phases.append(Phase("objective of the wave's sequences", hbm_bytes=p.tokens * PER_TOKEN_BYTES,
                             launches=OBJECTIVE_LAUNCHES, count=count))
         if p.hidden_needs_grad and stored:

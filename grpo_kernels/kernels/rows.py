@@ -131,12 +131,16 @@ def row_stats(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tens
 
 def row_grad_(z: torch.Tensor, bias: Optional[torch.Tensor], targets: torch.Tensor, lse: torch.Tensor,
               entropy: torch.Tensor, g: torch.Tensor, e: Optional[torch.Tensor], inv_tau: float,
-              cap_scale: Optional[float], out_dtype: torch.dtype, gpu_launch: Optional[bool] = None) -> torch.Tensor:
+              cap_scale: Optional[float], out_dtype: torch.dtype, gpu_launch: Optional[bool] = None,
+              out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Overwrite z [rows, V] (float32, rows contiguous) with dLoss/d(raw logits); returns it as a [rows, V] view of
-    z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V)."""
+    z's memory in out_dtype (float32, or 16-bit narrowed in place with row stride 2V). With `out` ([rows, V] in
+    out_dtype, rows contiguous, not overlapping z) the gradient goes there instead and z is only read."""
     rows, V = z.shape
     assert z.dtype == torch.float32 and z.stride(1) == 1
-    dz = z if out_dtype == torch.float32 else z.view(out_dtype)[:, :V]
+    if out is not None:
+        assert out.shape == z.shape and out.dtype == out_dtype and out.stride(1) == 1
+    dz = out if out is not None else z if out_dtype == torch.float32 else z.view(out_dtype)[:, :V]
     if rows:
         _row_grad_kernel[(rows,)](z, z.stride(0), dz, dz.stride(0), bias if bias is not None else z, targets, lse,
                                   entropy, g, e if e is not None else g, V, inv_tau,

@@ -286,8 +286,8 @@ def test_sequence_waves_design_makes_three_gemms_when_its_store_holds_a_sequence
 
 
 def test_sequence_waves_design_within_trls_memory_takes_s1_and_s3_ahead_but_not_s2():
-    """docs/benchmarks.md's numbers for the design (H200): 0.83x TRL's time at S1 (256-row scratch, 448 MiB),
-    0.86x at S3 (512 rows, 552 MiB), each within TRL's peak; at S2 no scratch and workspace within TRL's memory
+    """docs/benchmarks.md's numbers for the design (H200): 0.81x TRL's time at S1 (256-row scratch, 448 MiB),
+    0.83x at S3 (512 rows, 552 MiB), each within TRL's peak; at S2 no scratch and workspace within TRL's memory
     models below TRL's time."""
     from benchmarks.model.roofline_paths import sequence_waves
     from benchmarks.suite.shapes import TARGET_SHAPES
@@ -300,7 +300,7 @@ def test_sequence_waves_design_within_trls_memory_takes_s1_and_s3_ahead_but_not_
         trl = roofline.estimate("trl", p, rates)
         return design.seconds(rates) / trl.seconds(rates), design.peak_extra_bytes < trl.peak_extra_bytes
 
-    assert [round(t, 2) for t, _ in (against_trl("S1", 448, 256), against_trl("S3", 552, 512))] == [0.83, 0.86]
+    assert [round(t, 2) for t, _ in (against_trl("S1", 448, 256), against_trl("S3", 552, 512))] == [0.81, 0.83]
     assert against_trl("S1", 448, 256)[1] and against_trl("S3", 552, 512)[1]
     at_s2 = [against_trl("S2", mib, scratch) for scratch in (128, 256, 384, 512) for mib in range(64, 449, 16)]
     assert min(t for t, fits in at_s2 if fits) > 1.0

@@ -154,6 +154,31 @@ def test_triton_row_grad_narrows_to_bf16_in_place():
     torch.testing.assert_close(narrowed.float(), expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("narrow", [torch.bfloat16, torch.float16])
+def test_triton_row_grad_into_another_buffer(narrow):
+    """With `out`, dZ goes into a separate 16-bit buffer (strided rows of a wider store: the sequence route's) equal
+    bit for bit to the in-place narrowing, and the float32 logits are left as they were."""
+    from grpo_kernels.kernels import rows
+
+    triton_rows()  # selects the interpreter on CPU
+    gen = torch.Generator().manual_seed(5)
+    R, V = 4, 600
+    z = torch.randn(R, V, generator=gen) * 3
+    bias = torch.randn(V, generator=gen)
+    targets = torch.randint(0, V, (R,), generator=gen)
+    lse, ent, _ = rows.row_stats(z, bias, targets, 0.7, 0.1)
+    g, e = torch.randn(R, generator=gen), torch.randn(R, generator=gen)
+    in_place = rows.row_grad_(z.clone(), bias, targets, lse, ent, g, e, 0.7, 0.1, narrow)
+    store = torch.full((R, V + 3), 7.0, dtype=narrow)
+    kept = z.clone()
+    got = rows.row_grad_(z, bias, targets, lse, ent, g, e, 0.7, 0.1, narrow, out=store[:, 1:V + 1])
+    assert got.data_ptr() == store[:, 1:].data_ptr()
+    assert torch.equal(z, kept)
+    assert torch.equal(got, in_place)
+    assert torch.all(store[:, 0] == 7.0) and torch.all(store[:, V + 1:] == 7.0)  # nothing outside its columns
+
+
 class _CallCounter:
     def __init__(self, monkeypatch, module, name):
         self.calls = 0
