@@ -42,6 +42,7 @@ import torch
 
 from ..head import LMHead
 from ..kernels import launch
+from ..kernels.configs import CHUNK_ROW_ALIGN
 from ..cost_model.estimate import Problem
 from ..cost_model.triton_tma import chunks_pay
 # WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C);
@@ -52,12 +53,15 @@ from .protocol import stats_dtype
 from .wide_gemm import gemm_dtype, mm_wide
 
 
-def chunk_rows(vocab_size: int, workspace_bytes: int, block_n: int) -> int:
+def chunk_rows(vocab_size: int, workspace_bytes: int, block_n: int, align: int = CHUNK_ROW_ALIGN) -> int:
     """Tokens per chunk: the GEMM path's wave (gemm.wave_rows: float32 rows of V in workspace_bytes), rounded down
-    to whole token blocks, at least one.
+    to whole token blocks where it holds two or more (every chunk's blocks full), else to a multiple of `align` rows
+    (configs.CHUNK_ROW_ALIGN says why), at least one block.
     Counted as the GEMM path does, a vocabulary shard's ranks run the same number of chunks
     (vocab_parallel.VocabShard.wave_workspace): the statistics are combined per chunk, a collective."""
-    return max(block_n, wave_rows(vocab_size, workspace_bytes) // block_n * block_n)
+    rows = wave_rows(vocab_size, workspace_bytes)
+    step = block_n if rows >= 2 * block_n else max(1, min(block_n, align))
+    return max(block_n, rows // step * step)
 
 
 def _padded_vocab(vocab_size: int) -> int:
@@ -69,13 +73,15 @@ class TmaChunkBackend:
     """The LogprobBackend interface and the ONE_PASS route (protocol.py) over token chunks."""
 
     def __init__(self, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, chunks: Optional[bool] = None,
-                 min_gradient_slice: int = MIN_GRADIENT_SLICE):
+                 min_gradient_slice: int = MIN_GRADIENT_SLICE, chunk_row_align: int = CHUNK_ROW_ALIGN):
         """chunks: whether a token-level loss goes through the token chunks (True) or takes the statistics first
         and the gradients in the GEMM path's tiles (False); None: as the cost model says for the workspace
-        (cost_model.triton_tma.chunks_pay). min_gradient_slice: gemm.GemmBackend's (tests take small ones)."""
+        (cost_model.triton_tma.chunks_pay). min_gradient_slice: gemm.GemmBackend's (tests take small ones);
+        chunk_row_align: chunk_rows' `align` (tests take one below the interpreter's token block)."""
         self.workspace_bytes = int(workspace_bytes) if workspace_bytes else DEFAULT_WORKSPACE_BYTES
         self.chunks = chunks
         self.min_gradient_slice = int(min_gradient_slice)
+        self.chunk_row_align = int(chunk_row_align)
 
     def linear_forward(self, hidden, head: LMHead, targets):
         """(logps, entropy, lse) [N]: the persistent kernel alone, no logits stored."""
@@ -130,7 +136,7 @@ class TmaChunkBackend:
         w = weight.to(gemm_dtype(hidden))  # no copy on CUDA; a float32 copy of a 16-bit head on CPU
 
         block_n = launch.config_for("persistent", hidden.dtype, device).block_n
-        step = chunk_rows(V, self.workspace_bytes, block_n)
+        step = chunk_rows(V, self.workspace_bytes, block_n, self.chunk_row_align)
         chunk = torch.empty(min(step, N), _padded_vocab(V), dtype=torch.float32, device=device) if N else None
         for n0 in range(0, N, step):
             n1 = min(n0 + step, N)

@@ -5,7 +5,8 @@ logits wave by cuBLAS and reads it back in a row pass for the statistics, the pe
 and folds the statistics in its epilogue, writing the float32 chunk only when a gradient follows (and nothing at all
 for no-grad log-probs, which run in one launch over every token). The dz pass (4 bytes read, the input dtype
 written per logit), the dH and dW GEMMs, the objective's small ops and the casts are the GEMM path's, charged by
-paths.gemm itself; the chunk is that path's wave rounded down to whole 128-token blocks (chunk_rows).
+paths.gemm itself; the chunk is that path's wave rounded down to whole 128-token blocks, or below two blocks to
+a multiple of 32 tokens (chunk_rows).
 
 The Triton kernel's tensor-core rate: no GPU has measured this project's persistent kernel yet. Until one does, it
 is the published rate of the same kind of kernel: persistent Triton GEMMs loading through tensor descriptors (TMA)
@@ -22,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..kernels.configs import GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT
+from ..kernels.configs import CHUNK_ROW_ALIGN, GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT
 from .estimate import Estimate, Phase, Problem
 from .device import DEVICES, DeviceRates
 from .paths import PER_TOKEN_BYTES, gemm, gradients_from_stats, padding_phases
@@ -55,9 +56,12 @@ class PersistentKernelPhase(Phase):
 
 
 def chunk_rows_modelled(p: Problem) -> int:
-    """backends/triton_tma.chunk_rows for this problem on Hopper (kept free of torch and triton imports)."""
+    """backends/triton_tma.chunk_rows for this problem on Hopper (kept free of torch and triton imports). A chunk
+    whose last token block is partly filled is charged whole blocks: the GEMM phases' tiles at its shape."""
     block = _PERSISTENT.block_n
-    return max(block, p.workspace_bytes // (4 * p.vocab) // block * block)
+    rows = max(1, p.workspace_bytes // (4 * p.vocab))
+    step = block if rows >= 2 * block else min(block, CHUNK_ROW_ALIGN)
+    return max(block, rows // step * step)
 
 
 def persistent_forward_phase(name: str, rows: int, p: Problem, store_logits: bool, count: int = 1) -> Phase:

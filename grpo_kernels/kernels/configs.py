@@ -86,6 +86,12 @@ _BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=1)
 # token blocks per group of persistent_forward.py's item order (L2 reuse only; no effect on any value): 8 x 128 tokens
 # share each weight tile fetched from HBM
 PERSISTENT_GROUP_N = 8
+# Token chunks of the persistent route (backends/triton_tma.py: chunk_rows) of fewer than two token blocks are
+# multiples of this many rows (of the block, when smaller), not whole blocks: the chunk's last block partly filled
+# (its rows past the chunk masked), so a small workspace is sized finer than a block's float32 logits (at S1, 224
+# rows a chunk keep a frozen head's step within 1.1x Cut Cross-Entropy's memory, 256 do not). Larger chunks keep
+# whole blocks: a partial block in every chunk would cost more than the memory it saves.
+CHUNK_ROW_ALIGN = 32
 # persistent_forward.py (16-bit, float32); every entry splits the vocabulary every 2048 entries, as "forward" does
 _PERSISTENT = {"sm90": (KernelConfig(128, 128, 64, num_warps=8, num_stages=4, split_tiles=16),
                         KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),

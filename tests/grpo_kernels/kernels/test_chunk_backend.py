@@ -34,6 +34,27 @@ def test_chunks_are_whole_token_blocks_counted_as_the_gemm_path_counts_waves():
     assert chunk_rows(300, 40 * 4 * 300, block) == 32
     # a shard's ranks (vocab_parallel.VocabShard.wave_workspace) get equal chunks whatever their vocabulary
     assert chunk_rows(150, 40 * 4 * 150, block) == chunk_rows(151, 40 * 4 * 151, block)
+    # on the GPU: whole 128-row blocks from two blocks on, multiples of 32 rows below, at least one block
+    assert [chunk_rows(151936, rows * 4 * 151936 + 5, 128) for rows in (100, 224, 255, 256, 300, 1081)] == \
+        [128, 224, 224, 256, 256, 1024]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunks_that_end_inside_a_token_block_give_float64s_answer(dtype):
+    """Chunks of 24 rows with 16-row blocks (align 8, fewer than two blocks): each chunk's second block half filled,
+    its rows past the chunk masked; the statistics and gradients as float64's."""
+    (hidden, weight, bias), targets, g, e = inputs(seed=6, dtype=dtype, out_of_shard=4)
+    calls = []
+    backend = TmaChunkBackend(24 * 4 * 300, chunks=True, min_gradient_slice=32, chunk_row_align=8)
+    logps, entropy, lse, dh, dw, db = backend.linear_forward_with_grads(
+        *forward_args(hidden, weight, bias, targets, SOFTCAPPED), _token_grads(g, e, calls))
+    assert calls == [(0, 24), (24, 45)]
+    for name, actual, ref in zip(("logps", "entropy", "lse"), (logps, entropy, lse),
+                                 float64_stats(hidden, weight, bias, targets, SOFTCAPPED)):
+        torch.testing.assert_close(actual.double(), ref, atol=1e-4, rtol=1e-4, msg=name)
+    for name, actual, ref in zip(("dhidden", "dweight", "dbias"), (dh, dw, db),
+                                 float64_grads(hidden, weight, bias, targets, g, e, SOFTCAPPED)):
+        assert_grad(actual, ref, dtype, name)
 
 
 @TRANSFORMS
