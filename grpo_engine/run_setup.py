@@ -155,7 +155,9 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     functions read: a bad file stops the run before the model loads, not at step 1."""
     d = config.data
     if d.path is None:
-        return addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+        rows, eval_rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+        check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
+        return rows, eval_rows
     rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split)
     check_reward_columns(rewards, rows, d.path, d.prompt_column)
     eval_rows = []

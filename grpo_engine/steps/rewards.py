@@ -251,6 +251,7 @@ def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]],
         raise RewardFunctionError(f"dataset {source!r} row {row} has a column {reserved!r}, a name the engine passes "
                                   f"to every reward function itself ({', '.join(ENGINE_ARGUMENTS)}); rename that "
                                   f"column")
+    columns = sorted({key for row in rows for key in row if key != prompt_column})
     for reward in rewards:
         for column in reward.columns:
             missing = next((i for i, row in enumerate(rows) if column not in row), None)
@@ -261,6 +262,22 @@ def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]],
             where = f"has no {column!r} column" if whole else f"row {missing} has no {column!r} column"
             raise RewardFunctionError(f"dataset {source!r} {where}, which reward function {reward.name!r} "
                                       f"reads{_column_key(reward)}; columns: {sorted(rows[missing])}")
+        _check_signature(reward, columns, source)  # after the columns it reads: a missing one is the cause
+
+
+def _check_signature(reward: NamedReward, columns: list[str], source: str) -> None:
+    """The function takes the engine's call, fn(prompts=, completions=, completion_ids=, **every other column), as
+    TRL makes it: a function without those parameters or **kwargs would raise at step 1, after the model loaded."""
+    try:
+        signature = inspect.signature(reward.fn)
+    except (TypeError, ValueError):  # a builtin without a signature: its call says
+        return
+    try:
+        signature.bind(**{name: None for name in (*ENGINE_ARGUMENTS, *columns)})
+    except TypeError as exc:
+        raise RewardFunctionError(f"reward function {reward.name!r} cannot take the call the engine makes, "
+                                  f"fn(prompts=, completions=, completion_ids=, **the columns of {source!r}): {exc}; "
+                                  f"give it the signature fn(prompts, completions, **kwargs)") from None
 
 
 def _column_key(reward: NamedReward) -> str:

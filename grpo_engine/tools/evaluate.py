@@ -111,6 +111,7 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     if d.path is None:
         _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+        check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
     else:
         rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
         check_reward_columns(rewards, rows, d.path, d.prompt_column)
