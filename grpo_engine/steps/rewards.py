@@ -254,6 +254,10 @@ def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]],
     columns = sorted({key for row in rows for key in row if key != prompt_column})
     for reward in rewards:
         for column in reward.columns:
+            if column == prompt_column:  # handed over as `prompts`, rendered, never as a column of its own name
+                raise RewardFunctionError(f"reward function {reward.name!r} reads the column {column!r}"
+                                          f"{_column_key(reward)}, which is data.prompt_column: the prompt reaches a "
+                                          f"reward function as `prompts`; use another column")
             missing = next((i for i, row in enumerate(rows) if column not in row), None)
             if missing is None:
                 _check_column_types(reward, column, rows, source)

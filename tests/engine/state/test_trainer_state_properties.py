@@ -105,3 +105,27 @@ def test_a_state_of_another_shape_is_one_line_naming_its_file(tmp_path):
             scheduler.load_state_dict({"x": 1})
     message = str(refused.value)
     assert "scheduler.pt" in message and "\n" not in message and not math.isnan(len(message))
+
+
+SECTIONS = st.sampled_from(["model", "data", "run", "optim"])
+YAML_VALUES = st.one_of(st.integers(), st.text(max_size=5), st.none(), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=40, deadline=None)
+@given(tree=st.one_of(YAML_VALUES, st.dictionaries(SECTIONS, st.one_of(YAML_VALUES, st.dictionaries(
+    st.sampled_from(["seed", "x"]), st.integers(0, 9), max_size=2)), min_size=1, max_size=3)))
+def test_a_saved_config_that_is_not_a_mapping_of_sections_is_one_line_naming_it(tree):
+    import yaml
+
+    from grpo_engine.config import load_config
+    from grpo_engine.state.resume import changed_options
+
+    text = yaml.safe_dump(tree)
+    config = load_config(overrides={"run.output_dir": "r"})
+    try:
+        changed = changed_options(text, config, "ckpt/config.yaml")
+    except ckpt.CheckpointError as exc:
+        assert "ckpt/config.yaml" in str(exc) and "\n" not in str(exc)
+        assert not (isinstance(tree, dict) and all(isinstance(v, dict) for v in tree.values()))
+        return
+    assert isinstance(changed, dict) and isinstance(tree, dict)

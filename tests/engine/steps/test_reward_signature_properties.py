@@ -49,3 +49,25 @@ def test_a_reward_is_refused_when_the_data_loads_exactly_when_the_engines_call_w
             assert "column" in message and "cannot take the call" not in message, (source, message)
         return
     score_completions([reward], ["p"] * 2, ["c"] * 2, {c: ["2"] * 2 for c in columns}, [[1], [2]])
+
+
+@settings(max_examples=30, deadline=None)
+@given(prompt_column=st.sampled_from(["prompt", "question", "answer"]), answer_column=st.sampled_from(["answer",
+                                                                                                        "question"]))
+def test_a_reward_that_reads_the_prompt_column_is_refused_when_the_data_loads(prompt_column, answer_column):
+    from grpo_engine.config import RewardsConfig
+    from grpo_engine.steps.rewards import make_math_accuracy
+
+    c = RewardsConfig()
+    reward = NamedReward("math_accuracy", make_math_accuracy(c.math_correct, c.math_wrong, c.math_no_answer,
+                                                             answer_column), 1.0)
+    rows = [{"prompt": "1+1=", "question": "1+1=", "answer": "2"}]
+    if prompt_column != answer_column:
+        check_reward_columns([reward], rows, "d.jsonl", prompt_column)
+        return
+    try:
+        check_reward_columns([reward], rows, "d.jsonl", prompt_column)
+    except RewardFunctionError as exc:
+        assert "data.prompt_column" in str(exc) and "\n" not in str(exc)
+    else:
+        raise AssertionError("a reward reading the prompt column, which it never receives, was accepted")
