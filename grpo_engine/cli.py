@@ -305,7 +305,8 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         # traceback is the exception: the bug is in the user's code.
         if getattr(exc, "user_traceback", None):
             print(exc.user_traceback, file=sys.stderr, end="")
-        print(f"grpo-engine {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        # One line whatever the message holds: a library's error text (transformers', torch's) may span several.
+        print(f"grpo-engine {args.command}: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
 
 

@@ -121,12 +121,12 @@ def check_sequences_fit(config: EngineConfig, lengths: list[int], positions: Opt
 def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str]) -> None:
     """Every constraint between settings, data and machine, before any weight loads. `base_path`: the model
     directory (None: the built-in model, built in code later)."""
-    from .data.prompts import render_prompt
+    from .data.prompts import render_prompts
 
     tokenizer = _tokenizer(base_path)
     positions = model_positions(_model_config(base_path, tokenizer))
     d = config.data
     for data, source in ((rows, d.path), (eval_rows, d.eval_path)):
         where = f"dataset {source!r}" if source else "the built-in task"
-        prompts = [render_prompt(row[d.prompt_column], tokenizer, d.system_prompt) for row in data]
+        prompts = render_prompts(data, d.prompt_column, tokenizer, d.system_prompt, where)
         check_sequences_fit(config, prompt_lengths(prompts, tokenizer, where), positions, where)

@@ -20,7 +20,7 @@ from torch import nn
 from .config import EngineConfig, config_from_dict, config_yaml, validate
 from .config.applicability import inapplicable_settings
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
-from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompt
+from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompts
 from .data.warm_start import supervised_warm_start
 from .hub import resolve_model
 from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
@@ -155,14 +155,20 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     functions read: a bad file stops the run before the model loads, not at step 1."""
     d = config.data
     if d.path is None:
-        return addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+        rows, eval_rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+        check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
+        return rows, eval_rows
     rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split)
-    check_reward_columns(rewards, rows, d.path)
+    check_reward_columns(rewards, rows, d.path, d.prompt_column)
     eval_rows = []
     if d.eval_path is not None:
         eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
-        check_reward_columns(rewards, eval_rows, d.eval_path)
+        check_reward_columns(rewards, eval_rows, d.eval_path, d.prompt_column)
     return rows, eval_rows
+
+
+def _where(source: Optional[str]) -> str:
+    return f"dataset {source!r}" if source else "the built-in task"
 
 
 def check_model_takes_the_data(config: EngineConfig, tokenizer: Any, lm: nn.Module, path: str, prompts: list[str],
@@ -262,8 +268,9 @@ def setup_run(config: EngineConfig) -> Run:
         base_path = str(run_dir / BASE_MODEL_DIR)
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
     tokenizer = load_tokenizer(base_path)
-    render = lambda r: render_prompt(r[config.data.prompt_column], tokenizer, config.data.system_prompt)  # noqa: E731
-    prompts, eval_prompts = [render(r) for r in rows], [render(r) for r in eval_rows]
+    d = config.data
+    prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.path))
+    eval_prompts = render_prompts(eval_rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.eval_path))
     lora, fsdp = config.model.lora.enabled, config.model.fsdp
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
@@ -321,10 +328,14 @@ def setup_run(config: EngineConfig) -> Run:
         if fsdp:
             load_sharded_state(resume_from / ckpt.SHARDED_DIR, lm, optimizer)
         else:
-            optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        sampler.load_state_dict(state["trainer"]["sampler"])
-        ckpt.set_rng_state(state["rng"])
+            with ckpt.restoring(resume_from / ckpt.optimizer_file(None if tp == 1 else world.process_index)):
+                optimizer.load_state_dict(state["optimizer"])
+        with ckpt.restoring(resume_from / "scheduler.pt"):
+            scheduler.load_state_dict(state["scheduler"])
+        with ckpt.restoring(resume_from / ckpt.STATE_FILE):  # its fields' types: checked by its schema already
+            sampler.load_state_dict(state["trainer"]["sampler"])
+        with ckpt.restoring(resume_from / f"rng-{accelerator.process_index}.pt"):
+            ckpt.set_rng_state(state["rng"])
         start_step = int(state["trainer"]["step"])
         num_tokens = int(state["trainer"].get("num_tokens", 0))
     else:

@@ -18,6 +18,7 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
+from .row_values import RowValueError, check_row_values, strict_json_hooks
 
 
 class DataError(ValueError):
@@ -46,6 +47,10 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
                         f"files or a datasets directory)")
     if not rows:
         raise DataError(f"dataset {path!r} is empty")
+    try:
+        check_row_values(rows, path)
+    except RowValueError as exc:
+        raise DataError(str(exc)) from None
     return rows
 
 
@@ -99,7 +104,9 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, An
 
 def _parse_json(text: str, where: str) -> Any:
     try:
-        return parse_json(text, where, object_pairs_hook=_object_without_duplicate_keys)
+        return parse_json(text, where, object_pairs_hook=_object_without_duplicate_keys, **strict_json_hooks())
+    except RowValueError as exc:
+        raise DataError(f"{where}: {exc}") from None
     except _DuplicateKey as exc:
         raise DataError(f"{where}: the key {exc.args[0]!r} appears twice in one object") from None
     except FileBoundError as exc:
@@ -234,8 +241,26 @@ def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt
     else:
         raise DataError(f"a prompt must be a string or a list of {{'role', 'content'}} messages, got {prompt!r:.80}")
     if not getattr(tokenizer, "chat_template", None):
-        raise DataError("chat-format prompts need a tokenizer with a chat_template")
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        why = "data.system_prompt is set" if isinstance(prompt, str) else "the prompt is a list of chat messages"
+        raise DataError(f"{why}, which needs a tokenizer with a chat template, and the model's tokenizer has none "
+                        f"(chat_template.jinja or tokenizer_config.json's chat_template)")
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
+        raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:160]})") from None
+
+
+def render_prompts(rows: list[dict[str, Any]], column: str, tokenizer: PreTrainedTokenizerBase,
+                   system_prompt: Optional[str], source: str) -> list[str]:
+    """Each row's prompt rendered (render_prompt); a row the tokenizer's chat template refuses is named."""
+    rendered = []
+    for i, row in enumerate(rows):
+        try:
+            rendered.append(render_prompt(row[column], tokenizer, system_prompt))
+        except DataError as exc:
+            raise DataError(f"{source} row {i}: {exc}") from None
+    return rendered
 
 
 class PromptSampler:
@@ -272,7 +297,11 @@ class PromptSampler:
         return {"epoch": self.epoch, "offset": self.offset}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+        epoch, offset = int(state["epoch"]), int(state["offset"])
+        if not (epoch >= 0 and 0 <= offset < self.num_rows):  # a position past the rows would skip them silently
+            raise DataError(f"the saved prompt position (epoch {epoch}, offset {offset}) is not one in the "
+                            f"{self.num_rows} rows of the data")
+        self.epoch, self.offset = epoch, offset
 
 
 def reward_columns(rows: list[dict[str, Any]], prompt_column: str) -> dict[str, list[Any]]:

@@ -24,6 +24,7 @@ from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_par
 
 from ..config import ConfigError, LoraConfig, ModelConfig
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
+from .model_files import ModelFileError, check_model_files
 from .tensor_parallel import is_tensor_parallel
 
 
@@ -86,14 +87,19 @@ def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> No
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise ModelLoadError(f"model directory {path!r} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}): "
                              f"save the tokenizer next to the model with tokenizer.save_pretrained({path!r})")
+    try:
+        check_model_files(directory)
+    except ModelFileError as exc:
+        raise ModelLoadError(f"model directory {path!r}: {exc}") from None
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     check_model_dir(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"could not load the tokenizer in {path!r}: {exc}") from exc
+    except Exception as exc:  # the tokenizers library's own error types too: one line
+        raise ModelLoadError(f"could not load the tokenizer in {path!r}: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
     if tokenizer.pad_token is None:  # many causal LMs ship without one; EOS is the usual stand-in
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # prompts are left-padded so every completion starts at one column
@@ -144,10 +150,22 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
             model, info = AutoModelForCausalLM.from_pretrained(
                 path, dtype=resolve_dtype(config.dtype, device), output_loading_info=True,
                 attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"could not load the model at {path!r}: {exc}") from exc
+    except Exception as exc:  # safetensors' own error on a damaged file, transformers' many types: one line
+        raise ModelLoadError(f"could not load the model at {path!r}: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
     check_loaded_weights(path, info)
+    if tensor_parallel == 1:  # a sharded model's weights are the same files, checked by the single-process loads
+        check_finite_weights(model, path)
     return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
+
+
+def check_finite_weights(model: nn.Module, path: str) -> None:
+    """Weights holding NaN or inf (a diverged run's save, a damaged export) would load and generate garbage with no
+    error: refused naming the first such tensor."""
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all()):
+            raise ModelLoadError(f"the model at {path!r} holds NaN or inf in {name!r}: not weights that can generate "
+                                 f"(a diverged run's save?); load another model or checkpoint")
 
 
 def name_after_hub_id(model: PreTrainedModel, hub_id: str) -> None:

@@ -19,8 +19,9 @@ import os
 import random
 import shutil
 from pathlib import Path
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from ..config.strict_yaml import MAX_CONFIG_BYTES
 from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
+from .trainer_state import trainer_state_problem
 from .metrics import save_history
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
@@ -93,9 +95,12 @@ def checkpoint_problems(path: Path) -> list[str]:
     try:
         state = read_json_file(path / STATE_FILE, "a checkpoint's trainer state")
         step, named = state.get("step") if isinstance(state, dict) else None, checkpoint_step(path)
+        wrong = trainer_state_problem(state)
         if named is not None and step != named:
             problems.append(f"{STATE_FILE} holds step {step!r}, not the {named} of the directory's name (a copy "
                             f"renamed?)")
+        elif wrong is not None:
+            problems.append(f"{STATE_FILE} {wrong}")
     except (OSError, ValueError) as exc:
         problems.append(f"{STATE_FILE} is unreadable ({exc})")
     try:
@@ -339,6 +344,19 @@ def load_training_state(path: Path, process_index: int, optimizer_shard: Optiona
         except Exception as exc:  # torch.load raises many types on a damaged file; the name is what matters
             raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
     return state
+
+
+@contextmanager
+def restoring(file: Path) -> Iterator[None]:
+    """Applying a state read from `file` (the optimizer's, the scheduler's, the RNGs', the sampler's): whatever a
+    state of another shape raises deep in torch (KeyError 'lr_lambdas', "different number of parameter groups",
+    a TypeError) becomes one line naming the file."""
+    try:
+        yield
+    except Exception as exc:
+        raise CheckpointError(f"cannot resume from {file}: it does not hold the state this run saves there "
+                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); resume from another "
+                              f"checkpoint") from None
 
 
 def saved_config(path: Path) -> str:

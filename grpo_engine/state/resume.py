@@ -39,11 +39,16 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def changed_options(saved_yaml: str, config: EngineConfig) -> dict[str, tuple[Any, Any]]:
+def changed_options(saved_yaml: str, config: EngineConfig,
+                    source: str = "the saved config.yaml") -> dict[str, tuple[Any, Any]]:
     """{key: (saved, now)} for the options that differ and may not change on resume."""
+    tree = parse_yaml(saved_yaml, source)
+    if not isinstance(tree, dict) or not all(isinstance(v, dict) for v in tree.values()):
+        # What the engine saves is a mapping of sections: anything else was edited (or is another program's file).
+        raise ckpt.CheckpointError(f"{source} is not a config the engine saves (a mapping of sections of settings); "
+                                   f"resume from another checkpoint")
     # A config saved before the loss took its shared settings from the rollout names them twice.
-    saved = {key: value for key, value in _flatten(parse_yaml(saved_yaml, "the saved config.yaml") or {}).items()
-             if key not in SHARED_SETTINGS}
+    saved = {key: value for key, value in _flatten(tree).items() if key not in SHARED_SETTINGS}
     now = _flatten(parse_yaml(config_yaml(config), "config.yaml"))  # through YAML too: both sides have its types
     return {key: (saved.get(key), now.get(key)) for key in sorted(saved.keys() | now.keys())
             if saved.get(key) != now.get(key) and key not in MAY_CHANGE_ON_RESUME}
@@ -110,7 +115,7 @@ def check_finished_run(config: EngineConfig, run_dir: Path) -> None:
     if found is None:
         return
     point, saved = found
-    changed = changed_options(ckpt.saved_config(point.path), config)
+    changed = changed_options(ckpt.saved_config(point.path), config, str(point.path / ckpt.CONFIG_FILE))
     if changed:
         raise ckpt.CheckpointError(f"{run_dir} holds a finished run with other options: {_listing(changed)}; "
                                    f"choose another --output-dir for a new run (or delete the directory)")
@@ -161,7 +166,7 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool,
     if announce:
         for note in point.skipped:
             _log.warning(f"warning: {note}; falling back to an older checkpoint")
-    changed = changed_options(ckpt.saved_config(point.path), config)
+    changed = changed_options(ckpt.saved_config(point.path), config, str(point.path / ckpt.CONFIG_FILE))
     if changed:
         raise ckpt.CheckpointError(
             f"cannot resume {point.path} with different options: {_listing(changed)}. A resumed run keeps the options it "

@@ -172,6 +172,11 @@ def final_answer(boxed: str) -> Optional[str]:
     return None if _OPERATOR.search(value) else answer
 
 
+# The values math_accuracy reads as an answer: text, or a number (not a bool, which str() would make "True").
+# A list or an object would be read as its text silently, scored wrong for every completion.
+ANSWER_TYPES = (str, int, float, type(None))
+
+
 def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_column: str) -> RewardFunction:
     @dataset_columns(answer_column)
     def math_accuracy(prompts: list, completions: list, **columns: Any) -> list[Optional[float]]:
@@ -192,6 +197,7 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
                 scores.append(correct if predicted is not None and answers_match(predicted, gold) else wrong)
         return scores
 
+    math_accuracy.dataset_column_types = {answer_column: ANSWER_TYPES}
     return math_accuracy
 
 
@@ -234,19 +240,66 @@ class NamedReward:
 COLUMN_KEYS = {"math_accuracy": "rewards.answer_column"}
 
 
-def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]], source: str) -> None:
-    """Every row holds every column a reward function reads (a null value is fine: "not scored")."""
+def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]], source: str,
+                         prompt_column: str = "prompt") -> None:
+    """Every row holds every column a reward function reads (a null value is fine: "not scored"), of the types the
+    function declares (`dataset_column_types`), and no column takes the name of an argument the engine passes
+    itself (a call would fail with "got multiple values for keyword argument", after the model loaded)."""
+    reserved = next((c for c in ENGINE_ARGUMENTS if c != prompt_column and any(c in row for row in rows)), None)
+    if reserved is not None:
+        row = next(i for i, r in enumerate(rows) if reserved in r)
+        raise RewardFunctionError(f"dataset {source!r} row {row} has a column {reserved!r}, a name the engine passes "
+                                  f"to every reward function itself ({', '.join(ENGINE_ARGUMENTS)}); rename that "
+                                  f"column")
+    columns = sorted({key for row in rows for key in row if key != prompt_column})
     for reward in rewards:
         for column in reward.columns:
+            if column == prompt_column:  # handed over as `prompts`, rendered, never as a column of its own name
+                raise RewardFunctionError(f"reward function {reward.name!r} reads the column {column!r}"
+                                          f"{_column_key(reward)}, which is data.prompt_column: the prompt reaches a "
+                                          f"reward function as `prompts`; use another column")
             missing = next((i for i, row in enumerate(rows) if column not in row), None)
             if missing is None:
+                _check_column_types(reward, column, rows, source)
                 continue
             whole = all(column not in row for row in rows)
             where = f"has no {column!r} column" if whole else f"row {missing} has no {column!r} column"
-            builtin = reward.name in COLUMN_KEYS and reward.fn.__module__ == __name__
-            key = f" (set by {COLUMN_KEYS[reward.name]})" if builtin else ""
             raise RewardFunctionError(f"dataset {source!r} {where}, which reward function {reward.name!r} "
-                                      f"reads{key}; columns: {sorted(rows[missing])}")
+                                      f"reads{_column_key(reward)}; columns: {sorted(rows[missing])}")
+        _check_signature(reward, columns, source)  # after the columns it reads: a missing one is the cause
+
+
+def _check_signature(reward: NamedReward, columns: list[str], source: str) -> None:
+    """The function takes the engine's call, fn(prompts=, completions=, completion_ids=, **every other column), as
+    TRL makes it: a function without those parameters or **kwargs would raise at step 1, after the model loaded."""
+    try:
+        signature = inspect.signature(reward.fn)
+    except (TypeError, ValueError):  # a builtin without a signature: its call says
+        return
+    try:
+        signature.bind(**{name: None for name in (*ENGINE_ARGUMENTS, *columns)})
+    except TypeError as exc:
+        raise RewardFunctionError(f"reward function {reward.name!r} cannot take the call the engine makes, "
+                                  f"fn(prompts=, completions=, completion_ids=, **the columns of {source!r}): {exc}; "
+                                  f"give it the signature fn(prompts, completions, **kwargs)") from None
+
+
+def _column_key(reward: NamedReward) -> str:
+    builtin = reward.name in COLUMN_KEYS and reward.fn.__module__ == __name__
+    return f" (set by {COLUMN_KEYS[reward.name]})" if builtin else ""
+
+
+def _check_column_types(reward: NamedReward, column: str, rows: list[dict[str, Any]], source: str) -> None:
+    types = (getattr(reward.fn, "dataset_column_types", None) or {}).get(column)
+    if not types:
+        return
+    for i, row in enumerate(rows):
+        value = row[column]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise RewardFunctionError(f"dataset {source!r} row {i} column {column!r}: reward function "
+                                      f"{reward.name!r}{_column_key(reward)} reads {expected}, got "
+                                      f"{type(value).__name__} {shown_value(value)}")
 
 
 def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> RewardFunction:

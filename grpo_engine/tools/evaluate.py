@@ -15,9 +15,10 @@ import torch
 
 from ..config import EngineConfig, is_hub_id
 from ..data.demo_task import addition_problems
-from ..data.prompts import load_prompt_rows, render_prompt, reward_columns
+from ..data.prompts import load_prompt_rows, render_prompts, reward_columns
 from ..hub import resolve_model
 from ..model.limits import check_prompts_fit, check_tokenizer_fits
+from ..preflight import prompt_lengths
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from ..rollout import HFRollout, RolloutBackend
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
@@ -110,14 +111,21 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     if d.path is None:
         _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
+        check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
     else:
         rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
-        check_reward_columns(rewards, rows, d.path)
+        check_reward_columns(rewards, rows, d.path, d.prompt_column)
+    # The prompts rendered and tokenized, as train's preflight does, before any weight loads: a chat template that
+    # refuses them or a prompt the tokenizer cannot encode is named by its row.
+    where = f"dataset {d.path!r}" if d.path else "the built-in task"
+    model_path = resolve_model(model_path, config.model.revision)
+    check_model_dir(model_path)
+    tokenizer = load_tokenizer(model_path)
+    prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, where)
+    prompt_lengths(prompts, tokenizer, where)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
-    prompts = [render_prompt(r[d.prompt_column], tokenizer, d.system_prompt) for r in rows]
-    check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens,
-                      f"dataset {d.path!r}" if d.path else "the built-in task")
+    check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens, where)
     backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
     return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
                             batch_size=batch_size, prompt_column=config.data.prompt_column)

@@ -108,7 +108,7 @@ def test_a_lone_surrogate_in_a_prompt_is_named_with_its_row_before_the_model_loa
     data = write_rows(tmp_path / "d.jsonl", ["1+1=", "2+\ud800="])
     message = refused_before_loading({"model.name_or_path": str(tiny_model_dir), "data.path": data,
                                       "run.output_dir": str(tmp_path / "run")})
-    assert message.startswith(f"dataset {data!r} row 1: the prompt holds a lone UTF-16 surrogate U+D800")
+    assert message.startswith(f"dataset {data!r} row 1 column 'prompt' holds a lone UTF-16 surrogate U+D800")
     assert not (tmp_path / "run" / "config.yaml").exists()  # nothing written that a corrected command meets
 
 

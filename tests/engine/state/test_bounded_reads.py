@@ -21,7 +21,8 @@ DEEP = "[" * 100_000 + "]" * 100_000
 def _checkpoint(run_dir, name="checkpoint-000002", state=None):
     path = run_dir / "checkpoints" / name
     path.mkdir(parents=True)
-    (path / STATE_FILE).write_text(json.dumps(state if state is not None else {"step": 2}))
+    state = state if state is not None else {"step": 2}
+    (path / STATE_FILE).write_text(json.dumps({"sampler": {"epoch": 0, "offset": 0}, **state}))
     (path / MANIFEST_FILE).write_text("{}")
     return path
 

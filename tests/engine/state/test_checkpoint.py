@@ -23,7 +23,7 @@ def test_incomplete_and_temporary_checkpoints_are_ignored(tmp_path):
     for name in ("checkpoint-000002", "checkpoint-000010", ".tmp-checkpoint-000012", "checkpoint-000011"):
         (root / name).mkdir(parents=True)
     for name in ("checkpoint-000002", "checkpoint-000010", ".tmp-checkpoint-000012"):
-        (root / name / ckpt.STATE_FILE).write_text('{"step": %d}' % int(name[-6:]))
+        (root / name / ckpt.STATE_FILE).write_text('{"step": %d, "sampler": {"epoch": 0, "offset": 0}}' % int(name[-6:]))
         ckpt.write_manifest(root / name)
     # checkpoint-000011 has no state file (a copy interrupted by hand): not a checkpoint either.
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["checkpoint-000002", "checkpoint-000010"]

@@ -93,7 +93,7 @@ def test_every_damaged_checkpoint_file_is_named(tmp_path_factory, case):
     for name, size in files.items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         (path / name).write_bytes(bytes(range(size)))
-    (path / STATE_FILE).write_text(json.dumps({"step": 3}))
+    (path / STATE_FILE).write_text(json.dumps({"step": 3, "sampler": {"epoch": 0, "offset": 0}}))
     write_manifest(path)
     for name, how in damage.items():
         file = path / name

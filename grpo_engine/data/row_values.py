@@ -1,0 +1,93 @@
+"""What a dataset row may hold, whatever file format it came from: the values of JSON (text, finite numbers,
+true / false, null, lists, objects with text keys). Checked once, when the rows load, so that no reader (the
+prompt renderer, a reward function, the checkpoint's data fingerprint) meets a value it would take silently for
+another: a NaN answer that math_accuracy scores as "wrong", an infinity from `1e400`, a lone UTF-16 surrogate
+(`"\\ud800"`, valid JSON but not Unicode) that the tokenizer refuses deep inside, or that no file can be written with.
+
+The JSON readers refuse what the standard does not allow (NaN, Infinity), and numbers Python cannot hold, with the
+file and line (`strict_json_hooks`); `check_row_values` then covers every format (Parquet's NaN floats, a datasets
+directory) with the row and column.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any, Callable, Optional
+
+# Python reads integers of at most this many digits (sys.get_int_max_str_digits' default); past it json raises a
+# ValueError that names no file.
+MAX_INT_DIGITS = 4300
+
+
+class RowValueError(ValueError):
+    """A value a dataset row may not hold: one line naming where it is."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise RowValueError(f"{name} is not JSON (the standard has no NaN or Infinity); write null for a missing value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise RowValueError(f"the number {text[:40]} is past the largest float (about 1.8e308)")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise RowValueError(f"an integer of {digits:,} digits, more than the {MAX_INT_DIGITS:,} Python reads; "
+                            f"write it as a string")
+    return int(text)
+
+
+def strict_json_hooks() -> dict[str, Callable[[str], Any]]:
+    """json.loads' hooks that refuse NaN / Infinity / -Infinity, floats that overflow to infinity and integers too
+    long to read, each as a RowValueError the caller prefixes with the file and line."""
+    return {"parse_constant": _refuse_constant, "parse_float": _finite_float, "parse_int": _bounded_int}
+
+
+def _unencodable(text: str) -> Optional[str]:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone UTF-16 surrogate U+{ord(text[exc.start]):04X} at character {exc.start} (not Unicode text)"
+    return None
+
+
+def value_problem(value: Any) -> Optional[str]:
+    """What is wrong with `value` (anything inside it, walked without recursion), or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            problem = _unencodable(item)
+            if problem:
+                return f"holds {problem}"
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, Real) and not math.isfinite(float(item)):
+            return f"holds {float(item)!r}, not a finite number (write null for a missing value)"
+        elif isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    return f"holds an object key {key!r:.40} that is not text"
+                problem = _unencodable(key)
+                if problem:
+                    return f"holds an object key with {problem}"
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
+def check_row_values(rows: list[dict[str, Any]], source: str) -> None:
+    """Every row's column names and values are JSON's: RowValueError naming the first row and column that is not."""
+    for i, row in enumerate(rows):
+        for column, value in row.items():
+            problem = value_problem({column: value})
+            if problem:
+                raise RowValueError(f"dataset {source!r} row {i} column {str(column)[:60]!r} {problem}; fix or drop "
+                                    f"that row")

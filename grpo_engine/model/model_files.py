@@ -1,0 +1,66 @@
+"""The files of a model directory, checked before transformers reads them: each one the loaders open is a regular
+file, the small JSON files are JSON objects holding finite numbers, and config.json is a configuration transformers
+accepts. Each refusal is one line naming the file.
+
+Why here and not in transformers' errors: a `tokenizer.json` that is a directory is skipped silently (an empty
+tokenizer, every prompt "empty after tokenization"); `"rms_norm_eps": NaN` (Python's json reads it) loads and
+generates NaN; an out-of-range value raises huggingface_hub's StrictDataclassClassValidationError, whose message
+spans lines and which is no OSError or ValueError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..data.row_values import RowValueError, strict_json_hooks
+from ..state.bounded_read import FileBoundError, read_bounded_bytes, parse_json, special_file_kind
+
+# What the loaders open in a model directory, by name or by suffix.
+MODEL_FILE_SUFFIXES = (".json", ".jinja", ".safetensors", ".bin", ".model", ".txt", ".pt", ".pth")
+# The small JSON files read whole (tokenizer.json, megabytes, is parsed by the tokenizers library, which refuses
+# NaN itself).
+CONFIG_FILES = ("config.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                "adapter_config.json", "preprocessor_config.json")
+CONFIG_FILE_BYTES = 16 << 20
+
+
+class ModelFileError(ValueError):
+    """A file of a model directory that the loaders would misread: one line naming it."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def check_model_files(directory: Path) -> None:
+    """Every file of `directory` a loader opens is a regular file; its small JSON files read as objects of finite
+    numbers; config.json is one transformers can build a configuration from."""
+    for entry in sorted(directory.iterdir()):
+        if not entry.name.endswith(MODEL_FILE_SUFFIXES):
+            continue
+        if entry.is_symlink() and not entry.exists():
+            raise ModelFileError(f"{entry} is a link to {entry.readlink()}, which does not exist")
+        kind = "a directory" if entry.is_dir() else special_file_kind(entry)
+        if kind is not None:
+            raise ModelFileError(f"{entry} is {kind}, not a regular file: the model's loaders read it as a file")
+    for name in CONFIG_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            value = parse_json(read_bounded_bytes(path, CONFIG_FILE_BYTES, "a model's configuration file"),
+                               str(path), **strict_json_hooks())
+        except (RowValueError, FileBoundError) as exc:
+            raise ModelFileError(f"{path}: {exc}") from None
+        except ValueError as exc:  # json's own error, UnicodeDecodeError
+            raise ModelFileError(f"{path} is not valid JSON ({_one_line(exc)})") from None
+        if not isinstance(value, dict):
+            raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object of settings")
+    if (directory / "config.json").is_file():
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.from_pretrained(directory)
+        except Exception as exc:  # transformers' and huggingface_hub's validation errors, of several types
+            raise ModelFileError(f"{directory / 'config.json'} is not a configuration transformers accepts "
+                                 f"({_one_line(exc)})") from None
