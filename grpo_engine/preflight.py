@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from .config import EngineConfig
+from .data.row_values import unencodable
 from .rollout.registry import rollout_backend
 
 
@@ -54,15 +55,6 @@ def _tokenizer(base_path: Optional[str]) -> Any:
     from .model.loading import load_tokenizer
 
     return load_tokenizer(base_path)
-
-
-def unencodable(text: str) -> Optional[str]:
-    """Why `text` is not encodable Unicode (a lone surrogate, where), or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"a lone UTF-16 surrogate U+{ord(text[exc.start]):04X} at character {exc.start} (not Unicode text)"
-    return None
 
 
 def prompt_lengths(prompts: Sequence[str], tokenizer: Any, source: str) -> list[int]:

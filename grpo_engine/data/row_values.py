@@ -49,7 +49,8 @@ def strict_json_hooks() -> dict[str, Callable[[str], Any]]:
     return {"parse_constant": _refuse_constant, "parse_float": _finite_float, "parse_int": _bounded_int}
 
 
-def _unencodable(text: str) -> Optional[str]:
+def unencodable(text: str) -> Optional[str]:
+    """Why `text` is not encodable Unicode (a lone surrogate, where), or None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -63,7 +64,7 @@ def value_problem(value: Any) -> Optional[str]:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            problem = _unencodable(item)
+            problem = unencodable(item)
             if problem:
                 return f"holds {problem}"
         elif isinstance(item, bool) or item is None:
@@ -74,7 +75,7 @@ def value_problem(value: Any) -> Optional[str]:
             for key in item:
                 if not isinstance(key, str):
                     return f"holds an object key {key!r:.40} that is not text"
-                problem = _unencodable(key)
+                problem = unencodable(key)
                 if problem:
                     return f"holds an object key with {problem}"
             stack.extend(item.values())
