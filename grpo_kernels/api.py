@@ -16,6 +16,7 @@ from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_b
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
+from .keywords import accepted_keywords, refuse_unknown_keywords
 from .layout import TokenLayout
 from .messages import shown
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
@@ -39,9 +40,11 @@ def optional_by_keyword(function: _Function) -> _Function:
     parameters = inspect.signature(function).parameters.values()
     required = sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
     options = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    accepted = accepted_keywords(function)
 
     @functools.wraps(function)
     def call(*args, **kwargs):
+        refuse_unknown_keywords(function.__name__, accepted, kwargs)
         if len(args) > required:
             extra = args[required:]
             if len(extra) > len(options):

@@ -8,7 +8,6 @@ max_completion_length None); docs/integrations.md lists the differences.
 from __future__ import annotations
 
 import inspect
-import math
 import sys
 import warnings
 import typing
@@ -18,7 +17,9 @@ from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional
 
 from .losses import (DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type, loss_param_aliases,
                      validate_loss_params)
+from .keywords import accepted_keywords, refuse_unknown_keywords
 from .messages import shown
+from .scalars import finite_real, integer_value, same_value
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
@@ -114,7 +115,10 @@ class GRPOLossConfig:
         for f in fields(self):
             declaration = f.metadata.get("setting")
             if declaration is not None:
-                _check_setting(f.name, getattr(self, f.name), hints[f.name], declaration)
+                value = getattr(self, f.name)
+                checked = _check_setting(f.name, value, hints[f.name], declaration)
+                if checked is not value:  # a numpy scalar, Fraction or Decimal: stored as the builtin it reads as
+                    object.__setattr__(self, f.name, checked)
         object.__setattr__(self, "loss_params", validate_loss_params(self.loss_type, self.loss_params))
         if loss.aggregation.reads_max_completion_length and self.max_completion_length is None:
             raise ValueError(f"loss_type={self.loss_type!r} needs max_completion_length (its fixed normaliser)")
@@ -161,6 +165,7 @@ class GRPOLossConfig:
 
 
 _dataclass_init = GRPOLossConfig.__init__
+_DATACLASS_KEYWORDS = accepted_keywords(_dataclass_init)
 
 
 def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
@@ -168,6 +173,7 @@ def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
     keywords at this boundary: each goes into loss_params under its declared name when it belongs to the chosen
     loss type, and is not read otherwise (as in TRL, where every loss type's options are set and one is read)."""
     aliases = loss_param_aliases()
+    refuse_unknown_keywords("GRPOLossConfig", [*(_DATACLASS_KEYWORDS or ()), *aliases], kwargs)
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in aliases}
     given = {name: value for name, value in given.items() if value is not None}  # None: not given
     if given:
@@ -177,6 +183,10 @@ def _init_with_aliases(self: GRPOLossConfig, *args: Any, **kwargs: Any) -> None:
             owner, param = aliases[name]
             if owner != loss_type:
                 continue
+            try:  # checked here, so that a refusal names the keyword the caller wrote, not loss_params.<param>
+                value = get_loss_type(loss_type).params[param].check(value)
+            except ValueError as exc:
+                raise ValueError(f"{name}: loss_type {loss_type!r} {exc}") from None
             if param in params and params[param] != value:
                 raise ValueError(f"{name}={shown(value)} and loss_params[{param!r}]={shown(params[param])} set the "
                                  f"same hyper-parameter of loss_type {loss_type!r}; give one")
@@ -215,33 +225,35 @@ def _allowed(annotation: Any) -> tuple[Optional[type], bool, Optional[tuple]]:
     return annotation, False, None
 
 
-def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSetting) -> None:
-    """`value` against the field's type and its declaration: TypeError for another type, ValueError past a bound."""
+def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSetting) -> Any:
+    """`value` against the field's type and its declaration: TypeError for another type, ValueError past a bound.
+    Returns the value to store: the caller's own, or the builtin int / float a numpy scalar, Fraction or Decimal
+    reads as (scalars.py)."""
     kind, nullable, choices = _allowed(annotation)
     if value is None and nullable:
-        return
+        return value
     if choices is not None:
         # compared by type first: `in` would compare a tensor elementwise
         if not any(type(value) is type(choice) and value == choice for choice in choices):
             raise ValueError(f"{name} must be one of {choices}, got {shown(value)}")
-        return
+        return value
     if kind is bool or kind is str:
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be {'True or False' if kind is bool else 'a string'}, got {shown(value)}")
-        return
-    number = not isinstance(value, bool) and isinstance(value, int if kind is int else (int, float))
-    if kind is float and number and not math.isfinite(value):
-        number = False
+        return value
+    number = integer_value(value) if kind is int else finite_real(value)
     bounds = declaration.bounds_text()
-    within = number and (declaration.ge is None or value >= declaration.ge) and (
-        declaration.gt is None or value > declaration.gt) and (declaration.le is None or value <= declaration.le)
+    within = number is not None and (declaration.ge is None or number >= declaration.ge) and (
+        declaration.gt is None or number > declaration.gt) and (declaration.le is None or number <= declaration.le)
     if kind is int and not within:
         raise ValueError(f"{name} must be a positive int, got {shown(value)}" if declaration.ge == 1 else
                          f"{name} must be an int {bounds}, got {shown(value)}")
-    if not number:
-        raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number, got {shown(value)}")
+    if number is None:
+        raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number (an int, float, numpy "
+                        f"scalar, Fraction or Decimal), got {shown(value)}")
     if not within:
         raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
+    return same_value(value, number)
 
 
 def _warn_at_caller(message: str) -> None:

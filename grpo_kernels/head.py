@@ -14,20 +14,21 @@ nothing), `inv_tau * tanh(cap_scale * z)` with one (inv_tau = softcap / temperat
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 
+from .keywords import keywords_checked
 from .messages import shown
+from .scalars import finite_real
 
 
 def _real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    real = finite_real(value)
+    if real is None:
         raise ValueError(f"{name} must be a finite real number, got {shown(value)}")
-    return float(value)
+    return real
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class LogitTransform:
         return logits
 
 
+LogitTransform.__init__ = keywords_checked(LogitTransform.__init__)  # type: ignore[method-assign]
 IDENTITY = LogitTransform()
 
 

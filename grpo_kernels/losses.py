@@ -15,11 +15,14 @@ flags from the config without torch. The term and weight functions import torch 
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
+from .keywords import keywords_checked
 from .messages import shown
+from .scalars import finite_real, integer_value
 
 if TYPE_CHECKING:
     import torch
@@ -128,6 +131,9 @@ class Epilogue:
 PARAM_TYPES = (bool, int, float, str)
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch here
+
+
 @dataclass(frozen=True)
 class LossParam:
     """One hyper-parameter of a registered loss type: its type, default and bounds. The value reaches the term as
@@ -159,11 +165,13 @@ class LossParam:
     def check(self, value: Any) -> Any:
         """The value as the term reads it (an int where a float is declared becomes a float), or ValueError."""
         kind = self.kind
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-        if fits and kind is float:
-            fits = math.isfinite(value)
+        # a numpy scalar, Fraction or Decimal as the builtin it reads as (scalars.py); an int where a float is declared
+        # becomes a float
+        if kind in (int, float):
+            number = integer_value(value) if kind is int else finite_real(value)
+            fits, value = number is not None, value if number is None else number
+        else:
+            fits = isinstance(value, kind)
         if fits and kind in (int, float):
             fits = (self.minimum is None or value >= self.minimum) and (self.maximum is None or value <= self.maximum) \
                 and (self.above is None or value > self.above)
@@ -171,6 +179,11 @@ class LossParam:
             fits = value in self.choices
         if not fits:
             raise ValueError(f"expected {self.describe()}, got {shown(value)}")
+        if kind is float and abs(value) > FLOAT32_MAX:
+            # the terms compute in the log-probs' float32: a value past its range failed inside torch ("cannot be
+            # converted to type float without overflow")
+            raise ValueError(f"expected {self.describe()} within float32's range (at most {FLOAT32_MAX:.7g} in "
+                             f"magnitude), got {shown(value)}")
         return value
 
 
@@ -363,6 +376,22 @@ def validate_loss_params(loss_type: str, params: Optional[Mapping[str, Any]], ke
     return values
 
 
+def _require_arity(name: str, function: Callable, count: int, expected: str) -> None:
+    """A function the objective will call with `count` positional arguments takes them: refused here, at
+    registration, rather than by Python's own error (naming a `<lambda>`) on the first loss computed with it."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        raise TypeError(f"{name} must be a callable {expected} (taking {count} positional argument"
+                        f"{'s' if count > 1 else ''}), got {getattr(function, '__qualname__', type(function).__name__)}"
+                        f"{signature}") from None
+
+
+@keywords_checked
 def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggregation | AggregationWeights, *,
                        clip: Optional[str] = None, token_level: bool = False,
                        ratio_slope_per_sequence: bool = False, separable_by_sequence: bool = False,
@@ -416,6 +445,12 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
                          f"(or unregister_loss_type({name!r}) first)")
     if not callable(term):
         raise TypeError(f"term must be a callable term(x: TermInputs) -> tensor, got {type(term).__name__}")
+    _require_arity("term", term, 1, "term(x: TermInputs) -> tensor")
+    for flag, value in (("token_level", token_level), ("ratio_slope_per_sequence", ratio_slope_per_sequence),
+                        ("separable_by_sequence", separable_by_sequence),
+                        ("folds_importance_ratio", folds_importance_ratio), ("replace", replace)):
+        if not isinstance(value, bool):  # bool("False") is True: a string here would turn the switch on
+            raise TypeError(f"{flag} must be True or False, got {shown(value)}")
     if isinstance(aggregation, str):
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {tuple(AGGREGATIONS)}, an Aggregation or a weights "
@@ -425,6 +460,7 @@ def register_loss_type(name: str, term: PerTokenTerm, aggregation: str | Aggrega
         if not callable(aggregation):
             raise TypeError(f"aggregation must be a name, an Aggregation or a callable, got "
                             f"{type(aggregation).__name__}")
+        _require_arity("aggregation", aggregation, 3, "weights(mask, config, num_items_in_batch) -> w")
         aggregation = Aggregation(f"{name}_aggregation", aggregation)  # a mean over sequences, for trainers
     if clip is not None and clip not in CLIPS:
         raise ValueError(f"clip must be None or one of {CLIPS}, got {clip!r}")

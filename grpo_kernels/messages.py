@@ -22,5 +22,6 @@ def shown(value: object) -> str:
     try:
         text = " ".join(repr(value).split())
     except Exception:  # a repr that fails must not hide the message it was to be part of
-        text = f"<{type(value).__name__}>"
+        text = f"<{type(value).__name__}>" if dtype is None else \
+            f"<{type(value).__name__} of dtype {str(dtype).removeprefix('torch.')}>"
     return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS - 3] + "..."

@@ -20,7 +20,9 @@ from .argument_names import ArgumentNames
 from .backends import check_backend_name
 from .config import GRPOLossConfig, check_setting
 from .losses import get_loss_type, loss_param_aliases
+from .keywords import keywords_checked, refuse_unknown_keywords
 from .messages import shown
+from .scalars import integer_value
 from .validation import check_kept_token_ids, check_linear_inputs, check_loss_inputs, check_targets, check_workspace
 
 
@@ -72,6 +74,7 @@ def liger_signature(config_class: type = GRPOLossConfig) -> inspect.Signature:
 def liger_config(config_class: type, signature: inspect.Signature, *args: object, **kwargs: object
                  ) -> tuple[GRPOLossConfig, dict[str, object]]:
     """(the loss config, the module's options) of a constructor call by Liger's names."""
+    refuse_unknown_keywords("FusedLinearGRPOLoss", signature.parameters, kwargs)
     bound = signature.bind(*args, **kwargs)
     given = set(bound.arguments)
     bound.apply_defaults()
@@ -93,10 +96,10 @@ def _check_options(options: dict[str, object]) -> None:
     for name in ("compiled", "use_ref_model"):
         if not isinstance(options[name], bool):
             raise TypeError(f"{name} must be True or False, got {shown(options[name])}")
-    chunk_size = options["chunk_size"]
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+    chunk_size = integer_value(options["chunk_size"])
+    if chunk_size is None or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int (Liger's; this module streams by its own), got "
-                         f"{shown(chunk_size)}")
+                         f"{shown(options['chunk_size'])}")
     check_backend_name(options["backend"])
     if options["workspace_bytes"] is not None:
         check_workspace(options["workspace_bytes"])
@@ -117,6 +120,7 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         self.workspace_bytes = options["workspace_bytes"]  # the GEMM path's logits workspace (None: 1 GiB)
         self.process_group = options["process_group"]
 
+    @keywords_checked
     def forward(
         self,
         _input: torch.Tensor,

@@ -6,19 +6,27 @@ they take `check_values` (the API passes False while compiling)."""
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Optional
 
 import torch
 
 from .argument_names import LOSS_NAMES, ArgumentNames
 from .config import MIN_TEMPERATURE, GRPOLossConfig
-from .losses import get_loss_type
+from .losses import get_loss_type, validate_loss_params
 from .head import IDENTITY, LogitTransform
 from .messages import shown
+from .scalars import finite_real, integer_value
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# The integer dtypes ids, offsets, masks and counts may come in: those torch computes with (read as int64 by
+# as_token_ids). Named one by one rather than as "not float, complex or bool": torch has integer-like dtypes with no
+# kernels at all (int1..int7, uint1..uint7, bits8, ...), which failed inside a copy with NotImplementedError.
+_INTEGER_DTYPES = tuple(getattr(torch, name) for name in ("int8", "uint8", "int16", "int32", "int64", "uint16",
+                                                           "uint32", "uint64") if hasattr(torch, name))
+# A mask is compared and multiplied on the device: torch's unsigned 16-64-bit dtypes have few device kernels (ids
+# and offsets in them are read as int64 first; a mask in them is refused rather than failing on a GPU)
+_MASK_DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, *_FLOAT_DTYPES)
+_COUNT_DTYPES = (*_INTEGER_DTYPES, *_FLOAT_DTYPES)
 
 
 def _require_tensor(name: str, x: object) -> torch.Tensor:
@@ -33,6 +41,11 @@ def _require_tensor(name: str, x: object) -> torch.Tensor:
     return x
 
 
+def _require_integer(name: str, x: torch.Tensor, what: str) -> None:
+    if x.dtype not in _INTEGER_DTYPES:
+        raise TypeError(f"{name} must be an integer tensor ({what}; int64, int32, ... or uint8), got {x.dtype}")
+
+
 def _require_float(name: str, x: torch.Tensor) -> None:
     if x.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{name} must be a floating tensor (float32, bfloat16, float16 or float64), got {x.dtype}")
@@ -44,7 +57,10 @@ def _all_finite(x: torch.Tensor) -> torch.Tensor:
     boolean copy of x: 2.4 ms of a 19.5 ms log-prob step for S1's head on an H200)."""
     if x.numel() == 0:
         return torch.ones((), dtype=torch.bool, device=x.device)
-    return torch.isfinite(torch.linalg.vector_norm(x, float("inf")))
+    # A broadcast (stride-0) dimension repeats the same elements: scanned once (an expanded [2**31, H] head is
+    # H values, not 2**31 * H to read)
+    distinct = x[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in x.stride())]
+    return torch.isfinite(torch.linalg.vector_norm(distinct, float("inf")))
 
 
 def _require_finite(**named: torch.Tensor) -> None:
@@ -76,6 +92,18 @@ def _require_constant(name: str, x: torch.Tensor) -> None:
                          f"any backend); pass {name}.detach()")
 
 
+# The largest vocabulary: the kernels compare token ids with a tile's vocabulary ids in int32 (kernels/tiles.py),
+# and torch's own gathers index a row of logits with it. A head past it (an expanded, stride-0 weight costs no
+# memory) ran for minutes and failed allocating its gradient.
+MAX_VOCAB_SIZE = 2**31 - 1
+
+
+def check_vocab_size(name: str, vocab_size: int) -> None:
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise ValueError(f"{name} has a vocabulary of {vocab_size} rows; at most 2**31 - 1 = {MAX_VOCAB_SIZE} are "
+                         f"supported (token ids are int32 inside the kernels)")
+
+
 def check_config(config: object) -> GRPOLossConfig:
     """None means the defaults (TRL's): one instance made outside any call, as a compiled graph cannot trace the
     checks a config runs on construction (typing's hints)."""
@@ -83,6 +111,11 @@ def check_config(config: object) -> GRPOLossConfig:
         return _DEFAULT_CONFIG
     if not isinstance(config, GRPOLossConfig):
         raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
+    if not torch.compiler.is_compiling():
+        # The config is frozen but its loss_params is a dict (what asdict, JSON and YAML write), which a caller can
+        # still write to: its values are checked again here, as on construction, so that a value changed since
+        # is refused by its name rather than failing inside the loss type's term.
+        validate_loss_params(config.loss_type, config.loss_params, key="config.loss_params")
     return config
 
 
@@ -125,8 +158,7 @@ def bias_in_weight_dtype(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> 
 def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size: int, device: torch.device,
                   check_values: bool = True, anchor: str = "hidden/logits") -> None:
     targets = _require_tensor(name, targets)
-    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor (int64 token ids), got {targets.dtype}")
+    _require_integer(name, targets, "token ids")
     if tuple(targets.shape) != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {list(targets.shape)}")
     _require_device(name, targets, device, anchor)
@@ -141,8 +173,7 @@ def as_token_ids(ids: object) -> object:
     """Integer token ids (or sequence offsets) of any width (int16, uint8, int32...) as the int64 the gathers and
     torch's index ops take (repeat_interleave has no uint8 kernel); anything else as it is, for the checks to
     name."""
-    if isinstance(ids, torch.Tensor) and ids.dtype != torch.int64 and not (
-            ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool):
+    if isinstance(ids, torch.Tensor) and ids.dtype != torch.int64 and ids.dtype in _INTEGER_DTYPES:
         return ids.long()
     return ids
 
@@ -178,6 +209,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
                          f"[V, H]={list(weight.shape)}{transposed}")
     if weight.shape[0] == 0:
         raise ValueError(f"{names.weight} must have at least one vocabulary row")
+    check_vocab_size(names.weight, weight.shape[0])
     if weight.dtype != hidden.dtype:
         raise TypeError(f"{names.weight} dtype {weight.dtype} must match {names.hidden} dtype {hidden.dtype}")
     _require_device(names.weight, weight, hidden.device, names.hidden)
@@ -200,6 +232,7 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
         raise ValueError(f"logits must be [B, T, V], got shape {list(logits.shape)}")
     if logits.shape[-1] == 0:
         raise ValueError("logits must have a non-empty vocabulary dimension")
+    check_vocab_size("logits", logits.shape[-1])
     if check_finite:
         _require_finite(logits=logits)
 
@@ -212,9 +245,10 @@ def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.de
         raise ValueError(f"{name} must have shape {dims}={list(shape)}, got {list(mask.shape)}")
     _require_device(name, mask, device, anchor)
     _require_constant(name, mask)
+    if mask.dtype not in _MASK_DTYPES:
+        raise TypeError(f"{name} must be a tensor of 0 and 1 in bool, int8-int64, uint8 or float (float32, "
+                        f"bfloat16, float16, float64), got {mask.dtype}")
     if mask.dtype != torch.bool:
-        if mask.dtype.is_complex:
-            raise TypeError(f"{name} must be bool, integer or float in {{0, 1}}")
         if check_values and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError(f"{name} values must be 0 or 1")
 
@@ -223,8 +257,8 @@ def check_cu_seqlens(cu_seqlens: object, n_tokens: int, device: torch.device, ch
                      anchor: str = "hidden") -> int:
     """Sequence boundaries of a packed batch: int [S + 1], 0 first, non-decreasing, n_tokens last. Returns S."""
     cu = _require_tensor("cu_seqlens", cu_seqlens)
-    if cu.dtype.is_floating_point or cu.dtype.is_complex or cu.dtype == torch.bool:
-        raise TypeError(f"cu_seqlens must be an integer tensor, got {cu.dtype}")
+    _require_integer("cu_seqlens", cu, "sequence offsets")
+    cu = as_token_ids(cu)  # torch compares unsigned 16-64-bit tensors on no device: read as int64
     if cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"cu_seqlens must be [S + 1] with S >= 1 sequences, got shape {list(cu.shape)}")
     _require_device("cu_seqlens", cu, device, anchor)
@@ -245,21 +279,21 @@ def check_workspace(workspace_bytes: object) -> int:
 
     if workspace_bytes is None:
         return DEFAULT_WORKSPACE_BYTES
-    if (isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int)
-            or not 0 < workspace_bytes <= MAX_WORKSPACE_BYTES):
+    count = integer_value(workspace_bytes)
+    if count is None or not 0 < count <= MAX_WORKSPACE_BYTES:
         raise ValueError(f"workspace_bytes must be a positive int (bytes) of at most 2**63 - 1, got "
                          f"{shown(workspace_bytes)}")
-    return workspace_bytes
+    return count
 
 
 def check_temperature(temperature: object) -> float:
     """A sampling temperature: a real number (not a bool, not text, not a tensor), finite and > 0, as
     GRPOLossConfig.temperature takes it."""
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-            math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
+    real = finite_real(temperature)
+    if real is None or real < MIN_TEMPERATURE:
         raise ValueError(f"temperature must be a finite number > 0 (at least {MIN_TEMPERATURE:g}: float32 logits "
                          f"divided by less overflow), got {shown(temperature)}")
-    return float(temperature)
+    return real
 
 
 def _check_per_token(name: str, value: object, shapes: tuple[tuple[int, ...], ...], device: torch.device,
@@ -348,12 +382,12 @@ def _check_num_items(name: str, value: object, check_values: bool) -> None:
     inside torch when read), asking no gradient."""
     if isinstance(value, torch.Tensor):
         _require_constant(name, value)
-        bad = (value.numel() != 1 or value.dtype.is_complex or value.dtype == torch.bool
+        bad = (value.numel() != 1 or value.dtype not in _COUNT_DTYPES
                or value.device.type == "meta" or value.layout != torch.strided)
         bad = bad or (check_values and not (bool(torch.isfinite(value.float()).all()) and float(value) >= 0))
     else:
-        bad = (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-               or value < 0)
+        count = finite_real(value)
+        bad = count is None or count < 0
     if bad:
         raise ValueError(f"{name} must be a non-negative finite scalar (a number or a one-element real tensor with "
                          f"values), got {shown(value)}")

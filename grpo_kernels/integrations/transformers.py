@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import types
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -29,9 +30,11 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from .. import linear_logprobs
+from ..api import linear_logprobs_named
+from ..argument_names import LOGPROB_NAMES
 from ..backends import check_backend_name
 from ..head import LogitTransform
+from ..scalars import require_bool
 from .lm_head import backbone, logit_transform, output_head
 from .sharding import call_with_full_head
 
@@ -42,6 +45,11 @@ _PREVIOUS_FORWARD_ATTR = "_grpo_kernels_previous_forward"
 _HEAD_ONLY_KWARGS = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels")
 
 HeadFn = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], Any]
+
+
+# the refusals of the log-probs' checks name the forward's arguments: its labels (shifted), its model's head
+LABEL_NAMES = dataclasses.replace(LOGPROB_NAMES, hidden="last_hidden_state", weight="lm_head.weight",
+                                  bias="lm_head.bias", targets="labels")
 
 
 @dataclass(frozen=True)
@@ -118,9 +126,9 @@ def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, la
 
     def valid_positions(h: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         # Prompt and padding positions are skipped: only labelled tokens go through the vocabulary.
-        return linear_logprobs(h[mask], weight, targets[mask], bias=bias, temperature=temperature,
-                               return_entropy=True, backend=settings.backend,
-                               logit_transform=settings.logit_transform)
+        return linear_logprobs_named(LABEL_NAMES, h[mask], weight, targets[mask], bias=bias,
+                                     temperature=temperature, return_entropy=True, backend=settings.backend,
+                                     logit_transform=settings.logit_transform)
 
     logps, entropy = run_head(model, hidden, valid_positions)
     # masked_scatter keeps an all-ignored batch connected to the graph (a zero loss still backpropagates).
@@ -143,10 +151,11 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     call it, so the head runs inside the wrapped forward. Patching twice only updates the settings.
     """
     check_backend_name(backend)  # the registry as it is now: a backend registered after import is taken
+    require_bool("lm_head_fp32", lm_head_fp32)
     transform = logit_transform(model)
     backbone(model)
     output_head(model)
-    setattr(model, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=bool(lm_head_fp32),
+    setattr(model, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=lm_head_fp32,
                                                 logit_transform=transform))
     if getattr(model, _PREVIOUS_FORWARD_ATTR, None) is not None:
         return model
@@ -156,6 +165,9 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     @functools.wraps(type(model).forward)
     def forward(self, *args, return_logprobs: bool = False, lm_head_fn: Optional[HeadFn] = None,
                 temperature: Optional[float] = None, return_entropy: Optional[bool] = None, **kwargs):
+        require_bool("return_logprobs", return_logprobs)
+        if return_entropy is not None:
+            require_bool("return_entropy", return_entropy)
         if not return_logprobs and lm_head_fn is None:
             if temperature is not None or return_entropy is not None:
                 raise ValueError("temperature / return_entropy only apply with return_logprobs=True")

@@ -14,7 +14,8 @@ array's single element, as the fixed tritons do. GPU compilation is untouched.
 from __future__ import annotations
 
 import operator
-import os
+
+from .interpreter_switch import interpreting
 
 _FIXED = "_grpo_kernels_reads_one_element"
 
@@ -36,7 +37,7 @@ def _index_fails(interpreter, tl) -> bool:
 
 def fix_scalar_index() -> bool:
     """Install the fix if this triton's interpreter needs it; returns whether it is installed."""
-    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+    if not interpreting():
         return False
     import triton.language as tl
     from triton.runtime import interpreter

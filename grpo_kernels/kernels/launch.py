@@ -11,10 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .configs import GPU_CONFIGS, INTERPRETER_CONFIGS, KernelConfig, arch_of, dtype_class
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+from .interpreter_switch import interpreting  # noqa: F401  (read from here by the backends and the tests)
 
 
 def use_interpreter_if_no_gpu() -> None:

@@ -75,8 +75,11 @@ def test_sapo_and_vespo_declare_their_hyper_parameters_as_any_loss_type_and_keep
     sapo = GRPOLossConfig(loss_type="sapo", sapo_temperature_pos=2.0)
     assert sapo.loss_params == {"temperature_pos": 2.0, "temperature_neg": 1.05} and sapo.sapo_temperature_pos == 2.0
     assert GRPOLossConfig(loss_type="dapo", sapo_temperature_pos=2.0).loss_params == {}  # not read, as in TRL
-    with pytest.raises(ValueError, match="loss_params.lambda_pos: loss_type 'vespo' expected a finite number > 0"):
+    # refused by the name the caller wrote, TRL's
+    with pytest.raises(ValueError, match="^vespo_lambda_pos: loss_type 'vespo' expected a finite number > 0"):
         GRPOLossConfig(loss_type="vespo", vespo_lambda_pos=-1.0)
+    with pytest.raises(ValueError, match="^loss_params.lambda_pos: loss_type 'vespo' expected a finite number > 0"):
+        GRPOLossConfig(loss_type="vespo", loss_params={"lambda_pos": -1.0})
     with pytest.raises(ValueError, match="set the same hyper-parameter"):
         GRPOLossConfig(loss_type="sapo", sapo_temperature_pos=2.0, loss_params={"temperature_pos": 3.0})
     module = FusedLinearGRPOLoss(loss_type="vespo", vespo_k_pos=1.5)
