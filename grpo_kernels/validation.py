@@ -203,7 +203,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
         raise ValueError(f"{names.weight} must be [V, H], got shape {list(weight.shape)}")
     if weight.shape[1] != hidden.shape[-1]:
         # nn.Linear stores [out, in] = [V, H]; its .T (or a head kept as [H, V]) is the likeliest mismatch
-        transposed = (f"; it looks transposed ([H, V]): pass the head's weight as nn.Linear stores it, [V, H], not "
+        transposed = ("; it looks transposed ([H, V]): pass the head's weight as nn.Linear stores it, [V, H], not "
                       "its .T") if weight.shape[0] == hidden.shape[-1] else ""
         raise ValueError(f"hidden size mismatch: {names.hidden} has H={hidden.shape[-1]} but {names.weight} is "
                          f"[V, H]={list(weight.shape)}{transposed}")

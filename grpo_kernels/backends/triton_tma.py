@@ -42,7 +42,7 @@ import torch
 
 from ..head import LMHead
 from ..kernels import launch
-from ..kernels.configs import CHUNK_ROW_ALIGN
+from ..kernels.configs import CHUNK_ROW_ALIGN, chunk_rows_within
 from ..cost_model.estimate import Problem
 from ..cost_model.triton_tma import chunks_pay
 # WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C);
@@ -59,9 +59,7 @@ def chunk_rows(vocab_size: int, workspace_bytes: int, block_n: int, align: int =
     (configs.CHUNK_ROW_ALIGN says why), at least one block.
     Counted as the GEMM path does, a vocabulary shard's ranks run the same number of chunks
     (vocab_parallel.VocabShard.wave_workspace): the statistics are combined per chunk, a collective."""
-    rows = wave_rows(vocab_size, workspace_bytes)
-    step = block_n if rows >= 2 * block_n else max(1, min(block_n, align))
-    return max(block_n, rows // step * step)
+    return chunk_rows_within(wave_rows(vocab_size, workspace_bytes), block_n, align)
 
 
 def _padded_vocab(vocab_size: int) -> int:

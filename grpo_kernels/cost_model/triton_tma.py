@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..kernels.configs import CHUNK_ROW_ALIGN, GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT
+from ..kernels.configs import GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT, chunk_rows_within
 from .estimate import Estimate, Phase, Problem
 from .device import DEVICES, DeviceRates
 from .paths import PER_TOKEN_BYTES, gemm, gradients_from_stats, padding_phases
@@ -58,10 +58,7 @@ class PersistentKernelPhase(Phase):
 def chunk_rows_modelled(p: Problem) -> int:
     """backends/triton_tma.chunk_rows for this problem on Hopper (kept free of torch and triton imports). A chunk
     whose last token block is partly filled is charged whole blocks: the GEMM phases' tiles at its shape."""
-    block = _PERSISTENT.block_n
-    rows = max(1, p.workspace_bytes // (4 * p.vocab))
-    step = block if rows >= 2 * block else min(block, CHUNK_ROW_ALIGN)
-    return max(block, rows // step * step)
+    return chunk_rows_within(max(1, p.workspace_bytes // (4 * p.vocab)), _PERSISTENT.block_n)
 
 
 def persistent_forward_phase(name: str, rows: int, p: Problem, store_logits: bool, count: int = 1) -> Phase:

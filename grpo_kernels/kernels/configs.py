@@ -92,6 +92,14 @@ PERSISTENT_GROUP_N = 8
 # rows a chunk keep a frozen head's step within 1.1x Cut Cross-Entropy's memory, 256 do not). Larger chunks keep
 # whole blocks: a partial block in every chunk would cost more than the memory it saves.
 CHUNK_ROW_ALIGN = 32
+
+
+def chunk_rows_within(wave_rows: int, block_n: int, align: int = CHUNK_ROW_ALIGN) -> int:
+    """Tokens a chunk of the persistent route holds, of the `wave_rows` float32 logits rows its workspace holds:
+    whole token blocks from two on, else a multiple of `align` rows (of the block, when smaller), at least a block.
+    backends/triton_tma.py and its cost model (cost_model/triton_tma.py) both size chunks by it."""
+    step = block_n if wave_rows >= 2 * block_n else max(1, min(block_n, align))
+    return max(block_n, wave_rows // step * step)
 # persistent_forward.py (16-bit, float32); every entry splits the vocabulary every 2048 entries, as "forward" does
 _PERSISTENT = {"sm90": (KernelConfig(128, 128, 64, num_warps=8, num_stages=4, split_tiles=16),
                         KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
