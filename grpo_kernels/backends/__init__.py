@@ -181,12 +181,13 @@ for _spec in (
                 cost="..cost_model.paths:triton_tiles", token_level_route=EPILOGUE, triton_kernels=True,
                 logits_module=".triton", dtypes=("float32", "bfloat16", "float16"), batch_invariant=True,
                 deterministic=False),
-    # token chunks through the persistent TMA kernel, statistics in its epilogue, dz in place over the stored logits
-    # chunk, dH and dW by GEMM in chunk order; or, where a small workspace makes the chunks cost more, its statistics
+    # token chunks through the persistent TMA kernel, statistics in its epilogue, dz in place over the chunk of
+    # exponentials it stored, dH and dW by GEMM in chunk order; or, where a small workspace makes the chunks cost more, its statistics
     # first and the GEMM path's gradient pass in vocabulary slices (backends/triton_tma.py): deterministic and
     # batch-invariant
     BackendSpec("triton_tma", ".triton_tma", "Hopper recipe: persistent TMA Triton forward over token chunks, "
-                "dz in place over the stored logits chunk, dH and dW by GEMM; in a small workspace, its statistics "
+                "dz in place over the chunk of exponentials it stored, dH and dW by GEMM; in a small workspace, its "
+                "statistics "
                 "first and the gradients in vocabulary slices",
                 cost="..cost_model.triton_tma:triton_tma", uses_workspace=True,
                 token_level_route=ONE_PASS, triton_kernels=True, logits_module=".triton",

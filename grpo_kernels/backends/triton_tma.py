@@ -1,14 +1,14 @@
 """The Triton path on the Hopper recipe: the persistent TMA kernel's statistics, and the gradients either formed in
 the forward over token chunks or recomputed in the GEMM path's tiles.
 
-Token chunks (as many tokens as a float32 [rows, V] chunk of `workspace_bytes` holds, in whole token blocks of the
-kernel), a token-level loss's route where the chunks pay (below):
+Token chunks (as many tokens as `workspace_bytes` holds at one exponential in the input dtype a logit and a float32
+maximum per vocabulary tile: chunk_rows), a token-level loss's route where the chunks pay (below):
 1. the persistent TMA kernel (kernels/persistent_forward.py) makes the chunk's logits tile by tile, folds each tile
-   into the row statistics in its epilogue and stores the transformed float32 tile to the chunk; the merge kernel
-   finishes the rows' log-prob, entropy and lse;
+   into the row statistics in its epilogue and stores the tile's exp(z - m) in the input dtype to the chunk, m (the
+   row's running maximum) beside it; the merge kernel finishes the rows' log-prob, entropy and lse;
 2. the objective's g = dLoss/dlp and e = dLoss/dent of those rows (`token_grads`, the ONE_PASS route);
 3. kernels/chunk_grad.py turns the chunk into dz in the input dtype, in place (its docstring says why no thread
-   still needs the bytes it overwrites);
+   still needs the bytes it overwrites, and why exponentials keep dz's digits where rounded logits would not);
 4. dH[chunk] = dz W and dW += dz^T h (a float32 accumulator written by the first chunk's GEMM, then read as C by
    each later one, in chunk order) and dbias += column sums of dz: cuBLAS on a GPU (backends/wide_gemm.py).
 Three GEMM-equivalents for a trained head (two for a frozen head), but the float32 dW accumulator is read and
@@ -25,13 +25,9 @@ No atomics: every output element has one writer, chunks, waves and slices run in
 bitwise repeatable run to run; the log-probs and entropies are the persistent kernel's, batch-invariant
 (kernels/linear_forward.py explains why the split boundaries make them so), whatever the chunking.
 
-The chunk is float32, not the input dtype: dz needs p = exp(z - lse), and a bf16 logit is off by up to |z| 2^-9,
-p as much relative (measured: 7% of the largest dH element off float64 at |z| ~ 15, against the 1.5% the tests
-allow a bf16 gradient). dz itself is rounded to the input dtype, as any GEMM operand.
-
-Extra memory: the chunk or the gradient pass's tiles (at most `workspace_bytes`; a chunk at least one token block of
-rows), the float32 dW accumulator when the head is trained, the forward's partial statistics (16 bytes x splits x
-rows).
+Extra memory: the chunk and its maxima or the gradient pass's tiles (at most `workspace_bytes`, up to a few bytes a
+row; a chunk at least one token block of rows), the float32 dW accumulator when the head is trained, the forward's
+partial statistics (16 bytes x splits x rows).
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ import torch
 
 from ..head import LMHead
 from ..kernels import launch
-from ..kernels.configs import CHUNK_ROW_ALIGN, chunk_rows_within
+from ..kernels.configs import CHUNK_ROW_ALIGN, chunk_rows_within, stored_rows_within
 from ..cost_model.estimate import Problem
 from ..cost_model.triton_tma import chunks_pay
 # WeightGrad: the GEMM path's float32 dW accumulator (first chunk's GEMM writes it, later ones add into it as C);
@@ -53,18 +49,22 @@ from .protocol import stats_dtype
 from .wide_gemm import gemm_dtype, mm_wide
 
 
-def chunk_rows(vocab_size: int, workspace_bytes: int, block_n: int, align: int = CHUNK_ROW_ALIGN) -> int:
-    """Tokens per chunk: the GEMM path's wave (gemm.wave_rows: float32 rows of V in workspace_bytes), rounded down
-    to whole token blocks where it holds two or more (every chunk's blocks full), else to a multiple of `align` rows
-    (configs.CHUNK_ROW_ALIGN says why), at least one block.
-    Counted as the GEMM path does, a vocabulary shard's ranks run the same number of chunks
+def chunk_rows(vocab_size: int, workspace_bytes: int, block_n: int, itemsize: int, block_v: int,
+               align: int = CHUNK_ROW_ALIGN) -> int:
+    """Tokens per chunk: the rows of exponentials (itemsize bytes a logit) and maxima (float32 per block_v columns)
+    that the GEMM path's wave (gemm.wave_rows: float32 rows of V in workspace_bytes) holds (configs.stored_rows_within),
+    rounded down to whole token blocks where that is two or more (every chunk's blocks full), else to a multiple of
+    `align` rows (configs.CHUNK_ROW_ALIGN says why), at least one block.
+    Counted from the GEMM path's wave, a vocabulary shard's ranks run the same number of chunks
     (vocab_parallel.VocabShard.wave_workspace): the statistics are combined per chunk, a collective."""
-    return chunk_rows_within(wave_rows(vocab_size, workspace_bytes), block_n, align)
+    return chunk_rows_within(stored_rows_within(wave_rows(vocab_size, workspace_bytes), itemsize, block_v), block_n,
+                             align)
 
 
-def _padded_vocab(vocab_size: int) -> int:
-    """The chunk's row length: float32 rows of 16-byte multiples (the descriptor store's row stride)."""
-    return -(-vocab_size // 4) * 4
+def _padded_vocab(vocab_size: int, itemsize: int) -> int:
+    """The chunk's row length: rows of 16-byte multiples (the descriptor store's row stride)."""
+    per_16_bytes = 16 // itemsize
+    return -(-vocab_size // per_16_bytes) * per_16_bytes
 
 
 class TmaChunkBackend:
@@ -133,20 +133,24 @@ class TmaChunkBackend:
         grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
         w = weight.to(gemm_dtype(hidden))  # no copy on CUDA; a float32 copy of a 16-bit head on CPU
 
-        block_n = launch.config_for("persistent", hidden.dtype, device).block_n
-        step = chunk_rows(V, self.workspace_bytes, block_n, self.chunk_row_align)
-        chunk = torch.empty(min(step, N), _padded_vocab(V), dtype=torch.float32, device=device) if N else None
+        tiles = launch.config_for("persistent", hidden.dtype, device)
+        itemsize = hidden.element_size()
+        step = chunk_rows(V, self.workspace_bytes, tiles.block_n, itemsize, tiles.block_v, self.chunk_row_align)
+        if N and grads:
+            chunk = torch.empty(min(step, N), _padded_vocab(V, itemsize), dtype=hidden.dtype, device=device)
+            tile_max = torch.empty(min(step, N), launch.chunk_tiles(V, hidden.dtype, device), dtype=torch.float32,
+                                   device=device)
         for n0 in range(0, N, step):
             n1 = min(n0 + step, N)
             h, y = hidden[n0:n1], targets[n0:n1]
-            logits = chunk[:n1 - n0, :V]
-            stats = launch.persistent_forward(h, head, y, logits=logits if grads else None)
-            rows = _row_terms(n0, n1, stats, token_grads, combine_stats, (logps, entropy, lse))
             if not grads:
+                _row_terms(n0, n1, launch.persistent_forward(h, head, y), token_grads, combine_stats,
+                           (logps, entropy, lse))
                 continue
-            lse_w, ent_w, g, e = rows
-            dz = launch.chunk_logits_grad_(logits, head, y, lse_w.float().contiguous(), ent_w.float().contiguous(),
-                                           g, e, hidden.dtype)
+            dz, maxima = chunk[:n1 - n0, :V], tile_max[:n1 - n0]
+            stats = launch.persistent_forward(h, head, y, chunk=dz, tile_max=maxima)
+            lse_w, ent_w, g, e = _row_terms(n0, n1, stats, token_grads, combine_stats, (logps, entropy, lse))
+            launch.chunk_grad_(dz, maxima, head, y, lse_w.float().contiguous(), ent_w.float().contiguous(), g, e)
             _add_chunk_grads(dz, w, h, None if grad_hidden is None else grad_hidden[n0:n1], grad_weight, grad_bias)
         dweight = None if grad_weight is None else grad_weight.result(weight.dtype)
         dbias = None if grad_bias is None else grad_bias.to(bias.dtype)

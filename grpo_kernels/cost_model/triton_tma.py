@@ -1,12 +1,14 @@
 """Cost of backends/triton_tma.py: token chunks through the persistent TMA forward, dz in place, dH and dW by GEMM.
 
-The chunk loop is the GEMM path's wave loop (paths.gemm) with one step changed: where the GEMM path writes a float32
-logits wave by cuBLAS and reads it back in a row pass for the statistics, the persistent kernel computes the tiles
-and folds the statistics in its epilogue, writing the float32 chunk only when a gradient follows (and nothing at all
-for no-grad log-probs, which run in one launch over every token). The dz pass (4 bytes read, the input dtype
-written per logit), the dH and dW GEMMs, the objective's small ops and the casts are the GEMM path's, charged by
-paths.gemm itself; the chunk is that path's wave rounded down to whole 128-token blocks, or below two blocks to
-a multiple of 32 tokens (chunk_rows).
+The chunk loop is the GEMM path's wave loop (paths.gemm) with two steps changed: where the GEMM path writes a
+float32 logits wave by cuBLAS and reads it back in a row pass for the statistics, the persistent kernel computes the
+tiles and folds the statistics in its epilogue, writing the chunk (an exponential in the input dtype a logit, a
+float32 maximum per row and tile) only when a gradient follows (and nothing at all for no-grad log-probs, which run
+in one launch over every token); and the dz pass reads and writes the input dtype a logit in tiles of their own
+programs (kernels/chunk_grad.py) where the GEMM path's row pass reads float32. The dH and dW GEMMs, the objective's
+small ops and the casts are the GEMM path's, charged by paths.gemm itself; the chunk holds the rows of the GEMM
+path's wave bytes (configs.stored_rows_within: about twice as many at 16 bits) rounded down to whole 128-token
+blocks, or below two blocks to a multiple of 32 tokens (chunk_rows).
 
 The Triton kernel's tensor-core rate: no GPU has measured this project's persistent kernel yet. Until one does, it
 is the published rate of the same kind of kernel: persistent Triton GEMMs loading through tensor descriptors (TMA)
@@ -23,7 +25,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..kernels.configs import GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT, chunk_rows_within
+from ..kernels.configs import GPU_CONFIGS, PERSISTENT_GROUP_N, SIXTEEN_BIT, KernelConfig, chunk_rows_within, \
+    dtype_class, stored_rows_within
 from .estimate import Estimate, Phase, Problem
 from .device import DEVICES, DeviceRates
 from .paths import PER_TOKEN_BYTES, gemm, gradients_from_stats, padding_phases
@@ -40,7 +43,10 @@ TMA_TRITON_FRACTION_OF_CUBLAS = 700 / 780
 EPILOGUE_EXPS_PER_LOGIT = 1
 SFU_RESULTS_PER_CLOCK_PER_SM = 16
 SM_CLOCK_HZ = 1.98e9
-_PERSISTENT = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT]
+# paths.gemm's row gradient pass, which the chunk loop replaces by chunk_grad.py's (named so in the estimate)
+ROW_GRADIENT = "row gradient Z -> dZ in place"
+CHUNK_GRADIENT = "chunk gradient: exponentials -> dZ in place"
+CHUNK_GRAD_BLOCK_N = GPU_CONFIGS["sm90"]["chunk_grad"][SIXTEEN_BIT].block_n
 
 
 @dataclass(frozen=True)
@@ -55,21 +61,36 @@ class PersistentKernelPhase(Phase):
         return super().compute_seconds(rates) / TMA_TRITON_FRACTION_OF_CUBLAS + self.exps / sfu_rate
 
 
+def _persistent(p: Problem) -> KernelConfig:
+    """The persistent kernel's Hopper table entry for the problem's dtype."""
+    return GPU_CONFIGS["sm90"]["persistent"][dtype_class(p.itemsize == 4)]
+
+
 def chunk_rows_modelled(p: Problem) -> int:
     """backends/triton_tma.chunk_rows for this problem on Hopper (kept free of torch and triton imports). A chunk
     whose last token block is partly filled is charged whole blocks: the GEMM phases' tiles at its shape."""
-    return chunk_rows_within(max(1, p.workspace_bytes // (4 * p.vocab)), _PERSISTENT.block_n)
+    config = _persistent(p)
+    return chunk_rows_within(stored_rows_within(max(1, p.workspace_bytes // (4 * p.vocab)), p.itemsize,
+                                                config.block_v), config.block_n)
+
+
+def chunk_bytes(rows: int, p: Problem) -> int:
+    """A chunk of `rows` tokens: an exponential in the input dtype a logit (rows padded to 16 bytes) and a float32
+    maximum per row and vocabulary tile."""
+    tiles = math.ceil(p.vocab / _persistent(p).block_v)
+    return rows * (math.ceil(p.vocab * p.itemsize / 16) * 16 + 4 * tiles)
 
 
 def persistent_forward_phase(name: str, rows: int, p: Problem, store_logits: bool, count: int = 1) -> Phase:
     """One launch of persistent_forward.py over `rows` tokens, and the merge: the weight from HBM once per group of
     PERSISTENT_GROUP_N token blocks (the items in flight share it), the hidden rows once, the partial statistics
-    written and read, the float32 logits written when stored."""
+    written and read, the chunk written when stored."""
     H, V, c = p.hidden, p.vocab, p.itemsize
-    splits = math.ceil(V / (_PERSISTENT.block_v * _PERSISTENT.split_tiles))
-    groups = math.ceil(rows / (_PERSISTENT.block_n * PERSISTENT_GROUP_N))
+    config = _persistent(p)
+    splits = math.ceil(V / (config.block_v * config.split_tiles))
+    groups = math.ceil(rows / (config.block_n * PERSISTENT_GROUP_N))
     hbm = rows * H * c + groups * V * H * c + 2 * 16 * splits * rows + rows * PER_TOKEN_BYTES
-    return PersistentKernelPhase(name, flops=2 * rows * V * H, hbm_bytes=hbm + store_logits * rows * V * 4,
+    return PersistentKernelPhase(name, flops=2 * rows * V * H, hbm_bytes=hbm + store_logits * chunk_bytes(rows, p),
                                  gemm_shape=(rows, V, H), count=count, launches=2,
                                  exps=EPILOGUE_EXPS_PER_LOGIT * rows * V)
 
@@ -100,12 +121,17 @@ def chunks_pay(p: Problem, rates: DeviceRates = DEVICES["H100"]) -> bool:
 
 def token_chunks(p: Problem) -> Estimate:
     """The chunk loop: paths.gemm's waves with each wave's logits GEMM and row statistics replaced by the persistent
-    kernel, storing the chunk."""
+    kernel, storing the chunk, and its row gradient pass by chunk_grad.py's."""
     rows = chunk_rows_modelled(p)
     waves = gemm(replace(p, level="token", workspace_bytes=rows * 4 * p.vocab))
-    phases = _replaced(waves.phases, p, lambda phase: True)
+    phases = [_chunk_grad_phase(phase, p) if phase.name == ROW_GRADIENT else phase
+              for phase in _replaced(waves.phases, p, lambda phase: True)]
+    if not any(phase.name == CHUNK_GRADIENT for phase in phases):
+        raise RuntimeError(f"paths.gemm names no {ROW_GRADIENT!r} phase: this model must follow its rename")
+    held = min(rows, p.valid_tokens)  # the chunk as allocated in place of paths.gemm's float32 wave
     return Estimate("persistent TMA Triton chunks, dz in place, dH / dW by GEMM", p, phases, gemms=waves.gemms,
-                    peak_extra_bytes=waves.peak_extra_bytes + _partial_bytes(min(rows, p.valid_tokens), p),
+                    peak_extra_bytes=waves.peak_extra_bytes - held * 4 * p.vocab + chunk_bytes(held, p)
+                    + _partial_bytes(held, p),
                     fp32_weight_grad_bytes=waves.fp32_weight_grad_bytes,
                     assumptions=_assumptions(rows, p.valid_tokens))
 
@@ -150,8 +176,19 @@ def _replaced(phases: list[Phase], p: Problem, by_the_kernel: Callable[[Phase], 
     return out
 
 
+def _chunk_grad_phase(row_gradient: Phase, p: Problem) -> Phase:
+    """chunk_grad.py over a chunk of paths.gemm's wave rows: the input dtype read and written a logit, a maximum a
+    row and tile read, one program per [32, tile] block (so never few programs: HBM-bound)."""
+    rows, config = row_gradient.row_programs, _persistent(p)  # paths.gemm's row pass: one program a row
+    tiles = math.ceil(p.vocab / config.block_v)
+    read = rows * p.vocab * p.itemsize + rows * tiles * 4
+    return replace(row_gradient, name=CHUNK_GRADIENT, hbm_bytes=read + rows * p.vocab * p.itemsize,
+                   row_read_bytes=read, row_programs=math.ceil(rows / CHUNK_GRAD_BLOCK_N) * tiles)
+
+
 def _partial_bytes(rows: int, p: Problem) -> int:
-    return 16 * math.ceil(p.vocab / (_PERSISTENT.block_v * _PERSISTENT.split_tiles)) * rows
+    config = _persistent(p)
+    return 16 * math.ceil(p.vocab / (config.block_v * config.split_tiles)) * rows
 
 
 def _assumptions(rows: int, N: int) -> list[str]:

@@ -7,7 +7,7 @@
 - persistent_forward.py the Hopper recipe of the forward: one program per SM over the same work items, operands
                      through tensor descriptors (TMA), statistics in the tile GEMM's epilogue; optionally stores the
                      float32 logits of a token chunk (backends/triton_tma.py)
-- chunk_grad.py      a stored chunk of logits -> dz in the input dtype, in place
+- chunk_grad.py      a stored chunk of exponentials -> dz in the input dtype, in place
 - linear_backward.py recompute logits tile by tile -> dH (programs own tokens), dW and dbias (programs own vocab)
 - logits.py          the same statistics and gradient when the caller already holds the logits
 - configs.py         block / warp / stage tables per GPU architecture (sm_90, sm_80, default) and the interpreter's

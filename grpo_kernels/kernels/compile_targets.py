@@ -20,7 +20,7 @@ ARCHS = {"sm90": 90, "sm80": 80}  # table name -> compute capability compiled fo
 
 # pointer arguments in the input's dtype; every other pointer is float32 except these
 _INPUT_POINTERS = {"hidden_ptr", "weight_ptr", "bias_ptr", "logits_ptr", "grad_logits_ptr", "dz_ptr", "a_ptr",
-                   "b_ptr"}
+                   "b_ptr", "chunk_ptr"}
 _OTHER_POINTERS = {"targets_ptr": "*i64", "clip_ptr": "*i8"}
 _FLOAT_SCALARS = {"inv_tau", "cap_scale", "eps_low", "eps_high", "delta", "beta", "sapo_pos", "sapo_neg"}
 # as the JIT specializes them for real heads (V a multiple of 8 makes the GEMM path's row strides so too)
@@ -165,11 +165,11 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         # the opt-in one-kernel backward (a trained head only)
         out += _targets("_tile_grad_kernel", "grad_tiles", arch, dtype,
                         _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True, fixed=dict(GROUP=TILE_GROUP_N))
-        # the Hopper recipe: the persistent TMA forward (also storing a logits chunk) and the chunk's dz pass
+        # the Hopper recipe: the persistent TMA forward (also storing a chunk of exponentials) and the chunk's dz pass
         out += _targets("_persistent_stats_kernel", "persistent", arch, dtype,
-                        _grid(HAS_BIAS=bias, SOFTCAP=cap, STORE_LOGITS=[True] if heaviest_only else [False, True]),
+                        _grid(HAS_BIAS=bias, SOFTCAP=cap, STORE_CHUNK=[True] if heaviest_only else [False, True]),
                         True, fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True)
-        out += _targets("_logits_grad_kernel", "chunk_grad", arch, dtype, _grid(HAS_ENT_GRAD=ent, SOFTCAP=cap), False,
+        out += _targets("_chunk_grad_kernel", "chunk_grad", arch, dtype, _grid(HAS_ENT_GRAD=ent, SOFTCAP=cap), False,
                         hot_path=True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)

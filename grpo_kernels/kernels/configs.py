@@ -77,8 +77,14 @@ def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple, grad_tiles: t
     linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight, "grad_tiles": grad_tiles,
               "persistent": persistent}
     table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
-    return table | {name: {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS} for name in ("logits", "chunk_grad")} | \
-        {"merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE}}
+    return table | {"logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}, "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
+                    "chunk_grad": {SIXTEEN_BIT: _chunk_grad(persistent[0]), FLOAT32: _chunk_grad(persistent[1])}}
+
+
+def _chunk_grad(persistent: KernelConfig) -> KernelConfig:
+    """chunk_grad.py's tiles: the persistent forward's vocabulary tile (one stored maximum a row), 32 rows (4096
+    elements, 16 a thread at 4 warps: a memory-bound pass, every tile its own program)."""
+    return KernelConfig(block_n=32, block_v=persistent.block_v, num_warps=4, num_stages=1)
 
 
 _BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=1),
@@ -88,14 +94,23 @@ _BACKWARD_FLOAT32 = {"sm90": KernelConfig(64, 64, 16, num_warps=4, num_stages=1)
 PERSISTENT_GROUP_N = 8
 # Token chunks of the persistent route (backends/triton_tma.py: chunk_rows) of fewer than two token blocks are
 # multiples of this many rows (of the block, when smaller), not whole blocks: the chunk's last block partly filled
-# (its rows past the chunk masked), so a small workspace is sized finer than a block's float32 logits (at S1, 224
-# rows a chunk keep a frozen head's step within 1.1x Cut Cross-Entropy's memory, 256 do not). Larger chunks keep
-# whole blocks: a partial block in every chunk would cost more than the memory it saves.
+# (its rows past the chunk masked), so a small workspace is sized finer than a block (at S2, a 112 MiB workspace
+# runs 224-token chunks, not 128: dH GEMMs that small leave most of the GPU idle). Larger chunks keep whole blocks:
+# a partial block in every chunk would cost more than the memory it saves.
 CHUNK_ROW_ALIGN = 32
 
 
+def stored_rows_within(float32_rows: int, itemsize: int, block_v: int) -> int:
+    """Rows of the persistent route's chunk (persistent_forward.py's STORE_CHUNK: an exponential of `itemsize` bytes
+    a logit and a float32 maximum per `block_v` columns) in the bytes of `float32_rows` float32 logits rows, up to
+    a few bytes a row (the last tile's maximum and the row's 16-byte padding). A function of float32_rows alone for
+    a dtype: a vocabulary shard's ranks, given float32_rows alike (vocab_parallel.VocabShard.wave_workspace), get
+    the same chunks whatever their vocabulary."""
+    return max(1, float32_rows * 4 * block_v // (itemsize * block_v + 4))
+
+
 def chunk_rows_within(wave_rows: int, block_n: int, align: int = CHUNK_ROW_ALIGN) -> int:
-    """Tokens a chunk of the persistent route holds, of the `wave_rows` float32 logits rows its workspace holds:
+    """Tokens a chunk of the persistent route holds, of the `wave_rows` rows its workspace holds:
     whole token blocks from two on, else a multiple of `align` rows (of the block, when smaller), at least a block.
     backends/triton_tma.py and its cost model (cost_model/triton_tma.py) both size chunks by it."""
     step = block_n if wave_rows >= 2 * block_n else max(1, min(block_n, align))
@@ -132,7 +147,7 @@ INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
     "forward": KernelConfig(16, 32, 32, split_tiles=2),
     "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR, "grad_tiles": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
-    "persistent": KernelConfig(16, 32, 32, split_tiles=2), "chunk_grad": KernelConfig(16, 64),
+    "persistent": KernelConfig(16, 32, 32, split_tiles=2), "chunk_grad": KernelConfig(16, 32),
 }
 
 

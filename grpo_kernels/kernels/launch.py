@@ -93,9 +93,10 @@ def _forward_kernel(hidden: torch.Tensor, persistent: bool):
     return (config_for("persistent", hidden.dtype, hidden.device), merge), persistent_partial_stats
 
 
-def persistent_forward(hidden, head, targets, logits=None):
+def persistent_forward(hidden, head, targets, chunk=None, tile_max=None):
     """linear_forward's (logps, entropy, lse) by the persistent TMA kernel on any device (interpreted on CPU); with
-    `logits` ([N, V] float32, rows 16-byte aligned) the transformed logits are also written there."""
+    `chunk` ([N, V] in hidden's dtype, rows 16-byte aligned) and `tile_max` ([N, chunk_tiles(V, ...)] float32) each
+    logits tile's exponentials and row maxima are also written there (persistent_forward.py)."""
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
     from functools import partial
@@ -105,16 +106,24 @@ def persistent_forward(hidden, head, targets, logits=None):
     upcast, precision = _linear_options(hidden.dtype)
     configs, stats = _forward_kernel(hidden, persistent=True)
     return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, configs, upcast, precision,
-                          partial(stats, logits=logits))
+                          partial(stats, chunk=chunk, tile_max=tile_max))
 
 
-def chunk_logits_grad_(logits, head, targets, lse, entropy, grad_logps, grad_entropy, out_dtype):
-    """persistent_forward's stored float32 logits [rows, V] turned into dLoss/d(raw logits) in out_dtype, in place
-    (chunk_grad.py); returns dz, a view of the logits' memory."""
-    from .chunk_grad import logits_grad_
+def chunk_tiles(vocab_size: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Vocabulary tiles of the persistent forward a row has: the columns of its stored maxima (tile_max)."""
+    return -(-vocab_size // config_for("persistent", dtype, device).block_v)
 
-    return logits_grad_(logits, head, targets, lse, entropy, grad_logps, grad_entropy, out_dtype,
-                        config_for("chunk_grad", out_dtype, logits.device), interpreting())
+
+def chunk_grad_(chunk, tile_max, head, targets, lse, entropy, grad_logps, grad_entropy):
+    """persistent_forward's stored chunk [rows, V] turned into dLoss/d(raw logits) in place (chunk_grad.py); returns
+    the chunk."""
+    from .chunk_grad import chunk_grad_ as launch_chunk_grad
+
+    config = config_for("chunk_grad", chunk.dtype, chunk.device)
+    # one stored maximum per row and forward tile: the dz pass's tiles are the forward's
+    assert config.block_v == config_for("persistent", chunk.dtype, chunk.device).block_v
+    return launch_chunk_grad(chunk, tile_max, head, targets, lse, entropy, grad_logps, grad_entropy, config,
+                             interpreting())
 
 
 def forward_plan(N: int, V: int, dtype: torch.dtype, device: torch.device):

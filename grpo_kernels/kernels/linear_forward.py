@@ -40,7 +40,7 @@ import triton.language as tl
 
 from .configs import KernelConfig
 from .tiles import head_transform_args, load_targets, logits_tile, online_softmax_init, online_softmax_merge, online_softmax_result, \
-    online_softmax_update
+    online_softmax_step
 from .token_objective import token_objective
 
 # token blocks per program group of the grid (L2 reuse only; no effect on any value)
@@ -88,8 +88,8 @@ def _partial_stats_kernel(
         col_ok = cols < v_end
         z = logits_tile(hidden_ptr, block * BLOCK_N, N, stride_hidden, weight_ptr, v0, V, stride_weight, bias_ptr, H,
                         inv_tau, cap_scale, HAS_BIAS, SOFTCAP, UPCAST, PRECISION, BLOCK_N, BLOCK_V, BLOCK_K, 1)
-        run_max, sum_exp, sum_exp_z, target_z = fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z, targets,
-                                                                v0, v_end, col_ok, BLOCK_V)
+        run_max, sum_exp, sum_exp_z, target_z, _ = fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z,
+                                                                   targets, v0, v_end, col_ok, BLOCK_V)
     store_partial(partial_ptr, split, N, splits, rows, row_ok, run_max, sum_exp, sum_exp_z, target_z)
 
 
@@ -111,12 +111,13 @@ def work_item(item, targets_ptr, N, V, splits, split_width, BLOCK_N: tl.constexp
 
 @triton.jit
 def fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z, targets, v0, v_end, col_ok, BLOCK_V: tl.constexpr):
-    """Fold a token-major tile of a split's columns [v0, v0 + BLOCK_V) into the rows' running statistics."""
+    """Fold a token-major tile of a split's columns [v0, v0 + BLOCK_V) into the rows' running statistics; also
+    returns the tile's p = exp(z - the rows' new running max) (online_softmax_step)."""
     # the target's column in this tile, -1 when it lies outside [v0, v_end): columns past v_end are other
     # splits' (or past V)
     local = tl.where((targets >= v0) & (targets < v_end), targets - v0, -1)
-    return online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z,
-                                 tl.arange(0, BLOCK_V)[None, :] == local[:, None], col_ok[None, :], 1)
+    return online_softmax_step(run_max, sum_exp, sum_exp_z, target_z, z,
+                               tl.arange(0, BLOCK_V)[None, :] == local[:, None], col_ok[None, :], 1)
 
 
 @triton.jit

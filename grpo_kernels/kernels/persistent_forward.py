@@ -8,10 +8,14 @@ so neither a pointer tile nor a mask is held in registers) and accumulates a flo
 on tensor cores (wgmma on Hopper); the epilogue adds the bias, applies the logit transform and folds the tile into
 each row's running max, sum exp, sum exp * z and target logit. The item's four statistics go to the same
 [4, splits, N] buffer as linear_forward.py's, merged by its merge kernels (the GRPO epilogue among them).
-With STORE_LOGITS the epilogue also writes the transformed float32 tile to a logits chunk through a descriptor
-store: the token-chunk backward (backends/triton_tma.py) turns those bytes into dz in place. Float32, not the
-input dtype: dz needs p = exp(z - lse), and a bf16 logit is off by up to |z| 2^-9, so p by that much relative (the
-bf16 chunk measured 7% of the largest dH element off float64 at |z| ~ 15 in the interpreter tests).
+With STORE_CHUNK the epilogue also writes the tile's p = exp(z - m) to a chunk in the input dtype, through a
+descriptor store, and m, each row's running maximum after the tile (so p <= 1), to tile_max[row, tile], float32:
+the token-chunk backward (chunk_grad.py) rebuilds the probabilities as p exp(m - lse) and turns the chunk into dz in
+place. The fold computes that p anyway (online_softmax_step): storing it costs no exponential. Why exponentials and
+not the logits: a logit rounded to bf16 is off by up to |z| 2^-9, so p = exp(z - lse) by that much relative (7% of
+the largest dH element off float64 at |z| ~ 15, measured in the interpreter tests), where a rounded p is off by 2^-9
+relative whatever |z| (fp16: 2^-11, and 2^-25 absolute below its normal range), the size of dz's own rounding to
+the input dtype; and a chunk of half the bytes of a float32 one.
 
 Persistent order and L2: the grid is `programs` (the SM count on a GPU); program p runs items p, p + programs, ...
 Items are numbered as linear_forward.py's grid (GROUP token blocks x all splits before the next group), so the
@@ -23,9 +27,10 @@ Determinism and batch invariance, as linear_forward.py: a row's tiles, their K o
 programs; which program runs an item changes no arithmetic, and no reduction crosses rows. TMA's zero fill of rows
 past N only touches rows that are never stored.
 
-Cost (bf16 on Hopper, configs.py's "persistent" sm90 entry: 128 x 256 x 64 tiles, split_tiles 8, 8 warps, 3
+Cost (bf16 on Hopper, configs.py's "persistent" sm90 entry: 128 x 128 x 64 tiles, split_tiles 16, 8 warps, 4
 stages): tensor-core work 2 N V H (one GEMM-equivalent); HBM: the weight once per group of GROUP token blocks, the
-hidden states once, 16 bytes x splits x N of statistics; with STORE_LOGITS, 4 N V bytes more written.
+hidden states once, 16 bytes x splits x N of statistics; with STORE_CHUNK, N V x the input's bytes and 4 N V / BLOCK_V
+more written.
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ GROUP_N = PERSISTENT_GROUP_N
 
 @triton.jit(do_not_specialize=["N", "splits", "programs"])
 def _persistent_stats_kernel(
-    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr, chunk_ptr,
-    N, V, H, stride_hidden, stride_weight, stride_chunk, inv_tau, cap_scale, split_width, splits, programs,
-    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, STORE_LOGITS: tl.constexpr, UPCAST: tl.constexpr,
+    hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr, chunk_ptr, tile_max_ptr,
+    N, V, H, stride_hidden, stride_weight, stride_chunk, stride_tile_max, inv_tau, cap_scale, split_width, splits,
+    programs,
+    HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, STORE_CHUNK: tl.constexpr, UPCAST: tl.constexpr,
     PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,
 ):
@@ -54,7 +60,7 @@ def _persistent_stats_kernel(
                                             block_shape=[BLOCK_N, BLOCK_K])
     weight_desc = tl.make_tensor_descriptor(weight_ptr, shape=[V, H], strides=[stride_weight, 1],
                                             block_shape=[BLOCK_V, BLOCK_K])
-    if STORE_LOGITS:
+    if STORE_CHUNK:
         chunk_desc = tl.make_tensor_descriptor(chunk_ptr, shape=[N, V], strides=[stride_chunk, 1],
                                                block_shape=[BLOCK_N, BLOCK_V])
     for item in range(tl.program_id(0), tl.cdiv(N, BLOCK_N) * splits, programs):
@@ -77,10 +83,11 @@ def _persistent_stats_kernel(
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             z = transform_logits(acc, inv_tau, cap_scale, SOFTCAP)
-            if STORE_LOGITS:  # float32, clipped at N and V by the descriptor
-                chunk_desc.store([n0, v0], z)
-            run_max, sum_exp, sum_exp_z, target_z = fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z,
-                                                                    targets, v0, v_end, col_ok, BLOCK_V)
+            run_max, sum_exp, sum_exp_z, target_z, p = fold_split_tile(run_max, sum_exp, sum_exp_z, target_z, z,
+                                                                       targets, v0, v_end, col_ok, BLOCK_V)
+            if STORE_CHUNK:  # p against run_max, which now includes this tile: clipped at N and V by the descriptor
+                chunk_desc.store([n0, v0], p.to(chunk_ptr.dtype.element_ty))
+                tl.store(tile_max_ptr + rows.to(tl.int64) * stride_tile_max + v0 // BLOCK_V, run_max, mask=row_ok)
         store_partial(partial_ptr, split, N, splits, rows, row_ok, run_max, sum_exp, sum_exp_z, target_z)
 
 
@@ -109,23 +116,28 @@ def programs_for(device: torch.device, items: int) -> int:
 
 
 def persistent_partial_stats(hidden: torch.Tensor, head, targets: torch.Tensor, config: KernelConfig, upcast: bool,
-                             precision: str, logits: torch.Tensor | None = None
-                             ) -> tuple[torch.Tensor, ForwardPlan]:
-    """The [4, splits, N] partial statistics of linear_forward.py's layout (its merge kernels finish them), and with
-    `logits` ([N, V] float32 view, rows 16-byte aligned) the transformed logits written there. H must be a multiple
-    of config.block_k (launch.padded_to_block_k)."""
+                             precision: str, chunk: torch.Tensor | None = None,
+                             tile_max: torch.Tensor | None = None) -> tuple[torch.Tensor, ForwardPlan]:
+    """The [4, splits, N] partial statistics of linear_forward.py's layout (its merge kernels finish them); with
+    `chunk` ([N, V] in the input dtype, unit column stride, rows 16-byte aligned) and `tile_max` ([N, cdiv(V,
+    config.block_v)] float32, unit column stride) also each tile's exp(z - m) and m (the module docstring). H must be
+    a multiple of config.block_k (launch.padded_to_block_k)."""
     partial, shape = partial_buffer(hidden, head, config)
     (N, H), V, bias = hidden.shape, head.weight.shape[0], head.bias
     inv_tau, cap_scale, capped = head_transform_args(head)
     hidden, weight = descriptor_ready(hidden), descriptor_ready(head.weight)
     programs = programs_for(hidden.device, shape.programs)
+    store = chunk is not None
+    if store:
+        assert chunk.shape == (N, V) and tile_max.shape == (N, triton.cdiv(V, config.block_v))
+        assert chunk.dtype == hidden.dtype and tile_max.dtype == torch.float32 and tile_max.stride(1) == 1
     _set_descriptor_allocator()
     _persistent_stats_kernel[(programs,)](
         hidden, weight, bias if bias is not None else hidden, targets, partial,
-        logits if logits is not None else hidden,
-        N, V, H, hidden.stride(0), weight.stride(0), logits.stride(0) if logits is not None else 0,
-        inv_tau, cap_scale, shape.split_width, shape.splits, programs,
-        HAS_BIAS=bias is not None, SOFTCAP=capped, STORE_LOGITS=logits is not None, UPCAST=upcast,
+        chunk if store else hidden, tile_max if store else partial,
+        N, V, H, hidden.stride(0), weight.stride(0), chunk.stride(0) if store else 0,
+        tile_max.stride(0) if store else 0, inv_tau, cap_scale, shape.split_width, shape.splits, programs,
+        HAS_BIAS=bias is not None, SOFTCAP=capped, STORE_CHUNK=store, UPCAST=upcast,
         PRECISION=precision, GROUP=GROUP_N, **config.launch_options(upcast),
     )
     return partial, shape

@@ -79,6 +79,15 @@ def softmax_grad_tile(z, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT
     vocabulary (a shard) matches no column, so that token gets no one-hot term."""
     log_p = z - lse
     p = tl.where(col_ok, tl.exp(log_p), 0.0)
+    return softmax_grad_from_p(p, log_p, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD, cap_scale,
+                               SOFTCAP)
+
+
+@triton.jit
+def softmax_grad_from_p(p, log_p, is_target, col_ok, lse, entropy, g, e, inv_tau, HAS_ENT_GRAD: tl.constexpr,
+                        cap_scale, SOFTCAP: tl.constexpr):
+    """softmax_grad_tile's formula from a tile's probabilities p (0 off-vocab) and their logs (finite wherever
+    col_ok; the logits are log_p + lse), however they were obtained."""
     dz = tl.where(is_target, g, 0.0) - g * p
     if HAS_ENT_GRAD:
         dz -= e * p * tl.where(col_ok, log_p + entropy, 0.0)
@@ -106,6 +115,15 @@ def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, is_target, c
     it) into each token's running max, sum of exp(z - max), sum of exp(z - max) * z (for the entropy)
     and target logit. z must be finite where col_ok is False (p is 0 there, so p * z is 0), and is_target False.
     One masked copy of the tile and one of p: the fewest tile-sized temporaries (registers on Hopper)."""
+    new_max, sum_exp, sum_exp_z, target_z, _ = online_softmax_step(run_max, sum_exp, sum_exp_z, target_z, z,
+                                                                   is_target, col_ok, VOCAB_AXIS)
+    return new_max, sum_exp, sum_exp_z, target_z
+
+
+@triton.jit
+def online_softmax_step(run_max, sum_exp, sum_exp_z, target_z, z, is_target, col_ok, VOCAB_AXIS: tl.constexpr):
+    """online_softmax_update, also returning the tile's p = exp(z - new max) (0 where col_ok is False), which
+    the fold computes anyway: a kernel storing it pays no exponential more."""
     masked = tl.where(col_ok, z, float("-inf"))
     new_max = tl.maximum(run_max, tl.max(masked, VOCAB_AXIS))
     rescale = tl.exp(run_max - new_max)
@@ -113,7 +131,7 @@ def online_softmax_update(run_max, sum_exp, sum_exp_z, target_z, z, is_target, c
     sum_exp = sum_exp * rescale + tl.sum(p, VOCAB_AXIS)
     sum_exp_z = sum_exp_z * rescale + tl.sum(p * z, VOCAB_AXIS)
     target_z += tl.sum(tl.where(is_target, z, 0.0), VOCAB_AXIS)
-    return new_max, sum_exp, sum_exp_z, target_z
+    return new_max, sum_exp, sum_exp_z, target_z, p
 
 
 @triton.jit

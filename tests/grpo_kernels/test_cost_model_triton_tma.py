@@ -13,10 +13,11 @@ from grpo_kernels.backends.triton_tma import chunk_rows
 from grpo_kernels.cost_model import paths
 from grpo_kernels.cost_model.device import DEVICES
 from grpo_kernels.cost_model.estimate import Problem
-from grpo_kernels.cost_model.triton_tma import (EPILOGUE_EXPS_PER_LOGIT, SFU_RESULTS_PER_CLOCK_PER_SM, SM_CLOCK_HZ,
-                                                TMA_TRITON_FRACTION_OF_CUBLAS, chunk_rows_modelled, chunks_pay,
-                                                token_chunks, triton_tma, two_passes)
-from grpo_kernels.kernels.configs import GPU_CONFIGS, SIXTEEN_BIT
+from grpo_kernels.cost_model.triton_tma import (CHUNK_GRADIENT, EPILOGUE_EXPS_PER_LOGIT, ROW_GRADIENT,
+                                                SFU_RESULTS_PER_CLOCK_PER_SM, SM_CLOCK_HZ,
+                                                TMA_TRITON_FRACTION_OF_CUBLAS, chunk_bytes, chunk_rows_modelled,
+                                                chunks_pay, token_chunks, triton_tma, two_passes)
+from grpo_kernels.kernels.configs import FLOAT32, GPU_CONFIGS, SIXTEEN_BIT
 
 H200 = DEVICES["H200"]
 S1 = dict(tokens=8192, hidden=4096, vocab=151936)
@@ -26,10 +27,24 @@ def test_the_registry_entry_names_this_model():
     assert get_backend("triton_tma").cost_model() is triton_tma
 
 
-@pytest.mark.parametrize("workspace", [1 << 20, 1 << 30, 3 << 29])
-def test_chunks_are_the_backends(workspace):
-    block = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT].block_n
-    assert chunk_rows_modelled(Problem(**S1, workspace_bytes=workspace)) == chunk_rows(151936, workspace, block)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("workspace", [1 << 20, 80 << 20, 1 << 30, 3 << 29])
+def test_chunks_are_the_backends(workspace, dtype):
+    config = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT if dtype == "bfloat16" else FLOAT32]
+    itemsize = 2 if dtype == "bfloat16" else 4
+    assert chunk_rows_modelled(Problem(**S1, dtype=dtype, workspace_bytes=workspace)) == \
+        chunk_rows(151936, workspace, config.block_n, itemsize, config.block_v)
+
+
+def test_a_chunk_is_its_exponentials_and_maxima_within_the_workspace():
+    """16-bit exponentials hold about twice a float32 wave's rows (S1, 1 GiB: 3456 tokens where the GEMM path's wave
+    is 1766 rows), and the chunk with its maxima stays within the workspace."""
+    for workspace in (80 << 20, 1 << 30):
+        p = Problem(**S1, workspace_bytes=workspace)
+        rows = chunk_rows_modelled(p)
+        assert chunk_bytes(rows, p) <= workspace
+        assert chunk_bytes(rows, p) == rows * (151936 * 2 + 4 * 1187)
+    assert chunk_rows_modelled(Problem(**S1)) == 3456 and (1 << 30) // (4 * 151936) == 1766
 
 
 @pytest.mark.parametrize("kw, gemms", [(dict(operation="logprobs"), 1), ({}, 3), (dict(frozen_head=True), 2),
@@ -71,15 +86,25 @@ def test_the_exponentials_a_logit_are_those_counted_in_the_persistent_kernels_co
             (r["variant"], r["ex2"], per_thread)
 
 
-def test_the_chunk_loop_keeps_the_gemm_paths_backward_and_memory():
+def test_the_chunk_loop_keeps_the_gemm_paths_backward_and_memory_but_its_chunk():
+    """The GEMM path's waves of the chunk's rows, its backward but the row gradient pass (chunk_grad.py's: 16 bits
+    read and written a logit, where the GEMM path reads 32), its memory but the float32 wave (the chunk instead)."""
     p = Problem(**S1)
     ours = triton_tma(p)
-    waves = paths.gemm(Problem(**S1, workspace_bytes=chunk_rows_modelled(p) * 4 * 151936))  # its waves: our chunks
-    backward = [ph.name for ph in waves.phases
+    rows = chunk_rows_modelled(p)
+    waves = paths.gemm(Problem(**S1, workspace_bytes=rows * 4 * 151936))  # its waves: our chunks
+    backward = [CHUNK_GRADIENT if ph.name == ROW_GRADIENT else ph.name for ph in waves.phases
                 if not any(name in ph.name for name in ("GEMM1", "row statistics", "segment"))]
     assert [ph.name for ph in ours.phases if "persistent" not in ph.name] == backward
+    row_passes = [ph for ph in waves.phases if ph.name == ROW_GRADIENT]
+    chunk_passes = [ph for ph in ours.phases if ph.name == CHUNK_GRADIENT]
+    assert len(row_passes) == len(chunk_passes) == 2  # full chunks and the last
+    for row_pass, chunk_pass in zip(row_passes, chunk_passes):
+        assert chunk_pass.count == row_pass.count
+        assert chunk_pass.hbm_bytes == pytest.approx(row_pass.hbm_bytes * 4 / 6, rel=0.02)
     assert ours.fp32_weight_grad_bytes == waves.fp32_weight_grad_bytes
-    assert waves.peak_extra_bytes <= ours.peak_extra_bytes <= waves.peak_extra_bytes * 1.01
+    chunk_for_wave = waves.peak_extra_bytes - rows * 4 * 151936 + chunk_bytes(rows, p)
+    assert chunk_for_wave <= ours.peak_extra_bytes <= chunk_for_wave * 1.01
 
 
 def test_a_small_workspace_takes_two_passes_within_the_triton_targets():

@@ -18,7 +18,7 @@ from grpo_kernels import GRPOLossConfig, LogitTransform, fused_linear_grpo_loss,
 from grpo_kernels.backends import get_backend
 from grpo_kernels.backends.triton_tma import TmaChunkBackend, chunk_rows
 from grpo_kernels.head import IDENTITY
-from grpo_kernels.kernels.configs import INTERPRETER_CONFIGS
+from grpo_kernels.kernels.configs import INTERPRETER_CONFIGS, stored_rows_within
 from grpo_kernels.losses import loss_type_names, unregister_loss_type
 
 pytestmark = pytest.mark.interpreter
@@ -27,16 +27,29 @@ SMALL_WORKSPACE = 16 * 4 * 300
 TRANSFORMS = pytest.mark.parametrize("transform", [IDENTITY, SOFTCAPPED], ids=["plain", "softcapped"])
 
 
-def test_chunks_are_whole_token_blocks_counted_as_the_gemm_path_counts_waves():
-    block = INTERPRETER_CONFIGS["persistent"].block_n
-    assert chunk_rows(300, SMALL_WORKSPACE, block) == 16
-    assert chunk_rows(300, SMALL_WORKSPACE - 1, block) == 16  # at least one block
-    assert chunk_rows(300, 40 * 4 * 300, block) == 32
+def test_chunks_are_whole_token_blocks_counted_from_the_gemm_paths_waves():
+    config = INTERPRETER_CONFIGS["persistent"]
+    block, tile = config.block_n, config.block_v
+    # float32: 16 float32 rows of 300 hold 15 rows of exponentials and maxima (one float32 per 32 columns)
+    assert chunk_rows(300, SMALL_WORKSPACE, block, 4, tile) == 16  # at least one block
+    assert chunk_rows(300, SMALL_WORKSPACE - 1, block, 4, tile) == 16
+    assert chunk_rows(300, 40 * 4 * 300, block, 4, tile) == 32
+    # 16-bit: twice the rows but for the maxima (40 float32 rows: 75 rows of 2 + 4 / 32 bytes a logit)
+    assert chunk_rows(300, 40 * 4 * 300, block, 2, tile) == 64
     # a shard's ranks (vocab_parallel.VocabShard.wave_workspace) get equal chunks whatever their vocabulary
-    assert chunk_rows(150, 40 * 4 * 150, block) == chunk_rows(151, 40 * 4 * 151, block)
-    # on the GPU: whole 128-row blocks from two blocks on, multiples of 32 rows below, at least one block
-    assert [chunk_rows(151936, rows * 4 * 151936 + 5, 128) for rows in (100, 224, 255, 256, 300, 1081)] == \
-        [128, 224, 224, 256, 256, 1024]
+    for itemsize in (2, 4):
+        assert chunk_rows(150, 40 * 4 * 150, block, itemsize, tile) == chunk_rows(151, 40 * 4 * 151, block,
+                                                                                  itemsize, tile)
+    # on the GPU (bf16: 128-token blocks, 128-column tiles): whole blocks from two blocks on, multiples of 32 rows
+    # below, at least one block; 2 + 4 / 128 bytes a logit, so about twice a float32 row's count
+    # (128 float32 rows: 252 rows, 224 tokens a chunk, the maxima taking the rest)
+    assert [chunk_rows(151936, rows * 4 * 151936 + 5, 128, 2, 128) for rows in (50, 100, 112, 128, 150, 540)] == \
+        [128, 192, 192, 224, 256, 1024]
+    # the exponentials and maxima of a chunk stay within the workspace but for a few bytes a row
+    for rows in (50, 100, 128, 540):
+        workspace = rows * 4 * 151936
+        n = stored_rows_within(rows, 2, 128)
+        assert n * (2 * 151936 + 4 * (-(-151936 // 128))) <= workspace + n * 8
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -45,7 +58,9 @@ def test_chunks_that_end_inside_a_token_block_give_float64s_answer(dtype):
     its rows past the chunk masked; the statistics and gradients as float64's."""
     (hidden, weight, bias), targets, g, e = inputs(seed=6, dtype=dtype, out_of_shard=4)
     calls = []
-    backend = TmaChunkBackend(24 * 4 * 300, chunks=True, min_gradient_slice=32, chunk_row_align=8)
+    # 24 rows of exponentials and maxima: in 25 float32 rows' bytes (float32), 13 (bfloat16)
+    float32_rows = {torch.float32: 25, torch.bfloat16: 13}[dtype]
+    backend = TmaChunkBackend(float32_rows * 4 * 300, chunks=True, min_gradient_slice=32, chunk_row_align=8)
     logps, entropy, lse, dh, dw, db = backend.linear_forward_with_grads(
         *forward_args(hidden, weight, bias, targets, SOFTCAPPED), _token_grads(g, e, calls))
     assert calls == [(0, 24), (24, 45)]
@@ -54,6 +69,23 @@ def test_chunks_that_end_inside_a_token_block_give_float64s_answer(dtype):
         torch.testing.assert_close(actual.double(), ref, atol=1e-4, rtol=1e-4, msg=name)
     for name, actual, ref in zip(("dhidden", "dweight", "dbias"), (dh, dw, db),
                                  float64_grads(hidden, weight, bias, targets, g, e, SOFTCAPPED)):
+        assert_grad(actual, ref, dtype, name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_peaked_rows_whose_target_holds_nearly_all_the_mass_keep_their_digits(dtype):
+    """Logits up to ~|60| with half the targets the row's argmax (p within 1e-6 of 1, where 1 - p computed from a
+    16-bit p would have no digit left): the argmax is its tile's running maximum, stored as exactly 1, so p is
+    exp(m - lse) in float32 (chunk_grad.py); every gradient within the dtype's tolerance of float64."""
+    (hidden, weight, bias), targets, g, e = inputs(seed=8, dtype=dtype)
+    weight = (weight.double() * 4).to(dtype)
+    z = (hidden.double() @ weight.double().T + bias.double()) / 0.7
+    targets[::2] = z.argmax(1)[::2]
+    assert z.abs().max() > 40 and torch.softmax(z, 1).amax(1).max() > 1 - 1e-6
+    logps, entropy, lse, dh, dw, db = TmaChunkBackend(SMALL_WORKSPACE, chunks=True).linear_forward_with_grads(
+        *forward_args(hidden, weight, bias, targets), _token_grads(g, e, []))
+    for name, actual, ref in zip(("dhidden", "dweight", "dbias"), (dh, dw, db),
+                                 float64_grads(hidden, weight, bias, targets, g, e)):
         assert_grad(actual, ref, dtype, name)
 
 

@@ -2,7 +2,7 @@
 against the float64 oracle (the interpreter's table entry: 16-token blocks, 32-entry vocabulary tiles, 2 tiles a
 split; N 45, V 300: 3 token blocks, 5 splits, both last tiles partial, 15 work items over 3 persistent programs;
 H 40 pads to the K block), with and without bias, soft-capped heads, targets outside the shard, float32 and
-bfloat16; the logits it stores for the token-chunk backward; the GRPO epilogue over its statistics; bitwise
+bfloat16; the exponentials and row maxima it stores for the token-chunk backward; the GRPO epilogue over its statistics; bitwise
 repeatability, also across the number of persistent programs (batch invariance: test_linear_forward.py, for both
 forward kernels)."""
 
@@ -51,16 +51,32 @@ def test_forward_matches_float64(dtype, with_bias, transform, monkeypatch):
 
 
 @TRANSFORMS
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_stored_logits_are_the_transformed_float32_logits(dtype, transform):
-    """STORE_LOGITS writes every [row, column] inside [N, V] once, the float32 logits, and nothing past V (the
-    chunk's padding columns keep their bytes)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_stored_chunk_holds_each_tiles_exponentials_and_the_rows_running_maxima(dtype, transform):
+    """STORE_CHUNK writes, for every [row, column] inside [N, V] once, exp(z - m) in the input dtype, m the row's
+    running maximum over its split up to that column's tile (tile_max[row, tile]), and nothing past V (the chunk's
+    padding columns keep their bytes); so chunk x exp(m - lse) is the softmax."""
     (hidden, weight, bias), targets, _, _ = inputs(seed=3, N=37, V=203, dtype=dtype)
-    chunk = torch.full((37, 204), 7.0)
-    launch.persistent_forward(*forward_args(hidden, weight, bias, targets, transform), logits=chunk[:, :203])
+    block_v = INTERPRETER_CONFIGS["persistent"].block_v
+    split = block_v * INTERPRETER_CONFIGS["persistent"].split_tiles
+    tiles = -(-203 // block_v)
+    chunk = torch.full((37, 208), 7.0, dtype=dtype)
+    tile_max = torch.full((37, tiles), 7.0)
+    _, _, lse = launch.persistent_forward(*forward_args(hidden, weight, bias, targets, transform),
+                                          chunk=chunk[:, :203], tile_max=tile_max)
     z = transform.apply(hidden.double() @ weight.double().T + bias.double()) / TEMPERATURE
-    torch.testing.assert_close(chunk[:, :203].double(), z, atol=1e-5, rtol=1e-5)
-    assert torch.equal(chunk[:, 203:], torch.full((37, 1), 7.0))
+    running = torch.stack([z[:, t // (split // block_v) * split:min(203, (t + 1) * block_v)].amax(1)
+                           for t in range(tiles)], 1)
+    torch.testing.assert_close(tile_max.double(), running, atol=1e-5, rtol=1e-5)
+    column_max = running.repeat_interleave(block_v, 1)[:, :203]
+    exact = torch.exp(z - column_max)
+    # one rounding to the input dtype (the interpreter truncates to bf16 where a GPU rounds to nearest: 2^-7; fp16
+    # below its normal range: 2^-25 absolute), after float32 arithmetic on float32 logits
+    rounding = {torch.float32: 1e-5, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -11}[dtype]
+    assert ((chunk[:, :203].double() - exact).abs() <= rounding * exact + 2 ** -25).all()
+    probabilities = chunk[:, :203].double() * torch.exp(column_max - lse.double()[:, None])
+    torch.testing.assert_close(probabilities, torch.softmax(z, -1), atol=1e-6, rtol=rounding)
+    assert torch.equal(chunk[:, 203:], torch.full((37, 5), 7.0, dtype=dtype))
 
 
 def test_forward_is_bitwise_reproducible_and_independent_of_the_program_count(monkeypatch):
