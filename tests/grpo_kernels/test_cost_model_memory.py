@@ -6,12 +6,17 @@ torch.cuda.max_memory_allocated counts, so head-sized temporaries show here as t
 the highest allocation during the step (forward, then backward) beyond what was allocated before it, less the
 gradients alive at that point (the model's estimate leaves out the inputs, the gradients and, for 16-bit heads, the
 float32 dW copy; float32 heads accumulate into dW itself): the one-pass route forms them in the forward, the
-two-pass route (a sequence-level loss) only in the backward. The Triton path is not measured here: under the interpreter a step at this head takes
-minutes on a CPU.
+two-pass route (a sequence-level loss) only in the backward.
+
+The Triton path (`triton_tma`) runs interpreted on a CPU, some 25 ms a 16 x 32 logits tile, so a step at this head
+would take an hour: it is measured on 64 tokens at V 6400 and H 64 (its chunk, not the head, is the term to find),
+against the model's formula evaluated at the kernel tables the run used (the interpreter's: its vocabulary split
+every 2 tiles of 32 where Hopper's float32 entry splits every 32 of 64, 32 times the partial statistics a row).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import pytest
@@ -25,8 +30,23 @@ from grpo_kernels.routing import DeviceSpec, operation_of, problem_for, route
 
 pytestmark = pytest.mark.slow
 
-V, H = 25600, 1024  # 100 MiB of float32 head
-B, T = 2, 512
+
+
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    T: int
+    H: int
+    V: int
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def tokens(self) -> int:
+        return self.B * self.T
+
+
+HEAD_100_MB = Shape(B=2, T=512, H=1024, V=25600)  # 100 MiB of float32 head
+B, T, H, V = HEAD_100_MB.B, HEAD_100_MB.T, HEAD_100_MB.H, HEAD_100_MB.V
 WAVE_ROWS = 256  # the gemm path's workspace: four waves of 256 rows (25 MiB)
 MIB = 2**20
 TOKEN_LEVEL = GRPOLossConfig(loss_type="dapo", beta=0.0)
@@ -49,25 +69,27 @@ def _allocations(step) -> tuple[int, int, object]:
     return peak, running, result
 
 
-def _inputs(operation: str, valid_rows: int):
+def _inputs(operation: str, valid_rows: int, shape: Shape):
     gen = torch.Generator().manual_seed(7)
-    hidden = (torch.randn(B, T, H, generator=gen) * 0.5).requires_grad_(operation != "logprobs")
-    weight = (torch.randn(V, H, generator=gen) * 0.02).requires_grad_(operation in ("loss", "sequence"))
-    ids = torch.randint(0, V, (B, T), generator=gen)
-    mask = (torch.arange(B * T) < valid_rows).long().view(B, T)
+    hidden = (torch.randn(shape.B, shape.T, shape.H, generator=gen) * 0.5).to(shape.dtype)
+    weight = (torch.randn(shape.V, shape.H, generator=gen) * 0.02).to(shape.dtype)
+    hidden.requires_grad_(operation != "logprobs")
+    weight.requires_grad_(operation in ("loss", "sequence"))
+    ids = torch.randint(0, shape.V, (shape.B, shape.T), generator=gen)
+    mask = (torch.arange(shape.tokens) < valid_rows).long().view(shape.B, shape.T)
     return hidden, weight, ids, mask
 
 
 def _measured_extra(path: str, operation: str, valid_rows: int, workspace_bytes: Optional[int],
-                    gradients_in_forward: bool) -> int:
-    hidden, weight, ids, mask = _inputs(operation, valid_rows)
+                    gradients_in_forward: bool, shape: Shape = HEAD_100_MB) -> int:
+    hidden, weight, ids, mask = _inputs(operation, valid_rows, shape)
     gen = torch.Generator().manual_seed(8)
-    advantages, old = torch.randn(B, generator=gen), -torch.rand(B, T, generator=gen) * 5
+    advantages, old = torch.randn(shape.B, generator=gen), -torch.rand(shape.B, shape.T, generator=gen) * 5
 
     def forward():
         if operation == "logprobs":
             with torch.no_grad():
-                return linear_logprobs(hidden.view(-1, H), weight, ids.view(-1), backend=path,
+                return linear_logprobs(hidden.view(-1, shape.H), weight, ids.view(-1), backend=path,
                                        workspace_bytes=workspace_bytes)
         return fused_linear_grpo_loss(hidden, weight, ids, mask, advantages, old_logps=old,
                                       config=CONFIGS.get(operation, TOKEN_LEVEL), backend=path,
@@ -81,18 +103,19 @@ def _measured_extra(path: str, operation: str, valid_rows: int, workspace_bytes:
     return max(forward_peak, left + backward_peak) - gradients  # one pass forms them in the forward
 
 
-def _modelled(path: str, operation: str, valid_rows: int, workspace_bytes: Optional[int]):
+def _modelled(path: str, operation: str, valid_rows: int, workspace_bytes: Optional[int],
+              shape: Shape = HEAD_100_MB):
     """The model's estimate for the backend the call runs: for `auto`, the route it takes on a CPU; a sequence-level
     call's longest sequence is T rows (every row valid: the GEMM path may take it in waves of whole sequences)."""
     modelled_operation = operation_of(operation != "logprobs", operation != "sequence",
                                       operation in ("loss", "sequence"))
     backend, workspace = path, workspace_bytes
     if path == "auto":
-        chosen = route(modelled_operation, B * T, H, V, "float32", DeviceSpec("cpu"))
+        chosen = route(modelled_operation, shape.tokens, shape.H, shape.V, _dtype_name(shape), DeviceSpec("cpu"))
         backend, workspace = chosen.backend, chosen.workspace_bytes
-    p = problem_for(modelled_operation, B * T, H, V, "float32", workspace or 1 << 30,
-                    sequence_rows=T if operation == "sequence" and valid_rows == B * T else 0)
-    valid = valid_rows / (B * T) if operation != "logprobs" else 1.0  # log-probs take no mask: every row
+    p = problem_for(modelled_operation, shape.tokens, shape.H, shape.V, _dtype_name(shape), workspace or 1 << 30,
+                    sequence_rows=shape.T if operation == "sequence" and valid_rows == shape.tokens else 0)
+    valid = valid_rows / shape.tokens if operation != "logprobs" else 1.0  # log-probs take no mask: every row
     p = Problem(**{**p.__dict__, "valid_fraction": valid})
     return get_backend(backend).cost_model()(p)
 
@@ -115,3 +138,55 @@ def test_peak_extra_memory_is_the_models_within_ten_percent(path, valid_rows, wo
     assert modelled > 4 * MIB  # a head-sized term would not hide in the tolerance
     assert abs(measured - modelled) <= 0.10 * modelled, (
         f"{path} {operation}: measured {measured / MIB:.1f} MiB beyond the gradients, modelled {modelled / MIB:.1f}")
+
+
+def _dtype_name(shape: Shape) -> str:
+    return str(shape.dtype).removeprefix("torch.")
+
+
+TRITON_SHAPE = Shape(B=2, T=32, H=64, V=6400)
+# 32 tokens a chunk (configs.stored_rows_within: 34 float32 rows' bytes hold 32 rows of float32 exponentials and their
+# maxima), two chunks; the two-pass route's gradient tiles in the same workspace
+TRITON_WORKSPACE = 34 * 4 * TRITON_SHAPE.V
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("operation", ["loss", "frozen", "sequence"])
+def test_the_triton_paths_peak_extra_memory_is_the_models_at_the_tables_it_ran(operation, monkeypatch):
+    """The token chunks (a token-level loss, a frozen head: the chunk of exponentials and its maxima, the partial
+    statistics of a chunk's rows) and two passes (a sequence-level loss: every token's partial statistics, then the
+    GEMM path's gradient tiles) within 10% of the model, the model's kernel table the interpreter's. At this size
+    the model sends a token-level loss through two passes (chunks_pay): both it and the backend are told to take the
+    chunks, the route measured here. Float32 only: a CPU's GEMMs take float32 copies of 16-bit operands that a GPU
+    does not make (a 16-bit chunk's size: test_chunk_backend.py)."""
+    import gc
+
+    from triton.runtime import interpreter
+
+    from grpo_kernels.backends import triton_tma as backend
+    from grpo_kernels.cost_model import triton_tma as model
+    from grpo_kernels.kernels.configs import INTERPRETER_CONFIGS
+
+    monkeypatch.setattr(model, "_persistent", lambda p: INTERPRETER_CONFIGS["persistent"])
+    for module in (model, backend):
+        monkeypatch.setattr(module, "chunks_pay", lambda p: operation != "sequence")
+    # the interpreter leaves a launch's arguments in reference cycles (GridExecutor's recursive closures) until the
+    # collector runs, where a GPU launch holds nothing: collected after each launch, as a GPU would have them
+    launch_interpreted = interpreter.GridExecutor.__call__
+
+    def launch_then_collect(self, *args, **kwargs):
+        launch_interpreted(self, *args, **kwargs)
+        gc.collect()
+
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", launch_then_collect)
+    shape = TRITON_SHAPE
+    estimate = _modelled("triton_tma", operation, shape.tokens, TRITON_WORKSPACE, shape)
+    assert estimate.gemms == {"loss": 3, "frozen": 2, "sequence": 4}[operation]
+    measured = _measured_extra("triton_tma", operation, shape.tokens, TRITON_WORKSPACE, estimate.gemms < 4, shape)
+    # the chunk (or the gradient tiles) is most of the model's: one missing or doubled would not hide in the
+    # tolerance
+    assert 0.8 * TRITON_WORKSPACE < estimate.peak_extra_bytes < 1.3 * TRITON_WORKSPACE
+    modelled = estimate.peak_extra_bytes
+    assert abs(measured - modelled) <= 0.10 * modelled, (
+        f"triton_tma {operation}: measured {measured / MIB:.3f} MiB beyond the gradients, modelled "
+        f"{modelled / MIB:.3f}")

@@ -52,6 +52,36 @@ def test_chunks_are_whole_token_blocks_counted_from_the_gemm_paths_waves():
         assert n * (2 * 151936 + 4 * (-(-151936 // 128))) <= workspace + n * 8
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_chunk_is_exponentials_in_the_input_dtype_within_the_workspace(dtype, monkeypatch):
+    """What the forward is given to store: a chunk in the input dtype (a 16-bit one twice a float32 one's rows in
+    the same workspace) with one float32 maximum per row and vocabulary tile, rows 16-byte aligned, the chunk and
+    its maxima within the workspace but for a few bytes a row."""
+    from grpo_kernels.kernels import launch
+
+    stored = []
+    original = launch.persistent_forward
+
+    def recording(hidden, head, targets, chunk=None, tile_max=None):
+        stored.append((chunk, tile_max))
+        return original(hidden, head, targets, chunk=chunk, tile_max=tile_max)
+
+    monkeypatch.setattr(launch, "persistent_forward", recording)
+    (hidden, weight, bias), targets, g, e = inputs(seed=9, dtype=dtype)
+    TmaChunkBackend(SMALL_WORKSPACE * 2, chunks=True).linear_forward_with_grads(
+        *forward_args(hidden, weight, bias, targets), _token_grads(g, e, []))
+    rows = {torch.float32: 16, torch.bfloat16: 48, torch.float16: 48}[dtype]  # 32 float32 rows' bytes
+    assert [c.shape[0] for c, _ in stored] == [rows] * (45 // rows) + ([45 % rows] if 45 % rows else [])
+    tiles = -(-300 // INTERPRETER_CONFIGS["persistent"].block_v)
+    for chunk, tile_max in stored:
+        assert chunk.dtype == dtype and chunk.shape[1] == 300 and tile_max.dtype == torch.float32
+        assert tile_max.shape == (chunk.shape[0], tiles)
+        assert (chunk.stride(0) * chunk.element_size()) % 16 == 0 and chunk.data_ptr() % 16 == 0
+    chunk, tile_max = stored[0]
+    held = chunk.untyped_storage().nbytes() + tile_max.untyped_storage().nbytes()
+    assert held <= SMALL_WORKSPACE * 2 + 16 * rows
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunks_that_end_inside_a_token_block_give_float64s_answer(dtype):
     """Chunks of 24 rows with 16-row blocks (align 8, fewer than two blocks): each chunk's second block half filled,
