@@ -233,8 +233,7 @@ def setup_run(config: EngineConfig) -> Run:
     world = Accelerator(cpu=device.type == "cpu")
     check_tensor_parallel(config, world.num_processes)
     check_fsdp(config, world.num_processes)
-    tp = config.model.tensor_parallel
-    accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
+    accelerator = world if config.model.tensor_parallel == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
@@ -257,6 +256,15 @@ def setup_run(config: EngineConfig) -> Run:
                                         else "of the built-in task")
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data)
     resume_from = None if resume_point is None else resume_point.path
+    tp, fsdp = config.model.tensor_parallel, config.model.fsdp
+    # Read and checked before any weight loads: a state the run cannot apply is refused now, not after the model.
+    state = None if resume_from is None else ckpt.load_training_state(
+        resume_from, accelerator.process_index, optimizer_shard=None if tp == 1 else world.process_index,
+        sharded_optimizer=fsdp, check_against_model=tp == 1 and not fsdp)
+    sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
+    if state is not None:
+        with ckpt.restoring(resume_from / ckpt.STATE_FILE):  # its fields' types: checked by its schema already
+            sampler.load_state_dict(state["trainer"]["sampler"])
     if accelerator.is_main_process:
         # Written only once the run is known to use this config (a refused resume leaves the old one).
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -271,7 +279,7 @@ def setup_run(config: EngineConfig) -> Run:
     d = config.data
     prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.path))
     eval_prompts = render_prompts(eval_rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.eval_path))
-    lora, fsdp = config.model.lora.enabled, config.model.fsdp
+    lora = config.model.lora.enabled
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
     # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
@@ -318,13 +326,8 @@ def setup_run(config: EngineConfig) -> Run:
     if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
-    sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
-
     start_step, num_tokens = 0, 0
-    if resume_from is not None:
-        state = ckpt.load_training_state(resume_from, accelerator.process_index,
-                                         optimizer_shard=None if tp == 1 else world.process_index,
-                                         sharded_optimizer=fsdp)
+    if state is not None:
         if fsdp:
             load_sharded_state(resume_from / ckpt.SHARDED_DIR, lm, optimizer)
         else:
@@ -332,8 +335,6 @@ def setup_run(config: EngineConfig) -> Run:
                 optimizer.load_state_dict(state["optimizer"])
         with ckpt.restoring(resume_from / "scheduler.pt"):
             scheduler.load_state_dict(state["scheduler"])
-        with ckpt.restoring(resume_from / ckpt.STATE_FILE):  # its fields' types: checked by its schema already
-            sampler.load_state_dict(state["trainer"]["sampler"])
         with ckpt.restoring(resume_from / f"rng-{accelerator.process_index}.pt"):
             ckpt.set_rng_state(state["rng"])
         start_step = int(state["trainer"]["step"])
