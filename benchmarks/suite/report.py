@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -14,10 +13,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from grpo_engine.cli_parser import CommandParser
+
 from ..model import roofline
 from .cases import LOSS_CASES, OPERATIONS, REGIMES
 from .paths import PATHS, ROUTED
-
 MIB = 2**20
 OPERATION_TITLES = {
     "loss": "Loss forward + backward (from hidden states)",
@@ -401,7 +401,7 @@ def update_readme(path: str, block: str) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/suite/`")
     parser.add_argument("--readme", action="store_true", help="print only the README headline block (all files)")
     parser.add_argument("--out", help="also write the markdown report to this file (one results file only)")
