@@ -24,7 +24,7 @@ from .rollout.http_client import ServerUnavailable
 from .state.interrupt import RolloutServerLost, StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .state.metrics import StepTimer, completion_metrics, merge_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
-from .state.run_and_data import check_apart_from_data
+from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.run_lock import hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
 from .steps.logprobs import reference_logprobs, sequence_logprobs
@@ -50,7 +50,8 @@ class TrainSummary:
 def train(config: EngineConfig) -> TrainSummary:
     # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone;
     # the process group (torchrun, accelerate launch) ends with the run, however it ends
-    check_apart_from_data(config.run.output_dir, (config.data.path, config.data.eval_path))  # before it is made
+    check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,
+                                                           config.model.name_or_path))  # before it is made
     with process_group_destroyed_at_exit(), hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
         run = setup_run(config)
         cfg = run.config
