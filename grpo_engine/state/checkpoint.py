@@ -32,8 +32,8 @@ from ..model.tensor_parallel import is_tensor_parallel
 from ..config.strict_yaml import MAX_CONFIG_BYTES
 from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
-from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state, load_plain, plain_rng_state,
-                          saved_tensor_shapes)
+from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
+                          check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes)
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
@@ -334,6 +334,7 @@ def load_training_state(path: Path, process_index: int, optimizer_shard: Optiona
         if not (path / SHARDED_DIR).is_dir():
             raise CheckpointError(f"{path} has no {SHARDED_DIR}/ weights and optimizer state: it was saved without "
                                   f"model.fsdp; resume with the options it was saved with")
+        check_sharded_metadata(path / SHARDED_DIR / ".metadata")
     else:
         files["optimizer"] = path / optimizer_file(optimizer_shard)
         if not files["optimizer"].is_file():

@@ -51,6 +51,45 @@ def load_plain(file: Path) -> Any:
             from None
 
 
+# What the metadata file of a sharded (FSDP) checkpoint may name, which torch.distributed.checkpoint reads with
+# pickle.load, unrestricted: its own record types, torch's sizes, dtypes, layouts and memory formats, paths.
+_SHARDED_METADATA_MODULES = ("torch.distributed.checkpoint.metadata",)
+_SHARDED_METADATA_GLOBALS = {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+                             ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
+                             ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"),
+                             ("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset")}
+_TORCH_CONSTANT_TYPES = (torch.dtype, torch.layout, torch.memory_format)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """An unpickler that builds only the records a sharded checkpoint's metadata holds, naming anything else."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        value = super().find_class(module, name) if module.split(".")[0] in ("torch", "pathlib", "collections",
+                                                                             "builtins") else None
+        allowed = ((module in _SHARDED_METADATA_MODULES and isinstance(value, type))
+                   or (module, name) in _SHARDED_METADATA_GLOBALS
+                   or (module == "torch" and isinstance(value, _TORCH_CONSTANT_TYPES)))
+        if not allowed:
+            raise pickle.UnpicklingError(f"GLOBAL {module}.{name}")
+        return value
+
+
+def check_sharded_metadata(file: Path) -> None:
+    """`file` (a sharded checkpoint's .metadata, which torch.distributed.checkpoint unpickles as it is) names only
+    the records such a file holds: CheckpointError in one line naming it otherwise, before anything loads it."""
+    try:
+        with file.open("rb") as handle:
+            _MetadataUnpickler(handle).load()
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{file} holds objects other than a sharded checkpoint's records ({exc}), which the "
+                              f"engine does not load (loading them could run code); resume from another checkpoint") \
+            from None
+    except Exception as exc:
+        raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}") \
+            from None
+
+
 def plain_rng_state(state: dict[str, Any]) -> dict[str, Any]:
     """`state` (checkpoint.rng_state) with numpy's key array as a list of ints: loadable with weights_only."""
     name, keys, *rest = state["numpy"]

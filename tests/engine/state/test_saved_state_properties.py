@@ -17,56 +17,25 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
-from safetensors.torch import save_file
 
 from grpo_engine.state import checkpoint as ckpt
 from grpo_engine.state.saved_state import load_plain
+from saved_states import (optimizer_and_scheduler, small_model, trained_states, train_step, write_sharded_state,
+                          write_states)
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
-
-
-def _optimizer_and_scheduler(model: torch.nn.Module):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    return optimizer, scheduler
-
-
-def _step(model: torch.nn.Module, optimizer, scheduler) -> None:
-    model(torch.tensor([1, 2])).sum().backward()
-    optimizer.step()
-    scheduler.step()
-
-
-def _saved_states() -> dict:
-    model = _model()
-    optimizer, scheduler = _optimizer_and_scheduler(model)
-    _step(model, optimizer, scheduler)
-    return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": ckpt.rng_state()}
-
-
-def _write(path: Path, states: dict) -> None:
-    (path / "model").mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in _model().state_dict().items()}, path / "model" / "model.safetensors")
-    (path / ckpt.STATE_FILE).write_text('{"step": 1, "sampler": {"epoch": 0, "offset": 0}}')
-    for key, file in (("optimizer", "optimizer.pt"), ("scheduler", "scheduler.pt"), ("rng", "rng-0.pt")):
-        torch.save(states[key], path / file)
-
-
 def _applies(states: dict) -> bool:
     """Whether the run's objects take `states` and go on training (the run's own RNG state restored after)."""
-    model = _model()
-    optimizer, scheduler = _optimizer_and_scheduler(model)
+    model = small_model()
+    optimizer, scheduler = optimizer_and_scheduler(model)
     kept = ckpt.rng_state()
     try:
         optimizer.load_state_dict(states["optimizer"])
         scheduler.load_state_dict(states["scheduler"])
         ckpt.set_rng_state(states["rng"])
-        _step(model, optimizer, scheduler)
+        train_step(model, optimizer, scheduler)
         return all(torch.isfinite(p).all() for p in model.parameters())
     except Exception:
         return False
@@ -108,9 +77,9 @@ def _one_line_naming(message: str, name: str) -> bool:
 @SETTINGS
 @given(place=st.sampled_from(PLACES), how=st.sampled_from(["set", "delete", "extra"]), value=ODD)
 def test_an_edited_state_applies_or_is_one_line_naming_its_file_before_the_model_loads(place, how, value, tmp_path):
-    states = copy.deepcopy(_saved_states())
+    states = copy.deepcopy(trained_states())
     _edit(states, place, how, value)
-    _write(tmp_path, states)
+    write_states(tmp_path, states)
     file = {"optimizer": "optimizer.pt", "scheduler": "scheduler.pt", "rng": "rng-0.pt"}[place[0]]
     try:
         loaded = ckpt.load_training_state(tmp_path, 0, check_against_model=True)
@@ -127,8 +96,8 @@ def test_the_optimizer_of_another_model_is_refused_before_the_model_loads(shapes
     optimizer = torch.optim.AdamW(other, lr=0.1)
     sum(p.sum() for p in other).backward()
     optimizer.step()
-    states = {**_saved_states(), "optimizer": optimizer.state_dict()}
-    _write(tmp_path, states)
+    states = {**trained_states(), "optimizer": optimizer.state_dict()}
+    write_states(tmp_path, states)
     try:
         ckpt.load_training_state(tmp_path, 0, check_against_model=True)
     except ckpt.CheckpointError as exc:
@@ -139,9 +108,9 @@ def test_the_optimizer_of_another_model_is_refused_before_the_model_loads(shapes
         return
     # Fewer parameters, each of a shape the model has: a model file does not tell a parameter from a saved buffer,
     # so this is left to the restore, which refuses it in one line naming the file (after the model loads).
-    model_shapes = Counter(tuple(p.shape) for p in _model().parameters())
+    model_shapes = Counter(tuple(p.shape) for p in small_model().parameters())
     assert Counter(shapes) < model_shapes, shapes
-    optimizer, _ = _optimizer_and_scheduler(_model())
+    optimizer, _ = optimizer_and_scheduler(small_model())
     with pytest.raises(ckpt.CheckpointError) as refused, ckpt.restoring(tmp_path / "optimizer.pt"):
         optimizer.load_state_dict(states["optimizer"])
     assert _one_line_naming(str(refused.value), "optimizer.pt")
@@ -155,7 +124,7 @@ class _Anything:  # any object a pickle can name: weights_only refuses to build 
                                      np.random.default_rng(0), random.Random(0)])
 @pytest.mark.parametrize("file", ["optimizer.pt", "scheduler.pt", "rng-0.pt"])
 def test_a_file_asking_for_other_objects_runs_no_code_and_is_one_line_naming_it(payload, file, tmp_path):
-    _write(tmp_path, _saved_states())
+    write_states(tmp_path, trained_states())
     torch.save(payload, tmp_path / file)
     with pytest.raises(ckpt.CheckpointError) as refused:
         ckpt.load_training_state(tmp_path, 0)
@@ -169,7 +138,7 @@ def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path):
         def __reduce__(self):
             return (Path.touch, (ran,))
 
-    _write(tmp_path, _saved_states())
+    write_states(tmp_path, trained_states())
     (tmp_path / "scheduler.pt").write_bytes(pickle.dumps(_Runs()))  # a legacy-format pickle
     torch.save(_Runs(), tmp_path / "rng-0.pt")
     for file in ("scheduler.pt", "rng-0.pt"):
@@ -179,12 +148,10 @@ def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path):
 
 
 def test_the_saved_rng_state_is_plain_and_an_older_one_with_numpy_arrays_still_loads(tmp_path):
-    _write(tmp_path, _saved_states())
+    write_states(tmp_path, {**trained_states(), "rng": ckpt.rng_state()})  # numpy's keys an array, as saved before
     state = ckpt.load_training_state(tmp_path, 0, check_against_model=True)
-    assert isinstance(state["rng"]["numpy"][1], np.ndarray)  # saved as the engine did before: still read
-    from grpo_engine.state.saved_state import plain_rng_state
-
-    torch.save(plain_rng_state(ckpt.rng_state()), tmp_path / "rng-0.pt")
+    assert isinstance(state["rng"]["numpy"][1], np.ndarray)
+    torch.save(ckpt.plain_rng_state(ckpt.rng_state()), tmp_path / "rng-0.pt")
     plain = torch.load(tmp_path / "rng-0.pt", weights_only=True)  # no global allowed: plain values only
     assert isinstance(plain["numpy"][1], list) and len(plain["numpy"][1]) == 624
     drawn = (random.random(), float(np.random.rand()), float(torch.rand(1)))
@@ -201,9 +168,9 @@ def test_a_resume_with_another_models_optimizer_stops_before_any_weight_loads(sm
     overrides = {**small_overrides, "run.max_steps": 1, "run.save_steps": 1}
     train(load_config(overrides=overrides))
     point = ckpt.list_checkpoints(overrides["run.output_dir"])[-1]
-    model = _model()
-    optimizer, scheduler = _optimizer_and_scheduler(model)
-    _step(model, optimizer, scheduler)
+    model = small_model()
+    optimizer, scheduler = optimizer_and_scheduler(model)
+    train_step(model, optimizer, scheduler)
     torch.save(optimizer.state_dict(), point / "optimizer.pt")
     (point / ckpt.MANIFEST_FILE).unlink()
     ckpt.write_manifest(point)  # swapped by hand, the manifest rewritten: no checksum catches it
@@ -216,3 +183,35 @@ def test_a_resume_with_another_models_optimizer_stops_before_any_weight_loads(sm
     with pytest.raises(ckpt.CheckpointError) as refused:
         train(load_config(overrides={**overrides, "run.max_steps": 2, "run.resume": "latest"}))
     assert _one_line_naming(str(refused.value), str(point / "optimizer.pt")), str(refused.value)
+
+
+# What a pickle can name to run code when loaded; each is built with harmless arguments, in case it ran.
+HOSTILE_GLOBALS = [(eval, ("1",)), (exec, ("x = 1",)), (__import__("os").system, ("true",)),
+                   (getattr, ("text", "upper")), (torch.load, ("missing.pt",)), (Path.touch, (Path("ran"),)),
+                   (__import__("subprocess").getoutput, ("true",)), (__import__("importlib").import_module, ("os",)),
+                   (torch.serialization.load, ("missing.pt",)), (__import__("builtins").open, ("ran", "w"))]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hostile=st.sampled_from(HOSTILE_GLOBALS), inside=st.booleans())
+def test_a_sharded_checkpoints_metadata_naming_anything_else_is_refused_before_it_loads(hostile, inside, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a payload that ran would leave "ran"
+    write_states(tmp_path, trained_states())
+    metadata = write_sharded_state(tmp_path / ckpt.SHARDED_DIR)
+    ckpt.load_training_state(tmp_path, 0, sharded_optimizer=True)  # as saved: read
+
+    class _Payload:
+        def __reduce__(self):
+            return hostile
+
+    real = pickle.loads(metadata.read_bytes())
+    if inside:  # hidden among the real records
+        real.storage_data = {**real.storage_data, "hidden": _Payload()}
+        metadata.write_bytes(pickle.dumps(real))
+    else:
+        metadata.write_bytes(pickle.dumps(_Payload()))
+    with pytest.raises(ckpt.CheckpointError) as refused:
+        ckpt.load_training_state(tmp_path, 0, sharded_optimizer=True)
+    assert _one_line_naming(str(refused.value), ".metadata") and "other than" in str(refused.value)
+    assert not (tmp_path / "ran").exists()
