@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -98,6 +99,12 @@ class Run:
     def fsdp(self) -> bool:
         return self.config.model.fsdp
 
+    @cached_property
+    def row_positions(self) -> dict[int, int]:
+        """Each training row's position in the data, by the row object's identity: the sampler draws these very
+        dicts, so a message about a completion can name the dataset row its prompt came from."""
+        return {id(row): i for i, row in enumerate(self.rows)}
+
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
         return self.accelerator.unwrap_model(self.policy)
@@ -167,7 +174,8 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     return rows, eval_rows
 
 
-def _where(source: Optional[str]) -> str:
+def data_source_name(source: Optional[str]) -> str:
+    """How messages name a dataset: its path, or the built-in task."""
     return f"dataset {source!r}" if source else "the built-in task"
 
 
@@ -277,8 +285,8 @@ def setup_run(config: EngineConfig) -> Run:
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
     tokenizer = load_tokenizer(base_path)
     d = config.data
-    prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.path))
-    eval_prompts = render_prompts(eval_rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.eval_path))
+    prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, data_source_name(d.path))
+    eval_prompts = render_prompts(eval_rows, d.prompt_column, tokenizer, d.system_prompt, data_source_name(d.eval_path))
     lora = config.model.lora.enabled
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)

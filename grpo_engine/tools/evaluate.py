@@ -33,9 +33,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompts: list[str],
                      rewards: list[NamedReward], num_samples: int = 1, greedy: bool = True, batch_size: int = 64,
-                     prompt_column: str = "prompt") -> dict[str, float]:
+                     prompt_column: str = "prompt", source: str = "the evaluation data") -> dict[str, float]:
     """Generates `num_samples` completions per prompt (one when greedy) with the rollout backend and aggregates
-    the rewards."""
+    the rewards; a reward's bad value names the row of `source` (how messages name the rows) it scored."""
     if greedy and num_samples != 1:
         raise ValueError("greedy decoding gives one distinct completion per prompt: use num_samples=1 or sampling")
     per_prompt = max(1, batch_size // num_samples)
@@ -47,7 +47,8 @@ def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompt
         batch = backend.generate(repeated, greedy=greedy)
         columns = {k: [v for v in values for _ in range(num_samples)]
                    for k, values in reward_columns(chunk_rows, prompt_column).items()}
-        table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists())
+        sources = [f"{source} row {start + k // num_samples}" for k in range(len(repeated))]
+        table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists(), sources)
         solved = (table[:, 0] > 0).view(len(chunk_rows), num_samples)
         solved_counts.extend(solved.sum(dim=1).tolist())
         reward_sums += torch.nan_to_num(table, nan=0.0).sum(dim=0)
@@ -128,4 +129,4 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens, where)
     backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
     return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
-                            batch_size=batch_size, prompt_column=config.data.prompt_column)
+                            batch_size=batch_size, prompt_column=config.data.prompt_column, source=where)
