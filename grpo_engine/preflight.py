@@ -29,7 +29,7 @@ class PreflightError(ValueError):
     """A constraint between the settings, the data and the machine that does not hold: one line naming it."""
 
 
-def _model_config(base_path: Optional[str], tokenizer: Any) -> Any:
+def model_config_of(base_path: Optional[str], tokenizer: Any) -> Any:
     """The model's config (no weights): config.json of `base_path`, or the built-in model's."""
     if base_path is None:
         from .data.demo_task import tiny_model_config
@@ -54,6 +54,17 @@ def vocabulary_rows(model_config: Any) -> Optional[int]:
     text = getattr(model_config, "text_config", None) or model_config
     value = getattr(text, "vocab_size", None)
     return value if isinstance(value, int) and value > 0 else None
+
+
+def check_tokenizer_vocabulary(tokenizer: Any, model_config: Any, path: str) -> None:
+    """The tokenizer's ids inside the vocabulary the model's config declares (nothing to check without a config)."""
+    rows = vocabulary_rows(model_config)
+    if rows is None:
+        return
+    try:
+        check_tokenizer_within(tokenizer, rows, path, "config.json's vocab_size")
+    except ModelFitError as exc:
+        raise PreflightError(str(exc)) from None
 
 
 def _tokenizer(base_path: Optional[str]) -> Any:
@@ -125,14 +136,9 @@ def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], bas
     from .data.prompts import render_prompts
 
     tokenizer = _tokenizer(base_path)
-    model_config = _model_config(base_path, tokenizer)
+    model_config = model_config_of(base_path, tokenizer)
     positions = model_positions(model_config)
-    vocab_rows = vocabulary_rows(model_config)
-    if vocab_rows is not None:
-        try:
-            check_tokenizer_within(tokenizer, vocab_rows, base_path or "the built-in model", "config.json's vocab_size")
-        except ModelFitError as exc:
-            raise PreflightError(str(exc)) from None
+    check_tokenizer_vocabulary(tokenizer, model_config, base_path or "the built-in model")
     d = config.data
     for data, source in ((rows, d.path), (eval_rows, d.eval_path)):
         where = f"dataset {source!r}" if source else "the built-in task"

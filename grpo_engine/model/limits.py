@@ -95,7 +95,13 @@ def check_prompts_fit(prompts: list[str], tokenizer: Any, lm: torch.nn.Module, m
     empty = next((i for i, n in enumerate(lengths) if n == 0), None)
     if empty is not None:
         raise ModelFitError(f"{source} row {empty}: the prompt is empty after tokenization ({prompts[empty]!r})")
-    limit = max_positions(lm)
+    check_lengths_fit(lengths, max_positions(lm), max_prompt_length, max_new_tokens, source)
+
+
+def check_lengths_fit(lengths: list[int], limit: Optional[int], max_prompt_length: Optional[int],
+                      max_new_tokens: int, source: str) -> None:
+    """The longest prompt of `lengths` tokens (as truncated) plus max_new_tokens fits `limit` positions (the
+    loaded model's, or before any weight loads its config.json's); None: no limit known."""
     if limit is None or not lengths:
         return
     longest = max(range(len(lengths)), key=lengths.__getitem__)

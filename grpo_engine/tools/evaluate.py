@@ -17,9 +17,9 @@ from ..config import EngineConfig, is_hub_id
 from ..data.demo_task import addition_problems
 from ..data.prompts import load_prompt_rows, render_prompts, reward_columns
 from ..hub import resolve_model
-from ..model.limits import check_prompts_fit, check_tokenizer_fits
-from ..preflight import prompt_lengths
+from ..model.limits import check_lengths_fit, check_prompts_fit, check_tokenizer_fits
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
+from ..preflight import check_tokenizer_vocabulary, model_config_of, model_positions, prompt_lengths
 from ..rollout import HFRollout, RolloutBackend
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 
@@ -123,7 +123,10 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     check_model_dir(model_path)
     tokenizer = load_tokenizer(model_path)
     prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, where)
-    prompt_lengths(prompts, tokenizer, where)
+    lengths = prompt_lengths(prompts, tokenizer, where)
+    model_config = model_config_of(model_path, tokenizer)  # config.json: what fits, before any weight loads
+    check_tokenizer_vocabulary(tokenizer, model_config, model_path)
+    check_lengths_fit(lengths, model_positions(model_config), d.max_prompt_length, config.rollout.max_new_tokens, where)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
     check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens, where)
