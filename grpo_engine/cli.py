@@ -213,10 +213,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .state.plot import plot_run
+    from .state.plot import check_plot_output, plot_run
 
     if args.output:
         check_output_file(args.output)
+        check_plot_output(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0
 
