@@ -136,3 +136,24 @@ def test_any_value_of_any_tool_option_is_accepted_in_its_domain_or_one_line_nami
     assert _within_domain(value), (name, option, text, value)
     if action.dest in ("name",):
         assert "/" not in value and value not in ("", ".", ".."), (name, option, value)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(choice=st.sampled_from(OPTIONS), first=HOSTILE_TEXT, second=HOSTILE_TEXT)
+def test_a_tool_option_given_twice_keeps_the_last_value_and_says_so(choice, first, second, capsys):
+    """argparse's convention (a script's defaults, then a person's overrides), never silently: one note line."""
+    name, action = choice
+    parser = PARSERS[name]
+    option = action.option_strings[0]
+    try:
+        parsed = parser.parse_args([*_baseline(parser, action), f"{option}={first}", f"{option}={second}"])
+    except CommandLineError:
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) <= 2 and option in lines[-1], lines  # the note, if the first was taken, then the refusal
+        return
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+    alone = {text: getattr(parser.parse_args([*_baseline(parser, action), f"{option}={text}"]), action.dest)
+             for text in (first, second)}
+    capsys.readouterr()
+    assert getattr(parsed, action.dest) == alone[second], "the last value is the one kept"
+    assert len(notes) == (alone[first] != alone[second]) and all(option in note for note in notes), notes
