@@ -25,6 +25,7 @@ from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
+from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.run_lock import check_output_dir, check_output_file, check_run_entries
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
 from .tools.bench_options import build_parser as build_bench_parser
@@ -157,6 +158,8 @@ def _train(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
     check_output_dir(config.run.output_dir)  # before seconds of imports, not after
     check_run_entries(config.run.output_dir)
+    check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,
+                                                           config.model.name_or_path))
     from .state.finished_run import RunFinished
     from .state.run_summary import summary_lines
     from .trainer import train  # torch and transformers: only for a valid config
@@ -194,6 +197,8 @@ def _eval(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides, preset=preset)
     if args.output:  # before the evaluation, not after it
         check_output_file(args.output)
+        check_apart_from_data(args.output, inputs_of(config.data.path, model=config.model.name_or_path), key="--output",
+                              run_directory=False)
     from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
     samples = config.run.eval_num_samples
@@ -208,10 +213,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .state.plot import plot_run
+    from .state.plot import check_plot_output, plot_run
 
     if args.output:
         check_output_file(args.output)
+        check_plot_output(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0
 

@@ -1,6 +1,7 @@
 """The value types of the command-line options that are not config keys (eval's --batch-size, bench's sizes,
-serve's --port): each checks its range where argparse reads the value, so a bad one is the parser's one-line error
-naming the flag, before any work. (Config keys are typed by the schema instead: grpo_engine/config/schema.py.)
+serve's --port, the tools' and benchmarks' counts, lists of names and result-file names): each checks its range
+where argparse reads the value, so a bad one is the parser's one-line error naming the flag, before any work.
+(Config keys are typed by the schema instead: grpo_engine/config/schema.py.)
 
 argparse's plain `int` took `--batch-size 0` and `-3`, and eval then ran on with a batch of one; `float` took
 `--budget-gb nan`, which failed later as "cannot convert float NaN to integer", naming nothing.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 # The largest count any option takes: what a C int holds, the narrowest integer the libraries below take.
 MAX_COUNT = 2**31 - 1
@@ -47,5 +48,45 @@ def positive_float(what: str = "a number", high: Optional[float] = None) -> Call
     return parse
 
 
+def multiple_of(step: int, high: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse type: a whole number > 0 that `step` divides (a model's width over heads of `step`)."""
+    within = bounded_int(step, high, f"a multiple of {step}")
+
+    def parse(text: str) -> int:
+        value = within(text)
+        if value % step:
+            raise argparse.ArgumentTypeError(f"expected a multiple of {step}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
 positive_int = bounded_int(1)
 port_number = bounded_int(1, 65535, "a port number")
+
+
+def names_from(known: Sequence[str], what: str = "names") -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: comma-separated names, at least one, each one of `known`, none twice (a misspelt path or
+    operation was run as a failure, or skipped, after the others' work)."""
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(name.strip() for name in text.split(","))
+        unknown = next((name for name in names if name not in known), None)
+        if unknown is not None or len(set(names)) != len(names):
+            problem = f"{unknown!r:.40} is not one of them" if unknown is not None else "a name is given twice"
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what} of {', '.join(known)}: {problem}")
+        return names
+
+    parse.__name__ = "names"
+    return parse
+
+
+def file_name(text: str) -> str:
+    """An argparse type: a file's name alone, which the command places in its results directory (a name with a
+    directory part wrote outside it, or into a directory that does not exist after the work)."""
+    if not text or text in (".", "..") or "/" in text or "\\" in text or "\0" in text or text != text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file name without a directory part, got {text[:40]!r}")
+    return text
+
+
+file_name.__name__ = "name"

@@ -6,6 +6,7 @@ the data or the model's shape is decided here, from what loads without weights: 
 config.json (the built-in model's from code). A refusal here costs no model load; a run that passes does not
 fail later on any of these:
 
+- the tokenizer's ids (its length, its pad / EOS / BOS ids) inside the vocabulary config.json declares;
 - every prompt, as rendered (chat template, system prompt), is text the tokenizer can encode (no lone UTF-16
   surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses) and has at least one token;
 - the longest prompt in tokens (truncated to data.max_prompt_length) plus rollout.max_new_tokens fits the
@@ -20,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 from .config import EngineConfig
 from .data.row_values import unencodable
+from .model.limits import ModelFitError, check_tokenizer_within
 from .rollout.registry import rollout_backend
 
 
@@ -27,7 +29,7 @@ class PreflightError(ValueError):
     """A constraint between the settings, the data and the machine that does not hold: one line naming it."""
 
 
-def _model_config(base_path: Optional[str], tokenizer: Any) -> Any:
+def model_config_of(base_path: Optional[str], tokenizer: Any) -> Any:
     """The model's config (no weights): config.json of `base_path`, or the built-in model's."""
     if base_path is None:
         from .data.demo_task import tiny_model_config
@@ -45,6 +47,24 @@ def model_positions(model_config: Any) -> Optional[int]:
     text = getattr(model_config, "text_config", None) or model_config
     value = getattr(text, "max_position_embeddings", None)
     return value if isinstance(value, int) and value > 0 else None
+
+
+def vocabulary_rows(model_config: Any) -> Optional[int]:
+    """The embedding rows the model's config declares (its text model's, for a multimodal config), or None."""
+    text = getattr(model_config, "text_config", None) or model_config
+    value = getattr(text, "vocab_size", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def check_tokenizer_vocabulary(tokenizer: Any, model_config: Any, path: str) -> None:
+    """The tokenizer's ids inside the vocabulary the model's config declares (nothing to check without a config)."""
+    rows = vocabulary_rows(model_config)
+    if rows is None:
+        return
+    try:
+        check_tokenizer_within(tokenizer, rows, path, "config.json's vocab_size")
+    except ModelFitError as exc:
+        raise PreflightError(str(exc)) from None
 
 
 def _tokenizer(base_path: Optional[str]) -> Any:
@@ -116,7 +136,9 @@ def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], bas
     from .data.prompts import render_prompts
 
     tokenizer = _tokenizer(base_path)
-    positions = model_positions(_model_config(base_path, tokenizer))
+    model_config = model_config_of(base_path, tokenizer)
+    positions = model_positions(model_config)
+    check_tokenizer_vocabulary(tokenizer, model_config, base_path or "the built-in model")
     d = config.data
     for data, source in ((rows, d.path), (eval_rows, d.eval_path)):
         where = f"dataset {source!r}" if source else "the built-in task"

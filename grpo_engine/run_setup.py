@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -98,6 +99,12 @@ class Run:
     def fsdp(self) -> bool:
         return self.config.model.fsdp
 
+    @cached_property
+    def row_positions(self) -> dict[int, int]:
+        """Each training row's position in the data, by the row object's identity: the sampler draws these very
+        dicts, so a message about a completion can name the dataset row its prompt came from."""
+        return {id(row): i for i, row in enumerate(self.rows)}
+
     @property
     def unwrapped_policy(self) -> HiddenStatePolicy:
         return self.accelerator.unwrap_model(self.policy)
@@ -167,7 +174,8 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
     return rows, eval_rows
 
 
-def _where(source: Optional[str]) -> str:
+def data_source_name(source: Optional[str]) -> str:
+    """How messages name a dataset: its path, or the built-in task."""
     return f"dataset {source!r}" if source else "the built-in task"
 
 
@@ -233,8 +241,7 @@ def setup_run(config: EngineConfig) -> Run:
     world = Accelerator(cpu=device.type == "cpu")
     check_tensor_parallel(config, world.num_processes)
     check_fsdp(config, world.num_processes)
-    tp = config.model.tensor_parallel
-    accelerator = world if tp == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
+    accelerator = world if config.model.tensor_parallel == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
     validate(config, accelerator.num_processes)  # the batch rule depends on the number of (data) processes
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
@@ -257,6 +264,15 @@ def setup_run(config: EngineConfig) -> Run:
                                         else "of the built-in task")
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data)
     resume_from = None if resume_point is None else resume_point.path
+    tp, fsdp = config.model.tensor_parallel, config.model.fsdp
+    # Read and checked before any weight loads: a state the run cannot apply is refused now, not after the model.
+    state = None if resume_from is None else ckpt.load_training_state(
+        resume_from, accelerator.process_index, optimizer_shard=None if tp == 1 else world.process_index,
+        sharded_optimizer=fsdp, check_against_model=tp == 1 and not fsdp)
+    sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
+    if state is not None:
+        with ckpt.restoring(resume_from / ckpt.STATE_FILE):  # its fields' types: checked by its schema already
+            sampler.load_state_dict(state["trainer"]["sampler"])
     if accelerator.is_main_process:
         # Written only once the run is known to use this config (a refused resume leaves the old one).
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -269,9 +285,9 @@ def setup_run(config: EngineConfig) -> Run:
         _builtin_base_model(config, accelerator, Path(base_path), accelerator.device, rebuild=resume_from is None)
     tokenizer = load_tokenizer(base_path)
     d = config.data
-    prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.path))
-    eval_prompts = render_prompts(eval_rows, d.prompt_column, tokenizer, d.system_prompt, _where(d.eval_path))
-    lora, fsdp = config.model.lora.enabled, config.model.fsdp
+    prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, data_source_name(d.path))
+    eval_prompts = render_prompts(eval_rows, d.prompt_column, tokenizer, d.system_prompt, data_source_name(d.eval_path))
+    lora = config.model.lora.enabled
     # A resumed FSDP run loads its weights from the sharded checkpoint, into the starting model's structure.
     policy_path = base_path if resume_from is None or lora or fsdp else ckpt.model_dir(resume_from)
     # FSDP: loaded whole on the CPU; sharding moves each process's shard to the device.
@@ -318,13 +334,8 @@ def setup_run(config: EngineConfig) -> Run:
     if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
-    sampler = PromptSampler(len(rows), config.run.seed, config.data.shuffle)
-
     start_step, num_tokens = 0, 0
-    if resume_from is not None:
-        state = ckpt.load_training_state(resume_from, accelerator.process_index,
-                                         optimizer_shard=None if tp == 1 else world.process_index,
-                                         sharded_optimizer=fsdp)
+    if state is not None:
         if fsdp:
             load_sharded_state(resume_from / ckpt.SHARDED_DIR, lm, optimizer)
         else:
@@ -332,8 +343,6 @@ def setup_run(config: EngineConfig) -> Run:
                 optimizer.load_state_dict(state["optimizer"])
         with ckpt.restoring(resume_from / "scheduler.pt"):
             scheduler.load_state_dict(state["scheduler"])
-        with ckpt.restoring(resume_from / ckpt.STATE_FILE):  # its fields' types: checked by its schema already
-            sampler.load_state_dict(state["trainer"]["sampler"])
         with ckpt.restoring(resume_from / f"rng-{accelerator.process_index}.pt"):
             ckpt.set_rng_state(state["rng"])
         start_step = int(state["trainer"]["step"])

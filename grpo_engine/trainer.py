@@ -18,12 +18,13 @@ from .data.prompts import reward_columns
 from .model.fsdp import reshard
 from .model.loading import base_causal_lm, hf_progress_bars_off
 from .rollout.base import RolloutBatch
-from .run_setup import Run, setup_run
+from .run_setup import Run, data_source_name, setup_run
 from .state import checkpoint as ckpt
 from .rollout.http_client import ServerUnavailable
 from .state.interrupt import RolloutServerLost, StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .state.metrics import StepTimer, completion_metrics, merge_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
+from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.run_lock import hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
 from .steps.logprobs import reference_logprobs, sequence_logprobs
@@ -49,6 +50,8 @@ class TrainSummary:
 def train(config: EngineConfig) -> TrainSummary:
     # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone;
     # the process group (torchrun, accelerate launch) ends with the run, however it ends
+    check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,
+                                                           config.model.name_or_path))  # before it is made
     with process_group_destroyed_at_exit(), hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
         run = setup_run(config)
         cfg = run.config
@@ -134,8 +137,10 @@ def score(run: Run, rows: list[dict[str, Any]], batch: RolloutBatch
     Returns this process's advantages and weighted rewards, and the batch's reward metrics.
     """
     cfg, acc = run.config, run.accelerator
+    source = data_source_name(cfg.data.path)
     local = score_completions(run.rewards, batch.prompts, batch.completions,
-                              reward_columns(rows, cfg.data.prompt_column), batch.token_ids_lists())
+                              reward_columns(rows, cfg.data.prompt_column), batch.token_ids_lists(),
+                              [f"{source} row {run.row_positions.get(id(row), '?')}" for row in rows])
     rewards = acc.gather(local.to(run.device)).cpu()
     weights = torch.tensor([r.weight for r in run.rewards])
     result = group_advantages(rewards, weights, cfg.rollout.num_generations, cfg.rewards.scale_rewards)
@@ -250,7 +255,8 @@ def evaluate(run: Run) -> Optional[dict[str, float]]:
             torch.manual_seed(run.config.run.seed)
             result = evaluate_prompts(run.rollout_backend, run.eval_rows, run.eval_prompts, run.rewards,
                                       num_samples=samples, greedy=samples == 1,
-                                      prompt_column=run.config.data.prompt_column)
+                                      prompt_column=run.config.data.prompt_column,
+                                      source=data_source_name(run.config.data.eval_path))
     run.accelerator.wait_for_everyone()
     return result if run.accelerator.is_main_process else None
 

@@ -21,7 +21,6 @@ and the other peers of benchmarks.suite.paths are benchmarked when importable an
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import os
@@ -36,6 +35,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 import torch
+
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import file_name, names_from, positive_float
 
 from ..model.roofline import predict_case_ms
 from ..suite.cases import LOSS_CASES, flops
@@ -385,25 +387,23 @@ def status_line(summary: PartSummary, results: ResultsDir) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     started_at = time.monotonic()
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the run's directory: continued when it holds progress")
     parser.add_argument("--resume", help="an earlier run's directory to continue from when --out has no progress yet "
                                          "(e.g. the carried copy of a GPU machine's $OUT/...); missing or empty: a new run")
-    parser.add_argument("--budget-s", type=float, default=PART_BUDGET_S,
+    parser.add_argument("--budget-s", type=positive_float("seconds"), default=PART_BUDGET_S,
                         help=f"this part's wall-clock budget (default {PART_BUDGET_S}: 9 minutes)")
     parser.add_argument("--skip-tests", action="store_true",
                         help="do not run the correctness smoke nor `pytest -m gpu` in this invocation")
-    parser.add_argument("--name", help="results file name (default: the GPU's slug, e.g. h100-80gb-hbm3)")
-    parser.add_argument("--paths", default=",".join(GPU_PATHS),
+    parser.add_argument("--name", type=file_name,
+                        help="results file name (default: the GPU's slug, e.g. h100-80gb-hbm3)")
+    parser.add_argument("--paths", type=names_from(GPU_PATHS, "paths"), default=",".join(GPU_PATHS),
                         help="comma-separated paths to benchmark, the floor always beside them (default: every one: "
                              + ",".join(GPU_PATHS) + ")")
     parser.add_argument("--commit", help="the git commit of this tree, for a copy without .git "
                                          "(default: git rev-parse HEAD)")
     args = parser.parse_args(argv)
-    paths = tuple(path for path in args.paths.split(",") if path)
-    unknown = [path for path in paths if path not in GPU_PATHS]
-    if unknown or not paths:
-        parser.error(f"--paths must name some of {', '.join(GPU_PATHS)}, got {args.paths!r}")
+    paths = args.paths
     if not torch.cuda.is_available():
         print(NO_GPU_MESSAGE, file=sys.stderr)
         return EXIT_CANNOT_RUN

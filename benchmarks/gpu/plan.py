@@ -22,12 +22,13 @@ compilation, so they are no measurement.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import positive_float
 from grpo_kernels.backends import BACKENDS, BASELINE_BACKEND, DEFAULT_BACKEND
 
 from ..model.roofline import case_problem, estimate
@@ -278,9 +279,11 @@ def schedule_lines(parts: list[ModelledPart]) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_plan", description=__doc__.splitlines()[0])
-    parser.add_argument("--memory-gib", type=float, default=80.0, help="free GPU memory (default 80: an H100)")
-    parser.add_argument("--budget-s", type=float, default=PART_BUDGET_S, help="one part's budget (default 540)")
+    parser = CommandParser(prog="python -m benchmarks.gpu_plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--memory-gib", type=positive_float("GiB of free GPU memory"), default=80.0,
+                        help="free GPU memory (default 80: an H100)")
+    parser.add_argument("--budget-s", type=positive_float("seconds"), default=PART_BUDGET_S,
+                        help="one part's budget (default 540)")
     parser.add_argument("--skip-tests", action="store_true", help="no tests part")
     args = parser.parse_args(argv)
     try:

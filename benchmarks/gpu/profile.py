@@ -10,16 +10,18 @@ gaps). On a CPU it profiles CPU operators instead, at a small shape, which only 
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 from typing import Optional
 
 import torch
 
-from ..suite.cases import LOSS_CASES
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import names_from, positive_int
+
+from ..suite.cases import LOSS_CASES, OPERATIONS
 from ..suite.inputs import make_inputs
-from ..suite.paths import PathUnavailable, check_available, make_floor_step, make_step
+from ..suite.paths import PATHS, ROUTED, PathUnavailable, check_available, make_floor_step, make_step
 from ..suite.shapes import TARGET_SHAPES, BenchShape, LMHead
 
 CASE = "dapo_kl"  # the headline's loss configuration
@@ -95,30 +97,24 @@ def profile_lines(shape: BenchShape, paths: list[str], operations: list[str], st
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="S1",
+    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="S1", type=names_from(sorted(TARGET_SHAPES), "shapes"),
                         help=f"comma-separated, each one of {sorted(TARGET_SHAPES)} (CPU: a small stand-in); several "
                              "shapes run in one process, as the GPU command runs them")
-    parser.add_argument("--paths", default="floor,gemm,trl,triton")
-    parser.add_argument("--operations", default="logprobs,loss")
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--paths", default="floor,gemm,trl,triton",
+                        type=names_from(("floor", *ROUTED, *PATHS), "paths"))
+    parser.add_argument("--operations", default="logprobs,loss", type=names_from(OPERATIONS, "operations"))
+    parser.add_argument("--steps", type=positive_int, default=3)
     parser.add_argument("--out", help="also write the tables to this markdown file")
     args = parser.parse_args(argv)
-    shape_names = args.shape.split(",")
-    unknown = [name for name in shape_names if name not in TARGET_SHAPES]
-    if unknown:
-        print(f"--shape must be one of {sorted(TARGET_SHAPES)}, got {unknown[0]!r}", file=sys.stderr)
-        return 2
-    if args.steps < 1:
-        print(f"--steps must be at least 1, got {args.steps}", file=sys.stderr)
-        return 2
+    shape_names = args.shape
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     lines = []
     for name in shape_names:
         shape = TARGET_SHAPES[name]
         if device.type != "cuda":  # the same code at a size a CPU runs in seconds
             shape = BenchShape(LMHead(f"{name}-cpu-standin", 64, 512), 2, 32, "float32")
-        lines += profile_lines(shape, args.paths.split(","), args.operations.split(","), args.steps, device)
+        lines += profile_lines(shape, list(args.paths), list(args.operations), args.steps, device)
     text = "\n".join(lines)
     print(text)
     if args.out:

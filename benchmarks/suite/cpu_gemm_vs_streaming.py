@@ -12,13 +12,14 @@ machine's load hits all rows alike); the numbers depend on the machine and on wh
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import positive_int
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 
 from .paths import PathUnavailable, require_trl
@@ -67,11 +68,11 @@ def _median_seconds(steps: dict[str, Callable[[], object]], repeats: int) -> dic
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--threads", type=positive_int, default=1)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     N, H, V = 2048, 256, 32768
     full = _problem(N, H, V, 1.0)

@@ -6,18 +6,18 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from grpo_engine.cli_parser import CommandParser
+
 from ..model import roofline
 from .cases import LOSS_CASES, OPERATIONS, REGIMES
 from .paths import PATHS, ROUTED
-
+from .results_file import ResultsFileError, read_results
 MIB = 2**20
 OPERATION_TITLES = {
     "loss": "Loss forward + backward (from hidden states)",
@@ -58,11 +58,8 @@ class Run:
 
 
 def load_run(path: str) -> Run:
-    """One pytest-benchmark JSON written by this suite."""
-    with open(path) as f:
-        data = json.load(f)
-    if "benchmarks" not in data:
-        raise ValueError(f"{path} is not pytest-benchmark JSON (no 'benchmarks' key)")
+    """One pytest-benchmark JSON written by this suite (each case's fields checked: results_file.read_results)."""
+    data = read_results(path)
     results = []
     for bench in data["benchmarks"]:
         info = bench.get("extra_info", {})
@@ -401,7 +398,7 @@ def update_readme(path: str, block: str) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/suite/`")
     parser.add_argument("--readme", action="store_true", help="print only the README headline block (all files)")
     parser.add_argument("--out", help="also write the markdown report to this file (one results file only)")
@@ -409,7 +406,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-plots", action="store_true", help="do not draw plots")
     parser.add_argument("--update-readme", metavar="README", help="write the headline block into this file's markers")
     args = parser.parse_args(argv)
-    runs = [load_run(path) for path in args.results]
+    try:
+        runs = [load_run(path) for path in args.results]
+    except ResultsFileError as exc:
+        parser.error(str(exc))
+    if args.out and any(os.path.realpath(args.out) == os.path.realpath(path) for path in args.results):
+        parser.error(f"argument --out: {args.out!r} is a results file given to read; writing the report there "
+                     f"would replace it")
     if args.readme or args.update_readme:
         if args.update_readme:
             update_readme(args.update_readme, readme_block(runs))

@@ -9,7 +9,6 @@ Writes benchmarks/results/<device>.json (pytest-benchmark), <device>.md and <dev
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
@@ -17,9 +16,12 @@ import sys
 
 import torch
 
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import file_name
+
 from . import report
 from .machine import cpu_name
-
+from .shapes import SHAPE_SETS
 BENCHMARKS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(BENCHMARKS_DIR, "results")
 SUITE_DIR = "benchmarks/suite/"
@@ -35,9 +37,10 @@ def device_slug() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--set", default="auto", help="shape set: auto, cpu, gpu or smoke")
-    parser.add_argument("--name", help="results file name (default: the device slug)")
+    parser = CommandParser(prog="python -m benchmarks.suite.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default="auto", choices=["auto", *SHAPE_SETS],
+                        help="shape set (default auto: gpu with CUDA, else cpu)")
+    parser.add_argument("--name", type=file_name, help="results file name (default: the device slug)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
     name = args.name or device_slug()

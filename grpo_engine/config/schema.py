@@ -13,6 +13,7 @@ loss types with a fixed normaliser divide by `rollout.max_new_tokens` (SHARED_SE
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import threading
@@ -72,13 +73,36 @@ class PathSetting:
 PATH = PathSetting()
 
 
+def broken_link(path: Path) -> Optional[str]:
+    """Why `path` (or a directory on it) is a link that leads nowhere, or None. Such a path names a local file
+    that is gone: read as a Hub id ORG/NAME, it would download another repository of that name."""
+    for part in (path, *path.parents):
+        if part.is_symlink() and not part.exists():
+            loop = False
+            try:
+                part.resolve(strict=True)
+            except (RuntimeError, OSError) as exc:  # a loop: RuntimeError before Python 3.13, OSError ELOOP since
+                loop = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+            return (f"{str(part)!r} is a link to {os.readlink(part)!r}, which "
+                    f"{'leads back to itself' if loop else 'does not exist'}")
+    return None
+
+
+def _local_through_a_link(name: str) -> None:
+    link = broken_link(user_path(name))
+    if link:
+        raise ValueError(f"a local path, and {link}: fix the link or name the file itself (not read as a Hub id)")
+
+
 def _model_location(name: str) -> str:
+    _local_through_a_link(name)
     if not user_path(name).is_dir() and not is_hub_id(name):
         raise ValueError("expected a local model directory or a Hub id ORG/NAME")
     return name
 
 
 def _data_location(name: str) -> str:
+    _local_through_a_link(name)
     if not user_path(name).exists() and not is_hub_id(name):
         raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
     return name

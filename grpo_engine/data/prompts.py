@@ -18,6 +18,7 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
+from .chat_messages import messages_problem
 from .row_values import RowValueError, check_row_values, strict_json_hooks
 
 
@@ -190,10 +191,10 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
         if not isinstance(prompt, (str, list)):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
                             f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
-        if isinstance(prompt, list) and not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                                                and isinstance(m.get("content"), (str, list)) for m in prompt):
-            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is a list, so it must hold chat "
-                            f"messages {{'role': text, 'content': text or parts}}, got {prompt!r:.60}")
+        problem = messages_problem(prompt) if isinstance(prompt, list) else None
+        if problem:
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is a list of chat messages, and "
+                            f"{problem}")
         if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
 
@@ -211,8 +212,16 @@ def prompt_chars(prompt: Any) -> int:
     if isinstance(prompt, str):
         return len(prompt)
     if isinstance(prompt, list):
-        return sum(len(str(m.get("content", ""))) for m in prompt if isinstance(m, dict))
+        return sum(len(_content_text(m.get("content"))) for m in prompt if isinstance(m, dict))
     return 0  # not a prompt at all: render_prompt says so
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: its content, or its text parts joined (chat_messages decides what else is refused)."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict)
+                       and isinstance(part.get("text"), str))
+    return content if isinstance(content, str) else ""
 
 
 def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, max_chars: Optional[int]) -> None:

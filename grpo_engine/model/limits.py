@@ -42,15 +42,19 @@ def embedding_rows(lm: torch.nn.Module) -> int:
 
 def check_tokenizer_fits(tokenizer: Any, lm: torch.nn.Module, path: str) -> None:
     """Every id the tokenizer can produce, the pad and EOS ids included, has an embedding row."""
-    rows = embedding_rows(lm)
+    check_tokenizer_within(tokenizer, embedding_rows(lm), path, "the model's embedding")
+
+
+def check_tokenizer_within(tokenizer: Any, rows: int, path: str, holder: str) -> None:
+    """Every id the tokenizer can produce, the pad and EOS ids included, is below the `rows` of `holder` (the
+    loaded embedding, or before any weight loads the vocabulary config.json declares)."""
     if len(tokenizer) > rows:
-        raise ModelFitError(f"the tokenizer in {path!r} has {len(tokenizer)} tokens but the model's embedding has "
-                            f"{rows} rows: ids >= {rows} have no embedding (a tokenizer from another model?)")
+        raise ModelFitError(f"the tokenizer in {path!r} has {len(tokenizer)} tokens but {holder} has {rows} rows: "
+                            f"ids >= {rows} have no embedding (a tokenizer from another model, or tokens added to it?)")
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         value = getattr(tokenizer, name, None)
         if isinstance(value, int) and not 0 <= value < rows:
-            raise ModelFitError(f"the tokenizer's {name} is {value}, outside the model's {rows} embedding rows "
-                                f"({path!r})")
+            raise ModelFitError(f"the tokenizer's {name} is {value}, outside the {rows} rows of {holder} ({path!r})")
 
 
 def scored_vocab_size(tokenizer: Any, lm: torch.nn.Module, sample_padded_vocab: bool) -> Optional[int]:
@@ -91,7 +95,13 @@ def check_prompts_fit(prompts: list[str], tokenizer: Any, lm: torch.nn.Module, m
     empty = next((i for i, n in enumerate(lengths) if n == 0), None)
     if empty is not None:
         raise ModelFitError(f"{source} row {empty}: the prompt is empty after tokenization ({prompts[empty]!r})")
-    limit = max_positions(lm)
+    check_lengths_fit(lengths, max_positions(lm), max_prompt_length, max_new_tokens, source)
+
+
+def check_lengths_fit(lengths: list[int], limit: Optional[int], max_prompt_length: Optional[int],
+                      max_new_tokens: int, source: str) -> None:
+    """The longest prompt of `lengths` tokens (as truncated) plus max_new_tokens fits `limit` positions (the
+    loaded model's, or before any weight loads its config.json's); None: no limit known."""
     if limit is None or not lengths:
         return
     longest = max(range(len(lengths)), key=lengths.__getitem__)

@@ -32,6 +32,8 @@ from ..model.tensor_parallel import is_tensor_parallel
 from ..config.strict_yaml import MAX_CONFIG_BYTES
 from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
+from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
+                          check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes)
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
@@ -270,7 +272,7 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
     # Each data-parallel process keeps its own RNG stream (sampling differs per process); under tensor
     # parallelism (one replica, `accelerator.num_processes` 1) every rank has the main process's stream.
     if accelerator.num_processes > 1 or accelerator.is_main_process:
-        torch.save(rng_state(), tmp / f"rng-{accelerator.process_index}.pt")
+        torch.save(plain_rng_state(rng_state()), tmp / f"rng-{accelerator.process_index}.pt")
     tensor_parallel = is_tensor_parallel(lm)
     if tensor_parallel:
         # Every rank takes part: transformers gathers the shards into whole weights, which the main one writes
@@ -317,32 +319,39 @@ def optimizer_file(shard: Optional[int]) -> str:
 
 
 def load_training_state(path: Path, process_index: int, optimizer_shard: Optional[int] = None,
-                        sharded_optimizer: bool = False) -> dict[str, Any]:
+                        sharded_optimizer: bool = False, check_against_model: bool = False) -> dict[str, Any]:
     """Trainer state, optimizer (this tensor-parallel rank's, given `optimizer_shard`; none with
     `sharded_optimizer`, which the caller loads from the FSDP checkpoint: grpo_engine.model.fsdp) and scheduler state
-    dicts, and this process's RNG state."""
+    dicts, and this process's RNG state: read with weights_only (saved_state.load_plain) and each checked to be a
+    state the run can apply, before any model loads. `check_against_model`: the optimizer's moments are also
+    compared with the shapes of the checkpoint's own model files, the weights (or adapters) the run then loads."""
     rng_file = path / f"rng-{process_index}.pt"
     if not rng_file.is_file():
         raise CheckpointError(f"{path} has no RNG state for process {process_index}: it was saved with fewer "
                               f"processes; resume with the same number of processes")
-    files = {"trainer": path / STATE_FILE, "scheduler": path / "scheduler.pt", "rng": rng_file}
+    files = {"scheduler": path / "scheduler.pt", "rng": rng_file}
     if sharded_optimizer:
         if not (path / SHARDED_DIR).is_dir():
             raise CheckpointError(f"{path} has no {SHARDED_DIR}/ weights and optimizer state: it was saved without "
                                   f"model.fsdp; resume with the options it was saved with")
+        check_sharded_metadata(path / SHARDED_DIR / ".metadata")
     else:
         files["optimizer"] = path / optimizer_file(optimizer_shard)
         if not files["optimizer"].is_file():
             raise CheckpointError(f"{path} has no {files['optimizer'].name}: it was saved with another "
                                   f"model.tensor_parallel; resume with the same model.tensor_parallel and number "
                                   f"of processes")
-    state = {}
-    for key, file in files.items():
-        try:
-            state[key] = (read_json_file(file, "a checkpoint's trainer state") if key == "trainer"
-                          else torch.load(file, weights_only=False))
-        except Exception as exc:  # torch.load raises many types on a damaged file; the name is what matters
-            raise CheckpointError(f"cannot read {file}: {type(exc).__name__}: {exc}") from exc
+    try:
+        state = {"trainer": read_json_file(path / STATE_FILE, "a checkpoint's trainer state")}
+    except Exception as exc:
+        raise CheckpointError(f"cannot read {path / STATE_FILE}: {type(exc).__name__}: {exc}") from exc
+    state.update({key: load_plain(file) for key, file in files.items()})
+    check_rng_state(state["rng"], rng_file)
+    check_scheduler_state(state["scheduler"], files["scheduler"])
+    if "optimizer" in state:
+        shapes = saved_tensor_shapes(path / "model") if check_against_model else None
+        check_optimizer_state(state["optimizer"], files["optimizer"], shapes,
+                              exact=(path / "model" / ADAPTER_FILE).is_file())
     return state
 
 

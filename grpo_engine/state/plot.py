@@ -16,6 +16,24 @@ def panels(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(key, title) for key, title in PANELS if any(row.get(key) is not None for row in rows)]
 
 
+def image_formats() -> dict[str, str]:
+    """{suffix: name} of the image formats matplotlib writes."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return FigureCanvasBase.get_supported_filetypes()
+
+
+def check_plot_output(output: str | Path) -> None:
+    """The file `plot --output` names is an image of a format matplotlib writes, by its suffix (none: PNG).
+    matplotlib refused another only once the metrics had been read and drawn, in a message naming no option; a
+    run's own metrics.jsonl named there would be written over where a format of that suffix existed."""
+    suffix = Path(output).suffix.lower().removeprefix(".")
+    formats = image_formats()
+    if suffix and suffix not in formats:
+        raise ValueError(f"--output {str(output)!r}: .{suffix[:20]} is not an image format the plot is written in "
+                         f"(one of {', '.join(sorted(formats))}; PNG without a suffix)")
+
+
 def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
     """Writes RUN_DIR/curves.png (or `output`), one panel per curve with data."""
     from .metrics import read_metrics  # here: the CLI reads CURVES for its help without importing torch
@@ -40,6 +58,7 @@ def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
     path = Path(output) if output is not None else Path(run_dir) / "curves.png"
+    path = path if path.suffix else path.with_suffix(".png")  # where matplotlib writes a name without a suffix
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

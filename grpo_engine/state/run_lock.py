@@ -34,9 +34,23 @@ class RunDirectoryError(RuntimeError):
     """The run directory cannot be used: not a writable directory, or held by another run."""
 
 
-def check_output_dir(path: str | Path, key: str = "run.output_dir / --output-dir") -> None:
-    """A clear error, before any work, when `path` cannot hold a run: a file, under a file, not writable, or inside
-    another run's checkpoints/ or base_model/."""
+OUTPUT_KEY = "run.output_dir / --output-dir"
+
+
+def resolved(path: str | Path, key: str = OUTPUT_KEY) -> Path:
+    """`path` with its links followed; a loop of links (RuntimeError before Python 3.13, OSError since) is one line
+    naming `key`, not Python's "Symlink loop" naming no setting."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as exc:
+        raise RunDirectoryError(f"{key} {str(path)!r} cannot be resolved: {exc} (a symbolic link that leads back to "
+                                f"itself?); fix the link or choose another directory") from None
+
+
+def check_output_dir(path: str | Path, key: str = OUTPUT_KEY) -> None:
+    """A clear error, before any work, when `path` cannot hold a run: a file, under a file, not writable, behind a
+    loop of links, or inside another run's checkpoints/ or base_model/."""
+    resolved(path, key)
     check_writable_dir(path, key)
     check_not_inside_a_run(path, key)
 
@@ -92,7 +106,7 @@ def check_not_inside_a_run(path: str | Path, key: str) -> None:
     """One line when `path` is, or lies inside, a directory the engine keeps in another run's directory
     (checkpoints/, base_model/): a run written there was accepted, and it put its own checkpoints/, base_model/ and
     logs among that run's checkpoints and saved model."""
-    path = Path(path).resolve()
+    path = resolved(path, key)
     for inner in (path, *path.parents):
         run_dir = inner.parent
         if inner.name in RUN_DIRECTORY_DIRS and run_dir != inner and _is_run_directory(run_dir):

@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -420,9 +420,11 @@ def _as_reward(value: Any) -> Optional[float]:
 
 
 def score_completions(rewards: list[NamedReward], prompts: list[str], completions: list[str],
-                      columns: dict[str, list], completion_ids: list[list[int]]) -> torch.Tensor:
+                      columns: dict[str, list], completion_ids: list[list[int]],
+                      sources: Optional[Sequence[str]] = None) -> torch.Tensor:
     """[N, F] float64 rewards (a function may return any finite float), NaN where it returned None; a misbehaving
-    function raises naming it.
+    function raises naming it, and for a value it returned, the dataset row of that completion (`sources`: where each
+    completion's prompt came from, e.g. "dataset 'd.jsonl' row 5").
 
     A function may return a list, tuple, numpy array or 1-D tensor of N values, as TRL accepts.
     """
@@ -445,13 +447,14 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
             # The user's bug is inside the function: keep its frames, without this caller's.
             error.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
             raise error from exc
-        for i, score in enumerate(_returned_scores(reward.name, values, n)):
+        for i, score in enumerate(_returned_scores(reward.name, values, n, sources)):
             if score is not None:
                 table[i, j] = score
     return table
 
 
-def _returned_scores(name: str, values: Any, n: int) -> list[Optional[float]]:
+def _returned_scores(name: str, values: Any, n: int, sources: Optional[Sequence[str]] = None
+                     ) -> list[Optional[float]]:
     """The n scores a function returned (a list, tuple, numpy array or 1-D tensor, as TRL accepts), each read by
     `_as_reward`; anything else is one line naming the function, what it returned and what was expected."""
     if isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim == 1:
@@ -466,6 +469,7 @@ def _returned_scores(name: str, values: Any, n: int) -> list[Optional[float]]:
             scores.append(_as_reward(value))
         except NotAReward as exc:
             shown, expected = exc.args
-            raise RewardFunctionError(f"reward function {name!r} returned {shown} for completion {i}; expected "
-                                      f"{expected}, a bool or None") from None
+            source = f" ({sources[i]})" if sources is not None else ""
+            raise RewardFunctionError(f"reward function {name!r} returned {shown} for completion {i}{source}; "
+                                      f"expected {expected}, a bool or None") from None
     return scores

@@ -26,7 +26,10 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..cli_parser import CommandParser
+from ..cli_types import bounded_int, positive_int
 from ..config import load_config
+from ..config.schema import MAX_SEED
 from ..data.demo_task import DEMO_PRESET
 from ..state.checkpoint import list_checkpoints, model_dir
 from ..state.metrics import read_metrics
@@ -126,9 +129,9 @@ def format_table(results: Sequence[SeedResult]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpo_engine.tools.demo_seeds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (one CPU thread each)")
+    parser = CommandParser(prog="python -m grpo_engine.tools.demo_seeds", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=bounded_int(0, MAX_SEED, "a seed"), nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--jobs", type=positive_int, default=1, help="seeds trained at once (one CPU thread each)")
     parser.add_argument("--output-dir", default="runs/demo-seeds", help="one run directory per seed inside it")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: flags for grpo-engine train")
     args = parser.parse_args(argv)
@@ -136,8 +139,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     existing = [s for s in args.seeds if (output_dir / f"seed-{s}").exists()]
     if existing:
         parser.error(f"--output-dir {output_dir} already holds runs for seeds {existing}: choose another directory")
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     train_args = [a for a in args.train_args if a != "--"]
     torch.set_num_threads(1)  # the evaluations of a 0.1 M-parameter model, while other seeds train
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

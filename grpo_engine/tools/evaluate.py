@@ -17,9 +17,9 @@ from ..config import EngineConfig, is_hub_id
 from ..data.demo_task import addition_problems
 from ..data.prompts import load_prompt_rows, render_prompts, reward_columns
 from ..hub import resolve_model
-from ..model.limits import check_prompts_fit, check_tokenizer_fits
-from ..preflight import prompt_lengths
+from ..model.limits import check_lengths_fit, check_prompts_fit, check_tokenizer_fits
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
+from ..preflight import check_tokenizer_vocabulary, model_config_of, model_positions, prompt_lengths
 from ..rollout import HFRollout, RolloutBackend
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 
@@ -33,9 +33,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompts: list[str],
                      rewards: list[NamedReward], num_samples: int = 1, greedy: bool = True, batch_size: int = 64,
-                     prompt_column: str = "prompt") -> dict[str, float]:
+                     prompt_column: str = "prompt", source: str = "the evaluation data") -> dict[str, float]:
     """Generates `num_samples` completions per prompt (one when greedy) with the rollout backend and aggregates
-    the rewards."""
+    the rewards; a reward's bad value names the row of `source` (how messages name the rows) it scored."""
     if greedy and num_samples != 1:
         raise ValueError("greedy decoding gives one distinct completion per prompt: use num_samples=1 or sampling")
     per_prompt = max(1, batch_size // num_samples)
@@ -47,7 +47,8 @@ def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompt
         batch = backend.generate(repeated, greedy=greedy)
         columns = {k: [v for v in values for _ in range(num_samples)]
                    for k, values in reward_columns(chunk_rows, prompt_column).items()}
-        table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists())
+        sources = [f"{source} row {start + k // num_samples}" for k in range(len(repeated))]
+        table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists(), sources)
         solved = (table[:, 0] > 0).view(len(chunk_rows), num_samples)
         solved_counts.extend(solved.sum(dim=1).tolist())
         reward_sums += torch.nan_to_num(table, nan=0.0).sum(dim=0)
@@ -122,10 +123,13 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     check_model_dir(model_path)
     tokenizer = load_tokenizer(model_path)
     prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, where)
-    prompt_lengths(prompts, tokenizer, where)
+    lengths = prompt_lengths(prompts, tokenizer, where)
+    model_config = model_config_of(model_path, tokenizer)  # config.json: what fits, before any weight loads
+    check_tokenizer_vocabulary(tokenizer, model_config, model_path)
+    check_lengths_fit(lengths, model_positions(model_config), d.max_prompt_length, config.rollout.max_new_tokens, where)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
     check_prompts_fit(prompts, tokenizer, lm, d.max_prompt_length, config.rollout.max_new_tokens, where)
     backend = HFRollout(lm, tokenizer, config.rollout, config.data.max_prompt_length, device)
     return evaluate_prompts(backend, rows, prompts, rewards, num_samples=num_samples, greedy=greedy,
-                            batch_size=batch_size, prompt_column=config.data.prompt_column)
+                            batch_size=batch_size, prompt_column=config.data.prompt_column, source=where)

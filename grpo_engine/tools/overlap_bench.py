@@ -15,6 +15,10 @@ import json
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Optional, Sequence
+
+from ..cli_parser import CommandParser
+from ..cli_types import bounded_int, positive_int
 
 
 def run(url: str, model: str, staleness: int, args: argparse.Namespace, output_dir: str) -> dict[str, float]:
@@ -39,17 +43,19 @@ def run(url: str, model: str, staleness: int, args: argparse.Namespace, output_d
             "dropped": rows[-1]["staleness/dropped_samples"]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = CommandParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True, help="the directory the server serves")
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--skip", type=int, default=2)
-    parser.add_argument("--generations", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=16, help="completions per step")
-    parser.add_argument("--iterations", type=int, default=1, help="optim.num_iterations")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=positive_int, default=12)
+    parser.add_argument("--skip", type=bounded_int(0), default=2)
+    parser.add_argument("--generations", type=positive_int, default=8)
+    parser.add_argument("--batch", type=positive_int, default=16, help="completions per step")
+    parser.add_argument("--iterations", type=positive_int, default=1, help="optim.num_iterations")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=16)
+    args = parser.parse_args(argv)
+    if args.skip >= args.steps:  # the median is over the steps after the skipped ones
+        parser.error(f"argument --skip: expected fewer than --steps ({args.steps}) steps, got {args.skip}")
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         for staleness in (0, 1):

@@ -24,13 +24,16 @@ not count the time other jobs on a shared machine take the core), and of the wal
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+
+from ..cli_parser import CommandParser
+from ..cli_types import bounded_int, positive_int
+from ..config.schema import MAX_SEED
 
 HIDDEN, LAYERS, INTERMEDIATE, HEADS, KV_HEADS, VOCAB = 384, 4, 1024, 6, 2, 2048
 N, MICRO = 32, 8
@@ -175,13 +178,11 @@ def report(results: dict[str, dict[str, Any]], command: str, seed: int) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spreads", nargs="*", default=list(SPREADS), help=f"of {', '.join(SPREADS)}")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds of every mode, alternating")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=positive_int, default=5, help="timed rounds of every mode, alternating")
+    parser.add_argument("--seed", type=bounded_int(0, MAX_SEED, "a seed"), default=0)
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     unknown = [s for s in args.spreads if s not in SPREADS]
     if unknown or not args.spreads:
         parser.error(f"--spreads must be some of {', '.join(SPREADS)}, got {args.spreads}")

@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..cli_parser import CommandParser
+from ..cli_types import bounded_int, positive_int
 from ..state.metrics import peak_memory_mb
 
 MODES = {"ddp": [], "fsdp": ["--model.fsdp", "true"]}
@@ -108,13 +110,14 @@ def peak_memory_mb_cpu() -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpo_engine.tools.parallel_memory",
+    parser = CommandParser(prog="python -m grpo_engine.tools.parallel_memory",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=["demo", "wide"], default="demo",
                         help="demo: the built-in 0.1 M-parameter model; wide: a 50 M-parameter one (default: demo)")
-    parser.add_argument("--processes", type=int, default=2, help="torchrun processes per mode (default: 2)")
-    parser.add_argument("--steps", type=int, default=3, help="training steps per run (default: 3)")
-    parser.add_argument("--mmap-threshold", type=int, default=2**20,
+    parser.add_argument("--processes", type=bounded_int(2, what="a number of processes"), default=2,
+                        help="torchrun processes per mode, at least 2: FSDP shards over them (default: 2)")
+    parser.add_argument("--steps", type=positive_int, default=3, help="training steps per run (default: 3)")
+    parser.add_argument("--mmap-threshold", type=bounded_int(0, what="a number of bytes"), default=2**20,
                         help="glibc's MALLOC_MMAP_THRESHOLD_ for both runs, in bytes; 0: glibc's default "
                              "(default: 1048576)")
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)  # a torchrun worker: where to write
@@ -122,12 +125,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rest = [a for a in rest if a != "--"]
     if args.report is not None:
         return report_worker(args.report, rest)
-    if args.processes < 2:
-        parser.error(f"--processes must be >= 2 (FSDP shards over the processes), got {args.processes}")
-    if args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    if args.mmap_threshold < 0:
-        parser.error(f"--mmap-threshold must be >= 0 bytes (0: glibc's default), got {args.mmap_threshold}")
     with tempfile.TemporaryDirectory(prefix="parallel-memory-") as tmp:
         work = Path(tmp)
         flags = [*COMMON_FLAGS, "--run.max_steps", str(args.steps)]

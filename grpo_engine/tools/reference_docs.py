@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from ..cli_parser import CommandParser
+
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python -m grpo_engine.tools.reference_docs"
 
@@ -169,7 +171,7 @@ def update(root: Path = ROOT, blocks: Sequence[Block] = BLOCKS) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say which blocks are stale (exit 1 if any)")
     args = parser.parse_args(argv)
     if args.check:

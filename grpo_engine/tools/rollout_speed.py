@@ -9,12 +9,16 @@ Needs vLLM (its CPU build in .ci/vllm_tests' environment on a CPU machine):
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
 
+from typing import Optional, Sequence
+
 import torch
+
+from ..cli_parser import CommandParser
+from ..cli_types import multiple_of, positive_int
 
 
 def build_model(directory: str, hidden: int, layers: int, seed: int, vocab_rows: int = 0) -> None:
@@ -48,15 +52,16 @@ def timed_rounds(backend, prompts: list[str], repeats: int) -> tuple[int, float]
     return tokens, seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=32, help="completions per round (default 32)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="the longest completion (default 64)")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size, a multiple of 32 (default 256)")
-    parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per backend (default 3)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    args = parser.parse_args()
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = CommandParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=positive_int, default=32, help="completions per round (default 32)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="the longest completion (default 64)")
+    parser.add_argument("--hidden", type=multiple_of(32), default=256,
+                        help="hidden size, a multiple of 32 (default 256)")
+    parser.add_argument("--layers", type=positive_int, default=4, help="decoder layers (default 4)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed rounds per backend (default 3)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     from grpo_engine.config import load_config

@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from ..cli_parser import CommandParser
 from ..cli_types import port_number, positive_int
 
 
@@ -98,6 +99,6 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="grpo-engine serve")
+    parser = CommandParser(prog="grpo-engine serve")
     add_serve_arguments(parser)
     return serve(parser.parse_args(argv))

@@ -68,3 +68,8 @@ matches_solution.dataset_columns = ("solution",)  # what @grpo_engine.steps.rewa
 
 def always_nan(prompts, completions, **kwargs):
     return [float("nan")] * len(completions)
+
+
+def text_for_seven(prompts, completions, **kwargs):
+    """A score for every completion but those of the prompt "7+7=", which get text: a row the message must name."""
+    return ["bad" if prompt.startswith("7+7=") else 0.5 for prompt in prompts]

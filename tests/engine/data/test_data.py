@@ -35,7 +35,7 @@ def test_a_key_written_twice_in_one_object_is_refused(tmp_path, name, text, wher
 @pytest.mark.parametrize("prompt", [[1, 2], [{"role": "user"}], [{"content": "1+1="}], ["1+1="],
                                     [{"role": "user", "content": 5}]])
 def test_a_list_prompt_must_hold_chat_messages(prompt):
-    with pytest.raises(DataError, match="row 0: the prompt \\('prompt'\\) is a list, so it must hold chat messages"):
+    with pytest.raises(DataError, match="row 0: the prompt \\('prompt'\\) is a list of chat messages, and message 0 "):
         check_prompts_present([{"prompt": prompt}], "prompt", "d.jsonl")
     check_prompts_present([{"prompt": [{"role": "user", "content": "1+1="}]}], "prompt", "d.jsonl")
 

@@ -184,13 +184,13 @@ def test_refuses_fsdp_with_lora_or_tensor_parallelism():
 
 
 def test_resume_of_a_sharded_run_needs_the_sharded_state(tmp_path):
-    for name in ("rng-0.pt", "scheduler.pt"):
-        torch.save({}, tmp_path / name)
-    (tmp_path / ckpt.STATE_FILE).write_text('{"step": 1}')
+    from saved_states import trained_states, write_sharded_state, write_states
+
+    write_states(tmp_path, {key: value for key, value in trained_states().items() if key != "optimizer"})
     with pytest.raises(ckpt.CheckpointError, match="has no sharded/ weights and optimizer state: it was saved "
                                                    "without model.fsdp"):
         ckpt.load_training_state(tmp_path, 0, sharded_optimizer=True)
-    (tmp_path / ckpt.SHARDED_DIR).mkdir()
+    write_sharded_state(tmp_path / ckpt.SHARDED_DIR)
     assert "optimizer" not in ckpt.load_training_state(tmp_path, 0, sharded_optimizer=True)
 
 

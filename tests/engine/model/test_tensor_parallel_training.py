@@ -101,9 +101,9 @@ def test_refuses_a_model_without_a_tensor_parallel_plan(tmp_path):
 
 
 def test_resume_refuses_a_checkpoint_without_this_ranks_optimizer_shard(tmp_path):
-    for name in ("rng-0.pt", "optimizer.pt", "scheduler.pt"):
-        torch.save({}, tmp_path / name)
-    (tmp_path / "trainer_state.json").write_text('{"step": 1}')
+    from saved_states import trained_states, write_states
+
+    write_states(tmp_path, trained_states())
     assert load_training_state(tmp_path, 0)["trainer"]["step"] == 1
     with pytest.raises(CheckpointError, match="no optimizer-tp1.pt: it was saved with another model.tensor_parallel"):
         load_training_state(tmp_path, 0, optimizer_shard=1)

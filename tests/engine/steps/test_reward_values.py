@@ -1,5 +1,6 @@
-"""Whatever a reward function returns is read as a score or refused in one bounded line naming the function and what
-was expected: numbers of any size and kind, non-numbers, objects whose repr misbehaves (hypothesis)."""
+"""Whatever a reward function returns is read as a score or refused in one bounded line naming the function, the
+completion and the dataset row it scored, and what was expected: numbers of any size and kind, non-numbers, objects
+whose repr misbehaves (hypothesis)."""
 
 from __future__ import annotations
 
@@ -64,8 +65,10 @@ non_numbers = st.one_of(
 
 
 def _score(values, n):
+    """`values` scored for n completions, completion i from row 10 + i of d.jsonl."""
     reward = NamedReward("my_reward", lambda prompts, completions, **_: values, 1.0)
-    return score_completions([reward], ["p"] * n, ["c"] * n, {}, [[1]] * n)
+    return score_completions([reward], ["p"] * n, ["c"] * n, {}, [[1]] * n,
+                             [f"dataset 'd.jsonl' row {10 + i}" for i in range(n)])
 
 
 @settings(max_examples=300, deadline=None)
@@ -82,7 +85,8 @@ def test_every_returned_value_is_a_score_or_one_bounded_line(values):
     first_bad = next(i for i, e in enumerate(expected) if e is None)
     assert "\n" not in message and len(message) < 400, message
     assert message.startswith("reward function 'my_reward' returned ")
-    assert f"for completion {first_bad}; expected a finite number" in message
+    assert (f"for completion {first_bad} (dataset 'd.jsonl' row {10 + first_bad}); expected a finite number"
+            in message), message
 
 
 @settings(max_examples=50, deadline=None)
@@ -102,3 +106,28 @@ def test_a_number_past_float64_is_named_with_its_size(value, shown):
         _score([value], 1)
     assert shown in str(caught.value)
     assert 2.0**1023 < FLOAT64_MAX  # the bound the message names (about 1.8e308)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["train", "eval"])
+def test_a_training_run_names_the_dataset_row_whose_completion_got_a_bad_value(role, small_overrides, tmp_path,
+                                                                               monkeypatch):
+    """The row the message names is the row of the data holding that prompt, whatever order the sampler drew."""
+    import json
+
+    from grpo_engine.config import load_config
+    from grpo_engine.trainer import train
+    from repo_paths import SUPPORT
+
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(json.dumps({"prompt": f"{a}+1=", "answer": str(a + 1)}) + "\n" for a in (1, 2, 3, 4)))
+    bad.write_text("".join(json.dumps({"prompt": p, "answer": "0"}) + "\n" for p in ("1+1=", "2+2=", "7+7=", "3+3=")))
+    data = {"data.path": str(bad)} if role == "train" else {"data.path": str(good), "data.eval_path": str(bad)}
+    config = load_config(overrides={**small_overrides, **data, "run.max_steps": 3, "data.shuffle": True,
+                                    "rollout.num_generations": 2, "optim.per_device_train_batch_size": 4,
+                                    "rewards.functions": ["user_rewards:text_for_seven"]})
+    with pytest.raises(RewardFunctionError) as caught:
+        train(config)
+    message = str(caught.value)
+    assert "\n" not in message and f"(dataset {str(bad)!r} row 2); expected a finite number" in message, message

@@ -10,9 +10,9 @@ from grpo_engine.tools.parallel_memory import main, report_worker
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--processes", "1"], "--processes must be >= 2"),
-    (["--steps", "0"], "--steps must be >= 1"),
-    (["--mmap-threshold", "-1"], "--mmap-threshold must be >= 0 bytes"),
+    (["--processes", "1"], "argument --processes: expected a number of processes from 2"),
+    (["--steps", "0"], "argument --steps: expected an integer from 1"),
+    (["--mmap-threshold", "-1"], "argument --mmap-threshold: expected a number of bytes from 0"),
 ])
 def test_bad_options_are_refused_before_any_run(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -1,0 +1,56 @@
+"""What a chat prompt (a list of messages) may hold, checked when the data loads, before any tokenizer or model.
+
+A chat template is code the model's authors wrote: given a role it does not know ("sytem", "tool_output") most
+templates render the message under no header, or drop it, silently; a message without text content renders as
+"None" or nothing. So the engine accepts the roles of the chat format it follows (OpenAI's, which transformers'
+templates implement) and content that is text, or a list of text parts, and refuses anything else in one line
+naming the file, the row, the message and what was expected.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+ROLES = ("system", "user", "assistant", "tool")
+# Keys a message may hold besides its role and content (a tool call's, the speaker's name); any other key is a
+# misspelling or another format's field, which a template would ignore.
+OPTIONAL_KEYS = ("name", "tool_calls", "tool_call_id")
+
+
+def _part_problem(part: Any) -> Optional[str]:
+    if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+        return f"a content part {part!r:.60} that is not {{'type': 'text', 'text': text}} (the engine trains on text)"
+    extra = sorted(set(part) - {"type", "text"})
+    return f"a content part with the key {extra[0]!r}, not one of 'type', 'text'" if extra else None
+
+
+def message_problem(message: Any) -> Optional[str]:
+    """What is wrong with one chat message, in a few words, or None."""
+    if not isinstance(message, dict):
+        return f"is {type(message).__name__} {message!r:.40}, not an object {{'role', 'content'}}"
+    role = message.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        found = "no role" if "role" not in message else f"the role {role!r:.40}"
+        return f"has {found}, not one of {', '.join(ROLES)}"
+    if "content" not in message:
+        return "has no 'content'"
+    content = message["content"]
+    if isinstance(content, list):
+        problem = next((p for p in map(_part_problem, content) if p), None)
+        if problem:
+            return f"has {problem}"
+    elif not isinstance(content, str) and not (content is None and message.get("tool_calls")):
+        return f"has content {content!r:.40} ({type(content).__name__}), not text or a list of text parts"
+    extra = sorted(set(message) - {"role", "content", *OPTIONAL_KEYS}, key=str)
+    if extra:
+        return f"has the key {extra[0]!r:.40}, not one of role, content, {', '.join(OPTIONAL_KEYS)}"
+    return None
+
+
+def messages_problem(messages: list[Any]) -> Optional[str]:
+    """The first message of `messages` that is not a chat message the engine accepts, named by its index."""
+    for index, message in enumerate(messages):
+        problem = message_problem(message)
+        if problem:
+            return f"message {index} {problem}"
+    return None
