@@ -22,10 +22,6 @@ import grpo_engine.tools
 from grpo_engine.cli_parser import CommandLineError, CommandParser
 from grpo_engine.config.schema import MAX_SEED
 
-# benchmarks/model/ is being reworked elsewhere; its commands are left to that work.
-LEFT_OUT = ("benchmarks.model.",)
-
-
 class _Captured(Exception):
     def __init__(self, parser: argparse.ArgumentParser) -> None:
         super().__init__()
@@ -36,7 +32,7 @@ def _command_modules() -> list[str]:
     found = []
     for package in (benchmarks, grpo_engine.tools):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            if info.name.startswith(LEFT_OUT) or info.name.endswith("conftest"):
+            if info.name.endswith("conftest"):
                 continue
             source = Path(importlib.util.find_spec(info.name).origin).read_text()
             if "def main(" in source and "Parser(" in source:

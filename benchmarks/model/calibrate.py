@@ -21,13 +21,13 @@ case off by more than a quarter the reason (`reason`): code since replaced, or w
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
 from dataclasses import replace
 from typing import Callable, Optional
 
+from grpo_engine.cli_parser import CommandParser
 from grpo_kernels.cost_model import DEVICES, DeviceRates, device_key
 
 from ..suite.report import Result, Run, load_run
@@ -202,7 +202,7 @@ def case_lines(run: Run, rates: DeviceRates) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="a GPU run's pytest-benchmark JSON (benchmarks/results/<gpu>.json)")
     args = parser.parse_args(argv)
     run = load_run(args.results)

@@ -13,14 +13,14 @@ and on what else runs on it.
 from __future__ import annotations
 
 import dataclasses
-
-import argparse
 import statistics
 import time
 from typing import Optional
 
 import torch
 
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import bounded_int, positive_int
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 from grpo_kernels.backends.kept_tokens import chunk_rows
 
@@ -105,10 +105,10 @@ def _time(problem, kept: Optional[torch.Tensor], repeats: int) -> float:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 20, 1024])
+    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--threads", type=bounded_int(1, 4096, "a thread count"), default=1)
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1, 20, 1024])
     parser.add_argument("--roofline", action="store_true", help="print the GPU roofline model instead of timing")
     args = parser.parse_args(argv)
     if args.roofline:

@@ -31,6 +31,9 @@ import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from grpo_engine.cli_parser import CommandParser  # noqa: E402
+from grpo_engine.cli_types import bounded_int  # noqa: E402
+
 RESULTS = Path(__file__).parents[1] / "results" / "kernels"
 COLUMNS = ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k", "split_tiles", "num_warps",
            "num_stages", "hot_path", "registers", "stack_bytes", "spill_stores", "shared_bytes", "tma_loads", "wgmma",
@@ -159,13 +162,13 @@ def environment() -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help="folder for kernel-report-triton-<version>.{md,json}")
     parser.add_argument("--heaviest", action="store_true",
                         help="only the variant with every register-costing flag on, per kernel, arch and dtype")
     parser.add_argument("--dtypes", nargs="+", default=None, choices=("fp32", "bf16", "fp16"))
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--workers", type=bounded_int(1, 1024, "a worker count"), default=min(2, os.cpu_count() or 1))
     parser.add_argument("--check", action="store_true", help="exit 1 on any problem (`problems`)")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":

@@ -10,11 +10,12 @@ The report (benchmarks/suite/report.py) prints `predict_case_ms` beside every GP
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import positive_float
 from grpo_kernels.objective import is_token_level, on_policy_token_level, sequence_waves_apply
 
 from ..suite.cases import LOSS_CASES
@@ -232,14 +233,14 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.model.roofline", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.model.roofline", description=__doc__.splitlines()[0])
     parser.add_argument("--paths", nargs="+", default=list(MODELS), choices=[*MODELS, *ALTERNATIVES],
                         help="default: every benchmarked path and the floor; also design alternatives: "
                              + ", ".join(ALTERNATIVES))
     parser.add_argument("--device", nargs="+", choices=list(DEVICES), dest="devices",
                         help="default: every modelled device (H200 alone for --auto-vs-trl)")
     parser.add_argument("--section", default="all", choices=SECTIONS, help="which tables (default: all)")
-    parser.add_argument("--valid-fraction", type=float, default=1.0,
+    parser.add_argument("--valid-fraction", type=positive_float("a fraction of the tokens", high=1.0), default=1.0,
                         help="fraction of positions with completion_mask != 0 (default 1.0)")
     parser.add_argument("--auto-vs-trl", action="store_true",
                         help="instead: what auto takes at S1-S3 against TRL's fused head (on the first --device; "
