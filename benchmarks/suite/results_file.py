@@ -15,10 +15,14 @@ from typing import Any
 
 from grpo_engine.state.bounded_read import FileBoundError, read_bounded_bytes
 
+from .cases import REGIMES
+
 MAX_RESULTS_BYTES = 256 << 20  # a full GPU run is a few MB
 
 # What each case of this suite records in extra_info (tests/suite: bench_* fixtures), by type.
 CASE_TEXT = ("path", "operation", "config", "regime", "head", "dtype")
+# Text the report orders by a fixed list, so a value outside it has no place in the tables (others it leaves out)
+CASE_CHOICES = {"regime": REGIMES}
 CASE_COUNTS = ("hidden", "vocab", "tokens")
 OPTIONAL_COUNTS = ("flops", "peak_extra_bytes")
 OPTIONAL_NUMBERS = ("mean_entropy", "cuda_event_median_ms")
@@ -49,6 +53,9 @@ def _case_problem(bench: Any) -> str | None:
     for name in CASE_TEXT:
         if not isinstance(info.get(name), str):
             return f"extra_info.{name} is {info.get(name)!r:.40}, not text"
+    for name, choices in CASE_CHOICES.items():
+        if info[name] not in choices:
+            return f"extra_info.{name} is {info[name]!r:.40}, not one of {', '.join(choices)}"
     for name in CASE_COUNTS:
         if not (_is_count(info.get(name)) and info[name] > 0):
             return f"extra_info.{name} is {info.get(name)!r:.40}, not a count > 0"

@@ -176,7 +176,7 @@ def test_a_tokenizer_with_ids_past_the_models_vocabulary_is_refused(tiny_model_d
     tokenizer.add_special_tokens({"pad_token": "<extra_pad>"})  # id 99, one past the 99 embedding rows
     tokenizer.save_pretrained(model)
     _fails_in_one_line(capsys, ["eval", "--model", str(model)],
-                       "has 100 tokens but the model's embedding has 99 rows")
+                       "has 100 tokens but config.json's vocab_size has 99 rows")  # before the weights load
 
 
 def test_lora_adapters_whose_base_model_is_gone_are_named(tiny_model_dir, tmp_path, capsys):

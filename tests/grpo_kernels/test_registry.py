@@ -25,6 +25,8 @@ REGISTRY = "grpo_kernels/backends/__init__.py"
 NOT_BACKEND_NAMES = {
     ("grpo_kernels/__init__.py", "reference"): "the public submodule grpo_kernels.reference (lazy export table)",
     ("grpo_engine/state/checkpoint.py", "torch"): "the key of torch's RNG state in a checkpoint",
+    ("grpo_engine/state/saved_state.py", "torch"): "the key of torch's RNG state, and the torch package among the "
+                                                   "globals a checkpoint's files may name",
 }
 
 

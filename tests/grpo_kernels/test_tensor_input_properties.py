@@ -233,7 +233,9 @@ LAYOUTS = {
     "transposed": lambda x: x.transpose(0, 1).contiguous().transpose(0, 1) if x.dim() >= 2 else x,
     "every other element": lambda x: torch.stack([x, torch.zeros_like(x)], -1)[..., 0],
     "storage offset": _with_storage_offset,
-    "reversed dims": lambda x: x.permute(*reversed(range(x.dim()))).contiguous().permute(*reversed(range(x.dim()))),
+    # a 0-d tensor has no dimension to reverse (permute() needs one)
+    "reversed dims": lambda x: x.permute(*reversed(range(x.dim()))).contiguous().permute(*reversed(range(x.dim())))
+    if x.dim() else x,
     "stride 0 (expanded)": lambda x: x[:1].expand(x.shape) if x.dim() and x.shape[0] else x,
 }
 SHAPES = {
