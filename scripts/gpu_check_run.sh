@@ -2,7 +2,7 @@
 # A second, short GPU run after fixes (docs/benchmarks.md, "The first GPU run"): the correctness smoke again,
 # the GEMM path's cuBLAS dW adds and LM-head-sized exactness (tests/grpo_kernels/test_gpu.py), the Triton
 # backend's own check (benchmarks/triton_check.py: exactness against float64 and S1 timings), then each headline
-# path's kernels under torch.profiler at S1, then `auto` against TRL's head (time and peak extra memory) at S1-S3
+# path's kernels under torch.profiler at S1 (`auto` and the Hopper recipe, `triton_tma`, among them), then `auto` against TRL's head (time and peak extra memory) at S1-S3
 # for the four operations (token-level, sequence-level, frozen head, no-grad log-probs; issue 35). Everything goes
 # under $OUT:
 #   $OUT/smoke.log, $OUT/gpu-tests.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/auto-vs-trl/ (its JSON),
@@ -12,7 +12,7 @@
 #       [AUTO_VS_TRL_BUDGET_S]
 set -u
 TRITON_TIMEOUT_S=${1:-120}
-PROFILE_TIMEOUT_S=${2:-90}
+PROFILE_TIMEOUT_S=${2:-150}
 AUTO_VS_TRL_BUDGET_S=${3:-180}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
@@ -44,8 +44,8 @@ if [ -f benchmarks/triton_check.py ]; then
     stamp "triton exit $?"
 fi
 
-stamp "profile: python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton,triton_atomic (limit ${PROFILE_TIMEOUT_S} s)"
-timeout "$PROFILE_TIMEOUT_S" python3 -m benchmarks.gpu.profile --shape S1 --paths floor,gemm,trl,cce,triton,triton_atomic \
+stamp "profile: python3 -m benchmarks.gpu.profile --shape S1 --paths floor,auto,gemm,trl,cce,triton_tma,triton,triton_atomic (limit ${PROFILE_TIMEOUT_S} s)"
+timeout "$PROFILE_TIMEOUT_S" python3 -m benchmarks.gpu.profile --shape S1 --paths floor,auto,gemm,trl,cce,triton_tma,triton,triton_atomic \
     --operations logprobs,loss --steps 3 --out "$OUT/profile-s1.md" > "$OUT/profile.log" 2>&1
 stamp "profile exit $?"
 
