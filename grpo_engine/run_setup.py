@@ -45,6 +45,7 @@ from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
+from .state.atomic_file import write_atomically
 from .state.health import RunHealth
 from .state.metrics import MetricsLogger
 from .state.resume import start_point
@@ -276,7 +277,7 @@ def setup_run(config: EngineConfig) -> Run:
     if accelerator.is_main_process:
         # Written only once the run is known to use this config (a refused resume leaves the old one).
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(config_yaml(config))
+        write_atomically(run_dir / "config.yaml", config_yaml(config))
         record_own(run_dir, "config.yaml")  # a start that fails leaves nothing in the corrected command's way
     set_seed(config.run.seed)  # identical model init on every process
 

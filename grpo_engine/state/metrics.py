@@ -18,6 +18,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from .atomic_file import write_atomically
 from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json
 from .run_files import logged_step
 
@@ -159,8 +160,9 @@ def restore_history(path: Path, last_step: int, checkpoint_dir: Optional[Path]) 
         kept = current
     text = "".join(line + "\n" for line in kept)
     if path.is_file() and path.read_text(errors="replace") != text:
-        path.replace(path.with_name(f"{path.name}.replaced-at-step-{last_step:06d}"))
-    path.write_text(text)
+        # copied aside, then replaced whole: stopped anywhere, the file or its copy holds every line it held
+        write_atomically(path.with_name(f"{path.name}.replaced-at-step-{last_step:06d}"), path.read_bytes())
+    write_atomically(path, text)
 
 
 class MetricsLogger:
