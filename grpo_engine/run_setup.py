@@ -43,6 +43,7 @@ from .model.loading import (
 from .model.packed_attention import use_per_sequence_attention
 from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .process_group import join_processes
 from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
 from .state.atomic_file import write_atomically
@@ -239,7 +240,7 @@ def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
     if config.run.num_threads is not None:
         torch.set_num_threads(config.run.num_threads)
-    world = Accelerator(cpu=device.type == "cpu")
+    world = join_processes(cpu=device.type == "cpu", timeout_s=config.run.distributed_timeout_s)
     check_tensor_parallel(config, world.num_processes)
     check_fsdp(config, world.num_processes)
     accelerator = world if config.model.tensor_parallel == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
