@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from .atomic_file import write_atomically
-from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json
+from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json, require_regular_file
 from .run_files import logged_step
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
@@ -224,6 +224,7 @@ class MetricsLogger:
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
+    require_regular_file(path, "a run's metrics.jsonl")  # a FIFO would block, and is no missing file
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {str(run_dir)!r} a run directory?")
     return [row for row, _ in jsonl_rows(path)]
