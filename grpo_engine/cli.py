@@ -207,8 +207,10 @@ def _eval(args: argparse.Namespace) -> int:
     text = json.dumps(metrics, indent=2)
     print(text)
     if args.output:
+        from .state.atomic_file import write_atomically
+
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text + "\n")
+        write_atomically(args.output, text + "\n")  # a full disk or Ctrl-C leaves an earlier output whole
     return 0
 
 

@@ -4,11 +4,15 @@ starts, before anything loads: a bad value is one line naming the variable and w
 Read where they are used, they failed late and anonymously: `WORLD_SIZE=abc` stopped a run with "invalid literal
 for int() with base 10: 'abc'", naming no variable; `HF_HUB_OFFLINE=maybe` silently meant online (huggingface_hub
 takes any word but 1/ON/YES/TRUE for false); `OMP_NUM_THREADS=abc` was ignored with a note from libgomp.
+Variables that disagree with each other are checked too: a WORLD_SIZE above 1 without the RANK, MASTER_ADDR and
+MASTER_PORT a launcher sets with it, or a MASTER_ADDR that names no host, waited in the rendezvous for the process
+group's whole timeout (30 minutes) before failing with a C++ stack trace.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from typing import Callable, Mapping, Optional
 
 from .config import ConfigError
@@ -58,6 +62,10 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
 
 # (rank variable, count variable): a rank is below its count.
 _RANKS_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+# (smaller, larger): a machine's share of the processes is part of all of them.
+_AT_MOST = (("LOCAL_WORLD_SIZE", "WORLD_SIZE"), ("LOCAL_RANK", "RANK"))
+# What every launcher (torchrun, accelerate launch, deepspeed) sets along with a WORLD_SIZE above 1.
+_LAUNCHED_WITH = ("RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
@@ -76,3 +84,25 @@ def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
         if rank in environ and count in environ and int(environ[rank]) >= int(environ[count]):
             raise ConfigError(f"environment variable {rank}={environ[rank]} must be below {count}={environ[count]} "
                               f"(ranks count from 0); fix or unset them")
+    for smaller, larger in _AT_MOST:
+        if smaller in environ and larger in environ and int(environ[smaller]) > int(environ[larger]):
+            raise ConfigError(f"environment variable {smaller}={environ[smaller]} must be at most "
+                              f"{larger}={environ[larger]} (one machine's processes are among all of them); fix or "
+                              f"unset them")
+    if int(environ.get("WORLD_SIZE", "1")) > 1:
+        _check_rendezvous(environ)
+
+
+def _check_rendezvous(environ: Mapping[str, str]) -> None:
+    """What the processes of a launched run need to find each other, before any of them waits for the others."""
+    missing = [name for name in _LAUNCHED_WITH if not environ.get(name, "").strip()]
+    if missing:
+        raise ConfigError(f"environment variable WORLD_SIZE={environ['WORLD_SIZE']} asks for several processes, but "
+                          f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} unset: start them with "
+                          f"torchrun or accelerate launch, which set all of these, or unset WORLD_SIZE")
+    host, port = environ["MASTER_ADDR"].strip(), int(environ["MASTER_PORT"])
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, ValueError) as exc:  # ValueError: a name IDNA cannot encode, a NUL in it
+        raise ConfigError(f"environment variable MASTER_ADDR={host[:60]!r} names no host this machine can find "
+                          f"({getattr(exc, 'strerror', None) or exc}): set it to rank 0's host name or address")

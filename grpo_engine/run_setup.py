@@ -43,8 +43,10 @@ from .model.loading import (
 from .model.packed_attention import use_per_sequence_attention
 from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .process_group import join_processes
 from .rollout import RolloutBackend, check_backend, create_backend
 from .state import checkpoint as ckpt
+from .state.atomic_file import write_atomically
 from .state.health import RunHealth
 from .state.metrics import MetricsLogger
 from .state.resume import start_point
@@ -238,7 +240,7 @@ def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
     if config.run.num_threads is not None:
         torch.set_num_threads(config.run.num_threads)
-    world = Accelerator(cpu=device.type == "cpu")
+    world = join_processes(cpu=device.type == "cpu", timeout_s=config.run.distributed_timeout_s)
     check_tensor_parallel(config, world.num_processes)
     check_fsdp(config, world.num_processes)
     accelerator = world if config.model.tensor_parallel == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
@@ -276,7 +278,7 @@ def setup_run(config: EngineConfig) -> Run:
     if accelerator.is_main_process:
         # Written only once the run is known to use this config (a refused resume leaves the old one).
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(config_yaml(config))
+        write_atomically(run_dir / "config.yaml", config_yaml(config))
         record_own(run_dir, "config.yaml")  # a start that fails leaves nothing in the corrected command's way
     set_seed(config.run.seed)  # identical model init on every process
 

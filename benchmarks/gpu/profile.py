@@ -18,6 +18,7 @@ import torch
 
 from grpo_engine.cli_parser import CommandParser
 from grpo_engine.cli_types import names_from, positive_int
+from grpo_engine.state.atomic_file import FileWriteError, write_atomically
 
 from ..suite.cases import LOSS_CASES, OPERATIONS
 from ..suite.inputs import make_inputs
@@ -118,8 +119,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(text + "\n")
+        try:
+            write_atomically(args.out, text + "\n")
+        except FileWriteError as exc:  # the tables are printed above; the earlier file is left whole
+            print(f"python -m benchmarks.gpu.profile: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

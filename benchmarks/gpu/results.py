@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from grpo_engine.state.atomic_file import write_atomically
+
 from ..suite import report
 
 PROGRESS_FILE = "progress.jsonl"
@@ -135,8 +137,8 @@ class ResultsDir:
         data["skipped"] += [{"nodeid": f"gpu::{item}", "reason": f"{label(item)}: not run yet (the same GPU command "
                              f"continues the run)"}
                             for item in planned if item not in state.finished]
-        _write_atomically(self.json_path, json.dumps(data, indent=1))
-        _write_atomically(self.md_path, report.full_report(report.load_run(self.json_path)))
+        write_atomically(self.json_path, json.dumps(data, indent=1))
+        write_atomically(self.md_path, report.full_report(report.load_run(self.json_path)))
 
 
 def results_json(state: Progress) -> dict:
@@ -167,11 +169,3 @@ def _ends_with_newline(path: str) -> bool:
         f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"
 
-
-def _write_atomically(path: str, text: str) -> None:
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)

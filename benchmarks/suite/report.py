@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from grpo_engine.cli_parser import CommandParser
+from grpo_engine.state.atomic_file import FileWriteError, write_atomically
 
 from ..model import roofline
 from .cases import LOSS_CASES, OPERATIONS, REGIMES
@@ -393,11 +394,18 @@ def update_readme(path: str, block: str) -> None:
     if begin < 0 or end < begin:
         raise ValueError(f"{path} has no <!-- benchmarks:begin --> ... <!-- benchmarks:end --> markers")
     end += len("<!-- benchmarks:end -->\n")
-    with open(path, "w") as f:
-        f.write(text[:begin] + block + text[end:])
+    write_atomically(path, text[:begin] + block + text[end:])  # stopped midway, the README stays whole
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        return _report(argv)
+    except FileWriteError as exc:  # a full disk or a read-only file: one line, the earlier file left whole
+        print(f"python -m benchmarks.suite.report: {exc}", file=sys.stderr)
+        return 1
+
+
+def _report(argv: Optional[list[str]]) -> int:
     parser = CommandParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/suite/`")
     parser.add_argument("--readme", action="store_true", help="print only the README headline block (all files)")
@@ -425,8 +433,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         text = full_report(run)
         sys.stdout.write(text)
         if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
+            write_atomically(args.out, text)
         if not args.no_plots:
             out_dir = args.plots or os.path.splitext(run.source)[0] + "-plots"
             for name in draw_plots(run, out_dir):

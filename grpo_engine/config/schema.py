@@ -43,6 +43,7 @@ MAX_COUNT = 2**31 - 1
 PositiveInt = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+MAX_DISTRIBUTED_TIMEOUT_S = 7 * 24 * 3600.0  # a week: past any step; torch holds the timeout in milliseconds
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]  # (0, 1]
 
@@ -594,6 +595,10 @@ class RunConfig(Section):
     num_threads: Optional[PositiveInt] = Field(
         None, description="CPU threads for torch (null: torch's default). Tiny models gain nothing from threads, "
                           "and on a busy machine idle OpenMP threads spin and slow every small op down")
+    distributed_timeout_s: Annotated[float, Field(gt=0, le=MAX_DISTRIBUTED_TIMEOUT_S)] = Field(
+        1800.0, description="a launched run (WORLD_SIZE > 1): how long a process waits for the others, to join at "
+                            "start and in each collective, before the run stops naming MASTER_ADDR:MASTER_PORT "
+                            "(torch's default for gloo)")
     loss_backend: Annotated[str, _choice(backend_names)] = Field(
         "auto", description="the kernels' backend for log-probs and loss (auto: routed per call by the cost model; "
                             "see grpo_kernels' README)")

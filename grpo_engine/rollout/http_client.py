@@ -5,19 +5,31 @@ restarting server) is retried with exponential backoff until `retry_for_s` has p
 then `ServerUnavailable` names the URL and how long it was tried. Any other HTTP error is the request's fault and
 is raised at once with the server's message. Every failed attempt is reported to `on_failure`: the caller then
 knows the server may have restarted and lost the weights it was given.
+
+Every request is bounded as a whole, not per socket read: a server that accepts and never answers, sends its answer
+a byte at a time (each read within the socket's timeout), or sends a body that never ends is cut off when
+`request_timeout_s` has passed since the request began (a timer shuts the connection's socket down) or when its
+body passes MAX_ANSWER_BYTES, and bytes that are not HTTP count as no answer. An answer that is JSON of another
+shape than the request expects is one line naming the URL and the field (`read_field`), not a TypeError inside
+the backend.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 RETRIED_STATUS = (502, 503, 504)
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.25, 10.0
+# Far above any answer of the API the engine uses (one completion's token ids and log-probs: about 100 bytes a token).
+MAX_ANSWER_BYTES = 256 * 2**20
+READ_CHUNK_BYTES = 2**16
 
 
 class ServerUnavailable(ConnectionError):
@@ -34,6 +46,10 @@ class ServerRequestError(RuntimeError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ServerAnswerError(ValueError):
+    """An answer of another shape than the request expects (not JSON, a field missing): not a vLLM server's."""
 
 
 class ServerClient:
@@ -69,23 +85,51 @@ class ServerClient:
         try:
             self._once("GET", "/health", None, timeout_s)
             return True
-        except (_NoAnswer, ServerRequestError):
+        except (_NoAnswer, ServerRequestError, ServerAnswerError):
             return False
+
+    def read_field(self, answer: Any, request: str, *keys: Union[str, int], kind: type = object) -> Any:
+        """answer[keys[0]][keys[1]]..., of type `kind`; ServerAnswerError in one line naming the URL, `request`
+        ("GET /v1/models") and the first key the answer lacks, or the field of another type."""
+        value = answer
+        for depth, key in enumerate(keys):
+            holder = dict if isinstance(key, str) else list
+            if not isinstance(value, holder) or (key not in value if holder is dict else not 0 <= key < len(value)):
+                raise self._unexpected(request, keys[:depth + 1], "without", value)
+            value = value[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self._unexpected(request, keys, f"with a {type(value).__name__} for a {kind.__name__} at", value)
+        return value
+
+    def _unexpected(self, request: str, keys: tuple, how: str, value: Any) -> ServerAnswerError:
+        where = "".join(f"[{k!r}]" for k in keys)
+        return ServerAnswerError(f"the rollout server {self.base_url} answered {request} {how} {where} "
+                                 f"(got {_shown(value)}): is it a vLLM server?")
 
     def _once(self, method: str, path: str, payload: Optional[dict], timeout_s: float) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"} if data is not None else {})
+        deadline = _Deadline(timeout_s)
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                body = response.read()
+            with _opener(deadline).open(request, timeout=timeout_s) as response:
+                body = _bounded_body(response, f"{method} {self.base_url}{path}")
         except urllib.error.HTTPError as exc:
-            message = exc.read().decode(errors="replace")[:500]
+            message = _bounded_body(exc, f"{method} {self.base_url}{path}").decode(errors="replace")[:500]
             if exc.code in RETRIED_STATUS:
                 raise _NoAnswer(f"HTTP {exc.code}") from None
             raise ServerRequestError(f"{method} {self.base_url}{path}: HTTP {exc.code}: {message}", exc.code) from None
-        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as exc:
+        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException,
+                OSError) as exc:
+            if deadline.expired:
+                raise _NoAnswer(f"no whole answer within {timeout_s:g} s") from None
+            if isinstance(exc, http.client.HTTPException) and not isinstance(exc, ConnectionError):
+                raise _NoAnswer(f"not an HTTP answer: {type(exc).__name__} {_shown(str(exc))}") from None
             raise _NoAnswer(str(getattr(exc, "reason", exc))) from None
+        finally:
+            deadline.cancel()
+        if deadline.expired:  # the timer fired as the last bytes came: the body may be cut short
+            raise _NoAnswer(f"no whole answer within {timeout_s:g} s")
         if not body.strip():
             return None
         try:
@@ -96,3 +140,90 @@ class ServerClient:
 
 class _NoAnswer(Exception):
     pass
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _bounded_body(response: Any, request: str) -> bytes:
+    """The body, read in chunks: one past MAX_ANSWER_BYTES is refused (a body that never ends would fill memory),
+    and one shorter than its Content-Length is no answer (http.client's chunked read says nothing of it)."""
+    chunks, size = [], 0
+    while True:
+        chunk = response.read(READ_CHUNK_BYTES)
+        if not chunk:
+            missing = getattr(response, "length", None)
+            if missing:
+                raise http.client.IncompleteRead(b"".join(chunks), missing)
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise ServerAnswerError(f"{request}: the answer passed {MAX_ANSWER_BYTES} bytes: is it a vLLM server?")
+        chunks.append(chunk)
+
+
+class _Deadline:
+    """Shuts down the sockets of one request when `seconds` have passed since it began: a socket timeout bounds
+    each read, and a server that sends a byte now and then would otherwise hold the request for ever."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired, self._sockets, self._lock = False, [], threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # a blocked recv() returns at once; close() alone would not wake it
+    except OSError:
+        pass
+
+
+def _watched(connection_class: type, deadline: _Deadline) -> type:
+    class WatchedConnection(connection_class):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+    return WatchedConnection
+
+
+class _WatchedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(_watched(http.client.HTTPConnection, self.deadline), req)
+
+
+class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(_watched(http.client.HTTPSConnection, self.deadline), req,
+                            context=self._context)
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies from the environment included) whose connections `deadline` watches."""
+    return urllib.request.build_opener(_WatchedHTTPHandler(deadline), _WatchedHTTPSHandler(deadline))

@@ -41,6 +41,14 @@ UNKNOWN = None  # the version of a server that may have lost its weights
 PUSH_ATTEMPTS, PUSH_BACKOFF_S = 4, 0.5  # a push the server refused (a server that does not answer is retried longer)
 
 
+COMPLETIONS = "POST /v1/completions"
+
+
+def served_model_name(client: ServerClient) -> str:
+    """The first model the server lists (GET /v1/models), checked to be a name."""
+    return client.read_field(client.get("/v1/models"), "GET /v1/models", "data", 0, "id", kind=str)
+
+
 def server_urls_for(config: EngineConfig, process_index: int) -> str:
     urls = config.rollout.server.urls
     return urls[process_index % len(urls)]
@@ -86,7 +94,7 @@ class VLLMServerRollout:
         self.version: Optional[int] = UNKNOWN
         self.client = ServerClient(server_urls_for(config, self.process_index), s.timeout_s, s.request_timeout_s,
                                    on_failure=self._lost)
-        self.base_model_name = s.model or self.client.get("/v1/models")["data"][0]["id"]
+        self.base_model_name = s.model or served_model_name(self.client)
         self.model_name = self.base_model_name  # what completion requests name: the base model, or the adapter
         self.pool = ThreadPoolExecutor(s.max_concurrent_requests, thread_name_prefix="rollout-request")
         self.push: WeightPush = create_weight_push(config, device, run_dir, world, on_failure=self._lost)
@@ -148,13 +156,20 @@ class VLLMServerRollout:
 
     def _complete(self, payload: dict) -> dict:
         try:
-            return self.client.post("/v1/completions", payload)["choices"][0]
+            return self._choice(payload)
         except ServerRequestError as exc:
             if exc.status != 404 or payload["model"] == self.base_model_name:
                 raise
         # The server does not know the adapter: it restarted with its base model, whose answer counts as unknown.
         self._lost()
-        return self.client.post("/v1/completions", {**payload, "model": self.base_model_name})["choices"][0]
+        return self._choice({**payload, "model": self.base_model_name})
+
+    def _choice(self, payload: dict) -> dict:
+        """The one completion a request asks for, its token ids and log-probs checked to be there."""
+        choice = self.client.read_field(self.client.post("/v1/completions", payload), COMPLETIONS, "choices", 0)
+        for key in ("tokens", "token_logprobs"):
+            self.client.read_field(choice, COMPLETIONS, "logprobs", key, kind=list)
+        return choice
 
     def _batch(self, prompts: list[str], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                choices: list[dict], sampled: bool) -> RolloutBatch:

@@ -167,9 +167,11 @@ class AdapterPush(_Collective):
         for client in self.clients:
             client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(directory.resolve())})
         for client in self.clients:  # every server now serves `name`: the older adapters go
-            for model in client.get("/v1/models")["data"]:
-                if model["id"].startswith(ADAPTER_PREFIX) and model["id"] != name:
-                    client.post("/v1/unload_lora_adapter", {"lora_name": model["id"]})
+            models = client.get("/v1/models")
+            for i in range(len(client.read_field(models, "GET /v1/models", "data", kind=list))):
+                served = client.read_field(models, "GET /v1/models", "data", i, "id", kind=str)
+                if served.startswith(ADAPTER_PREFIX) and served != name:
+                    client.post("/v1/unload_lora_adapter", {"lora_name": served})
         for old in self.adapters_dir.glob(ADAPTER_PREFIX + "*"):
             if old != directory:
                 shutil.rmtree(old, ignore_errors=True)
@@ -193,7 +195,8 @@ class NCCLPush(_Collective):
         self.clients = clients
         failure, engine = None, None
         try:
-            workers = int(clients[0].get("/get_world_size")["world_size"]) if self.is_main else 0
+            workers = clients[0].read_field(clients[0].get("/get_world_size"), "GET /get_world_size", "world_size",
+                                            kind=int) if self.is_main else 0
             info = NCCLTrainerInitInfo(master_address=s.nccl_host or socket.gethostname(), master_port=s.nccl_port,
                                        world_size=1 + workers, rank=0 if self.is_main else 1)
             engine = NCCLTrainerWeightTransferEngine.trainer_init(

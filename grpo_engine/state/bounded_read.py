@@ -65,14 +65,18 @@ def read_bounded_bytes(path: Path, max_bytes: int, what: str) -> bytes:
 
 def bounded_lines(path: Path, max_line_bytes: int, what: str) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, its bytes without the line break) of each line, read one at a time: a line longer
-    than `max_line_bytes` is refused when reading reaches the bound, not after loading it."""
+    than `max_line_bytes` is refused when reading reaches the bound, not after loading it. Only the bytes the file
+    held when it was opened are read: a file written to as it is read (a run's log, data being generated) would
+    otherwise never end."""
     require_regular_file(path, what)
     with Path(path).open("rb") as file:
+        left = os.fstat(file.fileno()).st_size
         number = 0
-        while True:
-            line = file.readline(max_line_bytes + 1)
+        while left > 0:
+            line = file.readline(min(max_line_bytes + 1, left))
             if not line:
                 return
+            left -= len(line)
             number += 1
             if len(line) > max_line_bytes and not line.endswith(b"\n"):
                 raise FileBoundError(f"{path}:{number}: a line longer than {_mib(max_line_bytes)}, the bound for "

@@ -165,6 +165,7 @@ class ResumePoint:
 
 def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
     """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
+    recover_interrupted_swaps(run_dir)
     if resume != "latest":
         path = Path(resume)
         if not (path / STATE_FILE).is_file():
@@ -215,9 +216,9 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, *a
     keep it full; a full disk stops the run with one line that says so, the last good checkpoint untouched."""
     try:
         return _write_checkpoint(accelerator, run_dir, step, *args, **kwargs)
-    except Exception as exc:
+    except BaseException as exc:  # a second Ctrl-C during the save too: no partial directory stays behind
         tmp, final = temporary_dir(run_dir, step), checkpoint_root(run_dir) / f"{PREFIX}{step:06d}"
-        disk_full = is_disk_full(exc, checkpoint_root(run_dir))  # before the removal frees space again
+        disk_full = isinstance(exc, Exception) and is_disk_full(exc, checkpoint_root(run_dir))  # before the removal
         shutil.rmtree(tmp, ignore_errors=True)
         if not disk_full:
             raise
@@ -253,6 +254,27 @@ def is_disk_full(exc: BaseException, directory: Path) -> bool:
         return False
 
 
+def stale_dir(run_dir: str | Path, step: int) -> Path:
+    """Where checkpoint-<step> waits while a re-save of that step takes its place."""
+    return checkpoint_root(run_dir) / f".old-{PREFIX}{step:06d}"
+
+
+def recover_interrupted_swaps(run_dir: str | Path) -> None:
+    """A re-save stopped between its two renames leaves the step's earlier checkpoint as .old-checkpoint-N and
+    no checkpoint-N: it is put back (it was complete); one whose swap completed is dropped."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return
+    for stale in root.glob(f".old-{PREFIX}*"):
+        final = root / stale.name[len(".old-"):]
+        if checkpoint_step(final) is None:
+            continue
+        if final.exists() or final.is_symlink():
+            remove_checkpoint(stale)
+        else:
+            os.replace(stale, final)
+
+
 def temporary_dir(run_dir: str | Path, step: int) -> Path:
     """Where checkpoint-<step> is written before it is renamed into place."""
     return checkpoint_root(run_dir) / f".tmp-{PREFIX}{step:06d}"
@@ -265,6 +287,7 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
     final = root / f"{PREFIX}{step:06d}"
     tmp = temporary_dir(run_dir, step)
     if accelerator.is_main_process:
+        recover_interrupted_swaps(run_dir)
         if tmp.exists():
             shutil.rmtree(tmp)  # the leftovers of an interrupted save
         tmp.mkdir(parents=True)
@@ -301,8 +324,8 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
         save_history(Path(run_dir), tmp, step)
         write_manifest(tmp)  # last: it covers every process's files
         if final.exists():  # re-saving a step (a resumed run): swap, then drop the old copy
-            stale = root / f".old-{PREFIX}{step:06d}"
-            os.replace(final, stale)
+            stale = stale_dir(run_dir, step)
+            os.replace(final, stale)  # stopped before the next rename: recover_interrupted_swaps puts it back
             os.replace(tmp, final)
             remove_checkpoint(stale)
         else:

@@ -18,7 +18,8 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json
+from .atomic_file import write_atomically
+from .bounded_read import RUN_LOG_LINE_BYTES, bounded_lines, parse_json, require_regular_file
 from .run_files import logged_step
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
@@ -159,8 +160,9 @@ def restore_history(path: Path, last_step: int, checkpoint_dir: Optional[Path]) 
         kept = current
     text = "".join(line + "\n" for line in kept)
     if path.is_file() and path.read_text(errors="replace") != text:
-        path.replace(path.with_name(f"{path.name}.replaced-at-step-{last_step:06d}"))
-    path.write_text(text)
+        # copied aside, then replaced whole: stopped anywhere, the file or its copy holds every line it held
+        write_atomically(path.with_name(f"{path.name}.replaced-at-step-{last_step:06d}"), path.read_bytes())
+    write_atomically(path, text)
 
 
 class MetricsLogger:
@@ -222,6 +224,7 @@ class MetricsLogger:
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
+    require_regular_file(path, "a run's metrics.jsonl")  # a FIFO would block, and is no missing file
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: is {str(run_dir)!r} a run directory?")
     return [row for row, _ in jsonl_rows(path)]

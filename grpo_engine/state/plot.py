@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from .atomic_file import replacing
+
 PANELS = (("reward", "reward"), ("kl", "KL to reference"), ("entropy", "entropy"))
 # What the PNG shows, as the README, docs/engine.md and `grpo-engine plot --help` say it (a test holds them to it).
 CURVES = "reward and entropy curves (and KL when loss.beta != 0)"
@@ -59,6 +61,9 @@ def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
     fig.tight_layout()
     path = Path(output) if output is not None else Path(run_dir) / "curves.png"
     path = path if path.suffix else path.with_suffix(".png")  # where matplotlib writes a name without a suffix
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with replacing(path) as partial:  # a failed or interrupted plot leaves an earlier image whole
+            fig.savefig(partial, dpi=110)
+    finally:
+        plt.close(fig)  # also when the write fails: pyplot keeps every open figure
     return path

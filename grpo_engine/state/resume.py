@@ -24,7 +24,7 @@ _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows
 MAY_CHANGE_ON_RESUME = (
     "run.max_steps", "run.resume", "run.output_dir", "run.save_steps", "run.save_total_limit",
     "run.save_on_interrupt", "run.log_completions_steps", "run.eval_steps", "run.eval_num_samples",
-    "run.report_to", "run.progress_bar", "run.plot", "run.num_threads",
+    "run.report_to", "run.progress_bar", "run.plot", "run.num_threads", "run.distributed_timeout_s",
     "data.max_prompt_chars",  # only refuses data; checkpoints from before it existed resume too
 )
 

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
+from .atomic_file import write_atomically
 from .bounded_read import RUN_LOG_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_json_file
 
 MANIFEST = ".grpo-engine-files.json"
@@ -66,7 +67,7 @@ def record_own(run_dir: Path, name: str) -> None:
     """Enter `name` (a file or directory under run_dir, just written by the engine) into the manifest."""
     entries = _manifest(run_dir)
     entries[name] = fingerprint(run_dir / name)
-    (run_dir / MANIFEST).write_text(json.dumps(entries, indent=1))
+    write_atomically(run_dir / MANIFEST, json.dumps(entries, indent=1))
 
 
 def is_own(run_dir: Path, name: str) -> bool:

@@ -434,7 +434,7 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
         try:
             arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
                                          **columns)
-            with reward_fence(f"reward function {reward.name!r}"), time_limit(reward.timeout):
+            with reward_fence(f"reward function {reward.name!r}"), time_limit(reward.timeout, f"reward function {reward.name!r}"):
                 values = reward.fn(**arguments)
         except RewardTimeout:
             raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "

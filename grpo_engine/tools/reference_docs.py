@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..cli_parser import CommandParser
+from ..state.atomic_file import write_atomically
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python -m grpo_engine.tools.reference_docs"
@@ -166,7 +167,7 @@ def update(root: Path = ROOT, blocks: Sequence[Block] = BLOCKS) -> list[str]:
     changed = stale_blocks(root, blocks)
     for block in blocks:
         path = root / block.path
-        path.write_text(render(path.read_text(), block, block.make()))
+        write_atomically(path, render(path.read_text(), block, block.make()))  # stopped midway, the doc stays whole
     return changed
 
 

@@ -157,7 +157,8 @@ def test_a_bad_environment_variable_stops_every_command_before_any_work(environ,
 
 
 @pytest.mark.parametrize("environ", [
-    {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "29500"},
+    {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+     "MASTER_PORT": "29500"},
     {"OMP_NUM_THREADS": "4,2"}, {"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "false"}, {"TRANSFORMERS_OFFLINE": ""},
 ])
 def test_what_the_launchers_and_libraries_set_is_accepted(environ):

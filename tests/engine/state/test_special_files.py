@@ -15,7 +15,7 @@ from grpo_engine.config.errors import ConfigError
 from grpo_engine.config.strict_yaml import read_yaml
 from grpo_engine.data.prompts import DataError, load_rows
 from grpo_engine.state.bounded_read import FileBoundError, bounded_lines, read_bounded_bytes, read_json_file
-from grpo_engine.state.metrics import jsonl_rows
+from grpo_engine.state.metrics import jsonl_rows, read_metrics
 
 
 def _fifo(path: Path) -> Path:
@@ -41,6 +41,7 @@ READERS = {
     "JSON dataset": (lambda p: load_rows(str(p)), DataError, "data.json"),
     "parquet dataset": (lambda p: load_rows(str(p)), DataError, "data.parquet"),
     "metrics log": (lambda p: list(jsonl_rows(p)), FileBoundError, "metrics.jsonl"),
+    "plot's metrics": (lambda p: read_metrics(p.parent), FileBoundError, "metrics.jsonl"),
     "checkpoint state": (lambda p: read_json_file(p, "a checkpoint's state"), FileBoundError, "trainer_state.json"),
     "bounded bytes": (lambda p: read_bounded_bytes(p, 1 << 20, "a file"), FileBoundError, "x.bin"),
     "bounded lines": (lambda p: list(bounded_lines(p, 1 << 20, "a log")), FileBoundError, "x.jsonl"),

@@ -1,0 +1,90 @@
+"""Files a command writes whole or not at all: the previous file stays as it was until the new one is complete.
+
+Written in place, a file is half-written whenever its writer stops midway (an exception, Ctrl-C, SIGTERM, a full
+disk): a user's metrics, results or README would then be cut off and the earlier version gone. Here the new bytes
+go to a temporary file beside the target, are flushed to disk (fsync), and only then renamed over the target, which
+a POSIX rename does in one step; the directory is synced so the rename survives a crash. Whatever stops the write
+before the rename removes the temporary file and leaves the target untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+class FileWriteError(OSError):
+    """A file that could not be written: one line naming it, saying it was left as it was (errno kept)."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        what = "no space left on device" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else (cause.strerror or str(cause))
+        super().__init__(cause.errno, f"cannot write {path}: {what}; {path} was left as it was")
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def temporary_beside(path: Path) -> Path:
+    """A hidden name next to `path`, in its directory (a rename across filesystems is no rename), ending in the
+    same suffix (matplotlib and others pick the format from it)."""
+    return path.with_name(f".{path.name}.partial-{os.getpid()}{path.suffix}")
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """The temporary path to write the new content of `path` to; when the block ends without an exception it is
+    synced and renamed over `path`. Any exception (KeyboardInterrupt included) removes it and leaves `path` as it
+    was; an OSError is raised again as a FileWriteError naming `path`."""
+    path = Path(path)
+    temporary = temporary_beside(path)
+    try:
+        yield temporary
+        _sync_file(temporary)
+        os.replace(temporary, path)
+    except BaseException as exc:
+        _remove_quietly(temporary)
+        if isinstance(exc, OSError) and not isinstance(exc, FileWriteError):
+            raise FileWriteError(path, exc) from exc
+        raise
+    _sync_directory(path.parent)
+
+
+def write_atomically(path: str | Path, content: str | bytes) -> None:
+    """`path` holding exactly `content` (text as UTF-8), or, when the write fails, as it was before."""
+    data = content.encode() if isinstance(content, str) else content
+    with replacing(path) as temporary:
+        with open(temporary, "wb") as f:
+            f.write(data)
+
+
+def _sync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_directory(directory: Path) -> None:
+    # Makes the rename itself durable; some filesystems cannot open or sync a directory, which loses nothing written.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

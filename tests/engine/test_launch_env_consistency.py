@@ -1,0 +1,52 @@
+"""The launch variables together: a WORLD_SIZE above 1 comes with the RANK, MASTER_ADDR and MASTER_PORT every
+launcher sets with it, a machine's share (LOCAL_WORLD_SIZE, LOCAL_RANK) is within the whole (WORLD_SIZE, RANK),
+and MASTER_ADDR names a host. Drawn combinations are accepted exactly when they hold together, else refused in one
+line naming a variable, before anything loads. Before, each of these waited in torch's rendezvous for the process
+group's whole timeout (30 minutes)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from grpo_engine.config import ConfigError
+from grpo_engine.launch_env import check_environment
+
+NUMBERS = st.integers(0, 5).map(str)
+HOSTS = st.sampled_from(["127.0.0.1", "localhost", "::1", "nowhere.invalid", "no host.invalid", "   "])
+
+
+@st.composite
+def launch_environments(draw) -> dict[str, str]:
+    names = {"WORLD_SIZE": NUMBERS, "RANK": NUMBERS, "LOCAL_WORLD_SIZE": NUMBERS, "LOCAL_RANK": NUMBERS,
+             "MASTER_ADDR": HOSTS, "MASTER_PORT": st.integers(1, 65535).map(str)}
+    present = draw(st.sets(st.sampled_from(sorted(names))))
+    return {name: draw(names[name]) for name in present}
+
+
+def _holds_together(env: dict[str, str]) -> bool:
+    number = {k: int(v) for k, v in env.items() if k not in ("MASTER_ADDR",)}
+    if number.get("WORLD_SIZE") == 0 or number.get("LOCAL_WORLD_SIZE") == 0:
+        return False
+    for smaller, larger, strictly in (("RANK", "WORLD_SIZE", True), ("LOCAL_RANK", "LOCAL_WORLD_SIZE", True),
+                                      ("LOCAL_WORLD_SIZE", "WORLD_SIZE", False), ("LOCAL_RANK", "RANK", False)):
+        if smaller in number and larger in number and (
+                number[smaller] >= number[larger] if strictly else number[smaller] > number[larger]):
+            return False
+    if number.get("WORLD_SIZE", 1) > 1:
+        return all(name in env for name in ("RANK", "MASTER_ADDR", "MASTER_PORT")) and \
+            env["MASTER_ADDR"] in ("127.0.0.1", "localhost", "::1")
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(env=launch_environments())
+def test_launch_variables_are_accepted_exactly_when_they_hold_together(env):
+    try:
+        check_environment(env)
+    except ConfigError as exc:
+        message = str(exc)
+        assert not _holds_together(env), message
+        assert "\n" not in message and "environment variable " in message, message
+        assert any(f"{name}=" in message or f"{name} " in message for name in env), message
+    else:
+        assert _holds_together(env), env
