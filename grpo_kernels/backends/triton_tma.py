@@ -133,9 +133,9 @@ class TmaChunkBackend:
         grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
         w = weight.to(gemm_dtype(hidden))  # no copy on CUDA; a float32 copy of a 16-bit head on CPU
 
-        tiles = launch.config_for("persistent", hidden.dtype, device)
+        forward = launch.config_for("persistent", hidden.dtype, device)
         itemsize = hidden.element_size()
-        step = chunk_rows(V, self.workspace_bytes, tiles.block_n, itemsize, tiles.block_v, self.chunk_row_align)
+        step = chunk_rows(V, self.workspace_bytes, forward.block_n, itemsize, forward.block_v, self.chunk_row_align)
         if N and grads:
             chunk = torch.empty(min(step, N), _padded_vocab(V, itemsize), dtype=hidden.dtype, device=device)
             tile_max = torch.empty(min(step, N), launch.chunk_tiles(V, hidden.dtype, device), dtype=torch.float32,
