@@ -115,6 +115,8 @@ def chunk_rows_within(wave_rows: int, block_n: int, align: int = CHUNK_ROW_ALIGN
     backends/triton_tma.py and its cost model (cost_model/triton_tma.py) both size chunks by it."""
     step = block_n if wave_rows >= 2 * block_n else max(1, min(block_n, align))
     return max(block_n, wave_rows // step * step)
+
+
 # persistent_forward.py (16-bit, float32); every entry splits the vocabulary every 2048 entries, as "forward" does
 _PERSISTENT = {"sm90": (KernelConfig(128, 128, 64, num_warps=8, num_stages=4, split_tiles=16),
                         KernelConfig(64, 64, 16, num_warps=8, num_stages=2, split_tiles=32)),
@@ -143,11 +145,13 @@ GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
 # what its run time is made of. Warps and stages mean nothing there. Its forward splits every 2 tiles, so small
 # test vocabularies already cross several splits.
 _INTERPRETER_LINEAR = KernelConfig(32, 64, 32)
+_INTERPRETER_PERSISTENT = KernelConfig(16, 32, 32, split_tiles=2)
 INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
     "forward": KernelConfig(16, 32, 32, split_tiles=2),
     "grad_hidden": _INTERPRETER_LINEAR, "grad_weight": _INTERPRETER_LINEAR, "grad_tiles": _INTERPRETER_LINEAR,
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
-    "persistent": KernelConfig(16, 32, 32, split_tiles=2), "chunk_grad": KernelConfig(16, 32),
+    # the dz kernel's tile is the forward's vocabulary tile, one running maximum a row (launch.chunk_grad_ asserts it)
+    "persistent": _INTERPRETER_PERSISTENT, "chunk_grad": KernelConfig(16, _INTERPRETER_PERSISTENT.block_v),
 }
 
 
