@@ -8,7 +8,7 @@ gradients alive at that point (the model's estimate leaves out the inputs, the g
 float32 dW copy; float32 heads accumulate into dW itself): the one-pass route forms them in the forward, the
 two-pass route (a sequence-level loss) only in the backward.
 
-The Triton path (`triton_tma`) runs interpreted on a CPU, at the same 100 MB head over 256 tokens, under a kernel
+The Triton path (`triton_tma`) runs interpreted on a CPU, at the same 100 MB head over 128 tokens, under a kernel
 table of the test's own with the largest tiles the interpreter runs quickly (32 x 512 x 256: some 13 s a step, where
 the package's 16 x 32 x 32 table would take an hour), against the model's formula evaluated at that table (the
 chunk's rows, its maxima per 512-column tile and the partial statistics per split all follow it).
@@ -145,12 +145,12 @@ def _dtype_name(shape: Shape) -> str:
     return str(shape.dtype).removeprefix("torch.")
 
 
-TRITON_SHAPE = Shape(B=2, T=128, H=1024, V=25600)  # the 100 MiB float32 head, 256 tokens
+TRITON_SHAPE = Shape(B=2, T=64, H=1024, V=25600)  # the 100 MiB float32 head, 128 tokens
 # the interpreter's kernel table for this test: tiles large enough that a step at this head takes seconds; the dz
 # kernel's tile is the forward's (launch.chunk_grad_ asserts it)
 TRITON_TABLE = {"persistent": KernelConfig(32, 512, 256, split_tiles=4), "chunk_grad": KernelConfig(32, 512)}
 # 64 tokens a chunk (configs.stored_rows_within: 65 float32 rows' bytes hold 64 rows of float32 exponentials and their
-# maxima per 512 columns), four chunks; the two-pass route's gradient tiles in the same workspace
+# maxima per 512 columns), two chunks; the two-pass route's gradient tiles in the same workspace
 TRITON_WORKSPACE = 65 * 4 * TRITON_SHAPE.V
 
 
@@ -190,9 +190,9 @@ def test_the_triton_paths_peak_extra_memory_is_the_models_at_the_tables_it_ran(o
     assert estimate.gemms == {"loss": 3, "frozen": 2, "sequence": 4}[operation]
     measured = _measured_extra("triton_tma", operation, shape.tokens, TRITON_WORKSPACE, estimate.gemms < 4, shape)
     # the chunk (or the gradient tiles) is most of the model's: one missing or doubled would not hide in the
-    # tolerance (the two-pass route's tiles take the shape with the least accumulator traffic, here 59% of the
-    # workspace)
-    assert 0.5 * TRITON_WORKSPACE < estimate.peak_extra_bytes < 1.3 * TRITON_WORKSPACE
+    # tolerance (the two-pass route's tiles take the shape with the least accumulator traffic: here [128, 6400]
+    # float32 logits and the rows' float32 dH sums, half the workspace)
+    assert 0.45 * TRITON_WORKSPACE < estimate.peak_extra_bytes < 1.3 * TRITON_WORKSPACE
     modelled = estimate.peak_extra_bytes
     assert abs(measured - modelled) <= 0.10 * modelled, (
         f"triton_tma {operation}: measured {measured / MIB:.3f} MiB beyond the gradients, modelled "
