@@ -275,14 +275,22 @@ def _stream(hidden, head: LMHead, targets, workspace_bytes, rows: RowOps, *,
     return logps, entropy, lse, grad_hidden, dweight, dbias
 
 
+# (hidden rows [n, H], their targets, lse, entropy, g, e, v0, out [n, columns]) -> out holding dLoss/d(raw logits) of
+# head columns [v0, v0 + columns): a kernel that forms a tile's dz without a float32 logits tile
+# (kernels/persistent_grad.py through backends/triton_tma.py)
+LogitsGradTile = Callable[..., torch.Tensor]
+
+
 def gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, workspace_bytes, rows: RowOps, *,
                           needs_hidden_grad: bool, needs_weight_grad: bool, min_slice: int,
-                          gemm_in_input_dtype: Optional[bool] = None):
+                          gemm_in_input_dtype: Optional[bool] = None, dz_tile: Optional[LogitsGradTile] = None):
     """(dH, dW, dbias) from the statistics and g = dLoss/dlp, e = dLoss/dent (a two-pass loss's second pass).
     The softmax gradient of a logit needs only its row's statistics, so the logits are recomputed in tiles of
     cost_model.paths.gradient_tiles: token waves of whole rows, or vocabulary slices of the rows of a wave. Each
     tile turns into dZ in place; dH of a wave is summed over its slices in float32 in slice order, and the slice's
-    rows of dW over the waves in wave order: every element has one writer and a fixed order of additions."""
+    rows of dW over the waves in wave order: every element has one writer and a fixed order of additions.
+    dz_tile: a kernel that writes each tile's dz in the GEMM dtype without float32 logits (no row pass); the tiles
+    are then of the GEMM dtype, so the workspace holds more rows of them."""
     weight, bias = head.weight, head.bias
     N, H = hidden.shape
     V = weight.shape[0]
@@ -291,7 +299,7 @@ def gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, work
     device = hidden.device
     w, b, gemm, wide, inv_tau, cap_scale = head_operands(hidden, head, gemm_in_input_dtype)
     tile_rows, tile_columns = gradient_tiles(N, V, H, workspace_bytes, needs_hidden_grad, needs_weight_grad,
-                                             min_slice)
+                                             min_slice, logit_bytes=gemm.itemsize if dz_tile else 4)
     sliced = tile_columns < V
     grad_hidden = torch.empty_like(hidden) if needs_hidden_grad else None
     # a wave's dH summed over its slices: in grad_hidden itself when it is float32 (float64), else in float32
@@ -299,7 +307,12 @@ def gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, work
         if needs_hidden_grad and sliced and hidden.dtype != wide and N else None
     grad_weight = WeightGrad(weight, wide) if needs_weight_grad else None
     grad_bias = torch.zeros(V, dtype=wide, device=device) if needs_weight_grad and bias is not None else None
-    workspace = torch.empty(min(tile_rows, N) * tile_columns, dtype=wide, device=device) if N else None
+    if dz_tile is None:
+        workspace = torch.empty(min(tile_rows, N) * tile_columns, dtype=wide, device=device) if N else None
+    else:  # rows of whole 16-byte units: the kernel's descriptor store
+        per_16_bytes = max(1, 16 // gemm.itemsize)
+        padded = -(-tile_columns // per_16_bytes) * per_16_bytes
+        workspace = torch.empty(min(tile_rows, N), padded, dtype=gemm, device=device) if N else None
     for n0 in range(0, N, tile_rows):
         n1 = min(n0 + tile_rows, N)
         h, y = hidden[n0:n1].to(gemm), targets[n0:n1]
@@ -311,10 +324,13 @@ def gradients_from_stats(hidden, head: LMHead, targets, lse, entropy, g, e, work
             dh_sum = grad_hidden[n0:n1] if hidden_sums is None else hidden_sums[:n1 - n0]
         for v0 in range(0, V, tile_columns):
             v1 = min(v0 + tile_columns, V)
-            z = mm_wide(h, w[v0:v1].T, wide, out=workspace[:(n1 - n0) * (v1 - v0)].view(n1 - n0, v1 - v0))
-            y_slice = y if not sliced else y - v0  # the target's column within the slice (outside it: none)
-            dz = rows.grad_(z, None if b is None else b[v0:v1], y_slice, lse_w, ent_w, g_w, e_w, inv_tau,
-                            cap_scale, gemm)
+            if dz_tile is not None:
+                dz = dz_tile(hidden[n0:n1], y, lse_w, ent_w, g_w, e_w, v0, workspace[:n1 - n0, :v1 - v0])
+            else:
+                z = mm_wide(h, w[v0:v1].T, wide, out=workspace[:(n1 - n0) * (v1 - v0)].view(n1 - n0, v1 - v0))
+                y_slice = y if not sliced else y - v0  # the target's column within the slice (outside it: none)
+                dz = rows.grad_(z, None if b is None else b[v0:v1], y_slice, lse_w, ent_w, g_w, e_w, inv_tau,
+                                cap_scale, gemm)
             if needs_hidden_grad and not sliced:
                 if dz.dtype == hidden.dtype:
                     torch.mm(dz, w, out=grad_hidden[n0:n1])

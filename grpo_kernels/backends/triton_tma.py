@@ -16,10 +16,12 @@ written once a chunk: a small workspace means many chunks.
 
 Two passes, every other call (a sequence-level loss through `linear_backward`, and a token-level loss where the
 workspace is too small for the chunks to pay, by cost_model.triton_tma.chunks_pay): the persistent kernel's
-statistics of every token in one launch, no logits stored; the objective; then the GEMM path's gradient pass
-(gemm.gradients_from_stats: the logits again by cuBLAS in vocabulary slices, dz in place, dH summed over the slices
-in float32 in slice order, each dW slice's rows over the token waves in order). Four GEMM-equivalents, in a
-workspace as small as the float32 dH of the tokens.
+statistics of every token in one launch, no logits stored; the objective; then the GEMM path's gradient pass in
+its tiles (gemm.gradients_from_stats: vocabulary slices of token waves, dH summed over the slices in float32 in
+slice order, each dW slice's rows over the token waves in order), each tile's dz written by the persistent kernel
+of kernels/persistent_grad.py straight from the statistics (no float32 logits, no row pass; tiles of the input
+dtype, so twice the rows of the GEMM path's in a workspace). Four GEMM-equivalents, in a workspace as small as
+the float32 dH of the tokens.
 
 No atomics: every output element has one writer, chunks, waves and slices run in a fixed order, so the gradients are
 bitwise repeatable run to run; the log-probs and entropies are the persistent kernel's, batch-invariant
@@ -87,12 +89,13 @@ class TmaChunkBackend:
 
     def linear_backward(self, grad_logps, grad_entropy, hidden, head: LMHead, targets, lse, entropy,
                         needs_hidden_grad=True, needs_weight_grad=True):
-        """(dhidden, dweight, dbias) from g and e: the GEMM path's gradient pass (gemm.gradients_from_stats: the
-        logits again by cuBLAS, in vocabulary slices where that passes over the float32 accumulators less)."""
+        """(dhidden, dweight, dbias) from g and e: the GEMM path's gradient pass (gemm.gradients_from_stats, in
+        vocabulary slices where that passes over the float32 accumulators less), each tile's dz formed by
+        persistent_grad.py's kernel."""
         return gradients_from_stats(hidden, head, targets, lse, entropy, grad_logps, grad_entropy,
                                     self.workspace_bytes, default_rows(hidden.device),
                                     needs_hidden_grad=needs_hidden_grad, needs_weight_grad=needs_weight_grad,
-                                    min_slice=self.min_gradient_slice)
+                                    min_slice=self.min_gradient_slice, dz_tile=_dz_tile(head))
 
     def linear_forward_with_grads(self, hidden, head: LMHead, targets, token_grads: TokenGrads,
                                   needs_hidden_grad=True, needs_weight_grad=True,
@@ -155,6 +158,13 @@ class TmaChunkBackend:
         dweight = None if grad_weight is None else grad_weight.result(weight.dtype)
         dbias = None if grad_bias is None else grad_bias.to(bias.dtype)
         return logps, entropy, lse, grad_hidden, dweight, dbias
+
+
+def _dz_tile(head: LMHead):
+    """gemm.gradients_from_stats' dz_tile: the persistent kernel's dz of a tile (kernels/persistent_grad.py)."""
+    def tile(hidden_rows, targets, lse, entropy, g, e, v0: int, out: torch.Tensor) -> torch.Tensor:
+        return launch.persistent_dz(hidden_rows, head, targets, lse.float(), entropy.float(), g, e, v0, out)
+    return tile
 
 
 def _add_chunk_grads(dz, w, h, hidden_rows: Optional[torch.Tensor], grad_weight: Optional[WeightGrad],

@@ -72,12 +72,14 @@ def sequence_store_layout(rows: int, vocab: int, gemm_itemsize: int, workspace_b
 
 
 def gradient_tiles(tokens: int, vocab: int, hidden: int, workspace_bytes: int, hidden_grad: bool = True,
-                   weight_grad: bool = True, min_slice: int = MIN_GRADIENT_SLICE) -> tuple[int, int]:
+                   weight_grad: bool = True, min_slice: int = MIN_GRADIENT_SLICE, logit_bytes: int = 4
+                   ) -> tuple[int, int]:
     """(rows, columns) of the logits tiles of the gradient pass from given statistics: token waves of whole rows
     (columns = vocab), or fewer token waves of vocabulary slices (`min_slice` columns times a power of two), whose
     wave's float32 dH sums ([rows, hidden]) the workspace holds too. Each token wave after the first reads and
     writes the float32 dW accumulator again; each slice after the first, the dH sums of its wave: the tiling with
-    the least accumulator traffic (the widest slices on a tie)."""
+    the least accumulator traffic (the widest slices on a tie). logit_bytes: a tile element's (4: the GEMM path's
+    float32 logits; the input dtype's where a kernel writes dz alone, cost_model/triton_tma.py)."""
     if workspace_bytes <= 0:
         raise ValueError(f"workspace_bytes must be > 0, got {workspace_bytes}")
     N, V = max(1, tokens), vocab
@@ -87,7 +89,7 @@ def gradient_tiles(tokens: int, vocab: int, hidden: int, workspace_bytes: int, h
 
     widths = {V, *(min(V, min_slice << k) for k in range(max(1, V.bit_length())))}
     sums = hidden if hidden_grad else 0
-    tilings = [(min(N, max(1, workspace_bytes // (4 * (columns + sums * (columns < V))))), columns)
+    tilings = [(min(N, max(1, workspace_bytes // (logit_bytes * columns + 4 * sums * (columns < V)))), columns)
                for columns in widths]
     # the least traffic; then the widest slices (fewer launches, whole rows first)
     rows, columns = min(tilings, key=lambda tiling: (traffic(*tiling), -tiling[1]))
@@ -224,15 +226,16 @@ def _one_pass_gradients(p: Problem, wave_list: list[tuple[int, int]], dw_through
     return phases
 
 
-def gradients_from_stats(p: Problem, whole_rows: bool = False) -> tuple[list[Phase], int]:
+def gradients_from_stats(p: Problem, whole_rows: bool = False, logit_bytes: int = 4) -> tuple[list[Phase], int]:
     """The second pass of the two-pass route (backends/gemm.py's _gradients_from_stats) and its peak: per
     [rows, columns] tile of gradient_tiles, the logits GEMM (float32 out), dZ in place, dH of the tile's rows
     (written, or added into the wave's float32 sums read as C after its first slice; those sums cast at the end of
     the wave), and dW of the slice's rows (written by the first wave, added into by later ones). whole_rows: waves
-    of whole rows (a backend that does not slice)."""
+    of whole rows (a backend that does not slice). logit_bytes: a tile element's in the workspace (gradient_tiles);
+    the phases are the GEMM path's, which cost_model/triton_tma.py replaces where its kernel writes dz alone."""
     N, H, V, c = p.valid_tokens, p.hidden, p.vocab, p.itemsize
     tile_rows, tile_columns = (min(N, max(1, p.workspace_bytes // (4 * V))), V) if whole_rows else \
-        gradient_tiles(N, V, H, p.workspace_bytes, p.hidden_needs_grad, p.weight_grad)
+        gradient_tiles(N, V, H, p.workspace_bytes, p.hidden_needs_grad, p.weight_grad, logit_bytes=logit_bytes)
     sliced = tile_columns < V
     phases = []
     for wave, (rows, row_count) in enumerate(waves(N, tile_rows)):
@@ -253,7 +256,8 @@ def gradients_from_stats(p: Problem, whole_rows: bool = False) -> tuple[list[Pha
                 phases.append(replace(dw, hbm_bytes=dw.hbm_bytes + columns * H * 4 * later_waves // tiles))
     if p.hidden_needs_grad and sliced and c != 4:
         phases.append(Phase("cast the dH sums", hbm_bytes=N * H * (4 + c), launches=math.ceil(N / tile_rows)))
-    peak = tile_rows * tile_columns * 4 + (tile_rows * H * 4 if p.hidden_needs_grad and sliced and c != 4 else 0)
+    peak = tile_rows * tile_columns * logit_bytes + (tile_rows * H * 4 if p.hidden_needs_grad and sliced and c != 4
+                                                     else 0)
     return phases, peak
 
 

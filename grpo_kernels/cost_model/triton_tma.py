@@ -10,6 +10,12 @@ small ops and the casts are the GEMM path's, charged by paths.gemm itself; the c
 path's wave bytes (configs.stored_rows_within: about twice as many at 16 bits) rounded down to whole 128-token
 blocks, or below two blocks to a multiple of 32 tokens (chunk_rows).
 
+Two passes (a sequence-level loss; a token-level one where the chunks do not pay): the persistent kernel's
+statistics in one launch, then the GEMM path's gradient pass (paths.gradients_from_stats) in tiles of the input
+dtype, each tile's float32 logits GEMM and row pass replaced by one launch of persistent_grad.py's kernel over the
+same tile (dz written in its epilogue). At the Triton rate that is about level with cuBLAS plus the row pass where
+H is large (S1's 4096: the row pass is small beside the GEMM), and 7-11% less time a tile at S2 / S3's H.
+
 The Triton kernel's tensor-core rate: no GPU has measured this project's persistent kernel yet. Until one does, it
 is the published rate of the same kind of kernel: persistent Triton GEMMs loading through tensor descriptors (TMA)
 on Hopper ran at 700 TFLOP/s where cuBLAS ran at 780 (PyTorch issue 149790, bf16, 128 x 256 x 64 tiles), and at
@@ -45,6 +51,8 @@ SFU_RESULTS_PER_CLOCK_PER_SM = 16
 SM_CLOCK_HZ = 1.98e9
 # paths.gemm's row gradient pass, which the chunk loop replaces by chunk_grad.py's (named so in the estimate)
 ROW_GRADIENT = "row gradient Z -> dZ in place"
+# paths.gradients_from_stats' logits tile, which persistent_grad.py's kernel replaces (dz written in its epilogue)
+PASS_2_LOGITS = "pass 2: GEMM1 Z = h W^T (fp32 out)"
 CHUNK_GRADIENT = "chunk gradient: exponentials -> dZ in place"
 CHUNK_GRAD_BLOCK_N = GPU_CONFIGS["sm90"]["chunk_grad"][SIXTEEN_BIT].block_n
 
@@ -138,17 +146,38 @@ def token_chunks(p: Problem) -> Estimate:
 
 def two_passes(p: Problem) -> Estimate:
     """The statistics by the persistent kernel in one launch (no logits stored), the objective, then the GEMM path's
-    gradient pass from the statistics (paths.gradients_from_stats: cuBLAS recomputes the logits in its tiles)."""
+    gradient pass from the statistics (paths.gradients_from_stats) in tiles of the input dtype, each tile's dz
+    written by persistent_grad.py's kernel where the GEMM path writes float32 logits and turns them into dz."""
     N = p.valid_tokens
     waves = gemm(replace(p, level="sequence", sequence_rows=0))  # no waves of whole sequences here
-    phases = _replaced(waves.phases, p, lambda phase: phase.name.startswith("pass 1"))
-    second_pass_peak = gradients_from_stats(p)[1]
-    return Estimate("persistent TMA Triton statistics, then the gradients in the GEMM path's tiles", p, phases,
-                    gemms=waves.gemms,
+    before = waves.phases[:[phase.name for phase in waves.phases].index("objective") + 1]
+    after = [phase for phase in waves.phases if phase.name == "cast dW to the weight dtype"]
+    second_pass, second_pass_peak = gradients_from_stats(p, logit_bytes=p.itemsize)
+    if not any(phase.name == PASS_2_LOGITS for phase in second_pass):
+        raise RuntimeError(f"paths.gradients_from_stats names no {PASS_2_LOGITS!r} phase: this model must follow")
+    phases = (_replaced(before, p, lambda phase: phase.name.startswith("pass 1"))
+              + [_dz_tiles_phase(phase, p) for phase in second_pass if phase.name != ROW_GRADIENT] + after)
+    return Estimate("persistent TMA Triton statistics, then dz tiles by the persistent kernel, dH / dW by GEMM", p,
+                    phases, gemms=waves.gemms,
                     peak_extra_bytes=max(second_pass_peak, _partial_bytes(N, p)) + N * PER_TOKEN_BYTES
                     + (N * p.hidden * p.itemsize if N < p.tokens else 0),
                     fp32_weight_grad_bytes=waves.fp32_weight_grad_bytes,
                     assumptions=[*waves.assumptions[-1:], *_assumptions(N, N)[1:]])
+
+
+def _dz_tiles_phase(phase: Phase, p: Problem) -> Phase:
+    """A second-pass phase as the Triton path runs it: the GEMM path's float32 logits tile becomes
+    persistent_grad.py's launch over the same [rows, columns] (the weight slice from HBM once per group of token
+    blocks, the hidden rows once, dz written in the input dtype; one exponential a logit); the rest as it is."""
+    if phase.name != PASS_2_LOGITS:
+        return phase
+    rows, columns, H = phase.gemm_shape
+    c, config = p.itemsize, _persistent(p)
+    groups = math.ceil(rows / (config.block_n * PERSISTENT_GROUP_N))
+    return PersistentKernelPhase("pass 2: persistent TMA dz tiles", flops=phase.flops,
+                                 hbm_bytes=rows * H * c + groups * columns * H * c + rows * columns * c
+                                 + rows * PER_TOKEN_BYTES, gemm_shape=phase.gemm_shape, count=phase.count,
+                                 launches=1, exps=EPILOGUE_EXPS_PER_LOGIT * rows * columns)
 
 
 def _replaced(phases: list[Phase], p: Problem, by_the_kernel: Callable[[Phase], bool]) -> list[Phase]:

@@ -38,8 +38,9 @@ class CompileTarget:
     config: KernelConfig
     constexprs: tuple  # ((name, value), ...)
     tensor_cores: bool  # its dots run on tensor cores (16-bit inputs): Hopper builds must use wgmma
-    # On the Hopper recipe's path (persistent_forward.py, chunk_grad.py, the merges: the triton_tma backend, and
-    # the triton backend's forward on Hopper): a Hopper tensor-core build there must also load through TMA.
+    # On the Hopper recipe's path (persistent_forward.py, chunk_grad.py, persistent_grad.py, the merges: the
+    # triton_tma backend, and the triton backend's forward on Hopper): a Hopper tensor-core build there must also
+    # load through TMA.
     hot_path: bool = False
 
     @property
@@ -47,11 +48,11 @@ class CompileTarget:
         return ARCHS[self.arch]
 
     def jit_function(self):
-        from . import (accumulate_mm, chunk_grad, linear_backward, linear_forward, logits, persistent_forward, rows,
-                       tile_backward)
+        from . import (accumulate_mm, chunk_grad, linear_backward, linear_forward, logits, persistent_forward,
+                       persistent_grad, rows, tile_backward)
 
         for module in (linear_forward, linear_backward, tile_backward, logits, rows, accumulate_mm,
-                       persistent_forward, chunk_grad):
+                       persistent_forward, chunk_grad, persistent_grad):
             if hasattr(module, self.kernel):
                 return getattr(module, self.kernel)
         raise LookupError(f"no kernel named {self.kernel}")
@@ -171,6 +172,10 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
                         True, fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True)
         out += _targets("_chunk_grad_kernel", "chunk_grad", arch, dtype, _grid(HAS_ENT_GRAD=ent, SOFTCAP=cap), False,
                         hot_path=True)
+        # and the two-pass backward's tiles, dz formed in the epilogue (persistent_grad.py)
+        out += _targets("_persistent_dz_kernel", "persistent", arch, dtype,
+                        _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True,
+                        fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)
         out += _targets("_logits_backward_kernel", "logits", arch, dtype, _grid(HAS_ENT_GRAD=ent), False)
         out += _gemm_path_targets(arch, dtype, bias, ent, cap)

@@ -126,6 +126,20 @@ def chunk_grad_(chunk, tile_max, head, targets, lse, entropy, grad_logps, grad_e
                              interpreting())
 
 
+def persistent_dz(hidden, head, targets, lse, entropy, grad_logps, grad_entropy, v0: int, out):
+    """dLoss/d(raw logits) of hidden's rows and head columns [v0, v0 + out.shape[1]) written into `out` (any float
+    dtype, rows 16-byte aligned) by the persistent TMA kernel, from the rows' statistics and g, e
+    (persistent_grad.py); returns `out`."""
+    prepare(hidden.device)
+    _check_dtype(hidden, "hidden")
+    from .persistent_grad import persistent_dz as launch_dz
+
+    upcast, precision = _linear_options(hidden.dtype)
+    config = config_for("persistent", hidden.dtype, hidden.device)
+    return launch_dz(*padded_to_block_k(hidden, head, config.block_k), targets, lse, entropy, grad_logps,
+                     grad_entropy, v0, out, config, upcast, precision)
+
+
 def forward_plan(N: int, V: int, dtype: torch.dtype, device: torch.device):
     """The forward's launch plan (kernels/linear_forward.plan) for a shape on this device: a pure function of
     (N, V), the dtype and the architecture; its split boundaries depend on V only."""

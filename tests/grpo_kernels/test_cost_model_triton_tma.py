@@ -52,14 +52,16 @@ def test_a_chunk_is_its_exponentials_and_maxima_within_the_workspace():
 def test_gemm_equivalents_and_no_row_statistics_pass(kw, gemms):
     """At S1 with the default 1 GiB workspace: the token chunks for a token-level loss (the persistent kernel makes
     every chunk's logits), one launch of it for log-probs and for a sequence-level loss's statistics, whose
-    gradient pass then recomputes the logits by cuBLAS; no row statistics pass anywhere."""
+    gradient pass then has the persistent kernel write each tile's dz; no logits GEMM by cuBLAS, no row pass of
+    statistics or gradients anywhere."""
     estimate = triton_tma(Problem(**S1, **kw))
     assert estimate.gemms == gemms
-    assert not [ph for ph in estimate.phases if "row statistics" in ph.name]
+    assert not [ph for ph in estimate.phases if "row statistics" in ph.name or ph.name == ROW_GRADIENT]
+    assert not [ph for ph in estimate.phases if "GEMM1" in ph.name]
     sequence = kw.get("level") == "sequence"
-    assert bool([ph for ph in estimate.phases if "GEMM1" in ph.name]) == sequence
-    assert sum(ph.count for ph in estimate.phases if "persistent" in ph.name) == \
-        (1 if kw.get("operation") or sequence else -(-8192 // chunk_rows_modelled(Problem(**S1))))
+    forward = sum(ph.count for ph in estimate.phases if "persistent TMA forward" in ph.name)
+    assert forward == (1 if kw.get("operation") or sequence else -(-8192 // chunk_rows_modelled(Problem(**S1))))
+    assert bool([ph for ph in estimate.phases if "dz tiles" in ph.name]) == sequence
 
 
 def test_the_kernel_is_charged_at_the_published_fraction_of_cublas_plus_its_exponentials():
@@ -126,11 +128,38 @@ def test_a_small_workspace_takes_two_passes_within_the_triton_targets():
 
 
 def test_two_passes_are_the_gemm_paths_gradient_pass_after_one_launch():
+    """The gradient pass in the GEMM path's tiles at 16 bits a logit (twice the logits of float32 tiles in the
+    workspace), each tile's logits GEMM and row pass replaced by one launch of the dz kernel over the same tile."""
     p = Problem(**S1, workspace_bytes=128 << 20)
     ours = two_passes(p)
     first = [ph for ph in ours.phases if ph.name.startswith("pass 1")]
     assert [ph.name for ph in first] == ["pass 1: persistent TMA forward + merge"] and first[0].count == 1
-    gradient_pass, peak = paths.gradients_from_stats(p)
+    gradient_pass, peak = paths.gradients_from_stats(p, logit_bytes=2)
+    # twice the logits a tile: here slices twice as wide, [4096, 8192] where float32 tiles are [4096, 4096]
+    assert paths.gradient_tiles(8192, 151936, 4096, 128 << 20, logit_bytes=2) == (4096, 8192)
+    assert paths.gradient_tiles(8192, 151936, 4096, 128 << 20) == (4096, 4096)
+    expected = ["pass 2: persistent TMA dz tiles" if ph.name == "pass 2: GEMM1 Z = h W^T (fp32 out)" else ph.name for ph in gradient_pass
+                if ph.name != ROW_GRADIENT]
     names = [ph.name for ph in ours.phases]
-    assert names[names.index("objective") + 1:][:len(gradient_pass)] == [ph.name for ph in gradient_pass]
+    assert names[names.index("objective") + 1:][:len(expected)] == expected
+    tiles = [ph for ph in ours.phases if ph.name == "pass 2: persistent TMA dz tiles"]
+    logits = [ph for ph in gradient_pass if ph.name == "pass 2: GEMM1 Z = h W^T (fp32 out)"]
+    assert [(ph.gemm_shape, ph.count, ph.flops) for ph in tiles] == [(ph.gemm_shape, ph.count, ph.flops) for ph in logits]
+    for tile in tiles:  # dz written once in bf16 (2 bytes a logit, where the GEMM path moves 10)
+        rows, columns, _ = tile.gemm_shape
+        assert rows * columns * 2 < tile.hbm_bytes
     assert peak <= ours.peak_extra_bytes <= peak + 8192 * 64 + 16 * 8192 * 64
+
+
+@pytest.mark.parametrize("hidden, most", [(4096, 1.02), (1536, 0.92)])
+def test_a_dz_tile_costs_what_the_logits_tile_and_its_row_pass_cost_at_most(hidden, most):
+    """Compute-bound at the Triton rate (0.90 of cuBLAS's), where cuBLAS's tile is followed by an HBM-bound row
+    pass: about level at S1's H 4096 (the row pass is small beside the GEMM), ahead at S3's H 1536."""
+    p = Problem(tokens=8192, hidden=hidden, vocab=151936, level="sequence", workspace_bytes=128 << 20)
+    gradient_pass, _ = paths.gradients_from_stats(p, logit_bytes=2)
+    logits = [ph for ph in gradient_pass if ph.name == "pass 2: GEMM1 Z = h W^T (fp32 out)"]
+    row_pass = [ph for ph in gradient_pass if ph.name == ROW_GRADIENT]
+    tiles = [ph for ph in two_passes(p).phases if ph.name == "pass 2: persistent TMA dz tiles"]
+    assert len(tiles) == len(logits) == len(row_pass) > 0
+    for tile, gemm_tile, rows in zip(tiles, logits, row_pass):
+        assert tile.seconds(H200) <= most * (gemm_tile.seconds(H200) + rows.seconds(H200))
