@@ -47,6 +47,33 @@ from .tiles import head_transform_args, online_softmax_init, transform_logits
 GROUP_N = PERSISTENT_GROUP_N
 
 
+@triton.jit
+def operand_descriptors(hidden_ptr, weight_ptr, N, V, H, stride_hidden, stride_weight, BLOCK_N: tl.constexpr,
+                        BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tensor descriptors of the hidden states [N, H] and the head [V, H], in [BLOCK_N | BLOCK_V, BLOCK_K] blocks."""
+    hidden_desc = tl.make_tensor_descriptor(hidden_ptr, shape=[N, H], strides=[stride_hidden, 1],
+                                            block_shape=[BLOCK_N, BLOCK_K])
+    weight_desc = tl.make_tensor_descriptor(weight_ptr, shape=[V, H], strides=[stride_weight, 1],
+                                            block_shape=[BLOCK_V, BLOCK_K])
+    return hidden_desc, weight_desc
+
+
+@triton.jit
+def descriptor_tile_dot(hidden_desc, weight_desc, n0, v0, H, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The float32 logits tile of hidden rows [n0, n0 + BLOCK_N) and head rows [v0, v0 + BLOCK_V): K in ascending
+    BLOCK_K slices loaded through the descriptors (TMA on sm_90a; zero past the tensors' ends), on tensor cores."""
+    acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        a = hidden_desc.load([n0, k0])
+        b = weight_desc.load([v0, k0])
+        if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
+    return acc
+
+
 @triton.jit(do_not_specialize=["N", "splits", "programs"])
 def _persistent_stats_kernel(
     hidden_ptr, weight_ptr, bias_ptr, targets_ptr, partial_ptr, chunk_ptr, tile_max_ptr,
@@ -56,10 +83,8 @@ def _persistent_stats_kernel(
     PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,
 ):
-    hidden_desc = tl.make_tensor_descriptor(hidden_ptr, shape=[N, H], strides=[stride_hidden, 1],
-                                            block_shape=[BLOCK_N, BLOCK_K])
-    weight_desc = tl.make_tensor_descriptor(weight_ptr, shape=[V, H], strides=[stride_weight, 1],
-                                            block_shape=[BLOCK_V, BLOCK_K])
+    hidden_desc, weight_desc = operand_descriptors(hidden_ptr, weight_ptr, N, V, H, stride_hidden, stride_weight,
+                                                   BLOCK_N, BLOCK_V, BLOCK_K)
     if STORE_CHUNK:
         chunk_desc = tl.make_tensor_descriptor(chunk_ptr, shape=[N, V], strides=[stride_chunk, 1],
                                                block_shape=[BLOCK_N, BLOCK_V])
@@ -69,14 +94,8 @@ def _persistent_stats_kernel(
         n0 = block * BLOCK_N
         run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
         for v0 in range(v_start, v_end, BLOCK_V):
-            acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-            for k0 in range(0, H, BLOCK_K):
-                a = hidden_desc.load([n0, k0])
-                b = weight_desc.load([v0, k0])
-                if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
-                    a = a.to(tl.float32)
-                    b = b.to(tl.float32)
-                acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
+            acc = descriptor_tile_dot(hidden_desc, weight_desc, n0, v0, H, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
+                                      BLOCK_K)
             cols = v0 + tl.arange(0, BLOCK_V)
             # columns past v_end are the next split's only past V (split_width is a whole number of tiles)
             col_ok = cols < v_end

@@ -30,7 +30,8 @@ import triton.language as tl
 
 from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
 from .configs import PERSISTENT_GROUP_N, KernelConfig
-from .persistent_forward import _set_descriptor_allocator, descriptor_ready, programs_for
+from .persistent_forward import (_set_descriptor_allocator, descriptor_ready, descriptor_tile_dot,
+                                 operand_descriptors, programs_for)
 from .tiles import head_transform_args, load_row_stats, softmax_grad_from_p, transform_logits
 
 
@@ -42,10 +43,8 @@ def _persistent_dz_kernel(
     PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,
 ):
-    hidden_desc = tl.make_tensor_descriptor(hidden_ptr, shape=[N, H], strides=[stride_hidden, 1],
-                                            block_shape=[BLOCK_N, BLOCK_K])
-    weight_desc = tl.make_tensor_descriptor(weight_ptr, shape=[V, H], strides=[stride_weight, 1],
-                                            block_shape=[BLOCK_V, BLOCK_K])
+    hidden_desc, weight_desc = operand_descriptors(hidden_ptr, weight_ptr, N, V, H, stride_hidden, stride_weight,
+                                                   BLOCK_N, BLOCK_V, BLOCK_K)
     # the slice's own columns: the store clips rows past N and columns past the slice
     dz_desc = tl.make_tensor_descriptor(dz_ptr, shape=[N, columns], strides=[stride_dz, 1],
                                         block_shape=[BLOCK_N, BLOCK_V])
@@ -61,14 +60,8 @@ def _persistent_dz_kernel(
         row_ok = rows < N
         targets, lse, entropy, g, e = load_row_stats(targets_ptr, lse_ptr, entropy_ptr, g_ptr, e_ptr, rows, row_ok,
                                                      V, HAS_ENT_GRAD)
-        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        for k0 in range(0, H, BLOCK_K):
-            a = hidden_desc.load([n0, k0])
-            b = weight_desc.load([v0 + c0, k0])
-            if UPCAST:  # the CPU interpreter mis-computes 16-bit dots; it upcasts first
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc, input_precision=PRECISION)
+        acc = descriptor_tile_dot(hidden_desc, weight_desc, n0, v0 + c0, H, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
+                                  BLOCK_K)
         local = c0 + tl.arange(0, BLOCK_V)
         cols = v0 + local
         # columns past the slice are the next slice's (or past V, zero-filled): computed, never stored
