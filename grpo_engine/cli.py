@@ -25,6 +25,7 @@ from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
 from .state.interrupt import TrainingInterrupted
 from .state.plot import CURVES as PLOT_CURVES
+from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.run_lock import check_output_dir, check_output_file, check_run_entries
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
@@ -153,6 +154,7 @@ def _train(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args, {"model": "model.name_or_path", "data": "data.path", "output_dir": "run.output_dir",
                                   "max_steps": "run.max_steps", "resume": "run.resume"})
+    _check_input_paths(("--config", args.config))
     model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
@@ -175,6 +177,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
+    """A path read by the command that no filesystem could hold (a name or the whole too long) is one line naming its
+    option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    for key, path in named:
+        if path:
+            check_path_length(path, key)
+
+
 def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
     """Whether the config file sets `section.key`. A section that is not a mapping sets nothing here: the schema
     refuses it, naming it, when the config loads."""
@@ -192,6 +202,7 @@ def _eval(args: argparse.Namespace) -> int:
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
                                   "num_samples": "run.eval_num_samples"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
+    _check_input_paths(("--config", args.config))
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
@@ -217,8 +228,10 @@ def _eval(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from .state.plot import check_plot_output, plot_run
 
+    check_path_length(args.run_dir, "plot RUN_DIR")
     if args.output:
         check_output_file(args.output)
+        check_output_file(Path(args.output).with_suffix(Path(args.output).suffix or ".png"))  # the name written
         check_plot_output(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0

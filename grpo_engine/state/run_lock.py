@@ -25,6 +25,7 @@ try:
 except ImportError:  # Windows: no flock; runs there are not protected against a second run
     fcntl = None
 
+from .path_limits import check_path_length
 from .run_files import MANIFEST, has_progress, remove_own_start
 
 LOCK_FILE = ".grpo-engine.lock"
@@ -35,6 +36,10 @@ class RunDirectoryError(RuntimeError):
 
 
 OUTPUT_KEY = "run.output_dir / --output-dir"
+# A path as long as the deepest the engine writes in a run directory (a checkpoint's files while it is saved, with
+# room to spare for sharded state): a run directory whose own path fit the filesystem's PATH_MAX but left less room
+# than this failed at its first checkpoint, after the steps it was to save.
+RUN_DIRECTORY_DEEPEST = Path("checkpoints", ".tmp-checkpoint-000000", "sharded", "x" * 100)
 
 
 def resolved(path: str | Path, key: str = OUTPUT_KEY) -> Path:
@@ -50,13 +55,15 @@ def resolved(path: str | Path, key: str = OUTPUT_KEY) -> Path:
 def check_output_dir(path: str | Path, key: str = OUTPUT_KEY) -> None:
     """A clear error, before any work, when `path` cannot hold a run: a file, under a file, not writable, behind a
     loop of links, or inside another run's checkpoints/ or base_model/."""
+    check_path_length(path, key, room=len(str(RUN_DIRECTORY_DEEPEST)) + 1, room_for="the run's checkpoint files")
     resolved(path, key)
     check_writable_dir(path, key)
     check_not_inside_a_run(path, key)
 
 
 def check_writable_dir(path: str | Path, key: str) -> None:
-    """A clear error when `path` cannot be written into: a file, under a file, or not writable."""
+    """A clear error when `path` cannot be written into: a file, under a file, not writable, or a path too long."""
+    check_path_length(path, key)
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a file, not a directory")
@@ -116,7 +123,8 @@ def check_not_inside_a_run(path: str | Path, key: str) -> None:
 
 
 def check_output_file(path: str | Path, key: str = "--output") -> None:
-    """A file to write: not a directory, in a directory that can be written."""
+    """A file to write: not a directory, in a directory that can be written, its name one the filesystem takes."""
+    check_path_length(path, key)
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
