@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .address_space import check_address_space, is_out_of_memory, out_of_memory_message
 from .cli_parser import CommandLineError, CommandParser
 from .cli_types import positive_int
 from .data.demo_task import DEMO_PRESET
@@ -275,7 +276,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
     function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
     show_messages()  # the engine's log as a person reads it (grpo_engine/messages.py)
-    code = _command(argv)
+    printable_output()
+    try:
+        code = _command(argv)
+    except MemoryError:  # while the parser or the config loaded (pydantic): no command is known to name yet
+        print(out_of_memory_message(None), file=sys.stderr)
+        code = 1
     fence = sys.modules.get("grpo_engine.steps.reward_fence")  # loaded only if a reward function ran
     left = fence.threads_left_running() if fence is not None else []
     if argv is None and left:
@@ -285,6 +291,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def printable_output() -> None:
+    """stdout writes what its encoding cannot hold as escapes (\\xf6), as Python's stderr always does. Under an
+    ASCII or Latin-1 locale (LANG=C on an older Python, PYTHONIOENCODING=ascii, a Windows console), a run directory
+    or data path with other letters made the last line of a finished run, the plot's path or a note raise
+    UnicodeEncodeError: a run that had trained and saved ended with exit status 1, a plot written was reported
+    failed."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper; a capture or a closed stream may not be
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # closed, or not reconfigurable once written to
+                pass
 
 
 def _command(argv: Optional[Sequence[str]]) -> int:
@@ -308,6 +329,7 @@ def _command(argv: Optional[Sequence[str]]) -> int:
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:
         check_environment()  # the launchers' and libraries' variables, before anything reads them
+        check_address_space(args.command)  # before torch's import, which a small ulimit -v stops unclearly
         return handlers[args.command](args)
     except ConfigError as exc:
         print(f"grpo-engine: config error: {exc}", file=sys.stderr)
@@ -321,7 +343,13 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
               f"--resume", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(out_of_memory_message(args.command), file=sys.stderr)
+        return 1
     except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
+        if is_out_of_memory(exc):  # a library the loader could not map: the address space, not a broken install
+            print(out_of_memory_message(args.command), file=sys.stderr)
+            return 1
         # The engine's own errors name their cause; a traceback would bury it. A reward function's own
         # traceback is the exception: the bug is in the user's code.
         if getattr(exc, "user_traceback", None):
