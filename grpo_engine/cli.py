@@ -24,7 +24,7 @@ from .cli_parser import CommandLineError, CommandParser
 from .cli_types import positive_int
 from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
-from .state.interrupt import TrainingInterrupted
+from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES
 from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
@@ -277,6 +277,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
     show_messages()  # the engine's log as a person reads it (grpo_engine/messages.py)
     printable_output()
+    outlive_the_terminal()  # a hangup during training stops at the step boundary, not at the bar's next write
     try:
         code = _command(argv)
     except MemoryError:  # while the parser or the config loaded (pydantic): no command is known to name yet
