@@ -12,6 +12,7 @@ are imported only once a command is known to run.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
@@ -350,6 +351,14 @@ def _command(argv: Optional[Sequence[str]]) -> int:
     except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
         if is_out_of_memory(exc):  # a library the loader could not map: the address space, not a broken install
             print(out_of_memory_message(args.command), file=sys.stderr)
+            return 1
+        if getattr(exc, "errno", None) == errno.EFBIG:  # past the file-size limit: say which limit, not just "too large"
+            from .state.file_size_limit import file_size_limit, limit_text
+
+            limit = file_size_limit()
+            cause = f"this process may write {limit_text(limit)}" if limit is not None else "a file got too large"
+            print(f"grpo-engine {args.command}: {' '.join(str(exc).split())} ({cause}: raise the limit with "
+                  f"ulimit -f unlimited and run again)", file=sys.stderr)
             return 1
         # The engine's own errors name their cause; a traceback would bury it. A reward function's own
         # traceback is the exception: the bug is in the user's code.

@@ -21,6 +21,7 @@ from .rollout.base import RolloutBatch
 from .run_setup import Run, data_source_name, setup_run
 from .state import checkpoint as ckpt
 from .rollout.http_client import ServerUnavailable
+from .state.file_size_limit import check_file_size_limit, largest_checkpoint_file
 from .state.interrupt import RolloutServerLost, StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .state.metrics import StepTimer, completion_metrics, merge_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
@@ -56,6 +57,7 @@ def train(config: EngineConfig) -> TrainSummary:
             hold_run_directory(config.run.output_dir) as lock:
         run = setup_run(config)
         cfg = run.config
+        check_file_size_limit(largest_checkpoint_file(run.lm), "the model's checkpoint files")  # before step 1
         eval_before = evaluate(run) if run.start_step == 0 else None
         check_run_directory_in_place(run, lock, run.start_step)
         log_eval(run, 0, eval_before)  # the accuracy before training, kept in metrics.jsonl as step 0
