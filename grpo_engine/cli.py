@@ -12,6 +12,7 @@ are imported only once a command is known to run.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
@@ -19,12 +20,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .address_space import check_address_space, is_out_of_memory, out_of_memory_message
 from .cli_parser import CommandLineError, CommandParser
 from .cli_types import positive_int
 from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
-from .state.interrupt import TrainingInterrupted
+from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES
+from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.run_lock import check_output_dir, check_output_file, check_run_entries
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
@@ -153,6 +156,7 @@ def _train(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args, {"model": "model.name_or_path", "data": "data.path", "output_dir": "run.output_dir",
                                   "max_steps": "run.max_steps", "resume": "run.resume"})
+    _check_input_paths(("--config", args.config))
     model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
     uses_builtin_model = not model_given
     config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
@@ -175,6 +179,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
+    """A path read by the command that no filesystem could hold (a name or the whole too long) is one line naming its
+    option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    for key, path in named:
+        if path:
+            check_path_length(path, key)
+
+
 def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
     """Whether the config file sets `section.key`. A section that is not a mapping sets nothing here: the schema
     refuses it, naming it, when the config loads."""
@@ -192,6 +204,7 @@ def _eval(args: argparse.Namespace) -> int:
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
                                   "num_samples": "run.eval_num_samples"})
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
+    _check_input_paths(("--config", args.config))
     builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
@@ -217,8 +230,10 @@ def _eval(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from .state.plot import check_plot_output, plot_run
 
+    check_path_length(args.run_dir, "plot RUN_DIR")
     if args.output:
         check_output_file(args.output)
+        check_output_file(Path(args.output).with_suffix(Path(args.output).suffix or ".png"))  # the name written
         check_plot_output(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0
@@ -262,7 +277,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
     function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
     show_messages()  # the engine's log as a person reads it (grpo_engine/messages.py)
-    code = _command(argv)
+    printable_output()
+    outlive_the_terminal()  # a hangup during training stops at the step boundary, not at the bar's next write
+    try:
+        code = _command(argv)
+    except MemoryError:  # while the parser or the config loaded (pydantic): no command is known to name yet
+        print(out_of_memory_message(None), file=sys.stderr)
+        code = 1
     fence = sys.modules.get("grpo_engine.steps.reward_fence")  # loaded only if a reward function ran
     left = fence.threads_left_running() if fence is not None else []
     if argv is None and left:
@@ -272,6 +293,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def printable_output() -> None:
+    """stdout writes what its encoding cannot hold as escapes (\\xf6), as Python's stderr always does. Under an
+    ASCII or Latin-1 locale (LANG=C on an older Python, PYTHONIOENCODING=ascii, a Windows console), a run directory
+    or data path with other letters made the last line of a finished run, the plot's path or a note raise
+    UnicodeEncodeError: a run that had trained and saved ended with exit status 1, a plot written was reported
+    failed."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper; a capture or a closed stream may not be
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # closed, or not reconfigurable once written to
+                pass
 
 
 def _command(argv: Optional[Sequence[str]]) -> int:
@@ -295,6 +331,7 @@ def _command(argv: Optional[Sequence[str]]) -> int:
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:
         check_environment()  # the launchers' and libraries' variables, before anything reads them
+        check_address_space(args.command)  # before torch's import, which a small ulimit -v stops unclearly
         return handlers[args.command](args)
     except ConfigError as exc:
         print(f"grpo-engine: config error: {exc}", file=sys.stderr)
@@ -308,7 +345,21 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
               f"--resume", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(out_of_memory_message(args.command), file=sys.stderr)
+        return 1
     except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
+        if is_out_of_memory(exc):  # a library the loader could not map: the address space, not a broken install
+            print(out_of_memory_message(args.command), file=sys.stderr)
+            return 1
+        if getattr(exc, "errno", None) == errno.EFBIG:  # past the file-size limit: say which limit, not just "too large"
+            from .state.file_size_limit import file_size_limit, limit_text
+
+            limit = file_size_limit()
+            cause = f"this process may write {limit_text(limit)}" if limit is not None else "a file got too large"
+            print(f"grpo-engine {args.command}: {' '.join(str(exc).split())} ({cause}: raise the limit with "
+                  f"ulimit -f unlimited and run again)", file=sys.stderr)
+            return 1
         # The engine's own errors name their cause; a traceback would bury it. A reward function's own
         # traceback is the exception: the bug is in the user's code.
         if getattr(exc, "user_traceback", None):

@@ -45,6 +45,7 @@ from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
 from .process_group import join_processes
 from .rollout import RolloutBackend, check_backend, create_backend
+from .state.file_size_limit import check_file_size_limit, largest_checkpoint_file
 from .state import checkpoint as ckpt
 from .state.atomic_file import write_atomically
 from .state.health import RunHealth
@@ -153,6 +154,7 @@ def _builtin_base_model(config: EngineConfig, accelerator: Accelerator, base_dir
             nll = f", NLL {warm.losses[0]:.3f} -> {warm.losses[-1]:.3f}" if warm.losses else ""
             _log.info(f"warm start: {len(warm.losses)} supervised steps{nll}, mean probability of the reference "
                      f"answers {warm.answer_probability:.3f}")
+        check_file_size_limit(largest_checkpoint_file(lm), "the model's checkpoint files")  # before the first save
         lm.save_pretrained(base_dir)
         tokenizer.save_pretrained(base_dir)
         record_own(base_dir.parent, base_dir.name)

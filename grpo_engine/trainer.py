@@ -21,11 +21,12 @@ from .rollout.base import RolloutBatch
 from .run_setup import Run, data_source_name, setup_run
 from .state import checkpoint as ckpt
 from .rollout.http_client import ServerUnavailable
+from .state.file_size_limit import check_file_size_limit, largest_checkpoint_file
 from .state.interrupt import RolloutServerLost, StopRequest, TrainingInterrupted, stop_at_step_boundary
 from .state.metrics import StepTimer, completion_metrics, merge_metrics, peak_memory_mb, read_metrics
 from .state.plot import plot_run
 from .state.run_and_data import check_apart_from_data, inputs_of
-from .state.run_lock import hold_run_directory
+from .state.run_lock import RunDirectoryMoved, RunLock, hold_run_directory
 from .steps.advantages import group_advantages, per_function_metrics
 from .steps.logprobs import reference_logprobs, sequence_logprobs
 from .steps.packing import Packing, attention_pair_cost, has_varlen_attention
@@ -52,10 +53,13 @@ def train(config: EngineConfig) -> TrainSummary:
     # the process group (torchrun, accelerate launch) ends with the run, however it ends
     check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,
                                                            config.model.name_or_path))  # before it is made
-    with process_group_destroyed_at_exit(), hf_progress_bars_off(), hold_run_directory(config.run.output_dir):
+    with process_group_destroyed_at_exit(), hf_progress_bars_off(), \
+            hold_run_directory(config.run.output_dir) as lock:
         run = setup_run(config)
         cfg = run.config
+        check_file_size_limit(largest_checkpoint_file(run.lm), "the model's checkpoint files")  # before step 1
         eval_before = evaluate(run) if run.start_step == 0 else None
+        check_run_directory_in_place(run, lock, run.start_step)
         log_eval(run, 0, eval_before)  # the accuracy before training, kept in metrics.jsonl as step 0
         bar = tqdm(total=cfg.run.max_steps, initial=run.start_step, desc="grpo", disable=not (
             cfg.run.progress_bar and run.accelerator.is_main_process))
@@ -81,6 +85,7 @@ def train(config: EngineConfig) -> TrainSummary:
                                             staleness_metrics(batch.policy_version, step - 1),
                                             {"staleness/dropped_samples": pipeline.dropped},
                                             step_metrics(run, batch, timer))
+                    check_run_directory_in_place(run, lock, step)  # before the step's first write there
                     log(run, step, metrics, batch, rewards, bar)
                     if cfg.run.eval_steps and step % cfg.run.eval_steps == 0 and step != cfg.run.max_steps:
                         log_eval(run, step, evaluate(run))
@@ -97,7 +102,10 @@ def train(config: EngineConfig) -> TrainSummary:
                 raise RolloutServerLost(str(exc), completed, checkpoint) from None
         pipeline.close()
         bar.close()
-        return finish(run, eval_before, evaluate(run))
+        result = finish(run, eval_before, evaluate(run))
+        if lock is not None and not lock.in_place():  # the summary names the directory: it must hold the run
+            raise lock.moved(cfg.run.max_steps)
+        return result
 
 
 @contextmanager
@@ -114,6 +122,19 @@ def process_group_destroyed_at_exit() -> Iterator[None]:
     finally:
         if owned and torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def check_run_directory_in_place(run: Run, lock: Optional[RunLock], step: int) -> None:
+    """RunDirectoryMoved on every process when the run directory was deleted, moved or replaced (RunLock.in_place,
+    seen by the main process, which holds it): all stop at the same step, none waits for another in a collective."""
+    moved = lock is not None and not lock.in_place()
+    if run.accelerator.num_processes > 1:
+        flag = torch.tensor([1.0 if moved else 0.0], device=run.device)
+        moved = run.accelerator.reduce(flag, reduction="sum").item() > 0
+    if moved:
+        raise lock.moved(step) if lock is not None else RunDirectoryMoved(
+            f"the run directory was deleted, moved or replaced while the run trained (seen by the main process): "
+            f"stopped after step {step}")
 
 
 def save(run: Run, step: int) -> Path:

@@ -32,6 +32,7 @@ from .applicability import ReadWhen, read_when_any, read_when_is, read_when_list
 from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
                                 rollout_backend_names)
 from .loss_params import check_loss_params
+from ..state.path_limits import PathTooLong, check_path_length
 
 # ----------------------------------------------------------------------------------------------- value types
 
@@ -90,6 +91,10 @@ def broken_link(path: Path) -> Optional[str]:
 
 
 def _local_through_a_link(name: str) -> None:
+    try:  # asking the filesystem about such a path fails with ENAMETOOLONG and the whole path
+        check_path_length(expand_user(name), "")
+    except PathTooLong as exc:
+        raise ValueError(f"a path the filesystem takes ({exc.reason})") from None
     link = broken_link(user_path(name))
     if link:
         raise ValueError(f"a local path, and {link}: fix the link or name the file itself (not read as a Hub id)")

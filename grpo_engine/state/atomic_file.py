@@ -10,10 +10,13 @@ before the rename removes the temporary file and leaves the target untouched.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from .path_limits import limits_at, name_within
 
 
 class FileWriteError(OSError):
@@ -30,8 +33,19 @@ class FileWriteError(OSError):
 
 def temporary_beside(path: Path) -> Path:
     """A hidden name next to `path`, in its directory (a rename across filesystems is no rename), ending in the
-    same suffix (matplotlib and others pick the format from it)."""
-    return path.with_name(f".{path.name}.partial-{os.getpid()}{path.suffix}")
+    same suffix (matplotlib and others pick the format from it). Never longer than the filesystem takes a name
+    when `path`'s own name fits: a target named near that limit (an `eval --output` of 240 characters) could not be
+    written at all when its temporary name, some 20 bytes longer, was over it; there the name is cut short and a
+    digest of the whole name keeps two such targets apart."""
+    tail = f".partial-{os.getpid()}"
+    name = f".{path.name}{tail}{path.suffix}"
+    name_max = limits_at(path.parent)[0]
+    if len(os.fsencode(name)) <= name_max:
+        return path.with_name(name)
+    suffix = path.suffix if len(os.fsencode(path.suffix)) <= 16 else ""
+    digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:12]
+    room = name_max - len(os.fsencode(f".~{digest}{tail}{suffix}"))
+    return path.with_name(f".{name_within(path.name, room)}~{digest}{tail}{suffix}")
 
 
 @contextmanager

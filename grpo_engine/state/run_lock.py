@@ -25,6 +25,7 @@ try:
 except ImportError:  # Windows: no flock; runs there are not protected against a second run
     fcntl = None
 
+from .path_limits import check_path_length
 from .run_files import MANIFEST, has_progress, remove_own_start
 
 LOCK_FILE = ".grpo-engine.lock"
@@ -34,7 +35,15 @@ class RunDirectoryError(RuntimeError):
     """The run directory cannot be used: not a writable directory, or held by another run."""
 
 
+class RunDirectoryMoved(RunDirectoryError):
+    """The run directory's path no longer leads to the directory the run holds."""
+
+
 OUTPUT_KEY = "run.output_dir / --output-dir"
+# A path as long as the deepest the engine writes in a run directory (a checkpoint's files while it is saved, with
+# room to spare for sharded state): a run directory whose own path fit the filesystem's PATH_MAX but left less room
+# than this failed at its first checkpoint, after the steps it was to save.
+RUN_DIRECTORY_DEEPEST = Path("checkpoints", ".tmp-checkpoint-000000", "sharded", "x" * 100)
 
 
 def resolved(path: str | Path, key: str = OUTPUT_KEY) -> Path:
@@ -50,13 +59,15 @@ def resolved(path: str | Path, key: str = OUTPUT_KEY) -> Path:
 def check_output_dir(path: str | Path, key: str = OUTPUT_KEY) -> None:
     """A clear error, before any work, when `path` cannot hold a run: a file, under a file, not writable, behind a
     loop of links, or inside another run's checkpoints/ or base_model/."""
+    check_path_length(path, key, room=len(str(RUN_DIRECTORY_DEEPEST)) + 1, room_for="the run's checkpoint files")
     resolved(path, key)
     check_writable_dir(path, key)
     check_not_inside_a_run(path, key)
 
 
 def check_writable_dir(path: str | Path, key: str) -> None:
-    """A clear error when `path` cannot be written into: a file, under a file, or not writable."""
+    """A clear error when `path` cannot be written into: a file, under a file, not writable, or a path too long."""
+    check_path_length(path, key)
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a file, not a directory")
@@ -116,7 +127,8 @@ def check_not_inside_a_run(path: str | Path, key: str) -> None:
 
 
 def check_output_file(path: str | Path, key: str = "--output") -> None:
-    """A file to write: not a directory, in a directory that can be written."""
+    """A file to write: not a directory, in a directory that can be written, its name one the filesystem takes."""
+    check_path_length(path, key)
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
@@ -166,14 +178,32 @@ class RunLock:
         os.fsync(fd)
         return cls(run_dir, fd, created)
 
+    def in_place(self) -> bool:
+        """Whether the run directory's path still leads to the directory this run holds (its lock file, this one)."""
+        if self._fd is None:
+            return True
+        held = os.fstat(self._fd)
+        try:
+            there = os.stat(self.run_dir / LOCK_FILE)
+        except OSError:
+            return False
+        return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
+
+    def moved(self, step: int) -> "RunDirectoryMoved":
+        return RunDirectoryMoved(f"the run directory {self.run_dir} was deleted, moved or replaced while the run "
+                                 f"trained: stopped after step {step}, before writing anything there; its steps since "
+                                 f"the last checkpoint saved in it are lost. Put it back and continue with --resume, "
+                                 f"or start again")
+
     def release(self) -> None:
         """Empty the file (the lock file itself stays: deleting it would let two later runs lock two files)."""
         if self._fd is None:
             return
+        in_place = self.in_place()  # a directory deleted, moved or replaced meanwhile is not this run's to tidy
         os.ftruncate(self._fd, 0)
         os.close(self._fd)  # closing drops the flock
         self._fd = None
-        if self._created is not None and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
+        if in_place and self._created is not None and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
             # a run that stopped before writing anything (bad data, a refused option) leaves no directory behind
             (self.run_dir / LOCK_FILE).unlink()
             for directory in (self.run_dir, *self.run_dir.parents):
@@ -199,7 +229,7 @@ def hold_run_directory(run_dir: str | Path) -> Iterator[Optional[RunLock]]:
     except BaseException:
         # A start that failed before its first step, where no run had got anywhere: what it wrote would only stand
         # in the way of the corrected command (a config.yaml of other options, the demo's base_model/).
-        if lock is not None and not progress_before and not has_progress(lock.run_dir):
+        if lock is not None and not progress_before and lock.in_place() and not has_progress(lock.run_dir):
             remove_own_start(lock.run_dir, present_before)
         raise
     finally:
