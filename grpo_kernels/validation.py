@@ -41,6 +41,15 @@ def _require_tensor(name: str, x: object) -> torch.Tensor:
     return x
 
 
+def check_optional_tensors(**named: object) -> None:
+    """Arguments a call may leave unused (the Liger module's reference inputs without a KL term): each None or a
+    dense tensor, whether it is read or not. Unused, any value was taken before: a string or a list in place of a
+    tensor passed silently with beta=0 and failed only once a config turned the KL term on."""
+    for name, x in named.items():
+        if x is not None:
+            _require_tensor(name, x)
+
+
 def _require_integer(name: str, x: torch.Tensor, what: str) -> None:
     if x.dtype not in _INTEGER_DTYPES:
         raise TypeError(f"{name} must be an integer tensor ({what}; int64, int32, ... or uint8), got {x.dtype}")
