@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 
 from .address_space import check_address_space, is_out_of_memory, out_of_memory_message
 from .cli_parser import CommandLineError, CommandParser
-from .cli_types import positive_int
+from .cli_types import path_text, positive_int
 from .data.demo_task import DEMO_PRESET
 from .messages import show_messages
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
@@ -134,12 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-samples", help="samples per prompt for pass@k (= --run.eval_num_samples; default 1)")
     evaluate.add_argument("--sample", action="store_true", help="sample at rollout.temperature even with one sample")
     evaluate.add_argument("--batch-size", type=positive_int, default=64, help="completions generated at once")
-    evaluate.add_argument("--output", help="also write the metrics to this JSON file")
+    evaluate.add_argument("--output", type=path_text, help="also write the metrics to this JSON file")
     _add_config_flags(evaluate)
 
     plot = sub.add_parser("plot", help=f"PNG of a run directory's {PLOT_CURVES}", allow_abbrev=False)
-    plot.add_argument("run_dir")
-    plot.add_argument("--output", help="PNG path (default RUN_DIR/curves.png)")
+    plot.add_argument("run_dir", type=path_text)
+    plot.add_argument("--output", type=path_text, help="PNG path (default RUN_DIR/curves.png)")
 
     from .tools.serve import add_serve_arguments
 

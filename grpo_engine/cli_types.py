@@ -90,3 +90,17 @@ def file_name(text: str) -> str:
 
 
 file_name.__name__ = "name"
+
+
+def path_text(text: str) -> str:
+    """An argparse type: a path of a form a file system takes (no control character, within its length bounds),
+    refused naming the flag before anything looks for it (past the bounds that look was an OSError naming nothing)."""
+    from .config.path_form import path_form_problem
+
+    problem = path_form_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"expected {problem}, got {text[:40]!r}{'...' if len(text) > 40 else ''}")
+    return text
+
+
+path_text.__name__ = "path"

@@ -22,7 +22,7 @@ from .messages import shown
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
                         token_inputs, token_metrics)
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
-                         check_kept_token_ids, check_linear_inputs,
+                         check_kept_token_ids, check_linear_inputs, check_logit_factors,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
                          check_targets, check_temperature, check_workspace, outside_inference_mode)
 
@@ -81,10 +81,12 @@ def _device_of(x: object) -> torch.device:
 
 def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], temperature: float,
           logit_transform: Optional[LogitTransform], process_group: Optional[object], backend: str,
-          kept_token_ids: Optional[torch.Tensor], names: ArgumentNames) -> LMHead:
+          kept_token_ids: Optional[torch.Tensor], names: ArgumentNames, temperature_name: str = "temperature"
+          ) -> LMHead:
     """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved; an explicit
     backend that does not declare what the call needs (its registry entry) is refused here, before any work."""
     transform = check_logit_transform(logit_transform)
+    check_logit_factors(transform, temperature, temperature_name)
     if backend != AUTO:
         refuse_unsupported(backend, kept_sets=kept_token_ids is not None, transformed=not transform.is_identity,
                            compiling=not _checking_values(),
@@ -249,7 +251,7 @@ def fused_linear_grpo_loss_named(
     config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
                                    advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids,
-                 names)
+                 names, temperature_name="config.temperature")
     workspace_bytes = None if workspace_bytes is None else check_workspace(workspace_bytes)
     values = _checking_values()
     H = hidden.shape[-1]

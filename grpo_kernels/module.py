@@ -23,7 +23,8 @@ from .losses import get_loss_type, loss_param_aliases
 from .keywords import keywords_checked, refuse_unknown_keywords
 from .messages import shown
 from .scalars import integer_value
-from .validation import check_kept_token_ids, check_linear_inputs, check_loss_inputs, check_targets, check_workspace
+from .validation import (check_kept_token_ids, check_linear_inputs, check_loss_inputs, check_optional_tensors,
+                         check_targets, check_workspace)
 
 
 # Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
@@ -146,6 +147,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         `kept_token_ids` [B, T, K]: the sampler's kept-token sets (see `fused_linear_grpo_loss`); reference log-probs
         computed here use them too.
         """
+        # the reference's inputs, which Liger's semantics may leave unread (use_ref_model=False, beta=0, or
+        # ref_per_token_logps beside ref_input): of the kind they must be all the same, before any work
+        check_optional_tensors(ref_per_token_logps=ref_per_token_logps, ref_input=ref_input, ref_weight=ref_weight,
+                               ref_bias=ref_bias)
         if not isinstance(selected_token_ids, torch.Tensor) or selected_token_ids.dim() != 2:
             raise ValueError(f"selected_token_ids must be a [B, T] tensor, got {shown(selected_token_ids)}")
         B, T = selected_token_ids.shape

@@ -13,7 +13,7 @@ import torch
 from .argument_names import LOSS_NAMES, ArgumentNames
 from .config import MIN_TEMPERATURE, GRPOLossConfig
 from .losses import get_loss_type, validate_loss_params
-from .head import IDENTITY, LogitTransform
+from .head import IDENTITY, LMHead, LogitTransform
 from .messages import shown
 from .scalars import finite_real, integer_value
 
@@ -39,6 +39,15 @@ def _require_tensor(name: str, x: object) -> torch.Tensor:
         raise TypeError(f"{name} must be a dense (strided) tensor, got a {kind} one; convert it first "
                         f"(.to_dense(), .dequantize(), or pad a nested tensor)")
     return x
+
+
+def check_optional_tensors(**named: object) -> None:
+    """Arguments a call may leave unused (the Liger module's reference inputs without a KL term): each None or a
+    dense tensor, whether it is read or not. Unused, any value was taken before: a string or a list in place of a
+    tensor passed silently with beta=0 and failed only once a config turned the KL term on."""
+    for name, x in named.items():
+        if x is not None:
+            _require_tensor(name, x)
 
 
 def _require_integer(name: str, x: torch.Tensor, what: str) -> None:
@@ -186,6 +195,38 @@ def check_logit_transform(transform: object) -> LogitTransform:
         raise TypeError(f"logit_transform must be a grpo_kernels.LogitTransform (or None), got "
                         f"{type(transform).__name__}")
     return transform
+
+
+# The largest factor the softmax's logits may be multiplied by: scale / temperature (softcap / temperature and
+# scale / softcap with a soft-cap), LMHead.logit_constants, which every backend multiplies float32 logits by. The
+# same bound as MIN_TEMPERATURE's (1 / 1e-30): a LogitTransform(scale=1e200), or a scale of 1e30 over a temperature
+# of 1e-30, is each finite alone, but its factor is infinite in float32 and every log-prob came back NaN, silently.
+# The scale and the soft-cap themselves too: the reference multiplies float32 logits by each before the temperature.
+# With a soft-cap the backward also divides by softcap / temperature (the tanh from the capped logits): below
+# 1 / MAX_LOGIT_FACTOR its reciprocal left float32 (softcap=1 at temperature=1e39) and every gradient was NaN.
+MAX_LOGIT_FACTOR = 1 / MIN_TEMPERATURE
+
+
+def check_logit_factors(transform: LogitTransform, temperature: float, temperature_name: str = "temperature") -> None:
+    """The constants the kernels multiply the logits by, each at most MAX_LOGIT_FACTOR in magnitude, and the
+    soft-cap's outer factor (which the backward divides by) at least its reciprocal."""
+    # the head's own constants, as every backend computes them (they read no weight)
+    inv_tau, cap_scale = LMHead(None, temperature=temperature, transform=transform).logit_constants
+    # the reference (and a model) also multiply float32 logits by the scale, and divide them by the soft-cap, alone
+    factors = [abs(inv_tau), abs(transform.scale)] + ([] if cap_scale is None else [abs(cap_scale), transform.softcap])
+    largest = max(factors)
+    problem = None
+    if not largest <= MAX_LOGIT_FACTOR:
+        problem = f"has a logit factor of {largest:g}, past {MAX_LOGIT_FACTOR:g} (float32 logits times more " \
+                  "overflow to NaN log-probs)"
+    elif cap_scale is not None and inv_tau < 1 / MAX_LOGIT_FACTOR:
+        problem = f"caps the logits at softcap / temperature = {inv_tau:g}, below {1 / MAX_LOGIT_FACTOR:g} (the " \
+                  "backward divides by it in float32: NaN gradients)"
+    if problem:
+        raise ValueError(f"logit_transform (scale={transform.scale:g}, softcap={transform.softcap}) with "
+                         f"{temperature_name}={temperature:g} {problem}; keep scale, softcap and their ratios to "
+                         f"each other and to the temperature at most {MAX_LOGIT_FACTOR:g} in magnitude, and softcap / "
+                         f"temperature at least {1 / MAX_LOGIT_FACTOR:g}")
 
 
 def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], check_finite: bool = True,

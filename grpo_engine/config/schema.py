@@ -33,6 +33,7 @@ from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backe
                                 rollout_backend_names)
 from .loss_params import check_loss_params
 from ..state.path_limits import PathTooLong, check_path_length
+from .path_form import path_form_problem
 
 # ----------------------------------------------------------------------------------------------- value types
 
@@ -100,6 +101,13 @@ def _local_through_a_link(name: str) -> None:
         raise ValueError(f"a local path, and {link}: fix the link or name the file itself (not read as a Hub id)")
 
 
+def _path_form(name: str) -> str:
+    problem = path_form_problem(name)  # a name no file system takes, refused before any look for it
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
 def _model_location(name: str) -> str:
     _local_through_a_link(name)
     if not user_path(name).is_dir() and not is_hub_id(name):
@@ -114,9 +122,11 @@ def _data_location(name: str) -> str:
     return name
 
 
-FilePath = Annotated[str, AfterValidator(expand_user), PATH]
-ModelLocation = Annotated[str, AfterValidator(_model_location), AfterValidator(expand_user), PATH]
-DataLocation = Annotated[str, AfterValidator(_data_location), AfterValidator(expand_user), PATH]
+FilePath = Annotated[str, AfterValidator(_path_form), AfterValidator(expand_user), PATH]
+ModelLocation = Annotated[str, AfterValidator(_path_form), AfterValidator(_model_location), AfterValidator(expand_user),
+                          PATH]
+DataLocation = Annotated[str, AfterValidator(_path_form), AfterValidator(_data_location), AfterValidator(expand_user),
+                         PATH]
 
 
 def _one_as_list(value: Any) -> Any:

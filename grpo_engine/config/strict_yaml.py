@@ -16,6 +16,7 @@ import yaml
 
 from ..state.bounded_read import special_file_kind
 from .errors import ConfigError
+from .path_form import path_form_problem
 
 # YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), in the order PyYAML tries them.
 _CORE_SCALARS = (
@@ -183,6 +184,9 @@ def read_yaml(path: str | Path) -> dict:
     """A config file's mapping of sections."""
     path = Path(path)
     source = f"config file {str(path)!r}"
+    problem = path_form_problem(str(path))
+    if problem:  # before any look at it: past the system's bounds that look failed with an OSError naming nothing
+        raise ConfigError(f"{source}: expected {problem}")
     if path.is_dir():
         raise ConfigError(f"{source} is a directory, not a YAML file")
     kind = special_file_kind(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..data.row_values import RowValueError, strict_json_hooks
+from .generation_file import GenerationSettings, TokenIdSettings, settings_problem, vocab_size_of
 from ..state.bounded_read import FileBoundError, read_bounded_bytes, parse_json, special_file_kind
 
 # What the loaders open in a model directory, by name or by suffix.
@@ -43,6 +44,7 @@ def check_model_files(directory: Path) -> None:
         kind = "a directory" if entry.is_dir() else special_file_kind(entry)
         if kind is not None:
             raise ModelFileError(f"{entry} is {kind}, not a regular file: the model's loaders read it as a file")
+    settings: dict[str, dict] = {}
     for name in CONFIG_FILES:
         path = directory / name
         if not path.is_file():
@@ -56,6 +58,8 @@ def check_model_files(directory: Path) -> None:
             raise ModelFileError(f"{path} is not valid JSON ({_one_line(exc)})") from None
         if not isinstance(value, dict):
             raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object of settings")
+        settings[name] = value
+    _check_token_settings(directory, settings)
     if (directory / "config.json").is_file():
         from transformers import AutoConfig
 
@@ -64,3 +68,20 @@ def check_model_files(directory: Path) -> None:
         except Exception as exc:  # transformers' and huggingface_hub's validation errors, of several types
             raise ModelFileError(f"{directory / 'config.json'} is not a configuration transformers accepts "
                                  f"({_one_line(exc)})") from None
+
+
+def _check_token_settings(directory: Path, settings: dict[str, dict]) -> None:
+    """config.json's special token ids (its text part's too) and generation_config.json's settings, each of its type
+    and range, every token id inside config.json's vocabulary (transformers only warns of one outside it)."""
+    config = settings.get("config.json", {})
+    vocab_size = vocab_size_of(config)
+    parts = [("config.json", config, TokenIdSettings)]
+    if isinstance(config.get("text_config"), dict):
+        parts.append(("config.json text_config", config["text_config"], TokenIdSettings))
+    if "generation_config.json" in settings:
+        parts.append(("generation_config.json", settings["generation_config.json"], GenerationSettings))
+    for where, values, schema in parts:
+        problem = settings_problem(values, schema, vocab_size)
+        if problem:
+            file, _, part = where.partition(" ")
+            raise ModelFileError(f"{directory / file}: {part + '.' if part else ''}{problem}")

@@ -12,6 +12,7 @@ against them when it loads, so a missing column stops the run before the model l
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -326,7 +327,27 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no callable {attr!r}")
+    kind = _no_scores_kind(fn)
+    if kind:
+        raise RewardFunctionError(f"reward function {spec!r}: {attr!r} is {kind}, and calling it returns no list of "
+                                  "scores; write a plain function (def) that returns one score per completion")
     return fn
+
+
+def _no_scores_kind(fn: Callable) -> Optional[str]:
+    """What `fn` is when calling it cannot return the list of scores (the engine calls it, and awaits or iterates
+    nothing): a class (its call makes an instance), an async function (a coroutine), a generator function (a
+    generator). Each was refused only after a whole rollout, by what it returned (a coroutine also warned that it
+    was never awaited). A functools.partial of one is one too."""
+    if inspect.isclass(fn):
+        return "a class"
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        return "an async function"
+    if inspect.isasyncgenfunction(fn):
+        return "an async generator function"
+    if inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None)):
+        return "a generator function"
+    return None
 
 
 def import_failure(exc: BaseException) -> str:
@@ -361,8 +382,8 @@ def code_fingerprint(rewards: list[NamedReward]) -> Optional[dict[str, Any]]:
     """What a checkpoint keeps of the user's reward code: a SHA-256 over the source files of the modules that
     define the reward functions (the built-in rewards are the engine's own code), so a resume can say the rewards
     changed under it. None when every reward is built in."""
-    files = sorted({Path(inspect.getsourcefile(reward.fn) or "") for reward in rewards
-                    if not _is_builtin(reward.fn) and inspect.getsourcefile(reward.fn)})
+    sources = [_source_file(reward.fn) for reward in rewards if not _is_builtin(reward.fn)]
+    files = sorted({Path(source) for source in sources if source})
     if not files:
         return None
     digest = hashlib.sha256()
@@ -370,6 +391,20 @@ def code_fingerprint(rewards: list[NamedReward]) -> Optional[dict[str, Any]]:
         digest.update(str(path).encode("utf-8", "replace") + b"\0")
         digest.update(path.read_bytes() if path.is_file() else b"")
     return {"source": ", ".join(path.name for path in files), "rows": len(files), "sha256": digest.hexdigest()}
+
+
+def _source_file(fn: Callable) -> Optional[str]:
+    """The file that defines a reward: a function's or method's own, a functools.partial's function's, a callable
+    object's class's; None for one with no Python source (a C function such as math.fsum). inspect.getsourcefile
+    takes functions, methods and classes only: a partial or a callable object failed the run with its TypeError."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isclass(fn)):
+        fn = type(fn)
+    try:
+        return inspect.getsourcefile(fn)
+    except TypeError:  # a built-in class or function: no source file
+        return None
 
 
 def _is_builtin(fn: RewardFunction) -> bool:

@@ -1,0 +1,109 @@
+"""Property test of the FORM of every path setting (the schema's PathSetting keys: run.output_dir, run.resume,
+data.path, model.name_or_path, ...), as a YAML file or a flag gives it: a name with a control character in it (NUL,
+a line break, a tab, an escape, C1 controls), a name longer than a file system's 255 bytes, a path longer than its
+4095. Each is refused when the config loads, in one line naming the key, before anything looks for the file;
+any other name of a legal form is not refused for its form. Before, NUL and line breaks were taken (a run directory
+named over two lines), and an over-long name failed at the first look with "OSError: File name too long", naming
+no key."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grpo_engine.config import ConfigError, load_config
+from setting_kinds import path_keys
+
+DERANDOMIZE = bool(os.environ.get("CI"))
+NAME_MAX_BYTES, PATH_MAX_BYTES = 255, 4095  # Linux's and macOS's bounds on a file name and a whole path
+CONTROLS = [chr(c) for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))]
+# a name's characters: ASCII, accented and wide letters (2-4 bytes in UTF-8), and a control character now and then
+NAME_CHARS = st.one_of(st.sampled_from("abcxyz019_-."), st.sampled_from("éü漢字🙂"), st.sampled_from(CONTROLS))
+
+
+@st.composite
+def path_values(draw):
+    """(a path, what is wrong with its form or None): names of 1 to 300 characters joined by '/'."""
+    names = draw(st.lists(st.one_of(st.text(NAME_CHARS, min_size=1, max_size=12),
+                                    st.text(st.sampled_from("ab漢"), min_size=80, max_size=300)),
+                          min_size=1, max_size=draw(st.sampled_from([3, 40]))))
+    value = draw(st.sampled_from(["", "/tmp/", "~/"])) + "/".join(names)
+    encoded = os.fsencode(os.path.expanduser(value))
+    if any(char in CONTROLS for char in value):
+        return value, "control"
+    if len(encoded) > PATH_MAX_BYTES:
+        return value, "long path"
+    if any(len(part) > NAME_MAX_BYTES for part in encoded.split(b"/")):
+        return value, "long name"
+    return value, None
+
+
+@settings(max_examples=200, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(key=st.sampled_from(path_keys()), case=path_values())
+def test_a_path_of_an_impossible_form_is_refused_naming_the_key(key, case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative path looks here (nothing of these names exists)
+    value, fault = case
+    overrides = {key: value}
+    try:
+        load_config(overrides=overrides)
+    except ConfigError as exc:
+        message = str(exc)
+        assert "\n" not in message and message.startswith(f"{key}: "), message
+        if not value.strip():  # blank ('\t', '\n'): refused as naming nothing, by the rule for every text setting
+            assert "non-empty text" in message, message
+        elif fault is not None:
+            assert "a path" in message and ("control" in message) == (fault == "control"), (fault, message)
+        else:  # a legal form: refused, if at all, for something else (no such model directory, no data file)
+            assert "control characters" not in message and "the system's bound" not in message, message
+        return
+    except OSError as exc:  # the look for the file, past the file system's bounds: what the form check prevents
+        raise AssertionError(f"{key}={value!r} reached the file system: {exc}") from None
+    assert fault is None, f"{key}={value!r} was taken with {fault}"
+
+
+class _WorkStarted(Exception):
+    """The command accepted its arguments and began its work."""
+
+
+# The paths the command line takes that are no config key: each command's arguments before the path, and the work
+# it starts once they are accepted (replaced here by a sentinel).
+CLI_PATHS = {"--config": (["train", "--config"], None),
+             "plot run_dir": (["plot"], ("grpo_engine.state.plot", "plot_run")),
+             "plot --output": (["plot", ".", "--output"], ("grpo_engine.state.plot", "plot_run")),
+             "eval --output": (["eval", "--model", "org/name", "--output"], ("grpo_engine.tools.evaluate", "run_eval"))}
+
+
+@settings(max_examples=100, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(where=st.sampled_from(sorted(CLI_PATHS)), case=path_values())
+def test_a_command_line_path_of_an_impossible_form_is_one_line_naming_its_argument(where, case, tmp_path, monkeypatch,
+                                                                                    capsys):
+    import importlib
+
+    from grpo_engine.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    value, fault = case
+    argv, work = CLI_PATHS[where]
+
+    def started(*args, **kwargs):
+        raise _WorkStarted
+
+    if work is not None:
+        monkeypatch.setattr(importlib.import_module(work[0]), work[1], started)
+    try:
+        outcome = str(main([*argv, value]))
+    except _WorkStarted:
+        outcome = "accepted"
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("note: ")]
+    assert "Traceback" not in err and "OSError" not in err and "Errno" not in err, err
+    if fault is None:  # a legal form: taken, or refused for something else (no such config file, run directory)
+        assert "control characters" not in err and "the system's bound" not in err, err
+        return
+    assert outcome in ("1", "2") and len(lines) == 1, (outcome, err)
+    named = "config file" if where == "--config" else where.split()[-1]
+    assert named in lines[0] and "expected a path" in lines[0], (where, lines)
