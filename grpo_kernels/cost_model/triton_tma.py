@@ -172,7 +172,7 @@ def _dz_tiles_phase(phase: Phase, p: Problem) -> Phase:
     if phase.name != PASS_2_LOGITS:
         return phase
     rows, columns, H = phase.gemm_shape
-    c, config = p.itemsize, _persistent(p)
+    c, config = p.itemsize, GPU_CONFIGS["sm90"]["persistent_dz"][dtype_class(p.itemsize == 4)]
     groups = math.ceil(rows / (config.block_n * PERSISTENT_GROUP_N))
     return PersistentKernelPhase("pass 2: persistent TMA dz tiles", flops=phase.flops,
                                  hbm_bytes=rows * H * c + groups * columns * H * c + rows * columns * c

@@ -173,7 +173,7 @@ def all_targets(heaviest_only: bool = False, dtypes: tuple = DTYPES) -> list[Com
         out += _targets("_chunk_grad_kernel", "chunk_grad", arch, dtype, _grid(HAS_ENT_GRAD=ent, SOFTCAP=cap), False,
                         hot_path=True)
         # and the two-pass backward's tiles, dz formed in the epilogue (persistent_grad.py)
-        out += _targets("_persistent_dz_kernel", "persistent", arch, dtype,
+        out += _targets("_persistent_dz_kernel", "persistent_dz", arch, dtype,
                         _grid(HAS_BIAS=bias, HAS_ENT_GRAD=ent, SOFTCAP=cap), True,
                         fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True)
         out += _targets("_logits_forward_kernel", "logits", arch, dtype, [{}], False)

@@ -64,18 +64,20 @@ class KernelConfig:
 # A table's entries: "forward" the partial-statistics kernel of both linear forwards (log-probs and the GRPO
 # epilogue), "merge" the split merge, "grad_hidden" / "grad_weight" the backward's two orientations, "grad_tiles"
 # the opt-in one-kernel backward (tile_backward.py), "logits" the logits-input kernels, "persistent" the
-# persistent TMA forward (persistent_forward.py), "chunk_grad" its token-chunk backward's dz pass (chunk_grad.py).
+# persistent TMA forward (persistent_forward.py), "chunk_grad" its token-chunk backward's dz pass (chunk_grad.py),
+# "persistent_dz" the two-pass backward's dz tiles (persistent_grad.py).
 SIXTEEN_BIT, FLOAT32 = "16bit", "fp32"
 
 _MERGE = KernelConfig(block_n=128, block_v=1, num_warps=4, num_stages=1)
 _LOGITS = KernelConfig(block_n=4, block_v=1024, num_warps=4, num_stages=2)
 
 
-def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple, grad_tiles: tuple, persistent: tuple
-           ) -> dict[str, dict[str, KernelConfig]]:
-    """One architecture's table from (16-bit, float32) entries of the linear kernels."""
+def _table(forward: tuple, grad_hidden: tuple, grad_weight: tuple, grad_tiles: tuple, persistent: tuple,
+           persistent_dz: tuple | None = None) -> dict[str, dict[str, KernelConfig]]:
+    """One architecture's table from (16-bit, float32) entries of the linear kernels; persistent_dz defaults to the
+    persistent forward's tiles and pipeline."""
     linear = {"forward": forward, "grad_hidden": grad_hidden, "grad_weight": grad_weight, "grad_tiles": grad_tiles,
-              "persistent": persistent}
+              "persistent": persistent, "persistent_dz": persistent_dz or persistent}
     table = {name: {SIXTEEN_BIT: pair[0], FLOAT32: pair[1]} for name, pair in linear.items()}
     return table | {"logits": {SIXTEEN_BIT: _LOGITS, FLOAT32: _LOGITS}, "merge": {SIXTEEN_BIT: _MERGE, FLOAT32: _MERGE},
                     "chunk_grad": {SIXTEEN_BIT: _chunk_grad(persistent[0]), FLOAT32: _chunk_grad(persistent[1])}}
@@ -136,7 +138,10 @@ GPU_CONFIGS: dict[str, dict[str, dict[str, KernelConfig]]] = {
                    grad_hidden=(KernelConfig(64, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
                    grad_weight=(KernelConfig(128, 64, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
                    grad_tiles=(KernelConfig(128, 128, 32, num_warps=8, num_stages=3), _BACKWARD_FLOAT32["sm80"]),
-                   persistent=_PERSISTENT["sm80"]),
+                   persistent=_PERSISTENT["sm80"],
+                   # 16-bit: the forward's 128 x 64 x 32 at 8 warps spills 8-16 B in some variant at 1-4 stages
+                   # under triton 3.6 or 3.9 (the kernel reports); 64 x 64 at 4 warps builds clean under both
+                   persistent_dz=(KernelConfig(64, 64, 32, num_warps=4, num_stages=3), _PERSISTENT["sm80"][1])),
 }
 # Other CUDA GPUs (Volta, Turing, Blackwell...): the Ampere table, the most conservative.
 GPU_CONFIGS["default"] = GPU_CONFIGS["sm80"]
@@ -152,6 +157,7 @@ INTERPRETER_CONFIGS: dict[str, KernelConfig] = {
     "merge": KernelConfig(32, 1), "logits": KernelConfig(16, 64),
     # the dz kernel's tile is the forward's vocabulary tile, one running maximum a row (launch.chunk_grad_ asserts it)
     "persistent": _INTERPRETER_PERSISTENT, "chunk_grad": KernelConfig(16, _INTERPRETER_PERSISTENT.block_v),
+    "persistent_dz": _INTERPRETER_PERSISTENT,
 }
 
 

@@ -135,7 +135,7 @@ def persistent_dz(hidden, head, targets, lse, entropy, grad_logps, grad_entropy,
     from .persistent_grad import persistent_dz as launch_dz
 
     upcast, precision = _linear_options(hidden.dtype)
-    config = config_for("persistent", hidden.dtype, hidden.device)
+    config = config_for("persistent_dz", hidden.dtype, hidden.device)
     return launch_dz(*padded_to_block_k(hidden, head, config.block_k), targets, lse, entropy, grad_logps,
                      grad_entropy, v0, out, config, upcast, precision)
 

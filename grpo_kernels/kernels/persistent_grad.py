@@ -17,7 +17,8 @@ the next group, so the resident programs share hidden blocks and each weight til
 Determinism: each dz element is written once, by the program of its tile, from its row's statistics and one dot
 product whose K order is fixed; which program runs an item changes no arithmetic.
 
-Cost (bf16 on Hopper, the "persistent" table entry: 128 x 128 x 64 tiles, 8 warps, 4 stages): 2 N C H tensor-core
+Cost (bf16 on Hopper, the "persistent_dz" table entry, the persistent forward's: 128 x 128 x 64 tiles, 8 warps,
+4 stages): 2 N C H tensor-core
 work; one exponential a logit; HBM: the weight slice once per group of token blocks, the hidden rows once, N C x the
 input's bytes of dz written.
 """

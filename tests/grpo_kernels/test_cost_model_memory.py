@@ -148,7 +148,8 @@ def _dtype_name(shape: Shape) -> str:
 TRITON_SHAPE = Shape(B=2, T=64, H=1024, V=25600)  # the 100 MiB float32 head, 128 tokens
 # the interpreter's kernel table for this test: tiles large enough that a step at this head takes seconds; the dz
 # kernel's tile is the forward's (launch.chunk_grad_ asserts it)
-TRITON_TABLE = {"persistent": KernelConfig(32, 512, 256, split_tiles=4), "chunk_grad": KernelConfig(32, 512)}
+TRITON_TABLE = {"persistent": KernelConfig(32, 512, 256, split_tiles=4), "chunk_grad": KernelConfig(32, 512),
+                "persistent_dz": KernelConfig(32, 512, 256)}
 # 64 tokens a chunk (configs.stored_rows_within: 65 float32 rows' bytes hold 64 rows of float32 exponentials and their
 # maxima per 512 columns), two chunks; the two-pass route's gradient tiles in the same workspace
 TRITON_WORKSPACE = 65 * 4 * TRITON_SHAPE.V
