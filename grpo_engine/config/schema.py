@@ -95,7 +95,7 @@ def _local_through_a_link(name: str) -> None:
     try:  # asking the filesystem about such a path fails with ENAMETOOLONG and the whole path
         check_path_length(expand_user(name), "")
     except PathTooLong as exc:
-        raise ValueError(f"a path the filesystem takes ({exc.reason})") from None
+        raise ValueError(exc.reason) from None
     link = broken_link(user_path(name))
     if link:
         raise ValueError(f"a local path, and {link}: fix the link or name the file itself (not read as a Hub id)")

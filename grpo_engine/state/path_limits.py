@@ -68,13 +68,13 @@ def check_path_length(path: str | Path, key: str, room: int = 0, room_for: str =
     for name in Path(path).parts:
         size = len(os.fsencode(name))
         if size > name_max:
-            raise PathTooLong(key, path, f"the name {shown(name, 40)} is {size} bytes long, over the {name_max} "
-                                         f"bytes a name may have on this filesystem; shorten it")
+            raise PathTooLong(key, path, f"expected a path whose every name is at most {name_max} bytes on this "
+                                         f"filesystem; the name {shown(name, 40)} is {size} bytes long: shorten it")
     size = len(os.fsencode(os.path.abspath(path)))
     if size + room >= path_max:
         below = f", leaving less than the {room} bytes {room_for} need below it" if room else ""
-        raise PathTooLong(key, path, f"the path is {size} bytes long{below}; a path may have at most {path_max - 1} "
-                                     f"bytes on this filesystem: use a shorter one")
+        raise PathTooLong(key, path, f"expected a path of at most {path_max - 1} bytes on this filesystem; this one "
+                                     f"is {size} bytes long{below}: use a shorter one")
 
 
 def name_within(name: str, name_max: int) -> str:

@@ -110,7 +110,7 @@ def _persistent_stats_kernel(
         store_partial(partial_ptr, split, N, splits, rows, row_ok, run_max, sum_exp, sum_exp_z, target_z)
 
 
-def _set_descriptor_allocator() -> None:
+def set_descriptor_allocator() -> None:
     """In-kernel descriptors take a scratch buffer (128 bytes a program) from triton's allocator."""
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8,
                                                                      device="cuda" if torch.cuda.is_available()
@@ -150,7 +150,7 @@ def persistent_partial_stats(hidden: torch.Tensor, head, targets: torch.Tensor, 
     if store:
         assert chunk.shape == (N, V) and tile_max.shape == (N, triton.cdiv(V, config.block_v))
         assert chunk.dtype == hidden.dtype and tile_max.dtype == torch.float32 and tile_max.stride(1) == 1
-    _set_descriptor_allocator()
+    set_descriptor_allocator()
     _persistent_stats_kernel[(programs,)](
         hidden, weight, bias if bias is not None else hidden, targets, partial,
         chunk if store else hidden, tile_max if store else partial,

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from . import interpreter_compat  # noqa: F401  (runtime-bounded loops under triton 3.6's interpreter)
 from .configs import PERSISTENT_GROUP_N, KernelConfig
-from .persistent_forward import (_set_descriptor_allocator, descriptor_ready, descriptor_tile_dot,
+from .persistent_forward import (set_descriptor_allocator, descriptor_ready, descriptor_tile_dot,
                                  operand_descriptors, programs_for)
 from .tiles import head_transform_args, load_row_stats, softmax_grad_from_p, transform_logits
 
@@ -94,7 +94,7 @@ def persistent_dz(hidden: torch.Tensor, head, targets: torch.Tensor, lse: torch.
     items = triton.cdiv(N, config.block_n) * triton.cdiv(columns, config.block_v)
     programs = programs_for(hidden.device, items)
     g = g.float().contiguous()
-    _set_descriptor_allocator()
+    set_descriptor_allocator()
     _persistent_dz_kernel[(programs,)](
         hidden, weight, bias if bias is not None else hidden, targets, lse, entropy, g,
         e.float().contiguous() if e is not None else g, out,
