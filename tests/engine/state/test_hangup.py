@@ -71,6 +71,9 @@ def test_a_hangup_stops_at_the_step_boundary_with_a_checkpoint(output, sig, wait
         terminal = os.ttyname(slave) if slave is not None else None
 
         def take_terminal() -> None:  # the pty becomes the child's controlling terminal: its hangup sends SIGHUP
+            # a run started from a terminal: SIGHUP at its default, even where these tests run under nohup (an
+            # ignored signal stays ignored across exec, and the run rightly keeps ignoring it)
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
             if terminal is not None:
                 os.close(os.open(terminal, os.O_RDWR))
 
