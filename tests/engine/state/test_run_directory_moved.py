@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def _act(run_dir: Path, action: str) -> None:
 @given(action=st.sampled_from([*ACTIONS, "lock file replaced", "nothing", "files written in it"]),
        files=st.lists(st.sampled_from(["metrics.jsonl", "config.yaml", "checkpoints"]), unique=True))
 def test_the_held_directory_is_in_place_until_its_path_leads_elsewhere(action, files, tmp_path):
-    root = Path(os.path.realpath(tmp_path)) / f"case-{len(os.listdir(tmp_path))}"
+    root = Path(os.path.realpath(tmp_path)) / f"case-{uuid.uuid4().hex[:12]}"  # unique: examples delete theirs
     run_dir = root / "run"
     lock = RunLock.acquire(run_dir)
     try:
@@ -71,7 +72,9 @@ SMALL = ["--run.warm_start_steps", "0", "--run.progress_bar", "false", "--run.pl
 def test_a_run_whose_directory_is_moved_stops_in_one_line_and_writes_nothing_there(action, at_call, tmp_path,
                                                                                 monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(SUPPORT))
-    run_dir = Path(os.path.realpath(tmp_path)) / f"run-{len(os.listdir(tmp_path))}"
+    # a name no earlier example used: the reward counts its calls per run directory, and a deleted directory's name
+    # counted by what is left in tmp_path came round again (its calls already past MOVED_AT_CALL: nothing moved)
+    run_dir = Path(os.path.realpath(tmp_path)) / f"run-{uuid.uuid4().hex[:12]}"
     monkeypatch.setenv("MOVED_RUN_DIR", str(run_dir))
     monkeypatch.setenv("MOVED_RUN_DIR_ACTION", action)
     monkeypatch.setenv("MOVED_AT_CALL", str(at_call))  # 1: while the evaluation before training is scored

@@ -104,10 +104,11 @@ def test_problems_flags_spills_and_missing_wgmma():
 
 @pytest.mark.slow  # compiles every kernel for sm_90a / sm_80 in a process of its own
 def test_the_hopper_recipe_is_on_the_hot_path(report):
-    """The persistent forward is built for Hopper with TMA loads and wgmma in every 16-bit variant, and every
-    hot-path Hopper tensor-core build has both (problems() fails the run otherwise; this says they exist)."""
+    """The persistent forward and the two-pass backward's dz kernel are built for Hopper with TMA loads and wgmma in
+    every 16-bit variant, and every hot-path Hopper tensor-core build has both (problems() fails the run otherwise;
+    this says they exist)."""
     recipe = [r for r in report if r["hot_path"] and r["arch"] == "sm90" and r["tensor_cores"]]
-    assert {r["kernel"] for r in recipe} == {"_persistent_stats_kernel"}
+    assert {r["kernel"] for r in recipe} == {"_persistent_stats_kernel", "_persistent_dz_kernel"}
     assert {r["dtype"] for r in recipe} == {"bf16"}  # the subset this fixture compiles (fp16 in the full report)
     assert all(r["tma_loads"] > 0 and r["wgmma"] > 0 and r["stack_bytes"] == 0 for r in recipe)
 
