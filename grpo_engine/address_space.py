@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .resource_limits import soft_limit
+
 # torch, transformers and their libraries map about 1 GiB of address space before any model loads (the built-in
 # demo's whole run fits in 1.2 GiB; 0.6 GiB stops torch's import).
 MIN_ADDRESS_SPACE = 2**30
@@ -27,13 +29,7 @@ class AddressSpaceTooSmall(RuntimeError):
 
 def address_space_limit() -> Optional[int]:
     """The soft RLIMIT_AS in bytes, or None when there is none (or the platform has no such limit)."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    except (ImportError, AttributeError, OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+    return soft_limit("RLIMIT_AS")
 
 
 def _limit_text(limit: int) -> str:

@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from ..resource_limits import soft_limit
+
 # What a file holds besides the tensors (names, shapes, the pickle's structure), and a margin for it.
 FILE_OVERHEAD = 2**16
 
@@ -24,13 +26,7 @@ class FileSizeLimitTooSmall(RuntimeError):
 
 def file_size_limit() -> Optional[int]:
     """The soft RLIMIT_FSIZE in bytes, or None when there is none."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    except (ImportError, AttributeError, OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+    return soft_limit("RLIMIT_FSIZE")
 
 
 def size_text(size: float) -> str:
