@@ -1,16 +1,18 @@
-"""One short check of the Triton backend on a CUDA GPU (under two minutes on an H200):
+"""One short check of the Triton backends on a CUDA GPU ((a) and (b) took 13 s on the second H200 run; (c) has not
+run on a GPU yet):
 
-(a) exact: at N 1024, H 1024, V 32768 (bf16, a bias) the token-level loss and its gradients (hidden, weight,
-    bias) of every backend of Triton kernels (the registry's triton_kernels entries: the deterministic default and
-    the opt-in atomic backward), and the no-grad log-probs, against the float64 reference (grpo_kernels.reference),
+(a) exact: at N 1024, H 1024, V 32768 (bf16, a bias) the token-level and the sequence-level loss (GSPO's ratio
+    with the KL term: triton_tma's two passes, its dz tiles by the persistent kernel) and their gradients (hidden,
+    weight, bias) of every backend of Triton kernels (the registry's triton_kernels entries: the deterministic
+    default, the opt-in atomic backward, the Hopper recipe), and the no-grad log-probs, against the float64 reference (grpo_kernels.reference),
     with the test suite's bfloat16 tolerances; batch invariance (rows alone vs in the batch, bitwise) and a
     bitwise-repeatable backward for each backend that declares itself deterministic;
 (b) time: no-grad log-probs and the token-level loss (dapo, beta 0.04, forward + backward) at S1 (N 8192,
     H 4096, V 151936, bf16), median of triton.testing.do_bench, beside the bare torch.mm GEMM floor (1 GEMM for
     log-probs, 3 for the loss) and the gemm backend;
 (c) the Hopper recipe (triton_tma: the persistent TMA forward, token chunks) at S1-S3: no-grad log-probs against
-    one torch.mm GEMM (target <= 1.15x), the token-level loss against three, the frozen head's against two (at
-    the default workspace, and at the one where the model puts them within the Triton targets:
+    one torch.mm GEMM (target <= 1.15x), the token-level and sequence-level loss against three, the frozen head's
+    against two (at the default workspace, and at the one where the model puts them within the Triton targets:
     benchmarks/model/triton_targets.py), each with its peak extra memory, and its loss gradients bitwise the same
     over two runs at each shape.
 
@@ -33,6 +35,9 @@ from .model.triton_targets import target_problem, workspace_within_targets
 TRITON_BACKENDS = tuple(name for name, spec in BACKENDS.items() if spec.triton_kernels)
 
 CONFIG = GRPOLossConfig(loss_type="dapo", beta=0.04)
+# a sequence-level loss: the statistics first, the gradients in a second pass (triton_tma's dz tiles)
+SEQUENCE_CONFIG = GRPOLossConfig(loss_type="grpo", importance_sampling_level="sequence", beta=0.04)
+CONFIGS = {"token-level": CONFIG, "sequence-level": SEQUENCE_CONFIG}
 # tests/support/grpo_testing.py's bfloat16 tolerances: losses relative, gradients relative to the largest entry
 LOSS_TOL, GRAD_TOL, GRAD_ATOL = 1e-4, 1.5e-2, 1e-4
 
@@ -51,12 +56,12 @@ def _problem(B: int, T: int, H: int, V: int, seed: int = 0, logit_scale: float =
     return hidden, weight, bias, ids, mask, advantages, old, ref
 
 
-def _loss_and_grads(backend, hidden, weight, bias, ids, mask, advantages, old, ref):
+def _loss_and_grads(backend, hidden, weight, bias, ids, mask, advantages, old, ref, config=CONFIG):
     leaves = [x.detach().requires_grad_() for x in (hidden, weight, bias)]
     fn = reference.fused_linear_grpo_loss if backend == "reference" else fused_linear_grpo_loss
     kwargs = {} if backend == "reference" else dict(backend=backend)
     out = fn(leaves[0], leaves[1], ids, mask, advantages, bias=leaves[2], old_logps=old, ref_logps=ref,
-             config=CONFIG, **kwargs)
+             config=config, **kwargs)
     out.loss.backward()
     return out.loss.detach(), [leaf.grad for leaf in leaves]
 
@@ -66,10 +71,11 @@ def check_exact(B: int = 4, T: int = 256, H: int = 1024, V: int = 32768, device:
     failures = []
     hidden, weight, bias, ids, mask, advantages, old, ref = _problem(B, T, H, V, device=device)
     as64 = [x.double() for x in (hidden, weight, bias)]
-    expected_loss, expected_grads = _loss_and_grads("reference", *as64, ids, mask, advantages, old, ref)
-    for backend in TRITON_BACKENDS:
-        failures += _check_loss(backend, (hidden, weight, bias, ids, mask, advantages, old, ref), expected_loss,
-                                expected_grads)
+    for level, config in CONFIGS.items():
+        expected_loss, expected_grads = _loss_and_grads("reference", *as64, ids, mask, advantages, old, ref, config)
+        for backend in TRITON_BACKENDS:
+            failures += _check_loss(backend, (hidden, weight, bias, ids, mask, advantages, old, ref), expected_loss,
+                                    expected_grads, config, level)
     flat_hidden, flat_ids = hidden.reshape(-1, hidden.shape[-1]), ids.reshape(-1)
     with torch.no_grad():
         want_logps, want_entropy = reference.linear_logprobs(flat_hidden.double(), weight.double(), flat_ids,
@@ -99,22 +105,24 @@ def _check_logprobs(backend, flat_hidden, weight, bias, flat_ids, want_logps, wa
     return failures
 
 
-def _check_loss(backend: str, problem: tuple, expected_loss, expected_grads) -> list[str]:
+def _check_loss(backend: str, problem: tuple, expected_loss, expected_grads, config: GRPOLossConfig = CONFIG,
+                level: str = "token-level") -> list[str]:
     failures = []
-    loss, grads = _loss_and_grads(backend, *problem)
+    what = f"{backend} {level}"
+    loss, grads = _loss_and_grads(backend, *problem, config)
     err = abs(float(loss) - float(expected_loss))
-    print(f"loss: {backend} {float(loss):.8f}, float64 {float(expected_loss):.8f}, |error| {err:.2e}")
+    print(f"loss: {what} {float(loss):.8f}, float64 {float(expected_loss):.8f}, |error| {err:.2e}")
     if err > LOSS_TOL * max(1.0, abs(float(expected_loss))):
-        failures.append(f"{backend}: loss error {err:.3g}")
+        failures.append(f"{what}: loss error {err:.3g}")
     for name, actual, want in zip(("hidden", "weight", "bias"), grads, expected_grads):
         err, scale = float((actual.double() - want).abs().max()), float(want.abs().max())
-        print(f"{backend} d{name}: max |error| {err:.3e}, max |grad| {scale:.3e}")
+        print(f"{what} d{name}: max |error| {err:.3e}, max |grad| {scale:.3e}")
         if err > GRAD_TOL * scale + GRAD_ATOL:
-            failures.append(f"{backend}: d{name} error {err:.3g} (max |grad| {scale:.3g})")
+            failures.append(f"{what}: d{name} error {err:.3g} (max |grad| {scale:.3g})")
     if BACKENDS[backend].deterministic:
-        _, again = _loss_and_grads(backend, *problem)
+        _, again = _loss_and_grads(backend, *problem, config)
         if not all(torch.equal(a, b) for a, b in zip(grads, again)):
-            failures.append(f"{backend}: two backward runs differ bitwise")
+            failures.append(f"{what}: two backward runs differ bitwise")
     return failures
 
 
@@ -180,21 +188,25 @@ def time_recipe(backend: str = "triton_tma") -> tuple[list[tuple[str, float, flo
         rows.append((f"{label} no-grad log-probs, {backend} (target <= 1.15x)", ms, ms / gemm))
         # the default workspace, and the one where the model puts the route within the Triton targets (time
         # <= 1.6x the floor and peak extra <= 1.1x Cut Cross-Entropy's; benchmarks/model/triton_targets.py)
-        cases = [(False, None), (True, None)]
-        for frozen, scenario in ((False, "token-level"), (True, "frozen head")):
+        # (level, frozen head, workspace): each scenario at the default workspace and at the targets' one
+        cases = []
+        for level, frozen, scenario in (("token-level", False, "token-level"), ("token-level", True, "frozen head"),
+                                        ("sequence-level", False, "sequence-level")):
             workspace = workspace_within_targets(target_problem(label, scenario))
-            cases += [] if workspace is None else [(frozen, workspace)]
-        for frozen, workspace in cases:
+            cases += [(level, frozen, None)] + ([] if workspace is None else [(level, frozen, workspace)])
+        for level, frozen, workspace in cases:
             h, w = hidden.detach().requires_grad_(), weight.detach().requires_grad_(not frozen)
 
             def run():
                 h.grad = w.grad = None
-                fused_linear_grpo_loss(h, w, ids, mask, advantages, old_logps=old, ref_logps=ref, config=CONFIG,
-                                       backend=backend, workspace_bytes=workspace).loss.backward()
+                fused_linear_grpo_loss(h, w, ids, mask, advantages, old_logps=old, ref_logps=ref,
+                                       config=CONFIGS[level], backend=backend,
+                                       workspace_bytes=workspace).loss.backward()
             ms = _ms(run)
             floor = 2 if frozen else 3
             peak = _peak_extra_mib(run, (h, w))
-            rows.append((f"{label} token-level loss, {'frozen head' if frozen else 'trained head'}, {backend}"
+            head = "frozen head" if frozen else "trained head"
+            rows.append((f"{label} {level} loss, {head}, {backend}"
                          f"{'' if workspace is None else f', {workspace >> 20} MiB workspace'} (x {floor} GEMMs; "
                          f"target <= 1.6x; "
                          f"peak extra {peak:.0f} MiB beyond the gradients)", ms, ms / (floor * gemm)))
@@ -202,7 +214,7 @@ def time_recipe(backend: str = "triton_tma") -> tuple[list[tuple[str, float, flo
             first = [h.grad.clone()] + ([] if frozen else [w.grad.clone()])
             run()
             if not all(torch.equal(a, b) for a, b in zip(first, [h.grad] + ([] if frozen else [w.grad]))):
-                failures.append(f"{backend} {label} {'frozen' if frozen else 'trained'}: gradients differ bitwise")
+                failures.append(f"{backend} {label} {level} {head}: gradients differ bitwise")
         del hidden, weight, flat_hidden, h, w
         torch.cuda.empty_cache()
     return rows, failures
