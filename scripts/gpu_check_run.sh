@@ -34,7 +34,7 @@ timeout 90 python3 -m pytest -m gpu tests/benchmarks/test_gpu_smoke.py -q -rs --
 stamp "smoke exit $?: $(tail -n 1 "$OUT/smoke.log")"
 
 stamp "cuBLAS dW adds: python3 -m pytest -m gpu tests/grpo_kernels/test_gpu.py -k 'cublas or lm_head_sized' -q"
-timeout 120 python3 -m pytest -m gpu tests/grpo_kernels/test_gpu.py -k "cublas or lm_head_sized" -q -rs --tb=short \
+timeout 240 python3 -m pytest -m gpu tests/grpo_kernels/test_gpu.py -k "cublas or lm_head_sized" -q -rs --tb=short \
     -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1
 stamp "gpu tests exit $?: $(tail -n 1 "$OUT/gpu-tests.log")"
 

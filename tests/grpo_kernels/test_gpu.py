@@ -28,7 +28,9 @@ def test_auto_routes_by_this_gpus_name():
 
 
 @pytest.mark.parametrize("transform", [None, LogitTransform(scale=1.2, softcap=5.0)], ids=["plain", "softcapped"])
-@pytest.mark.parametrize("backend", ["gemm", "triton"])
+# triton_tma: the persistent TMA kernels (the token chunks for dapo_kl, the two passes and their dz tiles for
+# gspo_entropy), compiled for the GPU itself
+@pytest.mark.parametrize("backend", ["gemm", "triton", "triton_tma"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("config", [GRPOLossConfig(beta=0.04), GRPOLossConfig(loss_type="grpo", entropy_coef=0.01,
                                                                               importance_sampling_level="sequence")],
@@ -43,7 +45,7 @@ def test_lm_head_sized_problem_matches_float64(dtype, config, backend, transform
     assert_output_matches(out, grads, ref_out, ref_grads, dtype)
 
 
-@pytest.mark.parametrize("backend", ["gemm", "triton"])
+@pytest.mark.parametrize("backend", ["gemm", "triton", "triton_tma"])
 def test_bitwise_deterministic_on_gpu(backend):
     problem = make_problem(seed=1, B=8, T=128, H=512, V=50257, dtype=torch.bfloat16, device="cuda")
     config = GRPOLossConfig(beta=0.04)
