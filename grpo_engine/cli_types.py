@@ -66,6 +66,15 @@ positive_int = bounded_int(1)
 port_number = bounded_int(1, 65535, "a port number")
 
 
+def thread_count_type() -> Callable[[str], int]:
+    """An argparse type: torch CPU threads, at most one per CPU this process may run on (more only oversubscribe
+    them, and a count in the thousands made OpenMP fail to create its threads or crash the process)."""
+    from .resource_limits import usable_cpus
+
+    cpus = usable_cpus()
+    return bounded_int(1, cpus, f"a thread count (this process may run on {cpus} CPU{'s' * (cpus != 1)})")
+
+
 def names_from(known: Sequence[str], what: str = "names") -> Callable[[str], tuple[str, ...]]:
     """An argparse type: comma-separated names, at least one, each one of `known`, none twice (a misspelt path or
     operation was run as a failure, or skipped, after the others' work)."""

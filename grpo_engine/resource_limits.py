@@ -1,8 +1,18 @@
-"""The process's soft resource limits (`ulimit`), read once each where a command checks them before any work."""
+"""The process's soft resource limits (`ulimit`) and the CPUs it may run on, read where a command checks them before
+any work."""
 
 from __future__ import annotations
 
+import os
 from typing import Optional
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or taskset's share, not the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 def soft_limit(name: str) -> Optional[int]:

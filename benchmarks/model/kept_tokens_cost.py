@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 
 from grpo_engine.cli_parser import CommandParser
-from grpo_engine.cli_types import bounded_int, positive_int
+from grpo_engine.cli_types import positive_int, thread_count_type
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 from grpo_kernels.backends.kept_tokens import chunk_rows
 
@@ -107,7 +107,7 @@ def _time(problem, kept: Optional[torch.Tensor], repeats: int) -> float:
 def main(argv: Optional[list[str]] = None) -> None:
     parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_int, default=3)
-    parser.add_argument("--threads", type=bounded_int(1, 4096, "a thread count"), default=1)
+    parser.add_argument("--threads", type=thread_count_type(), default=1)
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1, 20, 1024])
     parser.add_argument("--roofline", action="store_true", help="print the GPU roofline model instead of timing")
     args = parser.parse_args(argv)

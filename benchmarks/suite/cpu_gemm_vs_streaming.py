@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from grpo_engine.cli_parser import CommandParser
-from grpo_engine.cli_types import positive_int
+from grpo_engine.cli_types import positive_int, thread_count_type
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 
 from .paths import PathUnavailable, require_trl
@@ -71,7 +71,7 @@ def _median_seconds(steps: dict[str, Callable[[], object]], repeats: int) -> dic
 def main(argv: Optional[list[str]] = None) -> None:
     parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_int, default=3)
-    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--threads", type=thread_count_type(), default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     N, H, V = 2048, 256, 32768

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 import statistics
 import sys
 import time
@@ -167,10 +169,16 @@ def _measure(spec: StepSpec, repeats: int, threads: Optional[int]) -> dict[str, 
 def run_in_fresh_process(spec: StepSpec, repeats: int, budget_bytes: Optional[int],
                          threads: Optional[int] = None) -> StepResult:
     """One measurement in a fresh process: forked on CPU (no re-import), spawned on CUDA (a forked child
-    cannot use CUDA once the parent has queried it)."""
+    cannot use CUDA once the parent has queried it). A child that dies (the kernel's out-of-memory killer, a
+    signal, a crash in native code) is a failed measurement, said as one: multiprocessing.Pool waited forever for it."""
     context = multiprocessing.get_context("spawn" if spec.device == "cuda" else "fork")
-    with context.Pool(1, maxtasksperchild=1) as pool:
-        out = pool.apply(_measure, (spec, repeats, threads))
+    try:
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            out = pool.submit(_measure, spec, repeats, threads).result()
+    except BrokenProcessPool:
+        out = {"error": f"the measuring process died (killed, or a crash in native code; e.g. the system's "
+                        f"out-of-memory killer at {spec.completion_length}-token completions)",
+               "step_s": None, "peak_bytes": None}
     fits = out["error"] is None and (budget_bytes is None or out["peak_bytes"] <= budget_bytes)
     return StepResult(spec, fits, out["error"], out["step_s"], out["peak_bytes"])
 
@@ -248,6 +256,13 @@ def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     unknown = [b for b in backends if b not in names]
     if unknown:
         raise ValueError(f"--backends: unknown {unknown}; this grpo_kernels has {list(names)}")
+    twice = sorted({b for b in backends if backends.count(b) > 1})
+    if twice:
+        raise ValueError(f"--backends: {twice} named more than once; name each backend once")
+    interpreted = [b for b in backends if get_backend(b).triton_kernels and device == "cpu"]
+    if interpreted:
+        raise ValueError(f"--backends: {interpreted} run Triton kernels, which need --device cuda (on a CPU the "
+                         "Triton interpreter runs them: hours a step at a real vocabulary)")
     architecture_config(args.model, args.scale)  # a bad name fails here, not in every child
     budget = None if args.budget_gb is None else int(args.budget_gb * 2**30)
     rows = []

@@ -7,9 +7,12 @@ import argparse
 from typing import Any, Callable, Optional
 
 from ..cli_parser import CommandParser
-from ..cli_types import positive_float, positive_int
+from ..cli_types import positive_float, positive_int, thread_count_type
 
 DESCRIPTION = "what the fused loss buys one GRPO optimizer step of a real architecture"
+# --budget-gb's ceiling: far past any device's memory, and its bytes a count every allocator takes (1e308 GiB
+# overflowed the int of bytes: "cannot convert float infinity to integer")
+MAX_BUDGET_GIB = 1e6
 
 
 def _qwen25(vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int,
@@ -68,8 +71,8 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
         help="where the steps run (auto: cuda when available) (default: %(default)s)")
     add("--repeats", type=positive_int, default=3, help="timed steps after one warm-up step; the median is reported "
                                                "(default: %(default)s)")
-    add("--threads", type=positive_int, help="torch CPU threads in each measurement (default: torch's own)")
-    add("--budget-gb", type=positive_float("a memory budget in GiB"),
+    add("--threads", type=thread_count_type(), help="torch CPU threads in each measurement (default: torch's own)")
+    add("--budget-gb", type=positive_float("a memory budget in GiB", high=MAX_BUDGET_GIB),
         help="memory budget in GiB: also search the longest completion length that fits it (default: no search)")
     add("--start-length", type=positive_int, default=256,
         help="first completion length the search probes; it doubles from there (default: %(default)s)")

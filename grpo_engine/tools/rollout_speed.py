@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..cli_parser import CommandParser
-from ..cli_types import multiple_of, positive_int
+from ..cli_types import multiple_of, positive_int, thread_count_type
 
 
 def build_model(directory: str, hidden: int, layers: int, seed: int, vocab_rows: int = 0) -> None:
@@ -60,7 +60,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help="hidden size, a multiple of 32 (default 256)")
     parser.add_argument("--layers", type=positive_int, default=4, help="decoder layers (default 4)")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed rounds per backend (default 3)")
-    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--threads", type=thread_count_type(), default=1, help="torch CPU threads (default 1)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import warnings
 
 import pytest
 
 from grpo_engine.cli import main
+from grpo_engine.resource_limits import usable_cpus
 from grpo_engine.tools import bench
 from grpo_engine.tools.bench import StepResult, StepSpec, architecture_config, longest_fitting_length
 from repo_paths import ROOT
@@ -71,6 +74,19 @@ def test_fused_backend_step_needs_less_memory_than_the_reference():
     assert max(gaps) > logits_bytes, f"reference - torch peak {[g / 2**20 for g in gaps]} MiB <= logits"
 
 
+def _killed(spec, repeats, threads):
+    """A measuring child that dies as one the out-of-memory killer takes (SIGKILL: no exception, no result)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_measuring_process_that_dies_is_a_failed_measurement_not_a_hang(monkeypatch):
+    """multiprocessing.Pool.apply waited forever for a child killed mid-step (a length search's probe past the
+    machine's memory, where the kernel's OOM killer ends it); the fork inherits the patched _measure."""
+    monkeypatch.setattr(bench, "_measure", _killed)
+    result = bench.run_in_fresh_process(SPEC, 1, None)
+    assert not result.fits and "the measuring process died" in result.error and result.step_s is None
+
+
 def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
     monkeypatch.setattr(bench, "run_in_fresh_process", lambda spec, repeats, budget, threads=None: StepResult(
         spec, budget is None or spec.completion_length <= 512, None, 0.5, 3 * 2**20))
@@ -88,9 +104,15 @@ def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
     (["--backends", "fastest"], 1, "--backends: unknown ['fastest']"),
     (["--completion-length", "0"], 2, "argument --completion-length: expected an integer from 1 to 2,147,483,647, "
                                       "got 0"),
-    (["--budget-gb", "-2"], 2, "argument --budget-gb: expected a memory budget in GiB, a finite number > 0, got '-2'"),
-    (["--budget-gb", "nan"], 2, "argument --budget-gb: expected a memory budget in GiB, a finite number > 0, got "
-                                "'nan'"),
+    (["--budget-gb", "-2"], 2, "argument --budget-gb: expected a memory budget in GiB, a finite number > 0 and at "
+                               "most 1e+06, got '-2'"),
+    (["--budget-gb", "nan"], 2, "argument --budget-gb: expected a memory budget in GiB, a finite number > 0 and at "
+                                "most 1e+06, got 'nan'"),
+    (["--budget-gb", "1e308"], 2, "at most 1e+06, got '1e308'"),  # its bytes overflowed an int
+    (["--threads", str(usable_cpus() + 1)], 2, f"argument --threads: expected a thread count (this process may run "
+                                               f"on {usable_cpus()} CPU"),  # 100000 crashed OpenMP
+    (["--backends", "torch", "torch"], 1, "--backends: ['torch'] named more than once"),
+    (["--backends", "triton"], 1, "--backends: ['triton'] run Triton kernels, which need --device cuda"),
     (["--start-length", "512", "--max-length", "256"], 1,
      "--start-length (512) must not exceed --max-length (256)"),
 ])
