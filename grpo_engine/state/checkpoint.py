@@ -35,6 +35,7 @@ from .checkpoint_error import CheckpointError
 from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
                           check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes)
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
+from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
 
@@ -165,6 +166,7 @@ class ResumePoint:
 
 def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
     """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
+    check_checkpoint_entries(run_dir)
     recover_interrupted_swaps(run_dir)
     if resume != "latest":
         path = Path(resume)
@@ -269,8 +271,10 @@ def recover_interrupted_swaps(run_dir: str | Path) -> None:
         final = root / stale.name[len(".old-"):]
         if checkpoint_step(final) is None:
             continue
-        if final.exists() or final.is_symlink():
+        if final.is_dir():
             remove_checkpoint(stale)
+        elif final.exists() or final.is_symlink():
+            continue  # not a checkpoint (a user's file or link): check_checkpoint_entries names it; both stay
         else:
             os.replace(stale, final)
 
@@ -287,6 +291,7 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
     final = root / f"{PREFIX}{step:06d}"
     tmp = temporary_dir(run_dir, step)
     if accelerator.is_main_process:
+        check_checkpoint_entries(run_dir)  # a file or dangling link put at checkpoint-<step> since the start: named
         recover_interrupted_swaps(run_dir)
         if tmp.exists():
             shutil.rmtree(tmp)  # the leftovers of an interrupted save

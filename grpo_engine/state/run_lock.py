@@ -26,7 +26,7 @@ except ImportError:  # Windows: no flock; runs there are not protected against a
     fcntl = None
 
 from .path_limits import check_path_length
-from .run_files import MANIFEST, has_progress, remove_own_start
+from .run_files import CHECKPOINT_NAME, MANIFEST, has_progress, remove_own_start
 
 LOCK_FILE = ".grpo-engine.lock"
 
@@ -103,9 +103,35 @@ def check_run_entries(run_dir: str | Path) -> None:
             if path.is_symlink() and is_kind is Path.is_file:
                 raise RunDirectoryError(f"{path} is a link (to {os.readlink(path)}): the engine writes its {name} "
                                         f"there itself; remove the link, or choose another --output-dir")
+            if path.is_symlink() and not path.exists():
+                raise RunDirectoryError(f"{path} is a link to {os.readlink(path)}, which does not exist: the engine "
+                                        f"writes its {name} there; restore its target or remove the link, or choose "
+                                        f"another --output-dir")
             if path.exists() and not is_kind(path):
                 raise RunDirectoryError(f"{path} is not {kind} (the engine writes its {name} there); move it, or "
                                         f"choose another --output-dir")
+    check_checkpoint_entries(run_dir)
+
+
+def check_checkpoint_entries(run_dir: str | Path) -> None:
+    """One line naming an entry of checkpoints/ of a checkpoint's name (checkpoint-NNNNNN, or its .tmp- / .old-
+    forms during a save) that is not a directory or a link to one: a file or a dangling link there was passed over
+    in silence on resume ("no complete checkpoint") and stopped the save of that step after the step, and a re-save
+    moved the user's file aside and deleted it."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return
+    for path in root.iterdir():
+        if CHECKPOINT_NAME.fullmatch(path.name.removeprefix(".tmp-").removeprefix(".old-")) is None:
+            continue
+        if path.is_symlink() and not path.exists():
+            what = f"a link to {os.readlink(path)}, which does not exist"
+        elif not path.is_dir():
+            what = "a link to a file" if path.is_symlink() else "not a directory"
+        else:
+            continue
+        raise RunDirectoryError(f"{path} is {what}, where the engine keeps a checkpoint (a directory) of that name; "
+                                f"move or remove it (the engine leaves it alone), or choose another --output-dir")
 
 
 def _is_run_directory(path: Path) -> bool:
@@ -221,6 +247,7 @@ def _is_main_process() -> bool:
 def hold_run_directory(run_dir: str | Path) -> Iterator[Optional[RunLock]]:
     """The run directory, checked and held for the duration (by the main process; without flock, checked only)."""
     check_output_dir(run_dir)
+    check_run_entries(run_dir)  # the CLI checked them before its imports; a program calling train() gets them here
     lock = RunLock.acquire(run_dir) if fcntl is not None and _is_main_process() else None
     progress_before = lock is not None and has_progress(lock.run_dir)
     present_before = {p.name for p in lock.run_dir.iterdir()} if lock is not None else set()
