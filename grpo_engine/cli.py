@@ -16,6 +16,7 @@ import errno
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -24,7 +25,7 @@ from .address_space import check_address_space, is_out_of_memory, out_of_memory_
 from .cli_parser import CommandLineError, CommandParser
 from .cli_types import path_text, positive_int
 from .data.demo_task import DEMO_PRESET
-from .messages import show_messages
+from .messages import has_no_reader, reader_gone, show_messages
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES
 from .state.path_limits import check_path_length
@@ -349,6 +350,9 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         print(out_of_memory_message(args.command), file=sys.stderr)
         return 1
     except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
+        if isinstance(exc, BrokenPipeError) and has_no_reader(sys.stdout):  # `| head`: end quietly, as a Unix tool
+            reader_gone(sys.stdout)                                         # does (not a server's socket's pipe)
+            return 128 + signal.SIGPIPE
         if is_out_of_memory(exc):  # a library the loader could not map: the address space, not a broken install
             print(out_of_memory_message(args.command), file=sys.stderr)
             return 1
