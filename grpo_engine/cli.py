@@ -27,7 +27,7 @@ from .cli_types import path_text, positive_int
 from .data.demo_task import DEMO_PRESET
 from .messages import has_no_reader, reader_gone, show_messages
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
-from .state.plot import CURVES as PLOT_CURVES
+from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
 from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.run_lock import check_output_dir, check_output_file, check_run_entries
@@ -233,8 +233,8 @@ def _plot(args: argparse.Namespace) -> int:
 
     check_path_length(args.run_dir, "plot RUN_DIR")
     if args.output:
-        check_output_file(args.output)
-        check_output_file(Path(args.output).with_suffix(Path(args.output).suffix or ".png"))  # the name written
+        for written in (args.output, Path(args.output).with_suffix(Path(args.output).suffix or ".png")):  # as written
+            check_output_file(written, may_replace=(PLOT_FILE,))  # a run's curves.png: what the plot writes there
         check_plot_output(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0

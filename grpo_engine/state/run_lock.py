@@ -152,13 +152,26 @@ def check_not_inside_a_run(path: str | Path, key: str) -> None:
                                     f"{str(run_dir)!r}, which that run writes itself: choose a directory outside it")
 
 
-def check_output_file(path: str | Path, key: str = "--output") -> None:
-    """A file to write: not a directory, in a directory that can be written, its name one the filesystem takes."""
+def check_output_file(path: str | Path, key: str = "--output", may_replace: tuple[str, ...] = ()) -> None:
+    """A file to write: not a directory, in a directory that can be written, its name one the filesystem takes,
+    and none of a run directory's own files (`may_replace`: the names of them this command writes itself)."""
     check_path_length(path, key)
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
     check_writable_dir(path.parent, key=f"the directory of {key}")
+    check_not_a_run_file(path, key, may_replace)
+
+
+def check_not_a_run_file(path: str | Path, key: str, may_replace: tuple[str, ...] = ()) -> None:
+    """One line when `path` is a file a run keeps in its directory (its metrics.jsonl, config.yaml, lock, ...) or
+    lies in a run's checkpoints/ or base_model/: `eval --output RUN/metrics.jsonl` replaced a run's log, the run
+    still training or not, with the evaluation's JSON."""
+    path = resolved(path, key)
+    if path.name in RUN_DIRECTORY_FILES and path.name not in may_replace and _is_run_directory(path.parent):
+        raise RunDirectoryError(f"{key} {str(path)!r} is the {path.name} of the run directory {str(path.parent)!r}, "
+                                f"which that run writes itself: name a file outside the run's own")
+    check_not_inside_a_run(path, key)
 
 
 def _holder(fd: int) -> str:
