@@ -30,7 +30,7 @@ from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
 from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
-from .state.run_lock import check_output_dir, check_output_file, check_run_entries
+from .state.run_lock import check_output_dir, check_output_file, check_run_entries, check_writable_dir
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
 from .tools.bench_options import build_parser as build_bench_parser
 
@@ -232,6 +232,8 @@ def _plot(args: argparse.Namespace) -> int:
     from .state.plot import check_plot_output, plot_run
 
     check_path_length(args.run_dir, "plot RUN_DIR")
+    if not args.output and Path(args.run_dir).is_dir():  # RUN_DIR/curves.png: writable, before the plot is drawn
+        check_writable_dir(args.run_dir, "plot RUN_DIR")
     if args.output:
         for written in (args.output, Path(args.output).with_suffix(Path(args.output).suffix or ".png")):  # as written
             check_output_file(written, may_replace=(PLOT_FILE,))  # a run's curves.png: what the plot writes there

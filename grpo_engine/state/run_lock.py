@@ -62,6 +62,9 @@ def check_output_dir(path: str | Path, key: str = OUTPUT_KEY) -> None:
     check_path_length(path, key, room=len(str(RUN_DIRECTORY_DEEPEST)) + 1, room_for="the run's checkpoint files")
     resolved(path, key)
     check_writable_dir(path, key)
+    checkpoints = Path(path) / "checkpoints"
+    if checkpoints.is_dir():  # a link to another disk, perhaps read-only: found at the first save, after its steps
+        check_writable_dir(checkpoints, f"the checkpoints/ of {key}")
     check_not_inside_a_run(path, key)
 
 
