@@ -181,11 +181,17 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
-    """A path read by the command that no filesystem could hold (a name or the whole too long) is one line naming its
-    option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    """A path read by the command that no filesystem could hold (a name or the whole too long) or that is a link
+    leading nowhere (gone, or a loop) is one line naming its option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    from .config import ConfigError
+    from .config.schema import broken_link
+
     for key, path in named:
         if path:
             check_path_length(path, key)
+            link = broken_link(Path(path).expanduser())  # else "does not exist", naming no link (a loop of links)
+            if link is not None:
+                raise ConfigError(f"{key} {path!r}: {link}; fix the link or name the file itself")
 
 
 def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
@@ -231,7 +237,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from .state.plot import check_plot_output, plot_run
 
-    check_path_length(args.run_dir, "plot RUN_DIR")
+    _check_input_paths(("plot RUN_DIR", args.run_dir))
     if not args.output and Path(args.run_dir).is_dir():  # RUN_DIR/curves.png: writable, before the plot is drawn
         check_writable_dir(args.run_dir, "plot RUN_DIR")
     if args.output:

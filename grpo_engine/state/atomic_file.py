@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .bounded_read import special_file_kind
 from .path_limits import limits_at, name_within
 
 
@@ -57,6 +58,11 @@ def replacing(path: str | Path, keep_suffix: bool = True) -> Iterator[Path]:
     an empty directory). Any exception (KeyboardInterrupt included) removes it and leaves `path` as it was; an
     OSError is raised again as a FileWriteError naming `path`."""
     path = Path(path)
+    if path.is_symlink():  # a link to the user's file: that file is replaced, the link stays a link
+        path = Path(os.path.realpath(path))
+    kind = special_file_kind(path)
+    if kind is not None:  # renamed over, /dev/null (as root) or a reader's FIFO became a regular file
+        raise FileWriteError(path, OSError(errno.EINVAL, f"it is {kind}, not a regular file"))
     temporary = temporary_beside(path, keep_suffix)
     try:
         yield temporary

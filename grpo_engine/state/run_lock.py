@@ -25,6 +25,7 @@ try:
 except ImportError:  # Windows: no flock; runs there are not protected against a second run
     fcntl = None
 
+from .bounded_read import special_file_kind
 from .path_limits import check_path_length
 from .run_files import CHECKPOINT_NAME, MANIFEST, has_progress, remove_own_start
 
@@ -162,7 +163,11 @@ def check_output_file(path: str | Path, key: str = "--output", may_replace: tupl
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
-    check_writable_dir(path.parent, key=f"the directory of {key}")
+    kind = special_file_kind(path)
+    if kind is not None:  # written whole and renamed over, it would be replaced: /dev/null itself, as root
+        raise RunDirectoryError(f"{key} {str(path)!r} is {kind}, not a regular file; name a regular file to write")
+    check_writable_dir(Path(os.path.realpath(path)).parent if path.is_symlink() else path.parent,
+                       key=f"the directory of {key}")
     check_not_a_run_file(path, key, may_replace)
 
 
