@@ -179,7 +179,8 @@ def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
         return ResumePoint(path, _step(path), [])
     found = list_checkpoints(run_dir)
     if not found:
-        raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint")
+        raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint "
+                              f"(the run stopped before its first save?): {START_AGAIN}")
     skipped = []
     for path in reversed(found):
         problems = checkpoint_problems(path)
@@ -225,10 +226,14 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, *a
         if not disk_full:
             raise
         earlier = list_checkpoints(run_dir)  # complete ones only: all untouched by this save
-        last = f"the last good checkpoint is {earlier[-1]}" if earlier else "there is no earlier checkpoint"
+        then = (f"the last good checkpoint is {earlier[-1]}. Free some space, then continue with --resume"
+                if earlier else f"there is no earlier checkpoint to resume from. Free some space, then {START_AGAIN}")
         raise CheckpointError(f"no space left on device while saving {final}: the partial {tmp.name} was removed; "
-                              f"{last}. Free some space, then continue with --resume") from exc
+                              f"{then}") from exc
 
+
+# What a run that saved no checkpoint can do: its directory holds its logs, which a fresh start will not mix with its own.
+START_AGAIN = "start the run again without --resume, in another --output-dir (or after deleting this one)"
 
 DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
 # torch's zip writer reports a failed write without its errno: "unexpected pos" or "file write failed".
