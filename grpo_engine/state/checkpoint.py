@@ -168,6 +168,7 @@ def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
     """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
     check_checkpoint_entries(run_dir)
     recover_interrupted_swaps(run_dir)
+    stopped = remove_stopped_saves(run_dir)
     if resume != "latest":
         path = Path(resume)
         if not (path / STATE_FILE).is_file():
@@ -176,12 +177,12 @@ def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
         if problems:
             raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "
                                   f"(--resume with no value picks the newest intact checkpoint)")
-        return ResumePoint(path, _step(path), [])
+        return ResumePoint(path, _step(path), stopped)
     found = list_checkpoints(run_dir)
     if not found:
         raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint "
                               f"(the run stopped before its first save?): {START_AGAIN}")
-    skipped = []
+    skipped = stopped
     for path in reversed(found):
         problems = checkpoint_problems(path)
         if not problems:
@@ -282,6 +283,20 @@ def recover_interrupted_swaps(run_dir: str | Path) -> None:
             continue  # not a checkpoint (a user's file or link): check_checkpoint_entries names it; both stay
         else:
             os.replace(stale, final)
+
+
+def remove_stopped_saves(run_dir: str | Path) -> list[str]:
+    """The partial directories of saves whose process was killed while writing them (SIGKILL, a power loss: no
+    handler ran), removed (they only hold disk space); one note each, naming it."""
+    root = checkpoint_root(run_dir)
+    notes = []
+    for partial in sorted(root.glob(f".tmp-{PREFIX}*")) if root.is_dir() else ():
+        if checkpoint_step(partial.with_name(partial.name[len(".tmp-"):])) is None or not partial.is_dir() or \
+                partial.is_symlink():
+            continue  # check_checkpoint_entries names what is not a directory
+        shutil.rmtree(partial)
+        notes.append(f"{partial} is a save that never completed (its process was stopped while writing it): removed")
+    return notes
 
 
 def temporary_dir(run_dir: str | Path, step: int) -> Path:
