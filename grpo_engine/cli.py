@@ -319,7 +319,22 @@ def printable_output() -> None:
                 pass
 
 
+def working_directory_problem() -> Optional[str]:
+    """Why the current directory cannot be used, or None: deleted (or moved out of reach) under the shell that
+    started the command. Relative paths then mean nothing, and torch's MKL failed to load with a fatal error."""
+    try:
+        os.getcwd()
+    except OSError as exc:
+        return (f"the current directory is gone ({exc.strerror or exc}: deleted or moved since the shell entered "
+                f"it); cd to an existing directory and run the command again")
+    return None
+
+
 def _command(argv: Optional[Sequence[str]]) -> int:
+    problem = working_directory_problem()  # before anything resolves a path or loads a library
+    if problem is not None:
+        print(f"grpo-engine: {problem}", file=sys.stderr)
+        return 1
     missing = missing_engine_packages()
     if missing:
         print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",

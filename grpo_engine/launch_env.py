@@ -13,6 +13,7 @@ group's whole timeout (30 minutes) before failing with a C++ stack trace.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from typing import Callable, Mapping, Optional
 
@@ -48,6 +49,19 @@ def _switch(text: str) -> Optional[str]:
     return "1 / true / yes / on or 0 / false / no / off"
 
 
+_DEVICE_ENTRY = re.compile(r"-?\d+|(GPU|MIG)-[0-9A-Za-z/_-]+", re.ASCII)
+
+
+def _visible_devices(text: str) -> Optional[str]:
+    # CUDA reads the list up to its first entry that is no index or UUID and hides the rest: "garbage" (or "0,gpu1")
+    # silently left no GPU (or fewer), and run.device auto then trained on the CPU. Empty, -1 and SLURM's
+    # NoDevFiles hide every GPU on purpose.
+    if text.strip() in ("", "NoDevFiles") or all(_DEVICE_ENTRY.fullmatch(item.strip()) for item in text.split(",")):
+        return None
+    return ("a comma-separated list of GPU indices (0,1) or UUIDs (GPU-..., MIG-...), or empty / -1 for none "
+            "(CUDA stops reading at the first other entry)")
+
+
 # Variable -> (what checks its text, what it is for).
 ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "RANK": (_whole_number(0), "this process's rank, set by the launcher (torchrun, accelerate launch)"),
@@ -56,6 +70,7 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "LOCAL_WORLD_SIZE": (_whole_number(1), "the number of processes on this machine, set by the launcher"),
     "MASTER_PORT": (_whole_number(1, 65535), "the rendezvous port of the processes"),
     "OMP_NUM_THREADS": (_thread_counts, "CPU threads of torch's OpenMP pool"),
+    "CUDA_VISIBLE_DEVICES": (_visible_devices, "the GPUs CUDA may use"),
     "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "TRANSFORMERS_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "HF_DATASETS_OFFLINE": (_switch, "read the datasets cache only"),
