@@ -16,6 +16,7 @@ import errno
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -24,12 +25,12 @@ from .address_space import check_address_space, is_out_of_memory, out_of_memory_
 from .cli_parser import CommandLineError, CommandParser
 from .cli_types import path_text, positive_int
 from .data.demo_task import DEMO_PRESET
-from .messages import show_messages
+from .messages import has_no_reader, reader_gone, show_messages
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
-from .state.plot import CURVES as PLOT_CURVES
+from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
 from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
-from .state.run_lock import check_output_dir, check_output_file, check_run_entries
+from .state.run_lock import check_output_dir, check_output_file, check_run_entries, check_writable_dir
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
 from .tools.bench_options import build_parser as build_bench_parser
 
@@ -180,11 +181,17 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
-    """A path read by the command that no filesystem could hold (a name or the whole too long) is one line naming its
-    option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    """A path read by the command that no filesystem could hold (a name or the whole too long) or that is a link
+    leading nowhere (gone, or a loop) is one line naming its option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    from .config import ConfigError
+    from .config.schema import broken_link
+
     for key, path in named:
         if path:
             check_path_length(path, key)
+            link = broken_link(Path(path).expanduser())  # else "does not exist", naming no link (a loop of links)
+            if link is not None:
+                raise ConfigError(f"{key} {path!r}: {link}; fix the link or name the file itself")
 
 
 def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
@@ -230,10 +237,12 @@ def _eval(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from .state.plot import check_plot_output, plot_run
 
-    check_path_length(args.run_dir, "plot RUN_DIR")
+    _check_input_paths(("plot RUN_DIR", args.run_dir))
+    if not args.output and Path(args.run_dir).is_dir():  # RUN_DIR/curves.png: writable, before the plot is drawn
+        check_writable_dir(args.run_dir, "plot RUN_DIR")
     if args.output:
-        check_output_file(args.output)
-        check_output_file(Path(args.output).with_suffix(Path(args.output).suffix or ".png"))  # the name written
+        for written in (args.output, Path(args.output).with_suffix(Path(args.output).suffix or ".png")):  # as written
+            check_output_file(written, may_replace=(PLOT_FILE,))  # a run's curves.png: what the plot writes there
         check_plot_output(args.output)
     print(plot_run(args.run_dir, args.output))
     return 0
@@ -310,7 +319,22 @@ def printable_output() -> None:
                 pass
 
 
+def working_directory_problem() -> Optional[str]:
+    """Why the current directory cannot be used, or None: deleted (or moved out of reach) under the shell that
+    started the command. Relative paths then mean nothing, and torch's MKL failed to load with a fatal error."""
+    try:
+        os.getcwd()
+    except OSError as exc:
+        return (f"the current directory is gone ({exc.strerror or exc}: deleted or moved since the shell entered "
+                f"it); cd to an existing directory and run the command again")
+    return None
+
+
 def _command(argv: Optional[Sequence[str]]) -> int:
+    problem = working_directory_problem()  # before anything resolves a path or loads a library
+    if problem is not None:
+        print(f"grpo-engine: {problem}", file=sys.stderr)
+        return 1
     missing = missing_engine_packages()
     if missing:
         print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
@@ -349,6 +373,9 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         print(out_of_memory_message(args.command), file=sys.stderr)
         return 1
     except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
+        if isinstance(exc, BrokenPipeError) and has_no_reader(sys.stdout):  # `| head`: end quietly, as a Unix tool
+            reader_gone(sys.stdout)                                         # does (not a server's socket's pipe)
+            return 128 + signal.SIGPIPE
         if is_out_of_memory(exc):  # a library the loader could not map: the address space, not a broken install
             print(out_of_memory_message(args.command), file=sys.stderr)
             return 1

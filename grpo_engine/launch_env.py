@@ -5,13 +5,15 @@ Read where they are used, they failed late and anonymously: `WORLD_SIZE=abc` sto
 for int() with base 10: 'abc'", naming no variable; `HF_HUB_OFFLINE=maybe` silently meant online (huggingface_hub
 takes any word but 1/ON/YES/TRUE for false); `OMP_NUM_THREADS=abc` was ignored with a note from libgomp.
 Variables that disagree with each other are checked too: a WORLD_SIZE above 1 without the RANK, MASTER_ADDR and
-MASTER_PORT a launcher sets with it, or a MASTER_ADDR that names no host, waited in the rendezvous for the process
+MASTER_PORT a launcher sets with it, a MASTER_ADDR that names no host, or (on rank 0) a MASTER_PORT another
+program already listens on, waited in the rendezvous for the process
 group's whole timeout (30 minutes) before failing with a C++ stack trace.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from typing import Callable, Mapping, Optional
 
@@ -47,6 +49,19 @@ def _switch(text: str) -> Optional[str]:
     return "1 / true / yes / on or 0 / false / no / off"
 
 
+_DEVICE_ENTRY = re.compile(r"-?\d+|(GPU|MIG)-[0-9A-Za-z/_-]+", re.ASCII)
+
+
+def _visible_devices(text: str) -> Optional[str]:
+    # CUDA reads the list up to its first entry that is no index or UUID and hides the rest: "garbage" (or "0,gpu1")
+    # silently left no GPU (or fewer), and run.device auto then trained on the CPU. Empty, -1 and SLURM's
+    # NoDevFiles hide every GPU on purpose.
+    if text.strip() in ("", "NoDevFiles") or all(_DEVICE_ENTRY.fullmatch(item.strip()) for item in text.split(",")):
+        return None
+    return ("a comma-separated list of GPU indices (0,1) or UUIDs (GPU-..., MIG-...), or empty / -1 for none "
+            "(CUDA stops reading at the first other entry)")
+
+
 # Variable -> (what checks its text, what it is for).
 ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "RANK": (_whole_number(0), "this process's rank, set by the launcher (torchrun, accelerate launch)"),
@@ -55,6 +70,7 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "LOCAL_WORLD_SIZE": (_whole_number(1), "the number of processes on this machine, set by the launcher"),
     "MASTER_PORT": (_whole_number(1, 65535), "the rendezvous port of the processes"),
     "OMP_NUM_THREADS": (_thread_counts, "CPU threads of torch's OpenMP pool"),
+    "CUDA_VISIBLE_DEVICES": (_visible_devices, "the GPUs CUDA may use"),
     "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "TRANSFORMERS_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "HF_DATASETS_OFFLINE": (_switch, "read the datasets cache only"),
@@ -106,3 +122,25 @@ def _check_rendezvous(environ: Mapping[str, str]) -> None:
     except (socket.gaierror, ValueError) as exc:  # ValueError: a name IDNA cannot encode, a NUL in it
         raise ConfigError(f"environment variable MASTER_ADDR={host[:60]!r} names no host this machine can find "
                           f"({getattr(exc, 'strerror', None) or exc}): set it to rank 0's host name or address")
+    # Rank 0 hosts the rendezvous store on MASTER_PORT, on every interface (torch's TCPStore), unless torchrun's
+    # agent hosts it there already (then the port is rightly taken). A port in use waited for the group's timeout
+    # and then said "could not join the others".
+    if environ.get("RANK", "").strip() == "0" and environ.get("TORCHELASTIC_USE_AGENT_STORE", "").strip() != "True":
+        problem = listen_problem("", port)
+        if problem is not None:
+            raise ConfigError(f"environment variable MASTER_PORT={port}: rank 0 cannot listen on port {port} "
+                              f"({problem}); another run or program holds it: choose a free port (torchrun "
+                              f"--master-port, accelerate launch --main_process_port) or stop that program")
+
+
+def listen_problem(host: str, port: int) -> Optional[str]:
+    """Why this machine cannot listen on `host`:`port` ("" every interface): the port in use, an address that is not
+    this machine's, a port this user may not take; None when it can (for now: nothing holds it for the caller)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers set it: TIME_WAIT is no owner
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

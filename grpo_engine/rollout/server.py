@@ -31,11 +31,12 @@ from torch import nn
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from ..config import ConfigError, EngineConfig
+from ..launch_env import listen_problem
 from ..model.limits import scored_vocab_size
 from ..model.loading import base_causal_lm
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 from .http_client import ServerClient, ServerRequestError
-from .weight_push import WeightPush, WeightPushFailed, create_weight_push
+from .weight_push import WeightPush, WeightPushFailed, create_weight_push, weight_transfer
 
 UNKNOWN = None  # the version of a server that may have lost its weights
 PUSH_ATTEMPTS, PUSH_BACKOFF_S = 4, 0.5  # a push the server refused (a server that does not answer is retried longer)
@@ -211,3 +212,16 @@ def create(context) -> VLLMServerRollout:
 
 def check(config: EngineConfig, device: torch.device, num_processes: int = 1, process_index: int = 0) -> None:
     check_servers_up(config, process_index)
+    check_nccl_port(config, device, process_index)
+
+
+def check_nccl_port(config: EngineConfig, device: torch.device, process_index: int = 0) -> None:
+    """Training process 0 hosts the NCCL weight-transfer group on rollout.server.nccl_port: a port another program
+    holds is one line now, not vLLM's store error after the model has loaded."""
+    if process_index != 0 or config.pushes_lora_adapters() or weight_transfer(config, device) != "nccl":
+        return
+    port = config.rollout.server.nccl_port
+    problem = listen_problem("", port)
+    if problem is not None:
+        raise ConfigError(f"rollout.server.nccl_port {port}: training process 0 cannot listen on it ({problem}); "
+                          f"another run or program holds it: set a free port")

@@ -31,7 +31,6 @@ together when it did not.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import uuid
@@ -42,6 +41,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError, EngineConfig
+from ..state.atomic_file import replacing
 from .http_client import ServerClient, ServerUnavailable
 from .vllm import checkpoint_weights
 
@@ -127,9 +127,9 @@ class ReloadPush(_Collective):
         if self.is_main:
             try:
                 self.weights_dir.mkdir(parents=True, exist_ok=True)
-                partial = self.weights_dir / (WEIGHTS_FILE + ".partial")  # not *.safetensors: never read half-written
-                save_file(weights, str(partial))
-                os.replace(partial, self.weights_dir / WEIGHTS_FILE)
+                # Written whole beside it, under a name no server reads (not *.safetensors), then renamed over it
+                with replacing(self.weights_dir / WEIGHTS_FILE, keep_suffix=False) as partial:
+                    save_file(weights, str(partial))
                 for client in self.clients:
                     client.post("/collective_rpc", {"method": "reload_weights",
                                                     "kwargs": {"weights_path": str(self.weights_dir.resolve())}})
@@ -161,9 +161,8 @@ class AdapterPush(_Collective):
     def _load_everywhere(self, lm: nn.Module, name: str) -> str:
         self.adapters_dir.mkdir(parents=True, exist_ok=True)
         directory = self.adapters_dir / name
-        partial = self.adapters_dir / (name + ".partial")  # renamed once whole: no server reads it half-written
-        lm.save_pretrained(str(partial))
-        os.replace(partial, directory)
+        with replacing(directory, keep_suffix=False) as partial:  # renamed once whole: no server reads it half-written
+            lm.save_pretrained(str(partial))
         for client in self.clients:
             client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(directory.resolve())})
         for client in self.clients:  # every server now serves `name`: the older adapters go

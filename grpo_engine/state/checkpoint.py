@@ -35,6 +35,7 @@ from .checkpoint_error import CheckpointError
 from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
                           check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes)
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
+from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
 
@@ -165,7 +166,9 @@ class ResumePoint:
 
 def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
     """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
+    check_checkpoint_entries(run_dir)
     recover_interrupted_swaps(run_dir)
+    stopped = remove_stopped_saves(run_dir)
     if resume != "latest":
         path = Path(resume)
         if not (path / STATE_FILE).is_file():
@@ -174,11 +177,12 @@ def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
         if problems:
             raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "
                                   f"(--resume with no value picks the newest intact checkpoint)")
-        return ResumePoint(path, _step(path), [])
+        return ResumePoint(path, _step(path), stopped)
     found = list_checkpoints(run_dir)
     if not found:
-        raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint")
-    skipped = []
+        raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint "
+                              f"(the run stopped before its first save?): {START_AGAIN}")
+    skipped = stopped
     for path in reversed(found):
         problems = checkpoint_problems(path)
         if not problems:
@@ -223,10 +227,14 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, *a
         if not disk_full:
             raise
         earlier = list_checkpoints(run_dir)  # complete ones only: all untouched by this save
-        last = f"the last good checkpoint is {earlier[-1]}" if earlier else "there is no earlier checkpoint"
+        then = (f"the last good checkpoint is {earlier[-1]}. Free some space, then continue with --resume"
+                if earlier else f"there is no earlier checkpoint to resume from. Free some space, then {START_AGAIN}")
         raise CheckpointError(f"no space left on device while saving {final}: the partial {tmp.name} was removed; "
-                              f"{last}. Free some space, then continue with --resume") from exc
+                              f"{then}") from exc
 
+
+# What a run that saved no checkpoint can do: its directory holds its logs, which a fresh start will not mix with its own.
+START_AGAIN = "start the run again without --resume, in another --output-dir (or after deleting this one)"
 
 DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
 # torch's zip writer reports a failed write without its errno: "unexpected pos" or "file write failed".
@@ -269,10 +277,26 @@ def recover_interrupted_swaps(run_dir: str | Path) -> None:
         final = root / stale.name[len(".old-"):]
         if checkpoint_step(final) is None:
             continue
-        if final.exists() or final.is_symlink():
+        if final.is_dir():
             remove_checkpoint(stale)
+        elif final.exists() or final.is_symlink():
+            continue  # not a checkpoint (a user's file or link): check_checkpoint_entries names it; both stay
         else:
             os.replace(stale, final)
+
+
+def remove_stopped_saves(run_dir: str | Path) -> list[str]:
+    """The partial directories of saves whose process was killed while writing them (SIGKILL, a power loss: no
+    handler ran), removed (they only hold disk space); one note each, naming it."""
+    root = checkpoint_root(run_dir)
+    notes = []
+    for partial in sorted(root.glob(f".tmp-{PREFIX}*")) if root.is_dir() else ():
+        if checkpoint_step(partial.with_name(partial.name[len(".tmp-"):])) is None or not partial.is_dir() or \
+                partial.is_symlink():
+            continue  # check_checkpoint_entries names what is not a directory
+        shutil.rmtree(partial)
+        notes.append(f"{partial} is a save that never completed (its process was stopped while writing it): removed")
+    return notes
 
 
 def temporary_dir(run_dir: str | Path, step: int) -> Path:
@@ -287,6 +311,7 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
     final = root / f"{PREFIX}{step:06d}"
     tmp = temporary_dir(run_dir, step)
     if accelerator.is_main_process:
+        check_checkpoint_entries(run_dir)  # a file or dangling link put at checkpoint-<step> since the start: named
         recover_interrupted_swaps(run_dir)
         if tmp.exists():
             shutil.rmtree(tmp)  # the leftovers of an interrupted save

@@ -13,6 +13,8 @@ PANELS = (("reward", "reward"), ("kl", "KL to reference"), ("entropy", "entropy"
 CURVES = "reward and entropy curves (and KL when loss.beta != 0)"
 
 
+PLOT_FILE = "curves.png"  # what `plot RUN_DIR` and a finished run write in the run directory
+
 def panels(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(metric, title) of each panel with data: a run with beta = 0 logs no kl, so it has no KL panel."""
     return [(key, title) for key, title in PANELS if any(row.get(key) is not None for row in rows)]
@@ -59,7 +61,7 @@ def plot_run(run_dir: str | Path, output: Optional[str | Path] = None) -> Path:
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
-    path = Path(output) if output is not None else Path(run_dir) / "curves.png"
+    path = Path(output) if output is not None else Path(run_dir) / PLOT_FILE
     path = path if path.suffix else path.with_suffix(".png")  # where matplotlib writes a name without a suffix
     try:
         with replacing(path) as partial:  # a failed or interrupted plot leaves an earlier image whole

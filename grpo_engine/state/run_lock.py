@@ -25,8 +25,9 @@ try:
 except ImportError:  # Windows: no flock; runs there are not protected against a second run
     fcntl = None
 
+from .bounded_read import special_file_kind
 from .path_limits import check_path_length
-from .run_files import MANIFEST, has_progress, remove_own_start
+from .run_files import CHECKPOINT_NAME, MANIFEST, has_progress, remove_own_start
 
 LOCK_FILE = ".grpo-engine.lock"
 
@@ -62,6 +63,9 @@ def check_output_dir(path: str | Path, key: str = OUTPUT_KEY) -> None:
     check_path_length(path, key, room=len(str(RUN_DIRECTORY_DEEPEST)) + 1, room_for="the run's checkpoint files")
     resolved(path, key)
     check_writable_dir(path, key)
+    checkpoints = Path(path) / "checkpoints"
+    if checkpoints.is_dir():  # a link to another disk, perhaps read-only: found at the first save, after its steps
+        check_writable_dir(checkpoints, f"the checkpoints/ of {key}")
     check_not_inside_a_run(path, key)
 
 
@@ -103,9 +107,35 @@ def check_run_entries(run_dir: str | Path) -> None:
             if path.is_symlink() and is_kind is Path.is_file:
                 raise RunDirectoryError(f"{path} is a link (to {os.readlink(path)}): the engine writes its {name} "
                                         f"there itself; remove the link, or choose another --output-dir")
+            if path.is_symlink() and not path.exists():
+                raise RunDirectoryError(f"{path} is a link to {os.readlink(path)}, which does not exist: the engine "
+                                        f"writes its {name} there; restore its target or remove the link, or choose "
+                                        f"another --output-dir")
             if path.exists() and not is_kind(path):
                 raise RunDirectoryError(f"{path} is not {kind} (the engine writes its {name} there); move it, or "
                                         f"choose another --output-dir")
+    check_checkpoint_entries(run_dir)
+
+
+def check_checkpoint_entries(run_dir: str | Path) -> None:
+    """One line naming an entry of checkpoints/ of a checkpoint's name (checkpoint-NNNNNN, or its .tmp- / .old-
+    forms during a save) that is not a directory or a link to one: a file or a dangling link there was passed over
+    in silence on resume ("no complete checkpoint") and stopped the save of that step after the step, and a re-save
+    moved the user's file aside and deleted it."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return
+    for path in root.iterdir():
+        if CHECKPOINT_NAME.fullmatch(path.name.removeprefix(".tmp-").removeprefix(".old-")) is None:
+            continue
+        if path.is_symlink() and not path.exists():
+            what = f"a link to {os.readlink(path)}, which does not exist"
+        elif not path.is_dir():
+            what = "a link to a file" if path.is_symlink() else "not a directory"
+        else:
+            continue
+        raise RunDirectoryError(f"{path} is {what}, where the engine keeps a checkpoint (a directory) of that name; "
+                                f"move or remove it (the engine leaves it alone), or choose another --output-dir")
 
 
 def _is_run_directory(path: Path) -> bool:
@@ -126,13 +156,30 @@ def check_not_inside_a_run(path: str | Path, key: str) -> None:
                                     f"{str(run_dir)!r}, which that run writes itself: choose a directory outside it")
 
 
-def check_output_file(path: str | Path, key: str = "--output") -> None:
-    """A file to write: not a directory, in a directory that can be written, its name one the filesystem takes."""
+def check_output_file(path: str | Path, key: str = "--output", may_replace: tuple[str, ...] = ()) -> None:
+    """A file to write: not a directory, in a directory that can be written, its name one the filesystem takes,
+    and none of a run directory's own files (`may_replace`: the names of them this command writes itself)."""
     check_path_length(path, key)
     path = Path(path)
     if path.is_dir():
         raise RunDirectoryError(f"{key} {str(path)!r} is a directory; name the file to write")
-    check_writable_dir(path.parent, key=f"the directory of {key}")
+    kind = special_file_kind(path)
+    if kind is not None:  # written whole and renamed over, it would be replaced: /dev/null itself, as root
+        raise RunDirectoryError(f"{key} {str(path)!r} is {kind}, not a regular file; name a regular file to write")
+    check_writable_dir(Path(os.path.realpath(path)).parent if path.is_symlink() else path.parent,
+                       key=f"the directory of {key}")
+    check_not_a_run_file(path, key, may_replace)
+
+
+def check_not_a_run_file(path: str | Path, key: str, may_replace: tuple[str, ...] = ()) -> None:
+    """One line when `path` is a file a run keeps in its directory (its metrics.jsonl, config.yaml, lock, ...) or
+    lies in a run's checkpoints/ or base_model/: `eval --output RUN/metrics.jsonl` replaced a run's log, the run
+    still training or not, with the evaluation's JSON."""
+    path = resolved(path, key)
+    if path.name in RUN_DIRECTORY_FILES and path.name not in may_replace and _is_run_directory(path.parent):
+        raise RunDirectoryError(f"{key} {str(path)!r} is the {path.name} of the run directory {str(path.parent)!r}, "
+                                f"which that run writes itself: name a file outside the run's own")
+    check_not_inside_a_run(path, key)
 
 
 def _holder(fd: int) -> str:
@@ -221,6 +268,7 @@ def _is_main_process() -> bool:
 def hold_run_directory(run_dir: str | Path) -> Iterator[Optional[RunLock]]:
     """The run directory, checked and held for the duration (by the main process; without flock, checked only)."""
     check_output_dir(run_dir)
+    check_run_entries(run_dir)  # the CLI checked them before its imports; a program calling train() gets them here
     lock = RunLock.acquire(run_dir) if fcntl is not None and _is_main_process() else None
     progress_before = lock is not None and has_progress(lock.run_dir)
     present_before = {p.name for p in lock.run_dir.iterdir()} if lock is not None else set()

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 
 from ..cli_parser import CommandParser
 from ..cli_types import port_number, positive_int
+from ..launch_env import listen_problem
 
 
 # The values vLLM 0.32 accepts for --max-lora-rank (vllm.config.lora.MaxLoRARanks; a vLLM test checks the copy).
@@ -95,6 +96,10 @@ def serve(args: argparse.Namespace) -> int:
     if args.print_command:
         print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(argv))
         return 0
+    problem = listen_problem(args.host, args.port)  # before vLLM loads the model, which then failed to bind
+    if problem is not None:
+        raise OSError(f"serve cannot listen on {args.host}:{args.port} ({problem}): another server or program holds "
+                      f"it, or --host is not this machine's address; choose another --port or --host")
     os.execve(argv[0], argv, {**os.environ, **env})  # the server replaces this process: signals reach it
 
 

@@ -6,6 +6,8 @@ group's whole timeout (30 minutes)."""
 
 from __future__ import annotations
 
+import socket
+
 from hypothesis import given, settings, strategies as st
 
 from grpo_engine.config import ConfigError
@@ -34,7 +36,18 @@ def _holds_together(env: dict[str, str]) -> bool:
             return False
     if number.get("WORLD_SIZE", 1) > 1:
         return all(name in env for name in ("RANK", "MASTER_ADDR", "MASTER_PORT")) and \
-            env["MASTER_ADDR"] in ("127.0.0.1", "localhost", "::1")
+            env["MASTER_ADDR"] in ("127.0.0.1", "localhost", "::1") and \
+            (number["RANK"] != 0 or _can_listen(number["MASTER_PORT"]))  # rank 0 hosts the rendezvous there
+    return True
+
+
+def _can_listen(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
     return True
 
 

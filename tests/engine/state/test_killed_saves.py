@@ -1,0 +1,60 @@
+"""A checkpoint save whose process is killed with SIGKILL while writing (no handler runs: the partial
+.tmp-checkpoint-N stays): `--resume` takes the last complete checkpoint, names the partial one in a warning and
+removes it (it only held disk space). Before, it was passed over in silence and stayed until a save of that step."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from grpo_engine.state import checkpoint as ckpt
+
+from repo_paths import ROOT
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from grpo_engine.state import checkpoint as ckpt
+
+    run_dir, step, files, written = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+    def killed_while_writing(accelerator, run_dir, step, *args, **kwargs):
+        tmp = ckpt.temporary_dir(run_dir, step)
+        (tmp / "model").mkdir(parents=True)
+        for i in range(files):
+            (tmp / "model" / f"part-{i}.bin").write_bytes(b"x" * written)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    ckpt._write_checkpoint = killed_while_writing
+    ckpt.save_checkpoint(None, run_dir, step)
+""")
+
+
+def _complete_checkpoint(directory: Path, step: int) -> None:
+    directory.mkdir(parents=True)
+    (directory / ckpt.STATE_FILE).write_text(json.dumps({"step": step, "sampler": {"epoch": 0, "offset": 0}}))
+    ckpt.write_manifest(directory)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(earlier=st.lists(st.integers(1, 20), min_size=1, max_size=3, unique=True), files=st.integers(0, 3),
+       written=st.integers(0, 4096))
+def test_resume_after_a_save_killed_midway(earlier, files, written, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    for step in earlier:
+        _complete_checkpoint(ckpt.checkpoint_root(run_dir) / f"checkpoint-{step:06d}", step)
+    step = max(earlier) + 1
+    child = subprocess.run([sys.executable, "-c", CHILD, str(run_dir), str(step), str(files), str(written)],
+                           cwd=ROOT, capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    partial = ckpt.temporary_dir(run_dir, step)
+    assert partial.is_dir()
+    point = ckpt.resolve_resume("latest", run_dir)
+    assert point.step == max(earlier) and not partial.exists()
+    assert len(point.skipped) == 1 and str(partial) in point.skipped[0] and "\n" not in point.skipped[0]
