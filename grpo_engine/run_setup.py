@@ -18,7 +18,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from .config import EngineConfig, config_from_dict, config_yaml, validate
+from .config import ConfigError, EngineConfig, config_from_dict, config_yaml, validate
 from .config.applicability import inapplicable_settings
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompts
@@ -238,10 +238,24 @@ def sampling_warnings(config: EngineConfig) -> list[str]:
     return notes
 
 
+def set_thread_count(threads: Optional[int]) -> None:
+    """torch's CPU threads: run.num_threads, at most one per CPU this process may run on (more only oversubscribe
+    them, and a count in the thousands made OpenMP fail to create its threads or crash the process). Checked on the
+    machine that runs (not in the schema: a saved run's config stays loadable anywhere, and --resume may change it)."""
+    if threads is None:
+        return
+    from .resource_limits import usable_cpus
+
+    cpus = usable_cpus()
+    if threads > cpus:
+        raise ConfigError(f"run.num_threads: expected at most the {cpus} CPU{'s' * (cpus != 1)} this process may run "
+                          f"on, got {threads}")
+    torch.set_num_threads(threads)
+
+
 def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
-    if config.run.num_threads is not None:
-        torch.set_num_threads(config.run.num_threads)
+    set_thread_count(config.run.num_threads)
     world = join_processes(cpu=device.type == "cpu", timeout_s=config.run.distributed_timeout_s)
     check_tensor_parallel(config, world.num_processes)
     check_fsdp(config, world.num_processes)

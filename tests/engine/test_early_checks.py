@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from grpo_engine.resource_limits import usable_cpus
 from repo_paths import SUPPORT
 
 
@@ -80,6 +81,10 @@ MACHINE_LIMITS = {
     "no CUDA device": (["--run.device", "cuda"], "run.device is cuda but this machine has no CUDA device"),
     "flash-attn on a CPU": (["--model.attn_implementation", "flash_attention_2", "--run.device", "cpu"],
                             "model.attn_implementation flash_attention_2 runs on CUDA GPUs only"),
+    # more threads than CPUs only oversubscribe them; 100000 crashed OpenMP (a segmentation fault, no message)
+    "a thread per CPU at most": (["--run.num_threads", str(usable_cpus() + 1)],
+                                 f"run.num_threads: expected at most the {usable_cpus()} CPU"),
+    "threads in the thousands": (["--run.num_threads", "100000"], "this process may run on, got 100000"),
 }
 
 
