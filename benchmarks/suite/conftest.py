@@ -10,9 +10,11 @@ import sys
 import pytest
 import torch
 
+from grpo_engine.cli_types import bounded_int, positive_int, thread_count_type
+
 from .machine import cpu_name, package_version
 from .runner import BenchRunner
-from .shapes import shape_set
+from .shapes import SHAPE_SETS, shape_set
 
 _DEFAULT_ROUNDS = {"cpu": 5, "cuda": 20}
 _DEFAULT_WARMUP = {"cpu": 1, "cuda": 3}
@@ -21,11 +23,17 @@ _skipped: list[dict] = []
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grpo-bench", "GRPO loss benchmarks")
-    group.addoption("--bench-set", default="auto", help="shape set: smoke, cpu, gpu or auto (gpu if CUDA, else cpu)")
-    group.addoption("--bench-rounds", type=int, default=None, help="timed rounds per case (default 5 CPU, 20 GPU)")
-    group.addoption("--bench-warmup", type=int, default=None, help="untimed rounds first (default 1 CPU, 3 GPU)")
+    # each option typed where pytest reads it (grpo_engine.cli_types): a bad value is pytest's usage error naming
+    # the option, before any case runs (a negative count failed every case with a traceback, 0 rounds silently took
+    # the default, 100000 threads crashed the process)
+    group.addoption("--bench-set", default="auto", choices=[*SHAPE_SETS, "auto"],
+                    help="shape set: smoke, cpu, gpu or auto (gpu if CUDA, else cpu)")
+    group.addoption("--bench-rounds", type=positive_int, default=None,
+                    help="timed rounds per case (default 5 CPU, 20 GPU)")
+    group.addoption("--bench-warmup", type=bounded_int(0), default=None,
+                    help="untimed rounds first (default 1 CPU, 3 GPU)")
     group.addoption("--bench-no-memory", action="store_true", help="skip the peak-memory measurement")
-    group.addoption("--bench-cpu-threads", type=int, default=1,
+    group.addoption("--bench-cpu-threads", type=thread_count_type(), default=1,
                     help="torch threads for CPU runs (default 1: on a shared machine, multi-threaded steps stall "
                          "at OpenMP barriers whenever another process takes a core, and timings scatter tenfold)")
 
