@@ -49,7 +49,8 @@ def _tag_problem(node: yaml.Node) -> str | None:
                 f"true / false, null, lists and mappings); remove it")
     pattern = _SCALAR_PATTERNS.get(node.tag)
     if pattern is not None and isinstance(node, yaml.ScalarNode) and not pattern.match(node.value):
-        return f"{node.value!r} is not a {_shown_tag(node.tag)} value (YAML 1.2's core schema); remove the tag or fix the value"
+        return (f"{node.value!r} is not a {_shown_tag(node.tag)} value (YAML 1.2's core schema); remove the tag or "
+                f"fix the value")
     return None
 
 
@@ -94,7 +95,8 @@ class StrictLoader(yaml.SafeLoader):
                     "the keys out, or repeat the anchor's values", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice in one mapping (first on line {_line(self.buffer, seen[key])})",
+                    None, None,
+                    f"key {key!r} given twice in one mapping (first on line {_line(self.buffer, seen[key])})",
                     key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
