@@ -6,9 +6,11 @@ they take `check_values` (the API passes False while compiling)."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .argument_names import LOSS_NAMES, ArgumentNames
 from .config import MIN_TEMPERATURE, GRPOLossConfig
@@ -38,7 +40,23 @@ def _require_tensor(name: str, x: object) -> torch.Tensor:
         kind = "nested" if x.is_nested else "quantized" if x.is_quantized else str(x.layout).removeprefix("torch.")
         raise TypeError(f"{name} must be a dense (strided) tensor, got a {kind} one; convert it first "
                         f"(.to_dense(), .dequantize(), or pad a nested tensor)")
+    if not torch.compiler.is_compiling():  # a compiled graph is traced with fake tensors: these are its inputs
+        _refuse_traced(name, x)
     return x
+
+
+def _refuse_traced(name: str, x: torch.Tensor) -> None:
+    """A tensor of a torch.func transform (vmap, grad, jacrev, ...) or a FakeTensor outside torch.compile: the
+    loss's custom autograd functions are not functorch-aware (torch.func.grad failed in autograd, vmap at a data
+    pointer, each in torch's words) and its checks read values a FakeTensor has not got (a
+    DataDependentOutputException). Refused alike on every backend, before any work."""
+    if torch._C._functorch.is_functorch_wrapped_tensor(x):
+        raise TypeError(f"{name} is a tensor of a torch.func transform (vmap, grad, jacrev, ...), which the fused "
+                        f"loss does not run under; call it outside the transform (a per-example loss: pass the batch "
+                        f"and keep the per-token values)")
+    if isinstance(x, FakeTensor):
+        raise TypeError(f"{name} is a FakeTensor: it has a shape but no values to check or compute with; call the "
+                        f"loss on real tensors (torch.compile traces it with fake ones itself)")
 
 
 def check_optional_tensors(**named: object) -> None:
@@ -101,16 +119,27 @@ def _require_constant(name: str, x: torch.Tensor) -> None:
                          f"any backend); pass {name}.detach()")
 
 
-# The largest vocabulary: the kernels compare token ids with a tile's vocabulary ids in int32 (kernels/tiles.py),
-# and torch's own gathers index a row of logits with it. A head past it (an expanded, stride-0 weight costs no
-# memory) ran for minutes and failed allocating its gradient.
-MAX_VOCAB_SIZE = 2**31 - 1
+# The largest vocabulary and the most token rows: the kernels compare token ids with a tile's vocabulary ids in
+# int32 (kernels/tiles.py), and number a block's rows in int32 (program id * BLOCK_N + arange); torch's own gathers
+# index a row of logits with them. A head past it (an expanded, stride-0 weight costs no memory) ran for minutes and
+# failed allocating its gradient; an expanded [2**31, H] hidden failed in the allocator (68 GB for its rows).
+MAX_INT32_COUNT = 2**31 - 1
+MAX_VOCAB_SIZE = MAX_TOKEN_ROWS = MAX_INT32_COUNT
+
+
+def _check_int32_count(name: str, count: int, what: str, why: str) -> None:
+    if count > MAX_INT32_COUNT:
+        raise ValueError(f"{name} has {what} of {count} rows; at most 2**31 - 1 = {MAX_INT32_COUNT} are supported "
+                         f"({why} are int32 inside the kernels)")
 
 
 def check_vocab_size(name: str, vocab_size: int) -> None:
-    if vocab_size > MAX_VOCAB_SIZE:
-        raise ValueError(f"{name} has a vocabulary of {vocab_size} rows; at most 2**31 - 1 = {MAX_VOCAB_SIZE} are "
-                         f"supported (token ids are int32 inside the kernels)")
+    _check_int32_count(name, vocab_size, "a vocabulary", "token ids")
+
+
+def check_token_rows(name: str, shape: torch.Size) -> None:
+    """Every dimension of `shape` but the last (the hidden size or the vocabulary) counts token rows."""
+    _check_int32_count(name, math.prod(shape[:-1]), "a batch (every dimension but the last)", "row indices")
 
 
 def check_config(config: object) -> GRPOLossConfig:
@@ -240,6 +269,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     if hidden.dim() < 1 or hidden.shape[-1] == 0:
         raise ValueError(f"{names.hidden} must be [..., H] with a hidden size H >= 1, got shape "
                          f"{list(hidden.shape)}")
+    check_token_rows(names.hidden, hidden.shape)
     if weight.dim() != 2:
         raise ValueError(f"{names.weight} must be [V, H], got shape {list(weight.shape)}")
     if weight.shape[1] != hidden.shape[-1]:
@@ -274,6 +304,7 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
     if logits.shape[-1] == 0:
         raise ValueError("logits must have a non-empty vocabulary dimension")
     check_vocab_size("logits", logits.shape[-1])
+    check_token_rows("logits", logits.shape)
     if check_finite:
         _require_finite(logits=logits)
 

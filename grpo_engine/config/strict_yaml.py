@@ -29,6 +29,44 @@ _CORE_SCALARS = (
 )
 
 
+_CORE_TAG = "tag:yaml.org,2002:"
+# The tags a config's values may carry, written out (`!!int 3`) or implied: YAML 1.2's core schema. Any other
+# (`!!python/object`, `!!binary`, `!!set`, `!!timestamp`, `!local`) built a value no setting takes (bytes, a set, a
+# date) or was refused in PyYAML's words ("could not determine a constructor for the tag ...").
+_SCALAR_PATTERNS = {tag: re.compile(pattern) for tag, pattern, _ in _CORE_SCALARS}
+_CORE_TAGS = {*_SCALAR_PATTERNS, _CORE_TAG + "str", _CORE_TAG + "seq", _CORE_TAG + "map"}
+
+
+def _shown_tag(tag: str) -> str:
+    return "!!" + tag[len(_CORE_TAG):] if tag.startswith(_CORE_TAG) else tag
+
+
+def _tag_problem(node: yaml.Node) -> str | None:
+    """Why `node`'s tag cannot be read in a config, or None: a tag outside the core schema, or a core scalar tag on
+    text that is not of its kind (`!!int x` raised a ValueError traceback, `!!null x` read None)."""
+    if node.tag not in _CORE_TAGS:
+        return (f"the tag {_shown_tag(node.tag)} is not read in config files (only plain values: text, numbers, "
+                f"true / false, null, lists and mappings); remove it")
+    pattern = _SCALAR_PATTERNS.get(node.tag)
+    if pattern is not None and isinstance(node, yaml.ScalarNode) and not pattern.match(node.value):
+        return (f"{node.value!r} is not a {_shown_tag(node.tag)} value (YAML 1.2's core schema); remove the tag or "
+                f"fix the value")
+    return None
+
+
+# The lines a person counts in an editor (and `sed -n`, `grep -n`): broken by \n, \r\n or a lone \r. PyYAML also
+# breaks lines at NEL (U+0085) and the Unicode line / paragraph separators, so its marks' line numbers ran ahead
+# of the file's after one of those inside a value.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _line(text: str, mark: yaml.Mark) -> int:
+    """The 1-based line of `mark` in `text`, as an editor counts lines."""
+    if mark.index is None:
+        return mark.line + 1
+    return len(_LINE_BREAK.findall(text, 0, mark.index)) + 1
+
+
 def _use_core_scalars(cls: type) -> type:
     cls.yaml_implicit_resolvers = {}
     for tag, pattern, first in _CORE_SCALARS:
@@ -39,10 +77,9 @@ def _use_core_scalars(cls: type) -> type:
 @_use_core_scalars
 class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
+        seen: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
             if not isinstance(key, str):
                 # Every key of a config is a name. A number, null or true there is a typo, and a list or mapping
                 # (`? [a, b]`) is not even hashable: the check below failed on it with a TypeError traceback.
@@ -58,9 +95,10 @@ class StrictLoader(yaml.SafeLoader):
                     "the keys out, or repeat the anchor's values", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice in one mapping (first on line {seen[key]})",
+                    None, None,
+                    f"key {key!r} given twice in one mapping (first on line {_line(self.buffer, seen[key])})",
                     key_node.start_mark)
-            seen[key] = line
+            seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
@@ -92,10 +130,10 @@ MAX_EXPANDED_VALUES = 100_000
 MAX_NESTING = 32
 
 
-def _check_node_bounds(root: yaml.Node, source: str) -> None:
+def _check_node_bounds(root: yaml.Node, text: str, source: str) -> None:
     """Every value the node graph expands to is counted (an alias as often as it is used: once per node, by
-    memoisation, so the count itself takes time linear in the text) and its depth measured; past a bound, or an
-    alias that contains itself, one line naming `source` and the bound."""
+    memoisation, so the count itself takes time linear in the text) and its depth measured; past a bound, an
+    alias that contains itself, or a tag outside the core schema, one line naming `source` and the line."""
     sizes: dict[int, int] = {}
     depths: dict[int, int] = {}
     open_nodes: set[int] = set()
@@ -109,8 +147,11 @@ def _check_node_bounds(root: yaml.Node, source: str) -> None:
         children = [] if isinstance(node, yaml.ScalarNode) else (
             [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else list(node.value))
         if not children_done:
+            problem = _tag_problem(node)
+            if problem:
+                raise ConfigError(f"{source} line {_line(text, node.start_mark)}: {problem}")
             if key in open_nodes:
-                raise ConfigError(f"{source} line {node.start_mark.line + 1}: an alias refers to the value that "
+                raise ConfigError(f"{source} line {_line(text, node.start_mark)}: an alias refers to the value that "
                                   f"contains it (a recursive structure); write the values out")
             open_nodes.add(key)
             stack.append((node, True))
@@ -120,10 +161,10 @@ def _check_node_bounds(root: yaml.Node, source: str) -> None:
         sizes[key] = 1 + sum(sizes[id(child)] for child in children)
         depths[key] = 1 + max((depths[id(child)] for child in children), default=0)
         if sizes[key] > MAX_EXPANDED_VALUES:
-            raise ConfigError(f"{source} line {node.start_mark.line + 1}: its aliases expand to more than "
+            raise ConfigError(f"{source} line {_line(text, node.start_mark)}: its aliases expand to more than "
                               f"{MAX_EXPANDED_VALUES:,} values (the config reader's bound); write the values out")
         if depths[key] > MAX_NESTING:
-            raise ConfigError(f"{source} line {node.start_mark.line + 1}: nested more than {MAX_NESTING} levels "
+            raise ConfigError(f"{source} line {_line(text, node.start_mark)}: nested more than {MAX_NESTING} levels "
                               f"deep (the config reader's bound; a config is sections of keys)")
 
 
@@ -142,7 +183,7 @@ def _check_token_depth(text: str, source: str) -> None:
             token = scanner.get_token()
             depth += isinstance(token, _OPENING) - isinstance(token, _CLOSING)
             if depth >= MAX_NESTING:
-                raise ConfigError(f"{source} line {token.start_mark.line + 1}: nested more than {MAX_NESTING} "
+                raise ConfigError(f"{source} line {_line(text, token.start_mark)}: nested more than {MAX_NESTING} "
                                   f"levels deep (the config reader's bound; a config is sections of keys)")
     finally:
         scanner.dispose()
@@ -157,7 +198,7 @@ def _bounded_load(text: str, source: str) -> Any:
         root = loader.get_single_node()
         if root is None:
             return None
-        _check_node_bounds(root, source)
+        _check_node_bounds(root, text, source)
         return loader.construct_document(root)
     finally:
         loader.dispose()
@@ -173,7 +214,7 @@ def parse_yaml(text: str, source: str) -> Any:
                           f"config is sections of keys)") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f" line {mark.line + 1}" if mark is not None else ""
+        where = f" line {_line(text, mark)}" if mark is not None else ""
         problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
         raise ConfigError(f"{source}{where}: {problem}") from None
     except yaml.YAMLError as exc:

@@ -12,7 +12,7 @@ directory) with the row and column.
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any, Callable, Optional
 
 # Python reads integers of at most this many digits (sys.get_int_max_str_digits' default); past it json raises a
@@ -58,6 +58,17 @@ def unencodable(text: str) -> Optional[str]:
     return None
 
 
+def _finite(number: Real) -> bool:
+    """An integer is finite at any length JSON reads (one of 309 to 4,300 digits made float() raise OverflowError:
+    a traceback); any other real number when it converts to a finite float."""
+    if isinstance(number, Integral):
+        return True
+    try:
+        return math.isfinite(float(number))
+    except OverflowError:  # a Fraction or another Real past the largest float
+        return False
+
+
 def value_problem(value: Any) -> Optional[str]:
     """What is wrong with `value` (anything inside it, walked without recursion), or None."""
     stack = [value]
@@ -69,8 +80,8 @@ def value_problem(value: Any) -> Optional[str]:
                 return f"holds {problem}"
         elif isinstance(item, bool) or item is None:
             continue
-        elif isinstance(item, Real) and not math.isfinite(float(item)):
-            return f"holds {float(item)!r}, not a finite number (write null for a missing value)"
+        elif isinstance(item, Real) and not _finite(item):
+            return f"holds {str(item)[:40]}, not a finite number (write null for a missing value)"
         elif isinstance(item, dict):
             for key in item:
                 if not isinstance(key, str):

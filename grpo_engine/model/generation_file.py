@@ -9,7 +9,7 @@ could end: every one ran to rollout.max_new_tokens). Keys not declared here are 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
@@ -50,6 +50,17 @@ class GenerationSettings(TokenIdSettings):
     num_beams: Optional[Annotated[StrictInt, Field(ge=1)]] = None
     num_return_sequences: Optional[Annotated[StrictInt, Field(ge=1)]] = None
     no_repeat_ngram_size: Optional[Annotated[StrictInt, Field(ge=0)]] = None
+
+
+class TokenizerSettings(TokenIdSettings):
+    """tokenizer_config.json's values the tokenizer compares or branches on when it loads or encodes. transformers
+    checks only the two sides (in its words, after the model directory's other checks); `"model_max_length": "x"`
+    failed with a TypeError traceback at the first prompt, and -1, 0, 1.5 or true warned "longer than the specified
+    maximum sequence length" at every prompt (the engine bounds prompts by data.max_prompt_length itself)."""
+
+    model_max_length: Optional[Annotated[Number, Field(ge=1)]] = None
+    padding_side: Literal["left", "right"] = "right"  # null too: transformers refuses it
+    truncation_side: Literal["left", "right"] = "right"
 
 
 def vocab_size_of(config: dict) -> Optional[int]:

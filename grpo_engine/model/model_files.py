@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..data.row_values import RowValueError, strict_json_hooks
-from .generation_file import GenerationSettings, TokenIdSettings, settings_problem, vocab_size_of
+from .generation_file import (GenerationSettings, TokenIdSettings, TokenizerSettings, settings_problem,
+                              vocab_size_of)
 from ..state.bounded_read import FileBoundError, read_bounded_bytes, parse_json, special_file_kind
 
 # What the loaders open in a model directory, by name or by suffix.
@@ -80,6 +81,8 @@ def _check_token_settings(directory: Path, settings: dict[str, dict]) -> None:
         parts.append(("config.json text_config", config["text_config"], TokenIdSettings))
     if "generation_config.json" in settings:
         parts.append(("generation_config.json", settings["generation_config.json"], GenerationSettings))
+    if "tokenizer_config.json" in settings:
+        parts.append(("tokenizer_config.json", settings["tokenizer_config.json"], TokenizerSettings))
     for where, values, schema in parts:
         problem = settings_problem(values, schema, vocab_size)
         if problem:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_kernels import fused_linear_grpo_loss, grpo_loss_from_logits, linear_logprobs
-from grpo_kernels.validation import MAX_VOCAB_SIZE
+from grpo_kernels.validation import MAX_TOKEN_ROWS, MAX_VOCAB_SIZE
 
 DERANDOMIZE = bool(os.environ.get("CI"))
 H = 4
@@ -60,3 +60,31 @@ def test_a_broadcast_input_is_checked_for_non_finite_values_and_gives_the_dense_
     expected = fused_linear_grpo_loss(dense["hidden"].double(), dense["weight"].double(), ids, mask,
                                       advantages.double(), backend="reference")
     torch.testing.assert_close(got.loss.double(), expected.loss, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=20, deadline=None, derandomize=DERANDOMIZE)
+@given(st.integers(MAX_TOKEN_ROWS + 1, 2**40), st.integers(1, 4),
+       st.sampled_from(["reference", "torch", "gemm", "auto"]), st.sampled_from(["loss", "logprobs", "logits"]))
+def test_a_batch_past_int32_rows_is_refused_before_any_allocation(rows, split, backend, entry):
+    """An expanded (stride-0) hidden or logits of 2**31 rows and more costs no memory until the log-probs' rows are
+    gathered: it failed in the allocator (68 GB). The rows are numbered in int32 inside the kernels."""
+    batch = (split, -(-rows // split)) if entry != "logprobs" or split > 1 else (rows,)
+    count = batch[0] * batch[-1] if len(batch) == 2 else rows
+    ids = torch.zeros((1,) * len(batch), dtype=torch.int64).expand(batch)
+    started = time.perf_counter()
+    with pytest.raises(ValueError) as caught:
+        if entry == "loss":
+            fused_linear_grpo_loss(torch.zeros(1, 1, H).expand(*batch, H), torch.zeros(5, H), ids,
+                                   torch.ones(1, 1).expand(batch), torch.zeros(1).expand(batch[0]), backend=backend)
+        elif entry == "logprobs":
+            linear_logprobs(torch.zeros((1,) * len(batch) + (H,)).expand(*batch, H), torch.zeros(5, H), ids,
+                            backend=backend)
+        else:
+            grpo_loss_from_logits(torch.zeros(1, 1, 5).expand(*batch, 5), ids, torch.ones(1, 1).expand(batch),
+                                  torch.zeros(1).expand(batch[0]),
+                                  backend="reference" if backend == "reference" else "auto")
+    assert time.perf_counter() - started < 5.0
+    name = "logits" if entry == "logits" else "hidden"
+    assert str(caught.value) == (f"{name} has a batch (every dimension but the last) of {count} rows; at most "
+                                 f"2**31 - 1 = {MAX_TOKEN_ROWS} are supported (row indices are int32 inside the "
+                                 f"kernels)")

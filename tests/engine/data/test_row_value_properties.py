@@ -22,7 +22,11 @@ from grpo_engine.steps.rewards import (ANSWER_TYPES, ENGINE_ARGUMENTS, NamedRewa
 HOSTILE_JSON = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-2.5e999", "9" * 4301, "-" + "1" * 5000,
                                 '"\\ud800"', '"ok \\udfff"', '["x", {"deep": NaN}]', '{"\\ud83d": 1}'])
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
-FINE_JSON = st.one_of(st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=False, allow_infinity=False).map(repr),
+# integers of any length Python reads: 309 to 4,300 digits (past a float's range) raised an OverflowError traceback
+LONG_INTEGERS = st.tuples(st.sampled_from(["", "-"]), st.integers(1, 9), st.integers(300, 4299)).map(
+    lambda parts: f"{parts[0]}{parts[1]}{'0' * parts[2]}")
+FINE_JSON = st.one_of(st.integers(-10**6, 10**6).map(str), LONG_INTEGERS,
+                      st.floats(allow_nan=False, allow_infinity=False).map(repr),
                       NAMES.map(json.dumps), st.sampled_from(["true", "false", "null", "[]", "{}"]))
 
 
