@@ -608,8 +608,9 @@ class RunConfig(Section):
                         "every process's RNGs are seeded in)")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
     num_threads: Optional[PositiveInt] = Field(
-        None, description="CPU threads for torch (null: torch's default). Tiny models gain nothing from threads, "
-                          "and on a busy machine idle OpenMP threads spin and slow every small op down")
+        None, description="CPU threads for torch (null: torch's default), at most the CPUs the process may run on "
+                          "(checked when the run starts). Tiny models gain nothing from threads, and on a busy machine "
+                          "idle OpenMP threads spin and slow every small op down")
     distributed_timeout_s: Annotated[float, Field(gt=0, le=MAX_DISTRIBUTED_TIMEOUT_S)] = Field(
         1800.0, description="a launched run (WORLD_SIZE > 1): how long a process waits for the others, to join at "
                             "start and in each collective, before the run stops naming MASTER_ADDR:MASTER_PORT "
