@@ -63,6 +63,19 @@ def optional_by_keyword(function: _Function) -> _Function:
     return call  # type: ignore[return-value]
 
 
+def without_autocast(function: _Function) -> _Function:
+    """`function` with autocast off on CPU and CUDA: inside a caller's torch.autocast region (a trainer's mixed
+    precision) torch's matmuls would run in the autocast dtype on the backends built of torch ops (`torch`,
+    `reference`: errors of 1e-3 to 1e-1) while the kernel backends keep float32, so the result would depend on the
+    backend. The inputs keep their own dtypes; every backend computes as without autocast."""
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
+            return function(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The backend name, checked; 'auto' is routed per call by the cost model once the call's shapes are known
     (routing.py): on a CPU it is the GEMM path."""
@@ -150,6 +163,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         logit_transform=logit_transform, kept_token_ids=kept_token_ids)
 
 
+@without_autocast
 def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                           *, bias: Optional[torch.Tensor] = None, temperature: float = 1.0,
                           return_entropy: bool = False, backend: Backend = "auto",
@@ -229,6 +243,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         logit_transform=logit_transform, kept_token_ids=kept_token_ids)
 
 
+@without_autocast
 def fused_linear_grpo_loss_named(
         names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
         completion_mask: Optional[torch.Tensor], advantages: torch.Tensor, *, bias: Optional[torch.Tensor] = None,
@@ -357,6 +372,7 @@ def _fused_token_level(route: TokenLevelRoute, backend: str, hidden, head: LMHea
 
 
 @optional_by_keyword
+@without_autocast
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
                           advantages: torch.Tensor, *, old_logps: Optional[torch.Tensor] = None,
                           ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
