@@ -19,7 +19,8 @@ STARTUP_S = 60.0
 
 
 @pytest.mark.slow
-@settings(max_examples=3, deadline=None)
+# two engine starts (about 15 s each on CI's two cores); each run draws fresh ranks and timeouts
+@settings(max_examples=2, deadline=None)
 @given(rank=st.integers(0, 2), timeout_s=st.floats(1.0, 3.0))
 def test_a_rendezvous_nobody_joins_ends_within_the_timeout_in_one_line(rank, timeout_s, tmp_path_factory):
     port = free_port()
