@@ -50,6 +50,10 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 # The options besides the config keys that always take one value: `--data -x.jsonl` is the file -x.jsonl.
 VALUE_OPTIONS = ("--config", "--model", "--data", "--output-dir", "--max-steps", "--num-samples", "--output")
+# options whose value may be left out (`--resume` alone: the latest checkpoint): an argument after one that starts
+# with a single '-' (no option of the commands does, -h aside) is its value, checked as its value and named so
+# (`--resume -1e+16` was "unknown flag -1e+16")
+OPTIONAL_VALUE_OPTIONS = ("--resume",)
 
 
 def _join_flag_values(argv: Sequence[str]) -> list[str]:
@@ -63,7 +67,9 @@ def _join_flag_values(argv: Sequence[str]) -> list[str]:
     for i, arg in enumerate(argv):
         if arg == "--":  # what follows is another program's (serve's vLLM arguments): passed on as written
             return joined + list(argv[i:])
-        if joined and joined[-1] in flags and arg.startswith("-"):
+        if joined and (joined[-1] in flags and arg.startswith("-")
+                       or joined[-1] in OPTIONAL_VALUE_OPTIONS and arg.startswith("-") and not arg.startswith("--")
+                       and arg != "-h"):
             joined[-1] = f"{joined[-1]}={arg}"
         else:
             joined.append(arg)

@@ -9,7 +9,7 @@ import argparse
 import importlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from grpo_engine.cli import build_parser, main
@@ -96,6 +96,7 @@ def _accepted_or_named(outcome: str, lines: list[str], option: str) -> None:
 
 @SETTINGS
 @given(choice=st.sampled_from(OPTIONS), text=HOSTILE_TEXT, joined=st.booleans())
+@example(choice=("train", "--resume", True), text="-1e+16", joined=False)  # was "unknown flag -1e+16"
 def test_any_value_of_any_option_is_accepted_or_one_line_naming_it(choice, text, joined, no_work, capsys):
     command, option, takes_value = choice
     given_as = [f"{option}={text}"] if joined or not takes_value else [option, text]
