@@ -4,7 +4,8 @@ run on a GPU yet):
 (a) exact: at N 1024, H 1024, V 32768 (bf16, a bias) the token-level and the sequence-level loss (GSPO's ratio
     with the KL term: triton_tma's two passes, its dz tiles by the persistent kernel) and their gradients (hidden,
     weight, bias) of every backend of Triton kernels (the registry's triton_kernels entries: the deterministic
-    default, the opt-in atomic backward, the Hopper recipe), and the no-grad log-probs, against the float64 reference (grpo_kernels.reference),
+    default, the opt-in atomic backward, the Hopper recipe), and the no-grad log-probs, against the float64 reference
+    (grpo_kernels.reference),
     with the test suite's bfloat16 tolerances; batch invariance (rows alone vs in the batch, bitwise) and a
     bitwise-repeatable backward for each backend that declares itself deterministic;
 (b) time: no-grad log-probs and the token-level loss (dapo, beta 0.04, forward + backward) at S1 (N 8192,

@@ -188,7 +188,8 @@ def _train(args: argparse.Namespace) -> int:
 
 def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
     """A path read by the command that no filesystem could hold (a name or the whole too long) or that is a link
-    leading nowhere (gone, or a loop) is one line naming its option, before any work (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
+    leading nowhere (gone, or a loop) is one line naming its option, before any work
+    (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
     from .config import ConfigError
     from .config.schema import broken_link
 

@@ -233,7 +233,8 @@ def save_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, *a
                               f"{then}") from exc
 
 
-# What a run that saved no checkpoint can do: its directory holds its logs, which a fresh start will not mix with its own.
+# What a run that saved no checkpoint can do: its directory holds its logs, which a fresh start will not mix with its
+# own.
 START_AGAIN = "start the run again without --resume, in another --output-dir (or after deleting this one)"
 
 DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")

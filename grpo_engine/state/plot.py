@@ -15,6 +15,7 @@ CURVES = "reward and entropy curves (and KL when loss.beta != 0)"
 
 PLOT_FILE = "curves.png"  # what `plot RUN_DIR` and a finished run write in the run directory
 
+
 def panels(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(metric, title) of each panel with data: a run with beta = 0 logs no kl, so it has no KL panel."""
     return [(key, title) for key, title in PANELS if any(row.get(key) is not None for row in rows)]
