@@ -12,6 +12,7 @@ import torch
 
 from grpo_engine.cli_types import bounded_int, positive_int, thread_count_type
 
+from .interpreter_tiles import use_suite_tiles
 from .machine import cpu_name, package_version
 from .runner import BenchRunner
 from .shapes import SHAPE_SETS, shape_set
@@ -36,6 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-cpu-threads", type=thread_count_type(), default=1,
                     help="torch threads for CPU runs (default 1: on a shared machine, multi-threaded steps stall "
                          "at OpenMP barriers whenever another process takes a core, and timings scatter tenfold)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    use_suite_tiles()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
