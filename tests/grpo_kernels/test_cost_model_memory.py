@@ -9,9 +9,9 @@ float32 dW copy; float32 heads accumulate into dW itself): the one-pass route fo
 two-pass route (a sequence-level loss) only in the backward.
 
 The Triton path (`triton_tma`) runs interpreted on a CPU, at the same 100 MB head over 128 tokens, under a kernel
-table of the test's own with the largest tiles the interpreter runs quickly (32 x 512 x 256: some 13 s a step, where
-the package's 16 x 32 x 32 table would take an hour), against the model's formula evaluated at that table (the
-chunk's rows, its maxima per 512-column tile and the partial statistics per split all follow it).
+table of the test's own with large tiles (64 x 1024 x 1024: a few seconds a step, where the package's 16 x 32 x 32
+table would take an hour; the interpreter's cost is per tile), against the model's formula evaluated at that table
+(the chunk's rows, its maxima per 1024-column tile and the partial statistics per split all follow it).
 """
 
 from __future__ import annotations
