@@ -7,6 +7,7 @@ max_completion_length None); docs/integrations.md lists the differences.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import warnings
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional
 
-from .losses import (DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type, loss_param_aliases,
-                     validate_loss_params)
+from .losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type,
+                     loss_param_aliases, validate_loss_params)
 from .keywords import accepted_keywords, refuse_unknown_keywords
 from .messages import shown
 from .scalars import finite_real, integer_value, same_value
@@ -51,6 +52,16 @@ class LossSetting:
     # When the objective reads it (None: always): what a user sets ("beta != 0"), a predicate of the config, and
     # settings that make it hold / fail ({"beta": 0.04} / {"beta": 0.0}).
     read_when: Optional[ReadCondition] = None
+
+    def float_bounds(self) -> dict[str, float]:
+        """The bounds of a float setting: its own, within float32's range where it declares none. The objective
+        computes in the log-probs' float32: past 3.4e38 an epsilon or delta failed inside torch ("value cannot be
+        converted to type float without overflow") and a beta or entropy_coef made the loss inf or NaN silently."""
+        bounds = {key: getattr(self, key) for key in ("ge", "gt", "le") if getattr(self, key) is not None}
+        if "ge" not in bounds and "gt" not in bounds:
+            bounds["ge"] = -FLOAT32_MAX
+        bounds.setdefault("le", FLOAT32_MAX)
+        return bounds
 
     def bounds_text(self) -> str:
         low = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else ""
@@ -242,6 +253,8 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
             raise TypeError(f"{name} must be {'True or False' if kind is bool else 'a string'}, got {shown(value)}")
         return value
     number = integer_value(value) if kind is int else finite_real(value)
+    if kind is not int:  # within float32's range too (LossSetting.float_bounds)
+        declaration = dataclasses.replace(declaration, **declaration.float_bounds())
     bounds = declaration.bounds_text()
     within = number is not None and (declaration.ge is None or number >= declaration.ge) and (
         declaration.gt is None or number > declaration.gt) and (declaration.le is None or number <= declaration.le)
@@ -252,7 +265,8 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
         raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number (an int, float, numpy "
                         f"scalar, Fraction or Decimal), got {shown(value)}")
     if not within:
-        raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
+        why = " (the objective computes in float32, whose range ends there)" if abs(number) > FLOAT32_MAX else ""
+        raise ValueError(f"{name} must be {bounds}{why}, got {shown(value)}")
     return same_value(value, number)
 
 
