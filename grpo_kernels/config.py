@@ -7,7 +7,6 @@ max_completion_length None); docs/integrations.md lists the differences.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import sys
 import warnings
@@ -253,8 +252,6 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
             raise TypeError(f"{name} must be {'True or False' if kind is bool else 'a string'}, got {shown(value)}")
         return value
     number = integer_value(value) if kind is int else finite_real(value)
-    if kind is not int:  # within float32's range too (LossSetting.float_bounds)
-        declaration = dataclasses.replace(declaration, **declaration.float_bounds())
     bounds = declaration.bounds_text()
     within = number is not None and (declaration.ge is None or number >= declaration.ge) and (
         declaration.gt is None or number > declaration.gt) and (declaration.le is None or number <= declaration.le)
@@ -265,8 +262,10 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
         raise TypeError(f"{name} must be {'None or ' if nullable else ''}a finite number (an int, float, numpy "
                         f"scalar, Fraction or Decimal), got {shown(value)}")
     if not within:
-        why = " (the objective computes in float32, whose range ends there)" if abs(number) > FLOAT32_MAX else ""
-        raise ValueError(f"{name} must be {bounds}{why}, got {shown(value)}")
+        raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
+    if abs(number) > FLOAT32_MAX:  # LossSetting.float_bounds
+        raise ValueError(f"{name} must be within float32's range (at most {FLOAT32_MAX:.7g} in magnitude: the "
+                         f"objective computes in float32), got {shown(value)}")
     return same_value(value, number)
 
 
