@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional
 
-from .losses import (DEFAULT_LOSS_TYPE, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type, loss_param_aliases,
-                     validate_loss_params)
+from .losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type,
+                     loss_param_aliases, validate_loss_params)
 from .keywords import accepted_keywords, refuse_unknown_keywords
 from .messages import shown
 from .scalars import finite_real, integer_value, same_value
@@ -51,6 +51,16 @@ class LossSetting:
     # When the objective reads it (None: always): what a user sets ("beta != 0"), a predicate of the config, and
     # settings that make it hold / fail ({"beta": 0.04} / {"beta": 0.0}).
     read_when: Optional[ReadCondition] = None
+
+    def float_bounds(self) -> dict[str, float]:
+        """The bounds of a float setting: its own, within float32's range where it declares none. The objective
+        computes in the log-probs' float32: past 3.4e38 an epsilon or delta failed inside torch ("value cannot be
+        converted to type float without overflow") and a beta or entropy_coef made the loss inf or NaN silently."""
+        bounds = {key: getattr(self, key) for key in ("ge", "gt", "le") if getattr(self, key) is not None}
+        if "ge" not in bounds and "gt" not in bounds:
+            bounds["ge"] = -FLOAT32_MAX
+        bounds.setdefault("le", FLOAT32_MAX)
+        return bounds
 
     def bounds_text(self) -> str:
         low = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else ""
@@ -253,6 +263,9 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
                         f"scalar, Fraction or Decimal), got {shown(value)}")
     if not within:
         raise ValueError(f"{name} must be {bounds}, got {shown(value)}")
+    if abs(number) > FLOAT32_MAX:  # LossSetting.float_bounds
+        raise ValueError(f"{name} must be within float32's range (at most {FLOAT32_MAX:.7g} in magnitude: the "
+                         f"objective computes in float32), got {shown(value)}")
     return same_value(value, number)
 
 

@@ -26,7 +26,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from grpo_kernels.backends import backend_names
 from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
-from grpo_kernels.losses import get_loss_type, loss_param_aliases, loss_type_names
+from grpo_kernels.losses import FLOAT32_MAX, get_loss_type, loss_param_aliases, loss_type_names
 
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
 from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
@@ -228,6 +228,19 @@ class Section(BaseModel):
         return value
 
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _within_float32(cls, value: Any) -> Any:
+        # Every number the engine reads as a float ends in float32 (the weights, the optimizer's step, the
+        # sampler's logits, the advantages): past its range optim.learning_rate 3.5e38 failed inside AdamW ("value
+        # cannot be converted to type float without overflow", 34 lines) and a weight decay of 3.5e38 saved a
+        # checkpoint of NaN weights. Ints of count settings are bounded by their own ceilings.
+        numbers = value if isinstance(value, list) else (value,)
+        if any(type(number) is float and abs(number) > FLOAT32_MAX for number in numbers):
+            raise ValueError(f"expected a number within float32's range (at most {FLOAT32_MAX:.7g} in magnitude)")
+        return value
+
+
 def _lone_surrogate(text: str) -> bool:
     return any("\ud800" <= char <= "\udfff" for char in text)
 
@@ -407,7 +420,9 @@ class RolloutConfig(Section):
                          "1e-30: float32 logits divided by less overflow)")
     top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
     top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
-    repetition_penalty: PositiveFloat = Field(
+    # At least the smallest temperature, for the temperature's reason: generate divides the logits by it, and a
+    # subnormal penalty (1e-320) made them infinite, a traceback from torch.multinomial at the first step.
+    repetition_penalty: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
         1.0, description="transformers' repetition penalty in generate (1: off)")
     replay_kept_tokens: Annotated[bool, ReadWhen(
         "rollout.top_p < 1 or rollout.top_k > 0", lambda c: c.rollout.top_p < 1 or c.rollout.top_k > 0,
@@ -533,10 +548,12 @@ class LossSection(Section):
 
 def _setting_type(name: str, annotation: Any, declaration: LossSetting) -> Any:
     """The pydantic type of a declared loss setting: its field's type, with its bounds and read condition."""
-    bounds = {key: getattr(declaration, key) for key in ("ge", "gt", "le") if getattr(declaration, key) is not None}
     args = typing.get_args(annotation)
     nullable = type(None) in args and typing.get_origin(annotation) is not Literal
     base = next(arg for arg in args if arg is not type(None)) if nullable else annotation
+    # a float within float32's range, as GRPOLossConfig checks it (LossSetting.float_bounds)
+    bounds = declaration.float_bounds() if base is float else {
+        key: getattr(declaration, key) for key in ("ge", "gt", "le") if getattr(declaration, key) is not None}
     if name == "loss_type":
         base = Annotated[str, AfterValidator(_loss_type)]
     elif bounds:
@@ -595,6 +612,17 @@ class OptimConfig(Section):
                           "per_device_train_batch_size with flash_attention_2 or sdpa (run per sequence): no more "
                           "tokens than a padded micro-batch, each batch packed or padded by estimated cost; times 2 "
                           "with eager (its packed mask is dense: attention costs grow with the square of the pack)")
+
+    @model_validator(mode="after")
+    def _decay_shrinks_weights(self) -> "OptimConfig":
+        # AdamW multiplies every weight by 1 - learning_rate x weight_decay each step: past 1 the decay flips the
+        # weights' signs, past 2 it grows them every step until they overflow (a NaN checkpoint, or a traceback from
+        # the sampler at the next step).
+        if self.learning_rate * self.weight_decay > 1:
+            raise ValueError(f"optim.learning_rate x optim.weight_decay must be at most 1 (AdamW multiplies every "
+                             f"weight by 1 - their product each step), got {self.learning_rate!r} x "
+                             f"{self.weight_decay!r}")
+        return self
 
 
 class RunConfig(Section):

@@ -43,7 +43,13 @@ def group_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_
         advantages = advantages / (total.std() + 1e-4)
     elif scale_rewards != "none":
         raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
-    advantages = torch.nan_to_num(advantages, nan=0.0).float()
+    advantages = torch.nan_to_num(advantages, nan=0.0)
+    largest = float(advantages.abs().max()) if advantages.numel() else 0.0
+    if largest > torch.finfo(torch.float32).max:  # only unscaled (scale_rewards none): a scaled one is at most sqrt(G)
+        raise ValueError(f"the advantages are too large for float32, the loss's dtype (largest |advantage| "
+                         f"{largest:.3g}, with rewards.scale_rewards {scale_rewards}): scale the rewards or "
+                         "rewards.weights down, or set rewards.scale_rewards group")
+    advantages = advantages.float()
 
     metrics = {
         "reward": total.mean().item(),
