@@ -125,8 +125,9 @@ EDGES = {
     "meta_device": on_meta,
     "mixed_devices": mixed_devices,
 }
-# What a compiled training step meets: the layouts and dtypes, not the refusals (those are checked eagerly).
-COMPILED = ["float32", "bias_float64", "hidden_transposed", "advantages_expanded", "all_masked", "packed"]
+# What a compiled training step meets: the layouts and dtypes, not the refusals (those are checked eagerly). Plain
+# float32 inputs under compile are test_compile.py's (every compilable backend, this CONFIG among its configs).
+COMPILED = ["bias_float64", "hidden_transposed", "advantages_expanded", "all_masked", "packed"]
 # How each call is made: with gradients, under no_grad, inside inference_mode.
 MODES = {"grad": nullcontext, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
