@@ -106,14 +106,15 @@ atexit.register(_report)
 
 @pytest.mark.slow
 def test_a_torchrun_run_destroys_its_group_and_exits_0_every_time(tmp_path):
-    """The engine itself ends its process group (no os._exit in it): 3 runs of 2 gloo processes each exit 0 with
-    the group destroyed before the interpreter's teardown (read by an atexit probe in every process)."""
+    """The engine itself ends its process group (no os._exit in it): 2 runs of 2 gloo processes each exit 0 with
+    the group destroyed before the interpreter's teardown (read by an atexit probe in every process; an intermittent
+    teardown fault shows in one of the 4 runs a CI makes, 2 on each stack)."""
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "sitecustomize.py").write_text(EXIT_PROBE)
     env = subprocess_env()
     env["PYTHONPATH"] = f"{probe}{os.pathsep}{env['PYTHONPATH']}"
-    for attempt in range(3):
+    for attempt in range(2):
         reports = tmp_path / f"reports-{attempt}"
         reports.mkdir()
         flags = ["--run.output_dir", str(tmp_path / f"run-{attempt}"), "--run.max_steps", "1",
