@@ -43,7 +43,8 @@ def _size(v) -> bool:
 # key -> whether a value is one the model can be built with and run right (the other keys as the tiny model has
 # them: 4 attention heads, 2 key/value heads, hidden size 64, rotary embeddings)
 KEYS = {
-    "vocab_size": _size, "intermediate_size": _size, "num_hidden_layers": _size, "max_position_embeddings": _size,
+    "vocab_size": lambda v: _whole(v) and v >= 2,  # above the token ids config.json names (0 and 1)
+    "intermediate_size": _size, "num_hidden_layers": _size, "max_position_embeddings": _size,
     "sliding_window": _size, "max_window_layers": lambda v: _whole(v) and v >= 0,
     "num_attention_heads": lambda v: _size(v) and v % KV_HEADS == 0 and HIDDEN % v == 0 and HIDDEN // v % 2 == 0,
     "num_key_value_heads": lambda v: _size(v) and HEADS % v == 0,
