@@ -70,15 +70,23 @@ def vocab_size_of(config: dict) -> Optional[int]:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
+BRANCH_NAMES = {"int", "float", "str", "bool", "list", "dict", "none"}  # pydantic's names of a union's branches
+
+
 def _first_problem(exc: ValidationError) -> str:
-    """'key: what it should be, got value' of the first error (a list's position as key[i]; pydantic's names of a
-    union's branches left out)."""
+    """'key: what it should be, got value' of the first error (a list's position as key[i], a nested setting's key
+    as key.inner; pydantic's names of a union's branches left out); a check of several keys says its keys itself."""
     error = exc.errors()[0]
-    key = str(error["loc"][0]) + "".join(f"[{part}]" for part in error["loc"][1:] if isinstance(part, int))
-    return f"{key}: {error['msg'].lower()}, got {error['input']!r}"[:300]
+    message = error["msg"].removeprefix("Value error, ")
+    if not error["loc"]:
+        return message[:300]
+    key = str(error["loc"][0]) + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"][1:]
+        if isinstance(part, int) or part.isidentifier() and part[0].islower() and part not in BRANCH_NAMES)
+    return f"{key}: {message[0].lower() + message[1:]}, got {error['input']!r}"[:300]
 
 
-def settings_problem(values: dict, schema: type[TokenIdSettings], vocab_size: Optional[int]) -> Optional[str]:
+def settings_problem(values: dict, schema: type[BaseModel], vocab_size: Optional[int]) -> Optional[str]:
     """What is wrong with `values` by `schema`, with each token id below `vocab_size` when known: "key: ..."."""
     try:
         settings = schema.model_validate(values)

@@ -27,13 +27,20 @@ def check_loaded_weights(path: str, info: dict[str, Any]) -> None:
     for key, meaning in (("missing_keys", "missing (would be randomly initialised)"),
                          ("unexpected_keys", "in the checkpoint but not in the architecture"),
                          ("mismatched_keys", "of another shape than the architecture's")):
-        names = sorted(str(name) for name in info.get(key) or ())
+        names = sorted(_weight_name(name) for name in info.get(key) or ())
         if names:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             problems.append(f"{len(names)} weights {meaning}: {shown}")
     if problems:
         raise ModelFitError(f"the weights in {path!r} do not match the architecture its config.json names "
                             f"({'; '.join(problems)}): is config.json from another model?")
+
+
+def _weight_name(entry: Any) -> str:
+    """A weight's name; a mismatched one comes as (name, the checkpoint's shape, the architecture's shape)."""
+    if isinstance(entry, tuple) and len(entry) == 3:
+        return f"{entry[0]} ({list(entry[1])} in the checkpoint, {list(entry[2])} by config.json)"
+    return str(entry)
 
 
 def embedding_rows(lm: torch.nn.Module) -> int:

@@ -146,9 +146,11 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
                                  f"config of {path!r} has none (base_model_tp_plan): use model.tensor_parallel 1")
         sharding = dict(distributed_config=DistributedConfig(tp_plan="auto", tp_size=tensor_parallel))
     try:
-        with hf_warnings_off():  # its table of missing / unexpected weights: check_loaded_weights says it in a line
+        # its table of missing / unexpected / other-shaped weights (a config.json of other sizes than the weights
+        # raised "You set `ignore_mismatched_sizes` to `False`"): check_loaded_weights says it in a line
+        with hf_warnings_off():
             model, info = AutoModelForCausalLM.from_pretrained(
-                path, dtype=resolve_dtype(config.dtype, device), output_loading_info=True,
+                path, dtype=resolve_dtype(config.dtype, device), output_loading_info=True, ignore_mismatched_sizes=True,
                 attn_implementation=resolve_attn_implementation(config.attn_implementation, device), **sharding)
     except Exception as exc:  # safetensors' own error on a damaged file, transformers' many types: one line
         raise ModelLoadError(f"could not load the model at {path!r}: {type(exc).__name__}: "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..data.row_values import RowValueError, strict_json_hooks
+from .config_values import config_values_problem
 from .generation_file import (GenerationSettings, TokenIdSettings, TokenizerSettings, settings_problem,
                               vocab_size_of)
 from ..state.bounded_read import FileBoundError, read_bounded_bytes, parse_json, special_file_kind
@@ -61,6 +62,9 @@ def check_model_files(directory: Path) -> None:
             raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object of settings")
         settings[name] = value
     _check_token_settings(directory, settings)
+    problem = config_values_problem(settings["config.json"]) if "config.json" in settings else None
+    if problem:
+        raise ModelFileError(f"{directory / 'config.json'}: {problem}")
     if (directory / "config.json").is_file():
         from transformers import AutoConfig
 

@@ -41,9 +41,9 @@ class RunHealth:
         grad_norm = metrics.get("grad_norm", 1.0)
         if self._starts("grad_nonfinite", grad_norm is None or not math.isfinite(grad_norm)):
             messages.append(
-                f"grad_norm is {grad_norm} at step {step}: the gradients overflowed, so the optimizer step may "
-                f"have written inf/NaN into the weights. Lower optim.learning_rate, keep optim.max_grad_norm > 0, "
-                f"or train in float32 (model.dtype).")
+                f"grad_norm is {grad_norm} at step {step}: the gradients overflowed (a step that writes inf/NaN into "
+                f"the weights stops the run). Lower optim.learning_rate, keep optim.max_grad_norm > 0, or train in "
+                f"float32 (model.dtype).")
         if self._starts("grad_zero", grad_norm == 0.0 and not zero_std):
             messages.append(
                 f"grad_norm is 0 at step {step} although rewards differ within groups: the update changed "

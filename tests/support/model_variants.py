@@ -25,3 +25,20 @@ def model_variant(saved: Path, where: Path, vocab_size: Optional[int] = None, po
     tokenizer.add_tokens([f"<extra_{i}>" for i in range(added)])
     tokenizer.save_pretrained(where)
     return str(where), len(tokenizer)
+
+
+def check_taken_or_refused(directory: Path, file: str, key: str, value: object, valid: bool) -> None:
+    """The model directory's checks before any weight loads, with `file`'s `key` set to `value`: taken if `valid`;
+    else refused in one line naming the file and the key. Of a valid type and range, only transformers' own rule for
+    the architecture may refuse it (Qwen2's config.json takes no list of BOS ids, nor more layers than its
+    layer_types lists), in its words, which name the key too."""
+    from grpo_engine.model.loading import ModelLoadError, check_model_dir
+
+    try:
+        check_model_dir(str(directory))
+    except ModelLoadError as exc:
+        message = str(exc)
+        assert "\n" not in message and file in message and key in message, (key, value, message)
+        assert not valid or "a configuration transformers accepts" in message, f"refused {key}={value!r}: {message}"
+        return
+    assert valid, f"took {file} {key}={value!r}"

@@ -1,0 +1,89 @@
+"""An optimizer step that diverges stops the run in one line naming the step and the learning rate, before the
+weights are sampled from or saved (hypothesis draws the learning rate, the clipping and the weight decay). Before,
+`optim.learning_rate` 1e30 wrote weights of 1e30 and the next step failed in the sampler ("probability tensor
+contains either inf, nan or element < 0", or "hidden contains NaN or Inf values"), after a checkpoint of those
+weights had been saved."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from accelerate import Accelerator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grpo_engine import trainer as trainer_module
+from grpo_engine.config import ModelConfig, load_config
+from grpo_engine.model.loading import HiddenStatePolicy, load_causal_lm
+from grpo_engine.state.checkpoint import list_checkpoints, nonfinite_weights, resolve_resume
+from grpo_engine.steps.update import WEIGHT_LIMIT, DivergedUpdateError, UpdateInputs, policy_update
+from grpo_kernels import GRPOLossConfig
+from rollout_batches import synthetic_batch
+
+CPU = torch.device("cpu")
+
+
+def one_adamw_step(model_dir, lr: float, max_grad_norm: float, weight_decay: float):
+    lm = load_causal_lm(str(model_dir), ModelConfig(), CPU)
+    policy = HiddenStatePolicy(lm).train()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    batch = synthetic_batch(lm.config.vocab_size)
+    inputs = UpdateInputs(batch, torch.linspace(-1.5, 1.5, 8), None, None, float(batch.completion_mask.sum()))
+    policy_update(Accelerator(cpu=True), policy, lm, optimizer, scheduler, inputs, GRPOLossConfig(), 8,
+                  num_iterations=1, max_grad_norm=max_grad_norm, backend="torch", step=7)
+    return policy
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(exponent=st.integers(-4, 36), max_grad_norm=st.sampled_from([0.0, 1.0]),
+       weight_decay=st.sampled_from([0.0, 0.01]))
+def test_a_step_that_diverges_stops_in_one_line_and_one_that_does_not_goes_on(exponent, max_grad_norm, weight_decay,
+                                                                              tiny_model_dir):
+    lr = 10.0 ** exponent
+    try:
+        policy = one_adamw_step(tiny_model_dir, lr, max_grad_norm, weight_decay)
+    except DivergedUpdateError as exc:
+        message = str(exc)
+        assert "\n" not in message and "step 7" in message and "optim.learning_rate" in message, message
+        assert lr > WEIGHT_LIMIT / 100, f"lr {lr:g} stopped: {message}"  # AdamW moves a weight by about lr
+        return
+    assert lr < WEIGHT_LIMIT * 100, f"lr {lr:g} (AdamW steps of about lr) went on"
+    assert all(bool(p.isfinite().all()) and p.abs().max() <= WEIGHT_LIMIT for p in policy.parameters())
+
+
+def test_nan_weights_after_the_step_stop_it(tiny_model_dir, monkeypatch):
+    """An optimizer that writes NaN (an overflow in its state, say) with a finite gradient norm: stopped too."""
+    real = torch.optim.AdamW.step
+
+    def poisoned(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][-1].view(-1)[0] = math.nan
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", poisoned)
+    with pytest.raises(DivergedUpdateError, match="step 7 diverged: a trained weight is now NaN or inf"):
+        one_adamw_step(tiny_model_dir, 1e-3, 1.0, 0.0)
+
+
+def test_a_run_that_diverges_keeps_its_last_good_checkpoint_to_resume_from(small_overrides, monkeypatch):
+    """Step 2 of a run saving every step diverges: the run stops there, checkpoint-1 (finite) stays the last one."""
+    real = trainer_module.policy_update
+
+    def diverging_at_step_2(*args, **kwargs):
+        optimizer, step = args[3], args[11]  # as trainer.update passes them
+        if step == 2:
+            for group in optimizer.param_groups:
+                group["lr"] = 1e30
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "policy_update", diverging_at_step_2)
+    config = load_config(overrides={**small_overrides, "run.max_steps": 2, "run.save_steps": 1})
+    with pytest.raises(DivergedUpdateError, match="at step 2 diverged"):
+        trainer_module.train(config)
+    saved = list_checkpoints(config.run.output_dir)
+    assert [path.name for path in saved] == ["checkpoint-000001"] and not nonfinite_weights(saved[0])
+    assert resolve_resume("latest", config.run.output_dir).path == saved[0]
