@@ -15,13 +15,20 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def soft_limit(name: str) -> Optional[int]:
-    """The soft limit `name` (e.g. "RLIMIT_AS", "RLIMIT_FSIZE") in bytes, or None when there is none (unlimited, or
-    a platform without such a limit)."""
+def limits(name: str) -> Optional[tuple[Optional[int], Optional[int]]]:
+    """The (soft, hard) limit `name` (e.g. "RLIMIT_AS", "RLIMIT_CPU"), None for unlimited, or None when the platform
+    has no such limit."""
     try:
         import resource
 
-        soft, _ = resource.getrlimit(getattr(resource, name))
+        pair = resource.getrlimit(getattr(resource, name))
     except (ImportError, AttributeError, OSError, ValueError):
         return None
-    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+    return tuple(None if value == resource.RLIM_INFINITY or value < 0 else value for value in pair)
+
+
+def soft_limit(name: str) -> Optional[int]:
+    """The soft limit `name` (e.g. "RLIMIT_AS", "RLIMIT_FSIZE") in bytes, or None when there is none (unlimited, or
+    a platform without such a limit)."""
+    pair = limits(name)
+    return None if pair is None else pair[0]

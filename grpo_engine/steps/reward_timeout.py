@@ -46,6 +46,14 @@ def time_limit(seconds: Optional[float], what: str = "a reward function") -> Ite
     def on_signal(signum, frame) -> None:
         if active and expired.is_set():
             raise RewardTimeout
+        # Another's SIGUSR1 (a scheduler's warning before it ends the job) means what it meant before the call: a
+        # stop at the step boundary while training (interrupt.stop_signals); swallowed here, the run went on to be
+        # killed unsaved.
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
 
     def expire() -> None:
         expired.set()

@@ -23,8 +23,6 @@ import multiprocessing
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
@@ -35,6 +33,7 @@ from grpo_kernels import GRPOLossConfig
 from grpo_kernels.backends import BASELINE_BACKEND, backend_names, get_backend
 
 from .bench_options import ARCHITECTURES, build_parser
+from .measuring_child import call_in_child
 
 TINY_LAYERS = 2
 TINY_HEAD_DIM = 8
@@ -170,12 +169,11 @@ def run_in_fresh_process(spec: StepSpec, repeats: int, budget_bytes: Optional[in
                          threads: Optional[int] = None) -> StepResult:
     """One measurement in a fresh process: forked on CPU (no re-import), spawned on CUDA (a forked child
     cannot use CUDA once the parent has queried it). A child that dies (the kernel's out-of-memory killer, a
-    signal, a crash in native code) is a failed measurement, said as one: multiprocessing.Pool waited forever for it."""
+    signal, a crash in native code) is a failed measurement, said as one: multiprocessing.Pool waited forever for it.
+    The child ends with the bench, however the bench ends (measuring_child.py)."""
     context = multiprocessing.get_context("spawn" if spec.device == "cuda" else "fork")
-    try:
-        with ProcessPoolExecutor(1, mp_context=context) as pool:
-            out = pool.submit(_measure, spec, repeats, threads).result()
-    except BrokenProcessPool:
+    out = call_in_child(context, _measure, spec, repeats, threads)
+    if out is None:
         out = {"error": f"the measuring process died (killed, or a crash in native code; e.g. the system's "
                         f"out-of-memory killer at {spec.completion_length}-token completions)",
                "step_s": None, "peak_bytes": None}
