@@ -176,7 +176,10 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
     extremes: dict[str, list[float]] = {}
     step_losses, grad_norms = [], []
     mismatch = SamplerMismatch()
-    trained = [p for p in policy.parameters() if p.requires_grad]
+    # the optimizer's own parameters, the ones its step writes: under FSDP2 the module's registered parameters
+    # are swapped for unsharded ones around a forward (their storage freed after it), so a list taken from
+    # policy.parameters() here may hold tensors with no memory behind them by the time the step is checked
+    trained = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     limit = weight_limit(accelerator, trained)
     for iteration in range(num_iterations):
         step_loss = 0.0
