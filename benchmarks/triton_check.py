@@ -17,18 +17,29 @@ run on a GPU yet):
     benchmarks/model/triton_targets.py), each with its peak extra memory, and its loss gradients bitwise the same
     over two runs at each shape.
 
-    python -m benchmarks.triton_check          # exit status 1 if a check of (a) fails
+(d) the persistent forward's Hopper tiles and pipeline (benchmarks.triton_check.persistent_variants: the table's
+    entry, a stage shorter, one-warpgroup tiles two programs an SM, a wider tile) timed on the no-grad log-probs at S1-S3 against one
+    torch.mm GEMM, each variant's log-probs checked against the table's: which entry the table should hold, and
+    whether a second program an SM hides the epilogue's exponentials (issue 35's <= 1.15x).
+
+    python -m benchmarks.triton_check          # (a)-(c); exit status 1 if a check fails
+    python -m benchmarks.triton_check --parts d
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from typing import Callable, Optional
 
 import torch
 
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
 from grpo_kernels.backends import BACKENDS
+from grpo_kernels.head import LMHead
+from grpo_kernels.kernels.configs import GPU_CONFIGS, SIXTEEN_BIT, KernelConfig
+from grpo_kernels.kernels.launch import persistent_forward
 
 from .model.triton_targets import target_problem, workspace_within_targets
 
@@ -221,25 +232,106 @@ def time_recipe(backend: str = "triton_tma") -> tuple[list[tuple[str, float, flo
     return rows, failures
 
 
-def main() -> int:
+def persistent_variants() -> tuple[KernelConfig, ...]:
+    """(d)'s Hopper entries of persistent_forward.py for 16-bit inputs, the table's first. Every build takes about
+    250 registers a thread (compiled for sm_90a here: 247-252 without spills), so two programs share an SM only at
+    one warpgroup a program (128 threads; 64 x 128 or 128 x 64 tiles, 75-99 KiB of shared memory at 3-4 stages):
+    those run two an SM, one's epilogue exponentials beside the other's wgmma, the overlap the cost model does not
+    credit (cost_model/triton_tma.py). Beside them the table's tile a stage shorter, and the 128 x 256 tile that
+    spills (568 B a thread): whether its halved hidden-row reloads pay for the spills. Every entry splits the
+    vocabulary every 2048 columns, as the table's does."""
+    table = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT]
+    split = table.block_v * table.split_tiles
+
+    def entry(block_n, block_v, warps, stages, per_sm=1):
+        return KernelConfig(block_n, block_v, table.block_k, num_warps=warps, num_stages=stages,
+                            split_tiles=split // block_v, programs_per_sm=per_sm)
+    return (table, entry(128, 128, 8, 3), entry(64, 128, 4, 3, per_sm=2), entry(64, 128, 4, 4, per_sm=2),
+            entry(128, 64, 4, 4, per_sm=2), entry(128, 256, 8, 3))
+
+
+def describe(config: KernelConfig) -> str:
+    return (f"{config.block_n} x {config.block_v} x {config.block_k}, {config.num_warps} warps, {config.num_stages} "
+            f"stages, {config.programs_per_sm} program{'s' * (config.programs_per_sm > 1)} an SM")
+
+
+def time_persistent_variants(shapes: dict = RECIPE_SHAPES, variants: Optional[tuple[KernelConfig, ...]] = None,
+                             device: str = "cuda", timer: Callable[[Callable[[], object]], float] = None
+                             ) -> tuple[list[tuple[str, float, float]], list[str]]:
+    """(d): the no-grad log-probs of the persistent forward at each shape under each variant (persistent_variants()),
+    (what, ms, x one torch.mm GEMM) rows; failures: a variant that does not build or run, or whose log-probs differ
+    from the first variant's by more than float32 summation order explains. `timer` (default do_bench) times a
+    call; the test suite runs this on CPU, interpreted, at a tiny shape, with a wall clock."""
+    timer = timer or _ms
+    variants = variants or persistent_variants()
+    rows, failures = [], []
+    for label, (N, H, V) in shapes.items():
+        hidden, weight, _, ids, *_ = _problem(B=1, T=N, H=H, V=V, seed=3, device=device)
+        flat_hidden, flat_ids, head = hidden.reshape(N, H), ids.reshape(N), LMHead(weight)
+        gemm = timer(lambda: torch.mm(flat_hidden, weight.T))
+        rows.append((f"{label} torch.mm [N,H]x[H,V] (1 GEMM)", gemm, 1.0))
+        first = None
+        for config in variants:
+            try:
+                with torch.no_grad():
+                    logps = persistent_forward(flat_hidden, head, flat_ids, config=config)[0]
+                    ms = timer(lambda: persistent_forward(flat_hidden, head, flat_ids, config=config))
+            except Exception as error:  # a variant that does not build or fit is a result, not the end of the sweep
+                failures.append(f"{label} {describe(config)}: {type(error).__name__}: {str(error)[:200]}")
+                continue
+            first = logps if first is None else first
+            err = float((logps - first).abs().max())
+            if err > LOSS_TOL * max(1.0, float(first.abs().max())):
+                failures.append(f"{label} {describe(config)}: log-probs differ from the table's by {err:.3g}")
+            rows.append((f"{label} no-grad log-probs, persistent {describe(config)}", ms, ms / gemm))
+        del hidden, weight, flat_hidden
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows, failures
+
+
+def _table(rows) -> None:
+    print("| what | ms | x floor |\n|---|---:|---:|")
+    for what, ms, floor in rows:
+        print(f"| {what} | {ms:.2f} | {floor:.2f}x |")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.triton_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="abc", type=_parts,
+                        help="which parts to run, in order (default abc; d, the tile sweep, apart: it compiles six "
+                             "builds)")
+    parts = parser.parse_args(argv).parts
     if not torch.cuda.is_available():
         print("benchmarks.triton_check needs a CUDA GPU")
         return 2
     started = time.perf_counter()
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}")
-    failures = check_exact()
-    print("(a) exact:", "PASS" if not failures else "FAIL: " + "; ".join(failures))
-    print(f"\n(b) S1 (N 8192, H 4096, V 151936, bf16), median ms (do_bench)\n\n| what | ms | x floor |\n|---|---:|---:|")
-    for what, ms, floor in time_s1():
-        print(f"| {what} | {ms:.2f} | {floor:.2f}x |")
-    print("\n(c) the Hopper recipe at S1-S3, median ms (do_bench)\n\n| what | ms | x floor |\n|---|---:|---:|")
-    recipe, repeat_failures = time_recipe()
-    for what, ms, floor in recipe:
-        print(f"| {what} | {ms:.2f} | {floor:.2f}x |")
-    print("(c) bitwise repeatable:", "PASS" if not repeat_failures else "FAIL: " + "; ".join(repeat_failures))
-    failures += repeat_failures
+    failures = []
+    if "a" in parts:
+        failures += check_exact()
+        print("(a) exact:", "PASS" if not failures else "FAIL: " + "; ".join(failures))
+    if "b" in parts:
+        print("\n(b) S1 (N 8192, H 4096, V 151936, bf16), median ms (do_bench)\n")
+        _table(time_s1())
+    timed_parts = {"c": ("the Hopper recipe at S1-S3", time_recipe, "bitwise repeatable"),
+                   "d": ("persistent forward tiles at S1-S3, no-grad log-probs", time_persistent_variants,
+                         "every variant built and agreed")}
+    for part, (title, timed, verdict) in timed_parts.items():
+        if part in parts:
+            print(f"\n({part}) {title}, median ms (do_bench)\n")
+            rows, part_failures = timed()
+            _table(rows)
+            print(f"({part}) {verdict}:", "PASS" if not part_failures else "FAIL: " + "; ".join(part_failures))
+            failures += part_failures
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     return 1 if failures else 0
+
+
+def _parts(text: str) -> str:
+    if not text or set(text) - set("abcd"):
+        raise argparse.ArgumentTypeError(f"expected letters of abcd, got {text!r}")
+    return text
 
 
 if __name__ == "__main__":

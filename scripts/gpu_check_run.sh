@@ -6,14 +6,15 @@
 # for the four operations (token-level, sequence-level, frozen head, no-grad log-probs; issue 35). Everything goes
 # under $OUT:
 #   $OUT/smoke.log, $OUT/gpu-tests.log, $OUT/triton-check.log, $OUT/profile-s1.md, $OUT/auto-vs-trl/ (its JSON),
-#   $OUT/auto-vs-trl.md, $OUT/env.txt
+#   $OUT/auto-vs-trl.md, $OUT/tile-sweep.log (the persistent forward's tiles and pipeline, last), $OUT/env.txt
 # Usage (repository root; peers' wheels in .whl/ as docs/benchmarks.md prepares them):
 #   OUT=... COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check_run.sh [TRITON_TIMEOUT_S] [PROFILE_TIMEOUT_S] \
-#       [AUTO_VS_TRL_BUDGET_S]
+#       [AUTO_VS_TRL_BUDGET_S] [SWEEP_TIMEOUT_S]
 set -u
 TRITON_TIMEOUT_S=${1:-240}  # (a) and (b) took 13 s on the second run; (c), 18 cases at S1-S3, has not run yet
 PROFILE_TIMEOUT_S=${2:-150}
 AUTO_VS_TRL_BUDGET_S=${3:-180}
+SWEEP_TIMEOUT_S=${4:-150}  # the persistent forward's tiles (triton_check (d)): six variants at S1-S3; 0 skips it
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 started=$(date +%s)
@@ -54,7 +55,14 @@ timeout $(( AUTO_VS_TRL_BUDGET_S + 60 )) python3 -m benchmarks.gpu --out "$OUT/a
     --budget-s "$AUTO_VS_TRL_BUDGET_S" ${COMMIT:+--commit "$COMMIT"} > "$OUT/auto-vs-trl.log" 2>&1
 stamp "auto vs TRL exit $?: $(tail -n 1 "$OUT/auto-vs-trl.log")"
 cat "$OUT"/auto-vs-trl/*.md > "$OUT/auto-vs-trl.md" 2>> "$OUT/auto-vs-trl.log"  # the run's report, as it writes it
+
+if [ "$SWEEP_TIMEOUT_S" -gt 0 ]; then
+    stamp "tile sweep: python3 -m benchmarks.triton_check --parts d (limit ${SWEEP_TIMEOUT_S} s)"
+    timeout "$SWEEP_TIMEOUT_S" python3 -m benchmarks.triton_check --parts d > "$OUT/tile-sweep.log" 2>&1
+    stamp "tile sweep exit $?"
+fi
 tail -n 30 "$OUT/smoke.log"
 tail -n 40 "$OUT/triton-check.log" 2>/dev/null
+tail -n 25 "$OUT/tile-sweep.log" 2>/dev/null
 cat "$OUT/auto-vs-trl.md" 2>/dev/null
 cat "$OUT/env.txt"

@@ -45,7 +45,8 @@ TMA_TRITON_FRACTION_OF_CUBLAS = 700 / 780
 # ex2: 66 MUFU.EX2 a thread for the 64 logits each of 256 threads holds of a 128 x 128 tile, under both supported
 # tritons; a soft-capped head's tanh adds one more); 16 results per clock per SM for compute capability 9.0 (CUDA
 # C++ Programming Guide, arithmetic instruction throughput, exp2), at H100 / H200's 1.98 GHz boost clock; not
-# overlapped with the tile's tensor-core work (no warp specialisation on Hopper in stock Triton).
+# overlapped with the tile's tensor-core work (no warp specialisation on Hopper in stock Triton, and one program an
+# SM: benchmarks/triton_check.py (d) times two an SM, which would hide them, on the next GPU).
 EPILOGUE_EXPS_PER_LOGIT = 1
 SFU_RESULTS_PER_CLOCK_PER_SM = 16
 SM_CLOCK_HZ = 1.98e9

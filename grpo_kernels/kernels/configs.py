@@ -45,6 +45,9 @@ class KernelConfig:
     num_stages: int = 2
     # forward only: vocabulary tiles per split of the 2-D grid (0: the whole vocabulary in one split)
     split_tiles: int = 0
+    # persistent kernels only: programs launched per streaming multiprocessor (1: one resident program each; 2 lets
+    # one program's epilogue run beside another's tensor-core loop where registers and shared memory hold two)
+    programs_per_sm: int = 1
     # constexprs the kernel takes for its block shape
     blocks: dict = field(init=False, compare=False, repr=False)
 

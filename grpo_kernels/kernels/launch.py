@@ -93,18 +93,24 @@ def _forward_kernel(hidden: torch.Tensor, persistent: bool):
     return (config_for("persistent", hidden.dtype, hidden.device), merge), persistent_partial_stats
 
 
-def persistent_forward(hidden, head, targets, chunk=None, tile_max=None):
+def persistent_forward(hidden, head, targets, chunk=None, tile_max=None, config: KernelConfig | None = None):
     """linear_forward's (logps, entropy, lse) by the persistent TMA kernel on any device (interpreted on CPU); with
     `chunk` ([N, V] in hidden's dtype, rows 16-byte aligned) and `tile_max` ([N, chunk_tiles(V, ...)] float32) each
-    logits tile's exponentials and row maxima are also written there (persistent_forward.py)."""
+    logits tile's exponentials and row maxima are also written there (persistent_forward.py). `config`: tiles and
+    pipeline in place of the table's entry, for a sweep that times other entries (benchmarks/triton_check.py (d));
+    not with `chunk`, whose tiles chunk_tiles sizes from the table."""
     prepare(hidden.device)
     _check_dtype(hidden, "hidden")
+    if config is not None and chunk is not None:
+        raise ValueError("persistent_forward: config replaces the table's tiles only without a chunk to store")
     from functools import partial
 
     from .linear_forward import linear_forward as launch_forward
 
     upcast, precision = _linear_options(hidden.dtype)
     configs, stats = _forward_kernel(hidden, persistent=True)
+    if config is not None:
+        configs = (config, configs[1])
     return launch_forward(*padded_to_block_k(hidden, head, configs[0].block_k), targets, configs, upcast, precision,
                           partial(stats, chunk=chunk, tile_max=tile_max))
 

@@ -126,11 +126,11 @@ def descriptor_ready(x: torch.Tensor) -> torch.Tensor:
     return x.clone(memory_format=torch.contiguous_format)
 
 
-def programs_for(device: torch.device, items: int) -> int:
-    """The persistent grid: one program per SM on a GPU (never more than the items); under the interpreter a few,
-    so that the item loop runs more than once per program in the tests."""
+def programs_for(device: torch.device, items: int, per_sm: int = 1) -> int:
+    """The persistent grid: `per_sm` programs per SM on a GPU (never more than the items); under the interpreter a
+    few, so that the item loop runs more than once per program in the tests."""
     if device.type == "cuda":
-        return max(1, min(items, torch.cuda.get_device_properties(device).multi_processor_count))
+        return max(1, min(items, per_sm * torch.cuda.get_device_properties(device).multi_processor_count))
     return max(1, min(items, 3))
 
 
@@ -145,7 +145,7 @@ def persistent_partial_stats(hidden: torch.Tensor, head, targets: torch.Tensor, 
     (N, H), V, bias = hidden.shape, head.weight.shape[0], head.bias
     inv_tau, cap_scale, capped = head_transform_args(head)
     hidden, weight = descriptor_ready(hidden), descriptor_ready(head.weight)
-    programs = programs_for(hidden.device, shape.programs)
+    programs = programs_for(hidden.device, shape.programs, config.programs_per_sm)
     store = chunk is not None
     if store:
         assert chunk.shape == (N, V) and tile_max.shape == (N, triton.cdiv(V, config.block_v))

@@ -92,7 +92,7 @@ def persistent_dz(hidden: torch.Tensor, head, targets: torch.Tensor, lse: torch.
     inv_tau, cap_scale, capped = head_transform_args(head)
     hidden, weight = descriptor_ready(hidden), descriptor_ready(head.weight)
     items = triton.cdiv(N, config.block_n) * triton.cdiv(columns, config.block_v)
-    programs = programs_for(hidden.device, items)
+    programs = programs_for(hidden.device, items, config.programs_per_sm)
     g = g.float().contiguous()
     set_descriptor_allocator()
     _persistent_dz_kernel[(programs,)](

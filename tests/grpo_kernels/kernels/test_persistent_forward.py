@@ -26,8 +26,8 @@ def _programs_used(monkeypatch) -> list:
     seen = []
     original = persistent_forward.programs_for
 
-    def recording(device, items):
-        seen.append((items, original(device, items)))
+    def recording(device, items, per_sm=1):
+        seen.append((items, original(device, items, per_sm)))
         return seen[-1][1]
 
     monkeypatch.setattr(persistent_forward, "programs_for", recording)
@@ -83,7 +83,7 @@ def test_forward_is_bitwise_reproducible_and_independent_of_the_program_count(mo
     (hidden, weight, bias), targets, _, _ = inputs(seed=5, N=40, H=32, V=130, dtype=torch.bfloat16)
     args = forward_args(hidden, weight, bias, targets, SOFTCAPPED)
     first, second = launch.persistent_forward(*args), launch.persistent_forward(*args)
-    monkeypatch.setattr(persistent_forward, "programs_for", lambda device, items: 1)
+    monkeypatch.setattr(persistent_forward, "programs_for", lambda device, items, per_sm=1: 1)
     one_program = launch.persistent_forward(*args)
     for a, b, c in zip(first, second, one_program):
         assert torch.equal(a, b) and torch.equal(a, c)

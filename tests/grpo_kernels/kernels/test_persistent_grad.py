@@ -68,5 +68,5 @@ def test_dz_of_a_vocabulary_slice_matches_float64(dtype, with_bias, entropy_term
 def test_dz_is_bitwise_the_same_whatever_the_number_of_programs(monkeypatch):
     (hidden, weight, bias), targets, g, e = inputs(seed=12, N=N, V=V, dtype=torch.bfloat16)
     first = _dz(hidden, weight, bias, targets, g, e, IDENTITY, 40, 200, torch.bfloat16)
-    monkeypatch.setattr(persistent_grad, "programs_for", lambda device, items: 1)
+    monkeypatch.setattr(persistent_grad, "programs_for", lambda device, items, per_sm=1: 1)
     assert torch.equal(_dz(hidden, weight, bias, targets, g, e, IDENTITY, 40, 200, torch.bfloat16), first)
