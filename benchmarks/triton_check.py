@@ -35,6 +35,7 @@ from typing import Callable, Optional
 
 import torch
 
+from grpo_engine.cli_parser import CommandParser
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
 from grpo_kernels.backends import BACKENDS
 from grpo_kernels.head import LMHead
@@ -297,7 +298,7 @@ def _table(rows) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.triton_check", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m benchmarks.triton_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="abc", type=_parts,
                         help="which parts to run, in order (default abc; d, the tile sweep, apart: it compiles six "
                              "builds)")
