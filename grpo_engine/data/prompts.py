@@ -127,17 +127,61 @@ def _load_json(source: Path) -> list[dict[str, Any]]:
         rows = _parse_json(text, str(source))
         if not isinstance(rows, list):
             raise DataError(f"{source}: a JSON dataset must hold an array of rows")
-    else:
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise DataError(f"{source}: row {i} of its array is {_json_kind(row)}, not a JSON object of columns")
+        return rows
+    try:
+        lines = [(number, _utf8(raw, source, number))
+                 for number, raw in bounded_lines(source, DATA_LINE_BYTES, "a row of a JSONL dataset")]
+    except FileBoundError as exc:
+        raise DataError(str(exc)) from None
+    rows = []
+    for index, (number, line) in enumerate(lines):
+        if not line.strip():
+            continue
         try:
-            lines = [(number, _utf8(raw, source, number))
-                     for number, raw in bounded_lines(source, DATA_LINE_BYTES, "a row of a JSONL dataset")]
-        except FileBoundError as exc:
-            raise DataError(str(exc)) from None
-        rows = [_parse_json(line, f"{source}:{number}") for number, line in lines if line.strip()]
-    for i, row in enumerate(rows):
+            row = _parse_json(line, f"{source}:{number}")
+        except DataError:
+            spread = _value_over_lines(lines, index)
+            if spread is not None:
+                raise DataError(_spread_message(source, number, *spread)) from None
+            raise
         if not isinstance(row, dict):
-            raise DataError(f"{source}: row {i} is not a JSON object")
+            hint = "; an array of rows belongs in a .json file" if isinstance(row, list) else ""
+            raise DataError(f"{source}:{number}: the row is {_json_kind(row)}, not a JSON object of columns "
+                            f"({{\"prompt\": ...}}){hint}")
+        rows.append(row)
     return rows
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "true / false", type(None): "null"}
+    return next((name for kind, name in kinds.items() if isinstance(value, kind)), "a number")
+
+
+def _value_over_lines(lines: list[tuple[int, str]], index: int) -> Optional[tuple[int, Any]]:
+    """(its last line's number, the value) when a JSON value starts at lines[index] and ends on a later line: a
+    pretty-printed file (`json.dump(rows, f, indent=2)`), whose first line alone is not JSON; else None."""
+    text = "\n".join(line for _, line in lines[index:])
+    try:
+        value, end = json.JSONDecoder().raw_decode(text, len(text) - len(text.lstrip()))
+    except (ValueError, RecursionError):  # not JSON there either (an integer past Python's digits included)
+        return None
+    last = index + text.count("\n", 0, end)
+    return (lines[last][0], value) if last > index else None
+
+
+def _spread_message(source: Path, first: int, last: int, value: Any) -> str:
+    """A JSON value written over several lines of a file read one row a line: what it is, and how to write it."""
+    where = f"{source}:{first}-{last}: one JSON"
+    if isinstance(value, list):
+        return (f"{where} array of {len(value)} values written over {last - first + 1} lines; a .jsonl file holds one "
+                f"row object a line: name the file .json (an array of row objects) or write one row a line")
+    keys = f" (keys: {', '.join(repr(str(key))[:40] for key in list(value)[:5])})" if isinstance(value, dict) else ""
+    return (f"{where} {'object' if isinstance(value, dict) else 'value'}{keys} written over {last - first + 1} lines; "
+            f"the file is read one row a line (JSONL): write each row object on one line (json.dumps without indent), "
+            f"or one array of row objects in a .json file")
 
 
 def _starts_an_array(source: Path) -> bool:
