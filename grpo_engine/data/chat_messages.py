@@ -54,3 +54,23 @@ def messages_problem(messages: list[Any]) -> Optional[str]:
         if problem:
             return f"message {index} {problem}"
     return None
+
+
+def own_system_message_rows(rows: list[dict[str, Any]], column: str) -> list[int]:
+    """The rows whose prompt is chat messages holding a system message of their own: data.system_prompt is not
+    added to those (the row's own is kept)."""
+    return [i for i, row in enumerate(rows) if isinstance(row.get(column), list)
+            and any(isinstance(m, dict) and m.get("role") == "system" for m in row[column])]
+
+
+def unused_system_prompt(rows: list[dict[str, Any]], column: str, source: str) -> Optional[str]:
+    """What data.system_prompt (when set) is not added to, in one line, or None: it used to be dropped without a
+    word for chat prompts with their own system message, even when that was every prompt."""
+    own = own_system_message_rows(rows, column)
+    if not own:
+        return None
+    if len(own) == len(rows):
+        return (f"data.system_prompt changes nothing for {source}: each of its {len(rows)} prompts is chat messages "
+                f"with its own system message, which is kept")
+    return (f"data.system_prompt is not added to {len(own)} of the {len(rows)} prompts of {source} (row {own[0]} "
+            f"first): they are chat messages with their own system message, which is kept")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any, Optional
@@ -18,8 +19,11 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import messages_problem
+from .chat_messages import messages_problem, unused_system_prompt
 from .row_values import RowValueError, check_row_values, strict_json_hooks
+
+
+_log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -218,12 +222,16 @@ def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
 
 
 def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hub_config: Optional[str] = None,
-                     hub_split: str = "train") -> list[dict[str, Any]]:
-    """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized."""
+                     hub_split: str = "train", system_prompt: Optional[str] = None) -> list[dict[str, Any]]:
+    """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized; prompts that
+    `system_prompt` (data.system_prompt) is not added to are said in a warning."""
     rows = load_rows(path, hub_config, hub_split)
     check_prompt_column(rows, column, path)
     check_prompts_present(rows, column, path)
     check_prompt_lengths(rows, column, path, max_prompt_chars)
+    unused = unused_system_prompt(rows, column, f"dataset {path!r}") if system_prompt is not None else None
+    if unused:
+        _log.warning(f"warning: {unused}")
     return rows
 
 
