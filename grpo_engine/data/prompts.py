@@ -19,7 +19,7 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import messages_problem, unused_system_prompt
+from .chat_messages import content_text, messages_problem, special_token_as_text, unused_system_prompt
 from .row_values import RowValueError, check_row_values, strict_json_hooks
 
 
@@ -264,16 +264,8 @@ def prompt_chars(prompt: Any) -> int:
     if isinstance(prompt, str):
         return len(prompt)
     if isinstance(prompt, list):
-        return sum(len(_content_text(m.get("content"))) for m in prompt if isinstance(m, dict))
+        return sum(len(content_text(m.get("content"))) for m in prompt if isinstance(m, dict))
     return 0  # not a prompt at all: render_prompt says so
-
-
-def _content_text(content: Any) -> str:
-    """A message's text: its content, or its text parts joined (chat_messages decides what else is refused)."""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict)
-                       and isinstance(part.get("text"), str))
-    return content if isinstance(content, str) else ""
 
 
 def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, max_chars: Optional[int]) -> None:
@@ -292,7 +284,12 @@ def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, m
 def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt: Optional[str]) -> str:
     """Plain text stays as is; chat messages (or text with a system prompt) go through the chat template."""
     if isinstance(prompt, str) and system_prompt is None:
-        return prompt
+        return prompt  # rendered already: its special tokens are the markup its author wrote
+    injected = special_token_as_text(prompt if isinstance(prompt, list) else [{"content": prompt}], system_prompt,
+                                     getattr(tokenizer, "all_special_tokens", []))
+    if injected:
+        raise DataError(f"{injected}: the tokenizer reads it as that token inside the chat template's markup (a turn "
+                        f"ended early, a role injected); remove it from the text")
     if isinstance(prompt, str):
         messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
     elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
