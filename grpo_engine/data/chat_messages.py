@@ -70,8 +70,9 @@ def unused_system_prompt(rows: list[dict[str, Any]], column: str, source: str) -
     if not own:
         return None
     if len(own) == len(rows):
-        return (f"data.system_prompt changes nothing for {source}: each of its {len(rows)} prompts is chat messages "
-                f"with its own system message, which is kept")
+        each = "its one prompt" if len(rows) == 1 else f"each of its {len(rows)} prompts"
+        return (f"data.system_prompt changes nothing for {source}: {each} is chat messages with its own system "
+                f"message, which is kept")
     return (f"data.system_prompt is not added to {len(own)} of the {len(rows)} prompts of {source} (row {own[0]} "
             f"first): they are chat messages with their own system message, which is kept")
 

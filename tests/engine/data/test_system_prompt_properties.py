@@ -41,7 +41,8 @@ def test_the_prompts_a_system_prompt_is_not_added_to_are_said(prompts, system, t
         assert warnings == []
     else:
         assert len(warnings) == 1 and "\n" not in warnings[0], warnings
-        expected = (f"changes nothing for dataset '{path}': each of its {len(prompts)} prompts" if len(own) == len(prompts)
+        each = "its one prompt" if len(prompts) == 1 else f"each of its {len(prompts)} prompts"
+        expected = (f"changes nothing for dataset '{path}': {each} is chat" if len(own) == len(prompts)
                     else f"is not added to {len(own)} of the {len(prompts)} prompts of dataset '{path}' (row {own[0]} ")
         assert warnings[0].startswith("warning: data.system_prompt ") and expected in warnings[0], warnings[0]
     if system is not None:  # what the warning says is what rendering does
