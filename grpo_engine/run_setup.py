@@ -169,11 +169,12 @@ def _load_data(config: EngineConfig, rewards: list[NamedReward]) -> tuple[list[d
         rows, eval_rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
         check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
         return rows, eval_rows
-    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split)
+    rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.split, d.system_prompt)
     check_reward_columns(rewards, rows, d.path, d.prompt_column)
     eval_rows = []
     if d.eval_path is not None:
-        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
+        eval_rows = load_prompt_rows(d.eval_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split,
+                                     d.system_prompt)
         check_reward_columns(rewards, eval_rows, d.eval_path, d.prompt_column)
     return rows, eval_rows
 

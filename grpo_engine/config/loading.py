@@ -67,8 +67,9 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
     resolved = dict(section)
     for key in ("path", "eval_path"):
         value = resolved.get(key)
-        # A Hub id stays an id unless a file of that name stands next to the YAML file.
-        local = isinstance(value, str) and not user_path(value).is_absolute()
+        # A Hub id stays an id unless a file of that name stands next to the YAML file. A blank value stays as
+        # written, for the schema to refuse as the flag's is: joined, `path: ''` named the YAML file's directory.
+        local = isinstance(value, str) and value.strip() != "" and not user_path(value).is_absolute()
         if local and (not is_hub_id(value) or (base / value).exists()):
             resolved[key] = str(base / value)
     return {**data, "data": resolved}

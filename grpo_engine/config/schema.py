@@ -465,8 +465,20 @@ class RolloutConfig(Section):
         return truncating and self.replay_kept_tokens
 
 
+# `package.module:function`: the module a dotted name of identifiers, as `import` takes it (`a..b:f` and `mod.:f`
+# passed the former pattern and failed in importlib's words).
+_REWARD_SPEC = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*:[^\W\d]\w*")
+
+
 def _reward_spec(spec: str) -> str:
-    if spec not in BUILTIN_REWARDS and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):
+    module, colon, function = spec.rpartition(":")
+    if colon and (module.endswith(".py") or any(mark in module for mark in "/\\")):
+        # A file named where a module goes: `rewards.py:score` ran rewards.py on import as the module `rewards`, then
+        # failed naming the engine's own file ("No module named 'rewards.py'; 'rewards' is not a package")
+        name = module.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py") or "module"
+        raise ValueError(f"expected 'module:function', not a file: write '{name}:{function}' (the module is looked up "
+                         f"in the working directory and on sys.path; PYTHONPATH adds the file's directory)")
+    if spec not in BUILTIN_REWARDS and not _REWARD_SPEC.fullmatch(spec):
         raise ValueError(f"expected a built-in reward ({', '.join(BUILTIN_REWARDS)}) or 'package.module:function'")
     return spec
 

@@ -54,3 +54,49 @@ def messages_problem(messages: list[Any]) -> Optional[str]:
         if problem:
             return f"message {index} {problem}"
     return None
+
+
+def own_system_message_rows(rows: list[dict[str, Any]], column: str) -> list[int]:
+    """The rows whose prompt is chat messages holding a system message of their own: data.system_prompt is not
+    added to those (the row's own is kept)."""
+    return [i for i, row in enumerate(rows) if isinstance(row.get(column), list)
+            and any(isinstance(m, dict) and m.get("role") == "system" for m in row[column])]
+
+
+def unused_system_prompt(rows: list[dict[str, Any]], column: str, source: str) -> Optional[str]:
+    """What data.system_prompt (when set) is not added to, in one line, or None: it used to be dropped without a
+    word for chat prompts with their own system message, even when that was every prompt."""
+    own = own_system_message_rows(rows, column)
+    if not own:
+        return None
+    if len(own) == len(rows):
+        each = "its one prompt" if len(rows) == 1 else f"each of its {len(rows)} prompts"
+        return (f"data.system_prompt changes nothing for {source}: {each} is chat messages with its own system "
+                f"message, which is kept")
+    return (f"data.system_prompt is not added to {len(own)} of the {len(rows)} prompts of {source} (row {own[0]} "
+            f"first): they are chat messages with their own system message, which is kept")
+
+
+def content_text(content: Any) -> str:
+    """A message's text: its content, or its text parts joined (message_problem decides what else is refused)."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict)
+                       and isinstance(part.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
+def special_token_as_text(messages: list[Any], system_prompt: Optional[str],
+                          special_tokens: list[str]) -> Optional[str]:
+    """Where a tokenizer's special token (`<|im_end|>`, `<|eot_id|>`, `</s>`) is written as text in what a chat
+    template renders (a message's content, or data.system_prompt), in a few words, or None. The template puts the
+    text between its own markup and the tokenizer then reads the token as the real one: a scraped `<|im_end|>` in a
+    user message ended the turn there, and what followed read as another role's, silently."""
+    tokens = [token for token in special_tokens if isinstance(token, str) and token.strip()]
+    texts = [("data.system_prompt", system_prompt or "")]
+    texts += [(f"message {i} ({m.get('role')})" if "role" in m else "the prompt", content_text(m.get("content")))
+              for i, m in enumerate(messages) if isinstance(m, dict)]
+    for where, text in texts:
+        token = next((token for token in tokens if token in text), None)
+        if token is not None:
+            return f"{where} holds the tokenizer's special token {token!r} as text"
+    return None

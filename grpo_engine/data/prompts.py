@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any, Optional
@@ -18,8 +19,11 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import messages_problem
+from .chat_messages import content_text, messages_problem, special_token_as_text, unused_system_prompt
 from .row_values import RowValueError, check_row_values, strict_json_hooks
+
+
+_log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -127,17 +131,61 @@ def _load_json(source: Path) -> list[dict[str, Any]]:
         rows = _parse_json(text, str(source))
         if not isinstance(rows, list):
             raise DataError(f"{source}: a JSON dataset must hold an array of rows")
-    else:
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise DataError(f"{source}: row {i} of its array is {_json_kind(row)}, not a JSON object of columns")
+        return rows
+    try:
+        lines = [(number, _utf8(raw, source, number))
+                 for number, raw in bounded_lines(source, DATA_LINE_BYTES, "a row of a JSONL dataset")]
+    except FileBoundError as exc:
+        raise DataError(str(exc)) from None
+    rows = []
+    for index, (number, line) in enumerate(lines):
+        if not line.strip():
+            continue
         try:
-            lines = [(number, _utf8(raw, source, number))
-                     for number, raw in bounded_lines(source, DATA_LINE_BYTES, "a row of a JSONL dataset")]
-        except FileBoundError as exc:
-            raise DataError(str(exc)) from None
-        rows = [_parse_json(line, f"{source}:{number}") for number, line in lines if line.strip()]
-    for i, row in enumerate(rows):
+            row = _parse_json(line, f"{source}:{number}")
+        except DataError:
+            spread = _value_over_lines(lines, index)
+            if spread is not None:
+                raise DataError(_spread_message(source, number, *spread)) from None
+            raise
         if not isinstance(row, dict):
-            raise DataError(f"{source}: row {i} is not a JSON object")
+            hint = "; an array of rows belongs in a .json file" if isinstance(row, list) else ""
+            raise DataError(f"{source}:{number}: the row is {_json_kind(row)}, not a JSON object of columns "
+                            f"({{\"prompt\": ...}}){hint}")
+        rows.append(row)
     return rows
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "true / false", type(None): "null"}
+    return next((name for kind, name in kinds.items() if isinstance(value, kind)), "a number")
+
+
+def _value_over_lines(lines: list[tuple[int, str]], index: int) -> Optional[tuple[int, Any]]:
+    """(its last line's number, the value) when a JSON value starts at lines[index] and ends on a later line: a
+    pretty-printed file (`json.dump(rows, f, indent=2)`), whose first line alone is not JSON; else None."""
+    text = "\n".join(line for _, line in lines[index:])
+    try:
+        value, end = json.JSONDecoder().raw_decode(text, len(text) - len(text.lstrip()))
+    except (ValueError, RecursionError):  # not JSON there either (an integer past Python's digits included)
+        return None
+    last = index + text.count("\n", 0, end)
+    return (lines[last][0], value) if last > index else None
+
+
+def _spread_message(source: Path, first: int, last: int, value: Any) -> str:
+    """A JSON value written over several lines of a file read one row a line: what it is, and how to write it."""
+    where = f"{source}:{first}-{last}: one JSON"
+    if isinstance(value, list):
+        return (f"{where} array of {len(value)} values written over {last - first + 1} lines; a .jsonl file holds one "
+                f"row object a line: name the file .json (an array of row objects) or write one row a line")
+    keys = f" (keys: {', '.join(repr(str(key))[:40] for key in list(value)[:5])})" if isinstance(value, dict) else ""
+    return (f"{where} {'object' if isinstance(value, dict) else 'value'}{keys} written over {last - first + 1} lines; "
+            f"the file is read one row a line (JSONL): write each row object on one line (json.dumps without indent), "
+            f"or one array of row objects in a .json file")
 
 
 def _starts_an_array(source: Path) -> bool:
@@ -174,12 +222,16 @@ def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
 
 
 def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hub_config: Optional[str] = None,
-                     hub_split: str = "train") -> list[dict[str, Any]]:
-    """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized."""
+                     hub_split: str = "train", system_prompt: Optional[str] = None) -> list[dict[str, Any]]:
+    """The rows of a prompt dataset, each checked to hold a prompt of a length that can be tokenized; prompts that
+    `system_prompt` (data.system_prompt) is not added to are said in a warning."""
     rows = load_rows(path, hub_config, hub_split)
     check_prompt_column(rows, column, path)
     check_prompts_present(rows, column, path)
     check_prompt_lengths(rows, column, path, max_prompt_chars)
+    unused = unused_system_prompt(rows, column, f"dataset {path!r}") if system_prompt is not None else None
+    if unused:
+        _log.warning(f"warning: {unused}")
     return rows
 
 
@@ -212,16 +264,8 @@ def prompt_chars(prompt: Any) -> int:
     if isinstance(prompt, str):
         return len(prompt)
     if isinstance(prompt, list):
-        return sum(len(_content_text(m.get("content"))) for m in prompt if isinstance(m, dict))
+        return sum(len(content_text(m.get("content"))) for m in prompt if isinstance(m, dict))
     return 0  # not a prompt at all: render_prompt says so
-
-
-def _content_text(content: Any) -> str:
-    """A message's text: its content, or its text parts joined (chat_messages decides what else is refused)."""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict)
-                       and isinstance(part.get("text"), str))
-    return content if isinstance(content, str) else ""
 
 
 def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, max_chars: Optional[int]) -> None:
@@ -240,7 +284,12 @@ def check_prompt_lengths(rows: list[dict[str, Any]], column: str, source: str, m
 def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt: Optional[str]) -> str:
     """Plain text stays as is; chat messages (or text with a system prompt) go through the chat template."""
     if isinstance(prompt, str) and system_prompt is None:
-        return prompt
+        return prompt  # rendered already: its special tokens are the markup its author wrote
+    injected = special_token_as_text(prompt if isinstance(prompt, list) else [{"content": prompt}], system_prompt,
+                                     getattr(tokenizer, "all_special_tokens", []))
+    if injected:
+        raise DataError(f"{injected}: the tokenizer reads it as that token inside the chat template's markup (a turn "
+                        f"ended early, a role injected); remove it from the text")
     if isinstance(prompt, str):
         messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
     elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):

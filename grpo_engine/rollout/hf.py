@@ -14,7 +14,8 @@ sampled token, its log-prob. One step's [rows, V] scores are held until then, ne
 """
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase, \
@@ -129,8 +130,9 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     was_training = lm.training
     lm.eval()
     try:
-        output = lm.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=generation_config,
-                             logits_processor=processors)
+        with sampling_by_the_rollout_settings(lm):
+            output = lm.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
+                                 generation_config=generation_config, logits_processor=processors)
     finally:
         lm.train(was_training)
     completion_ids = output[:, prompt_ids.shape[1]:]
@@ -138,6 +140,31 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
         completion_ids = torch.full((len(prompts), 1), tokenizer.pad_token_id, device=device)
     sampler_logps, kept = (None, None) if recorder is None else recorder.finish(completion_ids)
     return finish_batch(tokenizer, prompts, prompt_ids, prompt_mask, completion_ids, eos, config, sampler_logps, kept)
+
+
+# What generate may keep of a model's own generation config: the token ids (the EOS ids are read from it above).
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+@contextmanager
+def sampling_by_the_rollout_settings(lm: torch.nn.Module) -> Iterator[None]:
+    """While `generate` runs, the model's own generation config (its generation_config.json) holds only its token ids.
+
+    generate fills every setting the engine's GenerationConfig leaves unset from the model's own: a model directory's
+    `min_p`, `no_repeat_ngram_size`, `min_new_tokens`, `suppress_tokens` or `bad_words_ids` changed what was sampled
+    without a word (the loss then scored another distribution than the sampler's), and `num_beams` or
+    `prompt_lookup_num_tokens` failed inside generate at step 1. The rollout settings alone decide the sampling."""
+    owners = [module for module in lm.modules()
+              if isinstance(module.__dict__.get("generation_config"), GenerationConfig)]
+    saved = [module.__dict__["generation_config"] for module in owners]
+    for module, own in zip(owners, saved):
+        module.generation_config = GenerationConfig(
+            **{key: getattr(own, key) for key in _TOKEN_IDS if getattr(own, key, None) is not None})
+    try:
+        yield
+    finally:
+        for module, own in zip(owners, saved):
+            module.generation_config = own
 
 
 class HFRollout:

@@ -136,9 +136,12 @@ class VLLMServerRollout:
             seeds = self.draw_seeds(len(prompts))
         with self._lock:
             version, model = self.version, self.model_name
+        # min_p too: a field the request leaves out is taken from the model's generation_config.json by the server
+        # (vLLM's --generation-config auto), which would truncate what is sampled past the rollout settings
         common: dict[str, Any] = dict(
             model=model, max_tokens=r.max_new_tokens, stop_token_ids=self.eos, logprobs=1,
-            return_tokens_as_token_ids=True, skip_special_tokens=False, repetition_penalty=r.repetition_penalty)
+            return_tokens_as_token_ids=True, skip_special_tokens=False, repetition_penalty=r.repetition_penalty,
+            min_p=0.0)
         if self.allowed_token_ids is not None:
             common["allowed_token_ids"] = self.allowed_token_ids
         if greedy:

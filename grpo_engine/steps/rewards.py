@@ -331,7 +331,36 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
     if kind:
         raise RewardFunctionError(f"reward function {spec!r}: {attr!r} is {kind}, and calling it returns no list of "
                                   "scores; write a plain function (def) that returns one score per completion")
+    problem = declaration_problem(fn)
+    if problem:
+        raise RewardFunctionError(f"reward function {spec!r}: {problem}")
     return fn
+
+
+def _is_types(value: Any) -> bool:
+    """A type, or a tuple of types: what isinstance takes as its second argument."""
+    return isinstance(value, type) or (isinstance(value, tuple) and bool(value)
+                                       and all(isinstance(t, type) for t in value))
+
+
+def declaration_problem(fn: Callable) -> Optional[str]:
+    """What is wrong with what `fn` declares of the data (`dataset_columns`, `dataset_column_types`), or None. Both
+    are read when the data loads: `dataset_columns = 5` failed there with a TypeError traceback, `[1, None]` was
+    "no 1 column", a generator was read once (no column the second time), and a type given as its name
+    (`{'answer': 'str'}`) failed inside isinstance."""
+    columns = getattr(fn, "dataset_columns", None)
+    if columns is not None and not isinstance(columns, str) and (
+            not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) and c for c in columns)):
+        return (f"its dataset_columns is {shown_value(columns)}; declare the columns it reads as names: a list of "
+                f"texts (@dataset_columns('answer', ...))")
+    if isinstance(columns, str) and not columns:
+        return "its dataset_columns is an empty text; declare the columns it reads as names"
+    types = getattr(fn, "dataset_column_types", None)
+    if types is not None and (not isinstance(types, dict) or not all(
+            isinstance(column, str) and _is_types(kinds) for column, kinds in types.items())):
+        return (f"its dataset_column_types is {shown_value(types)}; declare a mapping of column name to a type or a "
+                f"tuple of types ({{'answer': (str, int)}})")
+    return None
 
 
 def _no_scores_kind(fn: Callable) -> Optional[str]:
@@ -350,6 +379,9 @@ def _no_scores_kind(fn: Callable) -> Optional[str]:
     return None
 
 
+_ENGINE_DIR = Path(__file__).resolve().parents[1]
+
+
 def import_failure(exc: BaseException) -> str:
     """Where a module's import failed, as `FILE:LINE: Error: message` (the innermost frame of the user's files:
     not importlib's own), or the bare error when no file is known (a module that does not exist)."""
@@ -357,7 +389,8 @@ def import_failure(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith("<") and "importlib" not in Path(f.filename).parts]
+              if not f.filename.startswith("<") and "importlib" not in Path(f.filename).parts
+              and not Path(f.filename).is_relative_to(_ENGINE_DIR)]  # the engine's call is not where it failed
     if isinstance(exc, ModuleNotFoundError) and not frames:
         return message
     return f"{frames[-1].filename}:{frames[-1].lineno}: {message}" if frames else message
@@ -445,8 +478,10 @@ def _as_reward(value: Any) -> Optional[float]:
         raise NotAReward(shown_value(value), "a finite number")
     try:
         number = float(value)
-    except (OverflowError, ValueError, TypeError, ArithmeticError):  # 10**400, a Fraction of such, a broken __float__
+    except (OverflowError, ArithmeticError):  # 10**400, a Fraction of such
         raise NotAReward(shown_value(value), "a finite number within float64's range (about 1.8e308)") from None
+    except Exception:  # a user's number type whose __float__ raises, whatever it raises
+        raise NotAReward(shown_value(value), "a finite number (its float() raised)") from None
     if math.isnan(number):
         return None
     if not math.isfinite(number):

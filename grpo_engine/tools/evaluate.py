@@ -114,7 +114,7 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
         _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
         check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
     else:
-        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split)
+        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split, d.system_prompt)
         check_reward_columns(rewards, rows, d.path, d.prompt_column)
     # The prompts rendered and tokenized, as train's preflight does, before any weight loads: a chat template that
     # refuses them or a prompt the tokenizer cannot encode is named by its row.

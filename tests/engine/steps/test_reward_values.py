@@ -23,6 +23,19 @@ class BrokenRepr:
         raise RuntimeError("no repr")
 
 
+class BrokenFloat(float):
+    """A number type whose float() raises, whatever it raises (a RuntimeError escaped the reading before)."""
+
+    error: type = RuntimeError
+
+    def __float__(self) -> float:
+        raise self.error("no float")
+
+
+def broken_float(error: type) -> BrokenFloat:
+    return type("BrokenFloat", (BrokenFloat,), {"error": error})(1.0)
+
+
 class HugeRepr:
     def __repr__(self) -> str:
         return "x" * 10**6
@@ -36,6 +49,8 @@ def _expected_score(value):
         value = value.item()
     if value is None:
         return math.nan
+    if isinstance(value, BrokenFloat):
+        return None
     if isinstance(value, (bool, np.bool_, int, float, Fraction, np.integer, np.floating)):
         try:
             number = float(value)
@@ -61,6 +76,8 @@ non_numbers = st.one_of(
     st.just(BrokenRepr()), st.just(HugeRepr()), st.just(object()), st.just(np.zeros(3)), st.just(torch.zeros(2, 2)),
     st.just(torch.empty((), device="meta")),  # a 0-d tensor with no value to read
     st.just((x for x in [1.0])),  # a generator: not a number, however many it would yield
+    st.sampled_from([RuntimeError, KeyError, AttributeError, ValueError, TypeError, ZeroDivisionError]).map(
+        broken_float),
 )
 
 
