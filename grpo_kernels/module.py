@@ -154,6 +154,10 @@ class FusedLinearGRPOLoss(torch.nn.Module):
             if name not in ("loss_type", "importance_sampling_level"):  # what the combination warned of is unchanged
                 warnings.simplefilter("ignore", LossConfigWarning)
             config, options = liger_config(config_class, signature, **arguments)
+            # a subclass's own fields that are not settings (no constructor argument sets them) are kept
+            kept = {f.name: getattr(self._config, f.name) for f in dataclasses.fields(config_class)
+                    if "setting" not in f.metadata and f.name != "loss_params"}
+            config = dataclasses.replace(config, **kept) if kept else config
         self.__dict__.update(_config=config, _options=options)
 
     @keywords_checked

@@ -7,7 +7,6 @@ import torch
 
 from ..head import LMHead
 from ..reference import linear_logits
-from ..saved_tensor_hooks import lifted_saved_tensor_hooks
 from .protocol import stats_dtype
 
 
@@ -28,10 +27,9 @@ class ReferenceBackend:
             logps, entropy, _ = _stats(h, w, b[0] if has_bias else None, head, targets)
             return logps, entropy
 
-        with lifted_saved_tensor_hooks():  # a backward run under the caller's hooks: torch.func refuses them
-            _, vjp = torch.func.vjp(stats, *primals)
-            grads = vjp((grad_logps.to(lse.dtype),
-                         torch.zeros_like(lse) if grad_entropy is None else grad_entropy.to(lse.dtype)))
+        _, vjp = torch.func.vjp(stats, *primals)
+        grads = vjp((grad_logps.to(lse.dtype),
+                     torch.zeros_like(lse) if grad_entropy is None else grad_entropy.to(lse.dtype)))
         grad_hidden, grad_weight = grads[0], grads[1]
         grad_bias = grads[2] if has_bias else None
         return (grad_hidden if needs_hidden_grad else None, grad_weight if needs_weight_grad else None,
