@@ -135,6 +135,13 @@ class FusedLinearGRPOLoss(torch.nn.Module):
             raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
         self.__dict__["_config"] = check_config(config)
 
+    def __setstate__(self, state: dict) -> None:
+        if "_config" not in state and "config" in state:  # pickled (torch.save) when these were plain attributes
+            state = dict(state)
+            options = {name: state.pop(name, default) for name, default in MODULE_OPTIONS.items()}
+            state.update(_config=state.pop("config"), _options=options)
+        super().__setstate__(state)
+
     def _argument(self, name: str) -> object:
         if name in MODULE_OPTIONS:
             return self._options[name]

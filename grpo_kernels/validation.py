@@ -230,8 +230,8 @@ def check_logit_transform(transform: object) -> LogitTransform:
                  if getattr(type(transform), name) is not getattr(LogitTransform, name)]
     if redefined:
         raise TypeError(f"logit_transform: {type(transform).__name__} redefines LogitTransform."
-                        f"{' and '.join(redefined)}, which the fused backends never call (they compute the transform "
-                        f"from its scale and softcap alone); pass a LogitTransform(scale=..., softcap=...)")
+                        f"{' and '.join(redefined)}, which the fused backends do not follow (they compute the "
+                        f"transform from its scale and softcap alone); pass a LogitTransform(scale=..., softcap=...)")
     return transform
 
 

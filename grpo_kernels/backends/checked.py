@@ -53,9 +53,9 @@ class CheckedBackend:
 
     def _tensors(self, method: str, result: object, names: tuple[str, ...]) -> tuple:
         if not isinstance(result, (tuple, list)) or len(result) != len(names):
-            self._refuse(method, f"returned {_shown_result(result)}"
-                         f"{'' if not isinstance(result, (tuple, list)) else f' of {len(result)}'}, expected the "
-                         f"{len(names)}-tuple ({', '.join(names)})", TypeError)
+            count = f" of {len(result)}" if isinstance(result, (tuple, list)) else ""
+            self._refuse(method, f"returned {_shown_result(result)}{count}, expected the {len(names)}-tuple "
+                                 f"({', '.join(names)})", TypeError)
         return tuple(result)
 
     def _same_memory(self, x: torch.Tensor, inputs: tuple[Optional[torch.Tensor], ...]) -> bool:
@@ -66,7 +66,8 @@ class CheckedBackend:
 
     def _check_tensor(self, method: str, name: str, x: object, shape: tuple[int, ...], dtype: Optional[torch.dtype],
                       device: torch.device, inputs: tuple[Optional[torch.Tensor], ...]) -> None:
-        expected = f"[{', '.join(str(d) for d in shape)}]{'' if dtype is None else ' ' + str(dtype).removeprefix('torch.')} on {device}"
+        kind = "" if dtype is None else " " + str(dtype).removeprefix("torch.")
+        expected = f"[{', '.join(str(d) for d in shape)}]{kind} on {device}"
         if not isinstance(x, torch.Tensor):
             self._refuse(method, f"returned {_shown_result(x)} for {name}, expected a tensor {expected}", TypeError)
         if tuple(x.shape) != shape or (dtype is not None and x.dtype != dtype) or x.device != device:

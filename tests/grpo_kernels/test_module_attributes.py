@@ -78,3 +78,14 @@ def test_forward_computes_with_a_setting_changed_after_construction():
     with pytest.raises(TypeError, match=r"^config must be a GRPOLossConfig, got dict$"):
         module.config = {"beta": 0.1}
     assert module.beta == 0.1
+
+
+def test_a_module_pickled_when_its_settings_were_plain_attributes_loads_with_them():
+    module = FusedLinearGRPOLoss(beta=0.2, backend="torch")
+    state = {key: value for key, value in vars(module).items() if key not in ("_config", "_options")}
+    state.update(config=module.config, use_ref_model=False, backend="torch", workspace_bytes=None,
+                 process_group=None)  # the instance dict of a module pickled before this release
+    loaded = FusedLinearGRPOLoss.__new__(FusedLinearGRPOLoss)
+    loaded.__setstate__(state)
+    assert loaded.config == module.config and loaded.beta == 0.2 and loaded.use_ref_model is False
+    assert loaded.backend == "torch" and loaded.compiled is True and loaded.chunk_size == 1

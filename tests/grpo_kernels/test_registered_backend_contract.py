@@ -46,7 +46,8 @@ def _forward_faults():
 
 def _backward_faults():
     return {
-        "transposed": (lambda grads: (grads[0].T.contiguous(), *grads[1:]), r"returned dhidden as float32 \[16, \d+\]"),
+        "transposed": (lambda grads: (grads[0].T.contiguous(), *grads[1:]),
+                       r"returned dhidden as float32 \[16, \d+\]"),
         "nan": (lambda grads: (grads[0] * float("nan"), *grads[1:]), r"returned NaN or infinite gradients"),
         "missing": (lambda grads: (None, *grads[1:]), r"returned None for dhidden, which the call needs"),
         "missing_weight": (lambda grads: (grads[0], None, grads[2]), r"returned None for dweight, which the call needs"),

@@ -3,7 +3,7 @@
 A GRPOLossConfig subclass (a setting of the caller's own, which a registered loss type's term may read) reaches the
 objective as the caller's class on every route; before, the fused routes rebuilt it as a plain GRPOLossConfig and
 failed ("GRPOLossConfig() got an unexpected keyword argument") where the two-step route ran. A LogitTransform
-subclass redefining apply() is refused: the fused backends compute the transform from its scale and softcap alone,
+subclass redefining apply() or is_identity is refused: the fused backends compute the transform from its scale and softcap alone,
 so before the reference applied the subclass's transform and every other backend silently did not.
 """
 
@@ -80,7 +80,7 @@ def test_a_transform_subclass_redefining_what_it_does_is_refused(backend, transf
     p = make_problem(0, B=2, T=4, H=16, V=40)
     redefined = "apply" if isinstance(transform, Doubled) else "is_identity"
     with pytest.raises(TypeError, match=rf"^logit_transform: {type(transform).__name__} redefines LogitTransform."
-                                        rf"{redefined}, which the fused backends never call"):
+                                        rf"{redefined}, which the fused backends do not follow"):
         if entry == "logprobs":
             linear_logprobs(p.hidden, p.weight, p.completion_ids, backend=backend, logit_transform=transform)
         else:
