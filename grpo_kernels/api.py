@@ -21,6 +21,7 @@ from .layout import TokenLayout
 from .messages import shown
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
                         token_inputs, token_metrics)
+from .second_order import deterministic_refusal_asked, refuse_forward_ad
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
                          check_kept_token_ids, check_linear_inputs, check_logit_factors,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
@@ -102,8 +103,7 @@ def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     check_logit_factors(transform, temperature, temperature_name)
     if backend != AUTO:
         refuse_unsupported(backend, kept_sets=kept_token_ids is not None, transformed=not transform.is_identity,
-                           compiling=not _checking_values(),
-                           deterministic=torch.are_deterministic_algorithms_enabled())
+                           compiling=not _checking_values(), deterministic=deterministic_refusal_asked(backend))
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
     check_linear_inputs(hidden, weight, bias, check_finite=_checking_values(), names=names)
     check_backend_dtype(backend, hidden, names.hidden)
@@ -178,6 +178,7 @@ def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: to
     backend = resolve_backend(backend, _device_of(hidden))
     hidden, weight, bias, targets, mask, kept_token_ids = outside_inference_mode(
         hidden, weight, bias, targets, mask, kept_token_ids)
+    refuse_forward_ad(backend, **{names.hidden: hidden, names.weight: weight, names.bias: bias})
     targets = as_token_ids(targets)
     temperature = check_temperature(temperature)
     head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend, kept_token_ids, names)
@@ -262,6 +263,10 @@ def fused_linear_grpo_loss_named(
      num_items_in_batch, cu_seqlens, kept_token_ids) = outside_inference_mode(
         hidden, weight, bias, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
         num_items_in_batch, cu_seqlens, kept_token_ids)
+    refuse_forward_ad(backend, **{names.hidden: hidden, names.weight: weight, names.bias: bias,
+                                  names.advantages: advantages, names.old_logps: old_logps,
+                                  names.ref_logps: ref_logps, names.importance_ratio: importance_ratio,
+                                  names.num_items_in_batch: num_items_in_batch})
     completion_ids = as_token_ids(completion_ids)
     config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
                                    advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
@@ -385,6 +390,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     (logits, completion_ids, completion_mask, advantages, old_logps, ref_logps, importance_ratio,
      num_items_in_batch) = outside_inference_mode(logits, completion_ids, completion_mask, advantages, old_logps,
                                                   ref_logps, importance_ratio, num_items_in_batch)
+    refuse_forward_ad(backend, logits=logits, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps,
+                      importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
     completion_ids = as_token_ids(completion_ids)
     if isinstance(logits, torch.Tensor):
         check_backend_dtype(backend, logits, "logits")  # a non-tensor: check_logits names it

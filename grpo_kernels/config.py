@@ -138,10 +138,10 @@ class GRPOLossConfig:
         """TRL accepts these combinations but warns that they do not follow the papers; so do we."""
         paper_level = loss.paper_importance_sampling_level
         if paper_level is not None and self.importance_sampling_level != paper_level:
-            _warn_at_caller(f"loss_type={self.loss_type!r} follows its paper with "
+            warn_at_caller(f"loss_type={self.loss_type!r} follows its paper with "
                             f"importance_sampling_level={paper_level!r}")
         if self.importance_sampling_level == "sequence" and loss.warns_sequence_level:
-            _warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
+            warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
                             f"sequence by its length; GSPO uses loss_type={GSPO_LOSS_TYPE!r}")
 
     def __hash__(self) -> int:  # loss_params is a dict (what asdict, JSON and YAML write); hash its items
@@ -269,14 +269,14 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
     return same_value(value, number)
 
 
-def _warn_at_caller(message: str) -> None:
-    """A UserWarning attributed to the first frame outside grpo_kernels and the dataclass machinery: the line
-    that built the config. A fixed stacklevel would point at the dataclass's generated `__init__`
+def warn_at_caller(message: str, category: type[Warning] = LossConfigWarning) -> None:
+    """A warning attributed to the first frame outside grpo_kernels and the dataclass machinery: the line that
+    built the config (or called the loss). A fixed stacklevel would point at the dataclass's generated `__init__`
     (`<string>`), or into the package when the config is built by one of its own functions."""
     frame, level = sys._getframe(1), 2  # stacklevel 2 is the frame that called this function
     while frame is not None and _module_root(frame) in ("grpo_kernels", "dataclasses"):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, LossConfigWarning, stacklevel=level)
+    warnings.warn(message, category, stacklevel=level)
 
 
 def _module_root(frame) -> str:

@@ -18,13 +18,13 @@ import torch
 from .api import fused_linear_grpo_loss_named, linear_logprobs_named
 from .argument_names import ArgumentNames
 from .backends import check_backend_name
-from .config import GRPOLossConfig, check_setting
+from .config import GRPOLossConfig, LossConfigWarning, check_setting
 from .losses import get_loss_type, loss_param_aliases
 from .keywords import keywords_checked, refuse_unknown_keywords
 from .messages import shown
 from .scalars import integer_value
-from .validation import (check_kept_token_ids, check_linear_inputs, check_loss_inputs, check_optional_tensors,
-                         check_targets, check_workspace)
+from .validation import (check_config, check_kept_token_ids, check_linear_inputs, check_loss_inputs,
+                         check_optional_tensors, check_targets, check_workspace)
 
 
 # Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
@@ -115,11 +115,57 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         `process_group`: the group over which `lin_weight` (and `bias`) hold vocabulary shards, when they are
         this rank's rows of the head (a DTensor head sharded on dim 0 needs none)."""
         super().__init__()
-        self.config, options = liger_config(GRPOLossConfig, self._signature, *args, **kwargs)
-        self.use_ref_model = options["use_ref_model"]
-        self.backend = options["backend"]
-        self.workspace_bytes = options["workspace_bytes"]  # the GEMM path's logits workspace (None: 1 GiB)
-        self.process_group = options["process_group"]
+        config, options = liger_config(GRPOLossConfig, self._signature, *args, **kwargs)
+        # held here, read and written through the attributes below (the GEMM path's workspace_bytes None: 1 GiB)
+        self.__dict__.update(_config=config, _options=options)
+
+    # ---- the constructor's arguments as attributes -----------------------------------------------------------
+    # Liger's module keeps each constructor argument as an attribute that forward reads (self.beta, ...): code
+    # written for it reads and sets them (a KL coefficient annealed between steps). Here each is read from the
+    # config and the options, and set through the constructor's own checks, the config rebuilt; before, setting
+    # one was silently ignored (a plain attribute no forward read) and reading one failed.
+
+    @property
+    def config(self) -> GRPOLossConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: GRPOLossConfig) -> None:
+        if not isinstance(config, GRPOLossConfig):  # forward reads its settings: anything else failed inside it
+            raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
+        self.__dict__["_config"] = check_config(config)
+
+    def __setstate__(self, state: dict) -> None:
+        if "_config" not in state and "config" in state:  # pickled (torch.save) when these were plain attributes
+            state = dict(state)
+            options = {name: state.pop(name, default) for name, default in MODULE_OPTIONS.items()}
+            state.update(_config=state.pop("config"), _options=options)
+        super().__setstate__(state)
+
+    def _argument(self, name: str) -> object:
+        if name in MODULE_OPTIONS:
+            return self._options[name]
+        return getattr(self._config, LIGER_NAMES.get(name, name))  # a setting, loss_params or a TRL alias
+
+    def _set_argument(self, name: str, value: object) -> None:
+        config_class = type(self._config)
+        arguments = {**_constructor_arguments(self._config), **self._options}
+        if name == "loss_type":  # the new type's own hyper-parameters start from their declared defaults
+            arguments["loss_params"] = {}
+        owner, param = loss_param_aliases().get(name, (None, None))
+        if owner == self._config.loss_type:  # the alias replaces the value loss_params holds
+            arguments["loss_params"].pop(param, None)
+        arguments[name] = value
+        signature = self._signature if config_class is GRPOLossConfig else liger_signature(config_class)
+        with warnings.catch_warnings():
+            if name not in ("loss_type", "importance_sampling_level"):  # what the combination warned of is unchanged
+                warnings.simplefilter("ignore", LossConfigWarning)
+            config, options = liger_config(config_class, signature, **arguments)
+            # a subclass's own fields that are not settings (no constructor argument sets them) are kept
+            kept = {f.name: getattr(self._config, f.name) for f in dataclasses.fields(config_class)
+                    if "setting" not in f.metadata and f.name != "loss_params"}
+            config = dataclasses.replace(config, **kept) if kept else config
+        self.__dict__.update(_config=config, _options=options)
 
     @keywords_checked
     def forward(
@@ -229,6 +275,24 @@ class FusedLinearGRPOLoss(torch.nn.Module):
                 selected_token_ids, bias=ref_bias, temperature=self.config.temperature, backend=self.backend,
                 mask=attention_mask, workspace_bytes=self.workspace_bytes, process_group=self.process_group,
                 kept_token_ids=kept_token_ids)
+
+
+def _constructor_arguments(config: GRPOLossConfig) -> dict[str, object]:
+    """The constructor's loss arguments (Liger's names) that build `config` again."""
+    liger_name = {ours: liger for liger, ours in LIGER_NAMES.items()}
+    arguments = {liger_name.get(f.name, f.name): getattr(config, f.name) for f in dataclasses.fields(config)
+                 if "setting" in f.metadata}
+    return {**arguments, "loss_params": dict(config.loss_params)}
+
+
+def _argument_attribute(name: str) -> property:
+    return property(lambda self: self._argument(name), lambda self, value: self._set_argument(name, value),
+                    doc=f"The constructor's {name!r}: read from the module's config and options, set through its "
+                        f"checks")
+
+
+for _name in FusedLinearGRPOLoss._signature.parameters:
+    setattr(FusedLinearGRPOLoss, _name, _argument_attribute(_name))
 
 
 def _without_kl(config: GRPOLossConfig) -> GRPOLossConfig:

@@ -20,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .config import GRPOLossConfig, LossConfigWarning
 from .losses import BUILTIN_LOSS_TYPES, RATIO_CAP, TRUST_REGION, LossType, TermInputs, get_loss_type
+from .saved_tensor_hooks import lifted_saved_tensor_hooks
 
 METRIC_NAMES = ("entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
@@ -114,6 +115,9 @@ def checked_term(loss_type: str, term: object, lp: torch.Tensor) -> torch.Tensor
     if term.dtype != lp.dtype:
         raise TypeError(f"loss type {loss_type!r}: its term returned {term.dtype}, expected {lp.dtype} (the dtype "
                         f"of x.logps)")
+    if term.device != lp.device:  # it failed in the selection that follows, in torch's words
+        raise ValueError(f"loss type {loss_type!r}: its term returned a tensor on {term.device}, expected {lp.device} "
+                         f"(the device of x.logps)")
     return term
 
 
@@ -345,10 +349,11 @@ def token_level_step(lp: torch.Tensor, ent: torch.Tensor, inputs: TokenInputs, c
         return terms.sum(), (terms.detach(), kl.detach(), clip)
 
     lp, ent = lp.detach(), ent.detach()
-    if inputs.entropy_weights is None:
-        g, (terms, kl, clip) = torch.func.grad(total, argnums=0, has_aux=True)(lp, ent)
-        return TokenStep(terms, g, None, kl, clip)
-    (g, e), (terms, kl, clip) = torch.func.grad(total, argnums=(0, 1), has_aux=True)(lp, ent)
+    with lifted_saved_tensor_hooks():  # the caller's (save_on_cpu, checkpoint): torch.func refuses to run under them
+        if inputs.entropy_weights is None:
+            g, (terms, kl, clip) = torch.func.grad(total, argnums=0, has_aux=True)(lp, ent)
+            return TokenStep(terms, g, None, kl, clip)
+        (g, e), (terms, kl, clip) = torch.func.grad(total, argnums=(0, 1), has_aux=True)(lp, ent)
     return TokenStep(terms, g, e, kl, clip)
 
 
@@ -389,11 +394,25 @@ def aggregation_weights(mask: torch.Tensor, config: GRPOLossConfig,
                         num_items_in_batch: Optional[torch.Tensor | float | int] = None) -> torch.Tensor:
     """Per-token weights w with loss = sum_{b,t} w * L: every aggregation is linear in L (losses.Aggregation)."""
     loss_type = get_loss_type(config.loss_type)
-    weights = loss_type.aggregation.weights(mask, config, num_items_in_batch)
-    if not isinstance(weights, torch.Tensor) or weights.shape != mask.shape or not weights.is_floating_point():
-        got = f"{weights.dtype} {list(weights.shape)}" if isinstance(weights, torch.Tensor) else type(weights).__name__
+    registered = loss_type.name not in BUILTIN_LOSS_TYPES
+    try:
+        weights = loss_type.aggregation.weights(mask, config, num_items_in_batch)
+    except Exception as exc:
+        if registered:
+            exc.add_note(f"in the aggregation of loss type {loss_type.name!r} (register_loss_type)")
+        raise
+    if not isinstance(weights, torch.Tensor) or weights.shape != mask.shape or not weights.is_floating_point() \
+            or weights.device != mask.device:
+        elsewhere = isinstance(weights, torch.Tensor) and weights.device != mask.device
+        got = (f"{weights.dtype} {list(weights.shape)}" + (f" on {weights.device}" if elsewhere else "")
+               if isinstance(weights, torch.Tensor) else type(weights).__name__)
         raise ValueError(f"loss type {loss_type.name!r}: its aggregation {loss_type.aggregation.name!r} returned "
-                         f"{got}, expected floating weights of the mask's shape {list(mask.shape)}")
+                         f"{got}, expected floating weights of the mask's shape {list(mask.shape)}"
+                         + (f" on {mask.device}" if elsewhere else ""))
+    # a registered aggregation's weights are held to what its term is held to (run_term): finite where scored
+    if registered and not torch.compiler.is_compiling() and bool((~torch.isfinite(weights) & (mask > 0)).any()):
+        raise ValueError(f"loss type {loss_type.name!r}: its aggregation {loss_type.aggregation.name!r} returned NaN "
+                         f"or infinite weights where the mask is 1")
     return weights
 
 

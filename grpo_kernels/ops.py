@@ -47,16 +47,29 @@ def decode_head(weight: torch.Tensor, bias: Optional[torch.Tensor], constants: l
     return LMHead(weight, bias, temperature, LogitTransform(scale, None if math.isnan(softcap) else softcap))
 
 
+# A config crosses as its class's name and its fields: the class is the caller's own (a GRPOLossConfig subclass adding
+# a setting, which a registered loss type's term may read), found again here by name. Rebuilt as the base class, a
+# subclass's config failed on the fused routes only ("GRPOLossConfig() got an unexpected keyword argument").
+_CONFIG_CLASSES: dict[str, type] = {}
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 @torch.compiler.assume_constant_result  # a config is a constant of the graph: torch.compile need not trace JSON
 def encode_config(config: GRPOLossConfig) -> str:
-    return json.dumps(asdict(config), sort_keys=True)
+    name = _class_name(type(config))
+    _CONFIG_CLASSES[name] = type(config)
+    return json.dumps({"class": name, "fields": asdict(config)}, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=64)
 def decode_config(key: str) -> GRPOLossConfig:
+    encoded = json.loads(key)
     with warnings.catch_warnings():  # the caller's construction already warned
         warnings.simplefilter("ignore")
-        return GRPOLossConfig(**json.loads(key))
+        return _CONFIG_CLASSES.get(encoded["class"], GRPOLossConfig)(**encoded["fields"])
 
 
 def encode_inputs(inputs: TokenInputs) -> tuple[Optional[torch.Tensor], ...]:

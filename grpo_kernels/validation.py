@@ -223,6 +223,15 @@ def check_logit_transform(transform: object) -> LogitTransform:
     if not isinstance(transform, LogitTransform):
         raise TypeError(f"logit_transform must be a grpo_kernels.LogitTransform (or None), got "
                         f"{type(transform).__name__}")
+    # The fused backends compute the transform from its two numbers (LMHead.logit_constants); only the reference
+    # calls apply(). A subclass redefining what the transform does gave one loss on the reference and another on
+    # every other backend, silently.
+    redefined = [name for name in ("apply", "is_identity")
+                 if getattr(type(transform), name) is not getattr(LogitTransform, name)]
+    if redefined:
+        raise TypeError(f"logit_transform: {type(transform).__name__} redefines LogitTransform."
+                        f"{' and '.join(redefined)}, which the fused backends do not follow (they compute the "
+                        f"transform from its scale and softcap alone); pass a LogitTransform(scale=..., softcap=...)")
     return transform
 
 

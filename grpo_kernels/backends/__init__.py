@@ -125,8 +125,14 @@ class BackendSpec:
                              f"{self.token_level_route!r}")
 
     def backend(self, workspace_bytes: int):
-        """The LogprobBackend object (protocol.py)."""
-        return _module(self.module).backend(workspace_bytes)
+        """The LogprobBackend object (protocol.py); a module from outside this package (a user's plugin) behind
+        the Protocol's checks at each call (checked.py)."""
+        made = _module(self.module).backend(workspace_bytes)
+        if self.module.startswith("."):
+            return made
+        from .checked import CheckedBackend
+
+        return CheckedBackend(made, self.name)
 
     def logits_backend(self):
         """The LogitsBackend object (protocol.py)."""

@@ -9,11 +9,18 @@ runtime bound must turn the bound into an int, and a `while` loop (whose test go
 works) would compile to a loop that the GPU pipeliner does not software-pipeline. So each kernel module imports
 this one, which, only when interpreting and only where the probe below fails, makes that `__index__` read the
 array's single element, as the fixed tritons do. GPU compilation is untouched.
+
+The interpreter also runs one launch at a time only: a launch swaps triton.language's functions for interpreted
+ones for its duration and drives one process-wide builder through the grid, so two threads launching at once (a
+loss called from two Python threads) undid each other's swap and failed inside the kernel ("Did you forget to add
+@triton.jit ?"). Interpreted launches are serialised by a lock (serialise_launches); compiled ones are untouched.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
+import threading
 
 from .interpreter_switch import interpreting
 
@@ -57,4 +64,32 @@ def fix_scalar_index() -> bool:
     return True
 
 
+_SERIALISED = "_grpo_kernels_serialised"
+_LAUNCH_LOCK = threading.RLock()
+
+
+def serialise_launches() -> bool:
+    """Hold one lock around each interpreted launch (GridExecutor.__call__); returns whether it is installed."""
+    if not interpreting():
+        return False
+    from triton.runtime import interpreter
+
+    executor = getattr(interpreter, "GridExecutor", None)
+    if executor is None:
+        return False
+    launch = executor.__call__
+    if getattr(launch, _SERIALISED, False):
+        return True
+
+    @functools.wraps(launch)
+    def serialised(self, *args, **kwargs):
+        with _LAUNCH_LOCK:
+            return launch(self, *args, **kwargs)
+
+    setattr(serialised, _SERIALISED, True)
+    executor.__call__ = serialised
+    return True
+
+
 fix_scalar_index()
+serialise_launches()

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .configs import GPU_CONFIGS, INTERPRETER_CONFIGS, KernelConfig, arch_of, dtype_class
-from .interpreter_switch import interpreting  # noqa: F401  (read from here by the backends and the tests)
+from .interpreter_switch import TRUE_VALUES, interpreting  # noqa: F401  (read from here by the backends and the tests)
 
 
 def use_interpreter_if_no_gpu() -> None:
@@ -26,9 +26,12 @@ def prepare(device: torch.device) -> None:
     if device.type == "cuda" or interpreting():
         return
     if "triton" in sys.modules:
+        value = os.environ.get("TRITON_INTERPRET")
+        unread = "" if value is None else f" (TRITON_INTERPRET={value!r}, which Triton reads as off: it takes " \
+                                          f"{', '.join(TRUE_VALUES)})"
         raise RuntimeError(
-            "backend='triton' on CPU tensors needs the Triton interpreter, but triton was already imported without "
-            "it; set TRITON_INTERPRET=1 before importing torch/triton, or use backend='torch'"
+            f"the Triton backends on CPU tensors need the Triton interpreter, but triton was already imported "
+            f"without it{unread}; set TRITON_INTERPRET=1 before importing torch/triton, or use backend='torch'"
         )
     os.environ["TRITON_INTERPRET"] = "1"
 

@@ -239,3 +239,50 @@ def test_a_term_without_a_gradient_is_fine_where_none_is_asked(registered):
         loss, _ = grpo_objective(torch.randn(2, 3), torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2),
                                  GRPOLossConfig(loss_type="detached_ok"))
     assert torch.isfinite(loss)
+
+
+# ---- a registered aggregation, and a term's device, held as a term is ---------------------------------------------
+
+def _term_on_meta(x: TermInputs) -> torch.Tensor:
+    return (-x.ratio * x.advantages).to("meta")
+
+
+def _nan_weights(mask, config, num_items):
+    return mask * float("nan")
+
+
+def _weights_on_meta(mask, config, num_items):
+    return (mask / mask.sum()).to("meta")
+
+
+def _weights_raising(mask, config, num_items):
+    raise ZeroDivisionError("the user's own bug")
+
+
+BROKEN_AGGREGATIONS = {  # (term, aggregation) -> the error and its words
+    "term_on_meta": (_term_on_meta, "sequence_mean", ValueError,
+                     r"^loss type 'term_on_meta': its term returned a tensor on meta, expected cpu"),
+    "nan_weights": (lambda x: -x.ratio * x.advantages, _nan_weights, ValueError,
+                    r"^loss type 'nan_weights': its aggregation 'nan_weights_aggregation' returned NaN or infinite "
+                    r"weights where the mask is 1$"),
+    "weights_on_meta": (lambda x: -x.ratio * x.advantages, _weights_on_meta, ValueError,
+                        r"^loss type 'weights_on_meta': its aggregation .* returned torch.float32 \[2, 4\] on meta, "
+                        r"expected floating weights of the mask's shape \[2, 4\] on cpu$"),
+    "weights_raising": (lambda x: -x.ratio * x.advantages, _weights_raising, ZeroDivisionError,
+                        r"^the user's own bug"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(BROKEN_AGGREGATIONS))
+def test_a_broken_aggregation_or_a_term_elsewhere_is_named(backend, case):
+    term, aggregation, error, message = BROKEN_AGGREGATIONS[case]
+    grpo_kernels.register_loss_type(case, term, aggregation)
+    try:
+        with pytest.raises(error, match=message) as raised:
+            run_loss(fused_linear_grpo_loss, make_problem(3, B=2, T=4), GRPOLossConfig(loss_type=case),
+                     backend=backend)
+        if error is ZeroDivisionError:
+            assert f"in the aggregation of loss type {case!r} (register_loss_type)" in raised.value.__notes__
+    finally:
+        unregister_loss_type(case)
