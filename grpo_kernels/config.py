@@ -270,11 +270,13 @@ def _check_setting(name: str, value: Any, annotation: Any, declaration: LossSett
 
 
 def warn_at_caller(message: str, category: type[Warning] = LossConfigWarning) -> None:
-    """A warning attributed to the first frame outside grpo_kernels and the dataclass machinery: the line that
-    built the config (or called the loss). A fixed stacklevel would point at the dataclass's generated `__init__`
-    (`<string>`), or into the package when the config is built by one of its own functions."""
+    """A warning attributed to the first frame outside grpo_kernels, the dataclass machinery and torch.nn's module
+    call: the line that built the config (or called the loss, or the loss module). A fixed stacklevel would point at
+    the dataclass's generated `__init__` (`<string>`), into the package when the config is built by one of its own
+    functions, or at torch's Module._call_impl."""
     frame, level = sys._getframe(1), 2  # stacklevel 2 is the frame that called this function
-    while frame is not None and _module_root(frame) in ("grpo_kernels", "dataclasses"):
+    while frame is not None and (_module_root(frame) in ("grpo_kernels", "dataclasses")
+                                 or frame.f_globals.get("__name__", "") == "torch.nn.modules.module"):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
 

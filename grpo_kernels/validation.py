@@ -13,7 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .argument_names import LOSS_NAMES, ArgumentNames
-from .config import MIN_TEMPERATURE, GRPOLossConfig
+from .config import MIN_TEMPERATURE, GRPOLossConfig, warn_at_caller
 from .losses import get_loss_type, validate_loss_params
 from .head import IDENTITY, LMHead, LogitTransform
 from .messages import shown
@@ -443,7 +443,8 @@ def check_loss_inputs(
             continue
         value = _check_per_token(name, value, shapes, device, anchor=names.hidden)
         if check_values:
-            _require_finite_where_scored(name, value, completion_mask, names.mask)
+            _require_finite_where_scored(name, value, completion_mask, names.mask,
+                                         log_probabilities=name != names.importance_ratio)
     if check_values and importance_ratio is not None and bool((importance_ratio < 0).any()):
         raise ValueError(f"{names.importance_ratio} must be >= 0 (it is a probability ratio)")
     if (get_loss_type(config.loss_type).folds_importance_ratio and importance_ratio is not None
@@ -474,18 +475,37 @@ def _check_num_items(name: str, value: object, check_values: bool) -> None:
                          f"values), got {shown(value)}")
 
 
-def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor, mask_name: str) -> None:
+def _require_finite_where_scored(name: str, value: torch.Tensor, mask: torch.Tensor, mask_name: str,
+                                 log_probabilities: bool = False) -> None:
     """A NaN or an infinity at a padded position is whatever the caller had there and is never read (the objective
     selects it out); at a scored one it would make the loss non-finite (a sequence-level [B, 1] value is scored
-    when its sequence has a token)."""
+    when its sequence has a token). `log_probabilities`: a scored value above LOG_PROB_SLACK is also said, in a
+    warning (one host sync for both checks)."""
     scored = mask != 0
     if value.shape[-1] == 1 and scored.shape[-1] != 1:
         scored = scored.any(-1, keepdim=True)
     bad = ~torch.isfinite(value) & scored
-    if bool(bad.any()):
+    positive = (value > LOG_PROB_SLACK) & scored if log_probabilities else bad
+    any_bad, any_positive = torch.stack([bad.any(), positive.any()]).tolist()
+    if any_bad:
         position = torch.nonzero(bad)[0].tolist()
         raise ValueError(f"{name} is {float(value[tuple(position)])} at position {position}, where {mask_name} "
                          "is 1: a scored token needs a finite value (infinities are allowed only where the mask is 0)")
+    if any_positive:
+        position = torch.nonzero(positive)[0].tolist()
+        warn_at_caller(f"{name} is {float(value[tuple(position)]):.6g} at position {position}, where {mask_name} is "
+                       f"1: a log-probability is at most 0 (probabilities, or negative log-likelihoods, passed as "
+                       f"log-probabilities?); the loss uses the values as given", LogProbValueWarning)
+
+
+# How far above 0 a log-probability may come from rounding before it is said: a log-softmax in float32 lands within
+# a few ulps of 0 (1e-6), in bfloat16 exactly at or below it; 1e-3 leaves room and still catches probabilities
+# (at least 1e-3 where they matter) and negative log-likelihoods.
+LOG_PROB_SLACK = 1e-3
+
+
+class LogProbValueWarning(UserWarning):
+    """old_logps or ref_logps above 0 at a scored token: not log-probabilities as given."""
 
 
 def check_kept_token_ids(kept_token_ids: object, targets: torch.Tensor, vocab_size: int,

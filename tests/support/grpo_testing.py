@@ -100,8 +100,11 @@ def make_problem(seed: int, B: int = 3, T: int = 5, H: int = 37, V: int = 150, d
     if masked_rows:
         mask[:masked_rows] = 0
     advantages = torch.randn((B, T) if token_advantages else (B,), generator=gen, dtype=torch.float64)
-    old = (logps + 0.15 * torch.randn(B, T, generator=gen, dtype=torch.float64)).float() if with_old else None
-    ref = (logps + 0.3 * torch.randn(B, T, generator=gen, dtype=torch.float64)).float() if with_ref else None
+    # log-probabilities still (at most 0: the library warns about larger ones, validation.LOG_PROB_SLACK)
+    old = (logps + 0.15 * torch.randn(B, T, generator=gen, dtype=torch.float64)).clamp(max=0).float() \
+        if with_old else None
+    ref = (logps + 0.3 * torch.randn(B, T, generator=gen, dtype=torch.float64)).clamp(max=0).float() \
+        if with_ref else None
     rho = None
     if importance_ratio is not None:
         shape = (B, T) if importance_ratio == "token" else (B, 1)
