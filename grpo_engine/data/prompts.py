@@ -123,6 +123,12 @@ def _parse_json(text: str, where: str) -> Any:
 def _load_json(source: Path) -> list[dict[str, Any]]:
     """A JSONL file row by row, each line read within DATA_LINE_BYTES (a runaway line is refused when reading
     reaches the bound, not after it filled memory); a .json file holding one array, within the same bound."""
+    with source.open("rb") as file:
+        head = file.read(8)
+    packed = next((kind for magic, kind in _ARCHIVE_MAGIC.items() if head.startswith(magic)), None)
+    if packed:
+        raise DataError(f"{source}: the file is {packed}, not text; unpack it and name the {source.suffix} file "
+                        f"inside")
     if source.suffix == ".json" and _starts_an_array(source):
         try:
             text = _utf8(read_bounded_bytes(source, DATA_LINE_BYTES, "a JSON dataset read whole"), source, 1)
@@ -191,6 +197,12 @@ def _spread_message(source: Path, first: int, last: int, value: Any) -> str:
 def _starts_an_array(source: Path) -> bool:
     with source.open("rb") as file:
         return file.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[")
+
+
+# The first bytes of the compressed and archive formats a data file is most often shipped in
+_ARCHIVE_MAGIC = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\xfd7zXZ\x00": "xz-compressed",
+                  b"\x28\xb5\x2f\xfd": "zstd-compressed", b"PK\x03\x04": "a zip archive",
+                  b"7z\xbc\xaf\x27\x1c": "a 7-Zip archive"}
 
 
 def _utf8(data: bytes, source: Path, first_line: int) -> str:
