@@ -17,6 +17,7 @@ from grpo_engine.trainer import train
 from repo_paths import SUPPORT
 
 
+@pytest.mark.slow  # train() end to end: the slow tier
 def test_a_step_whose_every_completion_is_masked_out_is_said(small_overrides, capsys):
     """rollout.max_new_tokens 2 truncates every answer of the addition task, and mask_truncated_completions masks
     each out: no token is in the loss. Before, nothing was said (the rewards were equal too)."""
@@ -26,6 +27,7 @@ def test_a_step_whose_every_completion_is_masked_out_is_said(small_overrides, ca
     assert len(warnings) == 1 and "at step 1" in warnings[0], warnings
 
 
+@pytest.mark.slow  # train() end to end: the slow tier
 @pytest.mark.parametrize("dtype, lr, warned", [("bfloat16", 1e-6, True), ("bfloat16", 1e-2, False),
                                                ("float32", 1e-6, False)])
 def test_a_learning_rate_the_weights_dtype_cannot_hold_is_said_when_the_run_starts(dtype, lr, warned,
@@ -42,6 +44,7 @@ def test_a_learning_rate_the_weights_dtype_cannot_hold_is_said_when_the_run_star
         assert "of the trained weights (bfloat16, model.dtype bfloat16)" in said[0]
 
 
+@pytest.mark.slow  # train() end to end: the slow tier
 @pytest.mark.parametrize("lora", [False, True])
 def test_float16_full_training_is_refused_before_step_1_and_lora_trains(lora, small_overrides, tiny_model_dir):
     """AdamW's moments in float16 cannot hold its epsilon 1e-8: NaN weights at step 1 whatever the learning rate,

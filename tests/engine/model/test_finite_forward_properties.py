@@ -70,6 +70,7 @@ def test_a_forward_that_gives_nan_or_inf_stops_in_one_line_naming_what_it_gave(t
     run_phase(lm, tokenizer, phase)  # the model itself was never changed: without the hook it runs
 
 
+@pytest.mark.slow  # train() end to end: the slow tier
 def test_a_forward_that_turns_nan_mid_run_stops_the_run_naming_the_step(small_overrides, monkeypatch):
     """Step 2's forwards give NaN (a hook armed after step 1's update): the run stops there in one line naming
     step 2, having saved nothing of it (the checkpoint of step 1 stays)."""

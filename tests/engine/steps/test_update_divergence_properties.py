@@ -27,9 +27,11 @@ from rollout_batches import synthetic_batch
 CPU = torch.device("cpu")
 
 
-def one_adamw_step(model_dir, lr: float, max_grad_norm: float, weight_decay: float):
+def one_adamw_step(model_dir, lr: float, max_grad_norm: float, weight_decay: float, gradient_scale: float = 1.0):
     lm = load_causal_lm(str(model_dir), ModelConfig(), CPU)
     policy = HiddenStatePolicy(lm).train()
+    if gradient_scale != 1.0:  # one weight's gradient overflows while the loss stays finite
+        next(policy.parameters()).register_hook(lambda grad: grad * gradient_scale)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     batch = synthetic_batch(lm.config.vocab_size)
@@ -91,6 +93,17 @@ def test_a_step_stops_exactly_when_it_grows_the_weights_past_the_bound(lr, tiny_
     if stopped:
         assert "\n" not in stopped and f"norm {after / before:.3g}-fold" in stopped and \
             "Lower optim.learning_rate" in stopped, stopped
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 1.0])
+def test_a_gradient_that_overflowed_is_named_as_the_cause_not_the_learning_rate(max_grad_norm, tiny_model_dir):
+    """An inf gradient makes the step NaN (clipped: inf x 0) whatever the learning rate: before, the line advised
+    lowering it."""
+    with pytest.raises(DivergedUpdateError) as raised:
+        one_adamw_step(tiny_model_dir, 1e-3, max_grad_norm, 0.0, gradient_scale=math.inf)
+    message = str(raised.value)
+    assert "the gradient norm was inf" in message and "The gradient itself was inf (the loss was finite)" in message
+    assert "Lower optim.learning_rate" not in message and "model.dtype" in message, message
 
 
 def test_nan_weights_after_the_step_stop_it(tiny_model_dir, monkeypatch):
