@@ -231,7 +231,9 @@ def _eval(args: argparse.Namespace) -> int:
     samples = config.run.eval_num_samples
     metrics = run_eval(config, config.model.name_or_path, samples, greedy=samples == 1 and not args.sample,
                        batch_size=args.batch_size)
-    text = json.dumps(metrics, indent=2)
+    from .state.metrics import json_safe
+
+    text = json.dumps(json_safe(metrics), indent=2)  # NaN (a reward that scored nothing) is null, as in metrics.jsonl
     print(text)
     if args.output:
         from .state.atomic_file import write_atomically

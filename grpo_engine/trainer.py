@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .config import EngineConfig
 from .data.prompts import reward_columns
+from .model.finite_forward import NonFiniteForwardError
 from .model.fsdp import reshard
 from .model.loading import base_causal_lm, hf_progress_bars_off
 from .rollout.base import RolloutBatch
@@ -94,6 +95,9 @@ def train(config: EngineConfig) -> TrainSummary:
                     if step < cfg.run.max_steps and stop.requested(run.world):
                         pipeline.close()
                         stop_training(run, stop, step, saved, bar)
+            except NonFiniteForwardError as exc:  # raised where the step is not known
+                pipeline.close()
+                raise exc.at_step(step) from None
             except ServerUnavailable as exc:
                 pipeline.close()
                 bar.close()
@@ -242,7 +246,9 @@ def log(run: Run, step: int, metrics: dict[str, float], batch: RolloutBatch, rew
     run.logger.log(step, metrics)
     bar.set_postfix(reward=f"{metrics['reward']:.3f}", loss=f"{metrics['loss']:.4f}", refresh=False)
     bar.update(1)
-    messages = run.health.check(step, metrics)  # on every process: a stop it calls for must stop them all
+    loss_tokens = num_items_per_process(run.accelerator, batch.completion_mask) * run.accelerator.num_processes
+    # on every process: a stop it calls for must stop them all
+    messages = run.health.check(step, metrics, loss_tokens=loss_tokens)
     if run.accelerator.is_main_process:
         for message in messages:
             tqdm.write(f"warning: {message}", file=sys.stderr)

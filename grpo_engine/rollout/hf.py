@@ -22,6 +22,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
     TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from ..config import RolloutConfig
+from ..model.finite_forward import FiniteLogits
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
 
 
@@ -127,6 +128,7 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
                                                                           config.top_p, recorder)
     if not config.sample_padded_vocab:  # first: the recorder and the kept sets then see them removed too
         processors.insert(0, PaddedVocabMask(len(tokenizer)))
+    processors.insert(0, FiniteLogits())  # before any processor reads them
     was_training = lm.training
     lm.eval()
     try:

@@ -25,9 +25,11 @@ class RunHealth:
         self.zero_std_streak = self.unscored_streak = 0
         self.active: set[str] = set()  # conditions already reported and not yet cleared
 
-    def check(self, step: int, metrics: dict[str, Optional[float]]) -> list[str]:
+    def check(self, step: int, metrics: dict[str, Optional[float]], loss_tokens: Optional[float] = None
+              ) -> list[str]:
         """Warnings for this step's metrics (empty when nothing new is wrong); raises UnscoredRunError when no
-        completion could be scored for `unscored_steps` steps in a row."""
+        completion could be scored for `unscored_steps` steps in a row. `loss_tokens`: the completion tokens in
+        the step's loss over every process (None: not known)."""
         messages = []
         zero_std = metrics.get("frac_reward_zero_std") == 1.0
         self.zero_std_streak = self.zero_std_streak + 1 if zero_std else 0
@@ -44,11 +46,15 @@ class RunHealth:
                 f"grad_norm is {grad_norm} at step {step}: the gradients overflowed (a step that writes inf/NaN into "
                 f"the weights stops the run). Lower optim.learning_rate, keep optim.max_grad_norm > 0, or train in "
                 f"float32 (model.dtype).")
-        if self._starts("grad_zero", grad_norm == 0.0 and not zero_std):
+        if self._starts("no_loss_tokens", loss_tokens == 0):
             messages.append(
-                f"grad_norm is 0 at step {step} although rewards differ within groups: the update changed "
-                f"nothing. No completion token is in the loss (all truncated with "
-                f"rollout.mask_truncated_completions: see completions/clipped_ratio) or no parameter is trainable.")
+                f"no completion token is in the loss at step {step}: rollout.mask_truncated_completions gives every "
+                f"completion truncated at rollout.max_new_tokens an all-zero loss mask, and every completion was "
+                f"(completions/clipped_ratio {metrics.get('completions/clipped_ratio')}), so the step trained on "
+                f"nothing; raise rollout.max_new_tokens or set rollout.mask_truncated_completions false.")
+        if self._starts("grad_zero", grad_norm == 0.0 and not zero_std and loss_tokens != 0):
+            messages.append(f"grad_norm is 0 at step {step} although rewards differ within groups: the update "
+                            f"changed nothing. {_vanished_gradient(metrics, loss_tokens)}")
         scored = []  # per reward function: whether it scored any completion this step
         for name, value in metrics.items():
             if name.startswith("rewards/") and name.endswith("/mean"):
@@ -76,3 +82,15 @@ class RunHealth:
             return False
         self.active.add(condition)
         return True
+
+
+def _vanished_gradient(metrics: dict[str, Optional[float]], loss_tokens: Optional[float]) -> str:
+    """Why a gradient is 0 when rewards differ: with no token count known, the two causes the metrics cannot tell
+    apart from a third; with tokens in the loss, the gradient vanished inside the model."""
+    if loss_tokens is None:
+        return ("No completion token is in the loss (all truncated with rollout.mask_truncated_completions: see "
+                "completions/clipped_ratio), no parameter is trainable, or the network is saturated.")
+    return (f"The loss holds {loss_tokens:g} completion tokens, so the gradient vanished inside the model: no "
+            f"parameter is trainable, or the network is saturated, its output no longer depending on its weights "
+            f"(entropy {metrics.get('entropy')}: a uniform output or a certain one; weights wrecked by a far too "
+            f"large learning rate do this).")

@@ -14,6 +14,7 @@ from torch import nn
 
 from grpo_kernels import linear_logprobs
 
+from ..model.finite_forward import SCORED_HIDDEN, require_finite
 from ..model.loading import HiddenStatePolicy, is_peft_model, with_lm_head
 from ..rollout.base import RolloutBatch
 from .packing import Pack, Packing, pack_hidden_states, plan_micro_batches
@@ -23,7 +24,7 @@ def completion_hidden_states(policy: nn.Module, batch: RolloutBatch) -> torch.Te
     """[N, T, H] hidden states that predict the completion tokens (differentiable if grads are on)."""
     hidden = policy(batch.input_ids, batch.attention_mask)
     prompt_length = batch.prompt_ids.shape[1]
-    return hidden[:, prompt_length - 1: -1, :]
+    return require_finite(hidden[:, prompt_length - 1: -1, :], SCORED_HIDDEN)
 
 
 @torch.no_grad()

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..model.finite_forward import SCORED_HIDDEN, require_finite
 from ..model.packed_attention import PER_SEQUENCE_SDPA
 from ..rollout import RolloutBatch
 
@@ -262,7 +263,7 @@ def build_pack(batch: RolloutBatch, rows: list[int]) -> Pack:
 def pack_hidden_states(policy: nn.Module, pack: Pack) -> torch.Tensor:
     """[N, H] hidden states that predict the pack's completion tokens (differentiable if grads are on)."""
     hidden = policy(pack.input_ids, None, pack.position_ids)
-    return hidden[0, pack.hidden_index]
+    return require_finite(hidden[0, pack.hidden_index], SCORED_HIDDEN)
 
 
 class PackedAttentionError(RuntimeError):

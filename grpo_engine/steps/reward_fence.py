@@ -10,7 +10,8 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
   was, so a run scores and trains the same with or without that draw;
 - the working directory, the environment variables, the umask and the signal handlers;
 - torch's global switches: grad mode, default dtype, default device, thread counts, deterministic-algorithms
-  mode, anomaly detection, float32 matmul precision and the TF32 / cuDNN flags;
+  mode, anomaly detection, float32 matmul precision, the TF32 / cuDNN flags, autocast (on, its dtype, its cache)
+  and torch.nn.Module's global hooks (register_module_forward_hook and its kin);
 - `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
   `disable` level;
 - the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
@@ -40,6 +41,7 @@ import sys
 import threading
 import warnings
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -109,8 +111,38 @@ def _torch_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any], Any]
         ("cuDNN deterministic flag", lambda: torch.backends.cudnn.deterministic,
          lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
         ("default device", torch.get_default_device, torch.set_default_device),
+        ("autocast cache flag", torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
+        ("global module hooks", _global_module_hooks, _set_global_module_hooks),
     ]
+    for device in _AUTOCAST_DEVICES:  # autocast left on would run the training forwards in its dtype
+        switches += [(f"{device} autocast", partial(torch.is_autocast_enabled, device),
+                      partial(torch.set_autocast_enabled, device)),
+                     (f"{device} autocast dtype", partial(torch.get_autocast_dtype, device),
+                      partial(torch.set_autocast_dtype, device))]
     return switches
+
+
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+# torch.nn.Module's process-wide hooks (register_module_forward_hook and its kin), which every module of every
+# model runs: one a function leaves behind changes what the policy computes (a hook returning NaN made every later
+# forward NaN). Read by name: the set differs a little between torch releases.
+_HOOK_TABLES = tuple(name for name in dir(torch.nn.modules.module)
+                     if name.startswith("_global_") and isinstance(getattr(torch.nn.modules.module, name), dict))
+
+
+def _global_module_hooks() -> tuple:
+    module = torch.nn.modules.module
+    return (module._global_is_full_backward_hook,
+            *(tuple(getattr(module, name).items()) for name in _HOOK_TABLES))
+
+
+def _set_global_module_hooks(saved: tuple) -> None:
+    module = torch.nn.modules.module
+    module._global_is_full_backward_hook = saved[0]
+    for name, items in zip(_HOOK_TABLES, saved[1:]):
+        table = getattr(module, name)
+        table.clear()
+        table.update(items)
 
 
 def _flushes_denormals() -> bool:

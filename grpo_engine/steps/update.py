@@ -30,56 +30,13 @@ from ..model.loading import with_lm_head
 from ..rollout.base import RolloutBatch
 from .logprobs import completion_hidden_states
 from .packing import Pack, Packing, pack_hidden_states, plan_micro_batches
-
+# DivergedUpdateError and WEIGHT_LIMIT stay importable from here, with the update's other error
+from .update_checks import WEIGHT_LIMIT, DivergedUpdateError  # noqa: F401
+from .update_checks import check_update_finite, check_update_size, weight_limit, weight_sizes
 
 
 class NonFiniteLossError(FloatingPointError):
     pass
-
-
-class DivergedUpdateError(FloatingPointError):
-    """An optimizer step left a trained weight NaN, inf or past WEIGHT_LIMIT: stopped before anything samples from
-    or saves the weights (the last checkpoint stays the one to resume from)."""
-
-
-# No trained weight comes near this; weights this size overflow float32 within one decoder layer's forward (a
-# product of four weights: the sampler then fails with "probability tensor contains either inf, nan"). AdamW
-# moves each weight by about the learning rate per step, so a learning rate of this order gets here at once.
-WEIGHT_LIMIT = 1e6
-
-
-def largest_weight(accelerator: Accelerator, parameters: list[torch.Tensor]) -> float:
-    """The largest |weight| of `parameters` over every process (inf if any is NaN or inf): one fused reduction per
-    process and, with several processes (FSDP / TP shards, DDP replicas), one all-reduce, so every process takes
-    the same branch."""
-    local = [getattr(p, "to_local", lambda: p)().detach() for p in parameters]  # a DTensor's shard: this rank's
-    local = [t for t in local if t.numel()]
-    peak = torch.stack(torch._foreach_norm(local, math.inf)).max().float() if local else torch.zeros(())
-    peak = torch.nan_to_num(peak, nan=math.inf)  # an all-reduce max may drop a NaN; inf it keeps
-    if accelerator.num_processes > 1:
-        peak = accelerator.reduce(peak.reshape(1).to(accelerator.device), "max")
-    return float(peak.max())
-
-
-def weight_limit(accelerator: Accelerator, parameters: list[torch.Tensor]) -> float:
-    """WEIGHT_LIMIT, or for a model that already holds weights near it, a thousand times its largest."""
-    return max(WEIGHT_LIMIT, 1e3 * largest_weight(accelerator, parameters))
-
-
-def check_update_finite(accelerator: Accelerator, parameters: list[torch.Tensor], limit: float, step: int,
-                        lr: float, max_grad_norm: float, grad_norm: float) -> None:
-    """Raises DivergedUpdateError when the optimizer step just taken left a trained weight non-finite or past
-    `limit` (weight_limit's), naming the step and the settings that let it."""
-    peak = largest_weight(accelerator, parameters)
-    if peak <= limit:
-        return
-    held = "NaN or inf" if not math.isfinite(peak) else f"{peak:.3g}"
-    clip = (f" (optim.max_grad_norm {max_grad_norm:g} bounds the gradient, not the step)" if max_grad_norm > 0 else
-            ", and set optim.max_grad_norm > 0 (it is 0: the gradient is not clipped)")
-    raise DivergedUpdateError(
-        f"the optimizer step at step {step} diverged: a trained weight is now {held} (the gradient norm was "
-        f"{grad_norm:.3g}, the learning rate {lr:g}); the run stops without saving these weights, so the last "
-        f"checkpoint stays the one to resume from. Lower optim.learning_rate{clip}")
 
 
 @dataclass
@@ -180,7 +137,8 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
     # are swapped for unsharded ones around a forward (their storage freed after it), so a list taken from
     # policy.parameters() here may hold tensors with no memory behind them by the time the step is checked
     trained = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-    limit = weight_limit(accelerator, trained)
+    largest, norm = weight_sizes(accelerator, trained)
+    limit = weight_limit(largest)
     for iteration in range(num_iterations):
         step_loss = 0.0
         logps = torch.zeros(batch.completion_ids.shape, dtype=torch.float32, device=batch.completion_ids.device)
@@ -221,7 +179,10 @@ def policy_update(accelerator: Accelerator, policy: nn.Module, unwrapped_lm: nn.
         grad_norm = accelerator.clip_grad_norm_(policy.parameters(), max_grad_norm if max_grad_norm > 0 else math.inf)
         lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
-        check_update_finite(accelerator, trained, limit, step, lr, max_grad_norm, float(grad_norm))
+        largest, norm_after = weight_sizes(accelerator, trained)
+        check_update_finite(largest, limit, step, lr, max_grad_norm, float(grad_norm))
+        check_update_size(norm, norm_after, step, lr, float(grad_norm))
+        norm = norm_after
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step_losses.append(step_loss)

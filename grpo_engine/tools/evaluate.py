@@ -62,8 +62,9 @@ def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompt
         k *= 2
     if f"pass@{num_samples}" not in metrics:  # k = n is always reported
         metrics[f"pass@{num_samples}"] = sum(pass_at_k(num_samples, c, num_samples) for c in solved_counts) / len(rows)
-    for j, reward in enumerate(rewards):
-        metrics[f"rewards/{reward.name}/mean"] = (reward_sums[j] / scored_counts[j].clamp(min=1)).item()
+    for j, reward in enumerate(rewards):  # NaN (null) for a function that scored nothing, as training logs it
+        scored = scored_counts[j].item()
+        metrics[f"rewards/{reward.name}/mean"] = (reward_sums[j] / scored).item() if scored else math.nan
     return metrics
 
 

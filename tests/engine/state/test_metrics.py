@@ -94,6 +94,21 @@ def test_health_warnings_say_what_they_mean():
     assert "grad_norm is inf at step 7" in message and "overflowed" in message
 
 
+def test_a_step_with_no_token_in_the_loss_is_said_and_a_vanished_gradient_names_its_cause():
+    """Every completion truncated and masked out: said at the step it happens (before, nothing was said while the
+    rewards were equal, and a grad_norm of 0 blamed the masking even when the loss held tokens)."""
+    health = RunHealth()
+    masked = {"frac_reward_zero_std": 1.0, "grad_norm": 0.0, "completions/clipped_ratio": 1.0}
+    (message,) = health.check(1, masked, loss_tokens=0)
+    assert message.startswith("no completion token is in the loss at step 1") and \
+        "rollout.mask_truncated_completions" in message and "completions/clipped_ratio 1.0" in message
+    assert health.check(2, masked, loss_tokens=0) == []  # said once per stretch
+    saturated = {"frac_reward_zero_std": 0.5, "grad_norm": 0.0, "entropy": 4.595}
+    (message,) = health.check(3, saturated, loss_tokens=61)
+    assert "grad_norm is 0 at step 3" in message and "The loss holds 61 completion tokens" in message and \
+        "saturated" in message and "mask_truncated" not in message
+
+
 def test_a_reward_that_scores_nothing_is_reported_as_none_or_nan():
     health = RunHealth()
     (message,) = health.check(1, {"rewards/f/mean": math.nan, "rewards/g/mean": 0.5})

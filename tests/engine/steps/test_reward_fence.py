@@ -42,6 +42,10 @@ def process_state() -> dict:
         "gc": gc.isenabled(), "trace": sys.gettrace(), "profile": sys.getprofile(),
         "switch_interval": sys.getswitchinterval(), "int_digits": sys.get_int_max_str_digits(),
         "excepthooks": (sys.excepthook, threading.excepthook),
+        "module_hooks": {name: dict(value) if isinstance(value, dict) else value
+                         for name, value in vars(torch.nn.modules.module).items() if name.startswith("_global_")},
+        "autocast": [(torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")]
+        + [torch.is_autocast_cache_enabled()],
     }
 
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from grpo_engine.config import RewardsConfig
 from grpo_engine.steps import reward_fence
@@ -51,6 +51,14 @@ MEDDLES = {
     "int digits": ("sys.set_int_max_str_digits(700)", "the integer string conversion limit"),
     "excepthook": ("sys.excepthook = lambda *a: None", "sys.excepthook"),
     "thread excepthook": ("threading.excepthook = lambda *a: None", "threading.excepthook"),
+    # torch's process-wide numerics: a hook every module runs, autocast left on (the training forwards in bfloat16)
+    "forward hook": ("torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: o * float('nan'))",
+                     "torch's global module hooks"),
+    "backward hook": ("torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)",
+                      "torch's global module hooks"),
+    "cpu autocast": ("torch.set_autocast_enabled('cpu', True)", "torch's cpu autocast (False -> True)"),
+    "autocast dtype": ("torch.set_autocast_dtype('cpu', torch.float16)", "torch's cpu autocast dtype"),
+    "autocast cache": ("torch.set_autocast_cache_enabled(False)", "torch's autocast cache flag"),
     "random draws": ("random.random(); numpy.random.rand(); torch.rand(3); torch.manual_seed(5)", None),
     "daemon thread": ("threading.Thread(target=RELEASE.wait, daemon=True).start()", None),
     "non-daemon thread": ("threading.Thread(target=RELEASE.wait, name='scorer-loop').start()",
@@ -80,6 +88,8 @@ def _module(tmp_path, body: str, at_import: bool) -> str:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chosen=st.lists(st.sampled_from(sorted(MEDDLES)), min_size=1, max_size=5, unique=True),
        at_import=st.booleans())
+@example(chosen=["forward hook", "backward hook", "cpu autocast"], at_import=False)  # NaN forwards, bf16 training
+@example(chosen=["forward hook", "autocast dtype", "autocast cache"], at_import=True)
 def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, at_import, tmp_path, monkeypatch,
                                                                       capsys):
     global RELEASE
@@ -101,7 +111,8 @@ def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, a
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     owner = f"reward module '{name}'" if at_import else "reward function 'score'"
     expected = [MEDDLES[m][1] for m in chosen if MEDDLES[m][1] is not None]
-    kinds = {"environment" if m.endswith(" env") else m for m in chosen if MEDDLES[m][1] is not None}
+    kinds = {MEDDLES[m][1] if m.endswith(" hook") else "environment" if m.endswith(" env") else m
+             for m in chosen if MEDDLES[m][1] is not None}  # one line names every variable, every hook
     assert len(lines) == len(kinds), lines  # one line per kind of change
     for words in expected:
         assert any(line.startswith(f"warning: {owner}") and words in line for line in lines), (words, lines)

@@ -2,7 +2,8 @@
 weights are sampled from or saved (hypothesis draws the learning rate, the clipping and the weight decay). Before,
 `optim.learning_rate` 1e30 wrote weights of 1e30 and the next step failed in the sampler ("probability tensor
 contains either inf, nan or element < 0", or "hidden contains NaN or Inf values"), after a checkpoint of those
-weights had been saved."""
+weights had been saved; and lr 1 to 1e5, below that limit, wrecked the weights while keeping them finite, and the
+run trained on noise without a word."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 import pytest
 import torch
 from accelerate import Accelerator
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from grpo_engine import trainer as trainer_module
@@ -19,15 +20,18 @@ from grpo_engine.config import ModelConfig, load_config
 from grpo_engine.model.loading import HiddenStatePolicy, load_causal_lm
 from grpo_engine.state.checkpoint import list_checkpoints, nonfinite_weights, resolve_resume
 from grpo_engine.steps.update import WEIGHT_LIMIT, DivergedUpdateError, UpdateInputs, policy_update
+from grpo_engine.steps.update_checks import MAX_STEP_GROWTH
 from grpo_kernels import GRPOLossConfig
 from rollout_batches import synthetic_batch
 
 CPU = torch.device("cpu")
 
 
-def one_adamw_step(model_dir, lr: float, max_grad_norm: float, weight_decay: float):
+def one_adamw_step(model_dir, lr: float, max_grad_norm: float, weight_decay: float, gradient_scale: float = 1.0):
     lm = load_causal_lm(str(model_dir), ModelConfig(), CPU)
     policy = HiddenStatePolicy(lm).train()
+    if gradient_scale != 1.0:  # one weight's gradient overflows while the loss stays finite
+        next(policy.parameters()).register_hook(lambda grad: grad * gradient_scale)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     batch = synthetic_batch(lm.config.vocab_size)
@@ -37,21 +41,69 @@ def one_adamw_step(model_dir, lr: float, max_grad_norm: float, weight_decay: flo
     return policy
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def weights_norm(parameters) -> float:
+    return math.sqrt(sum(float(p.detach().double().square().sum()) for p in parameters))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(exponent=st.integers(-4, 36), max_grad_norm=st.sampled_from([0.0, 1.0]),
        weight_decay=st.sampled_from([0.0, 0.01]))
+@example(exponent=3, max_grad_norm=1.0, weight_decay=0.0)  # finite, wrecked: trained on silently before
 def test_a_step_that_diverges_stops_in_one_line_and_one_that_does_not_goes_on(exponent, max_grad_norm, weight_decay,
                                                                               tiny_model_dir):
+    """AdamW moves each weight by about lr; the demo model's weights are about 0.06 in size, so lr 0.1 grows their
+    norm about 2-fold (trains) and lr 1 17-fold (wrecks: stopped, like lr 1e30's NaN, whatever the clipping)."""
     lr = 10.0 ** exponent
     try:
         policy = one_adamw_step(tiny_model_dir, lr, max_grad_norm, weight_decay)
     except DivergedUpdateError as exc:
         message = str(exc)
         assert "\n" not in message and "step 7" in message and "optim.learning_rate" in message, message
-        assert lr > WEIGHT_LIMIT / 100, f"lr {lr:g} stopped: {message}"  # AdamW moves a weight by about lr
+        assert lr >= 1, f"lr {lr:g} stopped: {message}"
         return
-    assert lr < WEIGHT_LIMIT * 100, f"lr {lr:g} (AdamW steps of about lr) went on"
+    assert lr < 1, f"lr {lr:g} (AdamW steps of about lr) went on"
     assert all(bool(p.isfinite().all()) and p.abs().max() <= WEIGHT_LIMIT for p in policy.parameters())
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lr=st.floats(1e-3, 1e3))
+@example(lr=1e-2)
+@example(lr=1e3)
+def test_a_step_stops_exactly_when_it_grows_the_weights_past_the_bound(lr, tiny_model_dir, monkeypatch):
+    """Below WEIGHT_LIMIT the weights stay finite: the step is judged by what it did to them (their norm grown more
+    than MAX_STEP_GROWTH-fold), measured here around the real step. Before, lr 1e3 trained on silently: the policy's
+    output turned uniform and its gradient 0 for every later step."""
+    norms = []
+    real_step = torch.optim.AdamW.step
+
+    def measured(self, *args, **kwargs):
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        out = real_step(self, *args, **kwargs)
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
+    try:
+        one_adamw_step(tiny_model_dir, lr, 1.0, 0.0)
+        stopped = None
+    except DivergedUpdateError as exc:
+        stopped = str(exc)
+    before, after = norms
+    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    if stopped:
+        assert "\n" not in stopped and f"norm {after / before:.3g}-fold" in stopped and \
+            "Lower optim.learning_rate" in stopped, stopped
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 1.0])
+def test_a_gradient_that_overflowed_is_named_as_the_cause_not_the_learning_rate(max_grad_norm, tiny_model_dir):
+    """An inf gradient makes the step NaN (clipped: inf x 0) whatever the learning rate: before, the line advised
+    lowering it."""
+    with pytest.raises(DivergedUpdateError) as raised:
+        one_adamw_step(tiny_model_dir, 1e-3, max_grad_norm, 0.0, gradient_scale=math.inf)
+    message = str(raised.value)
+    assert "the gradient norm was inf" in message and "The gradient itself was inf (the loss was finite)" in message
+    assert "Lower optim.learning_rate" not in message and "model.dtype" in message, message
 
 
 def test_nan_weights_after_the_step_stop_it(tiny_model_dir, monkeypatch):
