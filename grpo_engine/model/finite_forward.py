@@ -44,11 +44,21 @@ def require_finite(values: torch.Tensor, what: str) -> torch.Tensor:
 
 
 class FiniteLogits(LogitsProcessor):
-    """First of the sampling processors: the model's logits at each step, NaN, +inf, or -inf for every token of a
-    row refused (-inf for some tokens is a model ruling them out itself, which sampling handles)."""
+    """First of the sampling processors: a row of the model's logits with NaN or +inf, or -inf for every token (-inf
+    for some tokens is a model ruling them out itself, which sampling handles), is remembered on the device and
+    replaced by zeros, so the sampler draws from it without failing (on CUDA a NaN probability is a device-side
+    assert that ends the process); `raise_if_seen` after generate says it, in one line. No host sync per token:
+    generate's own stopping check already has one, and this adds none."""
+
+    def __init__(self) -> None:
+        self.seen: Optional[torch.Tensor] = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        broken = torch.isnan(scores).any() | torch.isposinf(scores).any() | torch.isneginf(scores).all(-1).any()
-        if bool(broken):
+        broken = (torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1)
+                  | torch.isneginf(scores).all(-1))[:, None]
+        self.seen = broken.any() if self.seen is None else self.seen | broken.any()
+        return scores.masked_fill(broken, 0.0)
+
+    def raise_if_seen(self) -> None:
+        if self.seen is not None and bool(self.seen):
             raise NonFiniteForwardError("logits while sampling")
-        return scores

@@ -128,7 +128,8 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
                                                                           config.top_p, recorder)
     if not config.sample_padded_vocab:  # first: the recorder and the kept sets then see them removed too
         processors.insert(0, PaddedVocabMask(len(tokenizer)))
-    processors.insert(0, FiniteLogits())  # before any processor reads them
+    finite_logits = FiniteLogits()
+    processors.insert(0, finite_logits)  # before any processor reads them
     was_training = lm.training
     lm.eval()
     try:
@@ -137,6 +138,7 @@ def generate_completions(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
                                  generation_config=generation_config, logits_processor=processors)
     finally:
         lm.train(was_training)
+    finite_logits.raise_if_seen()
     completion_ids = output[:, prompt_ids.shape[1]:]
     if completion_ids.shape[1] == 0:  # every prompt hit EOS at once is impossible; guard the empty slice anyway
         completion_ids = torch.full((len(prompts), 1), tokenizer.pad_token_id, device=device)

@@ -95,3 +95,47 @@ def test_a_forward_that_turns_nan_mid_run_stops_the_run_naming_the_step(small_ov
                                                     "weights are finite"):
         trainer_module.train(config)
     assert [path.name for path in list_checkpoints(config.run.output_dir)] == ["checkpoint-000001"]
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Records the calls that bring a tensor's value to the host (a sync on a GPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("__bool__", "item", "tolist", "__float__", "__int__"):
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.lists(st.sampled_from(["fine", "nan", "+inf", "all -inf", "some -inf"]), min_size=1, max_size=4),
+       steps=st.integers(1, 4))
+def test_the_sampling_check_reads_nothing_back_per_token_and_says_a_broken_row_after(rows, steps):
+    from grpo_engine.model.finite_forward import FiniteLogits
+
+    check = FiniteLogits()
+    scores = torch.randn(len(rows), 7)
+    for i, kind in enumerate(rows):
+        if kind == "nan":
+            scores[i, 3] = math.nan
+        elif kind == "+inf":
+            scores[i, 1] = math.inf
+        elif kind == "all -inf":
+            scores[i] = -math.inf
+        elif kind == "some -inf":
+            scores[i, :3] = -math.inf
+    with _HostReads() as host:
+        for _ in range(steps):
+            out = check(torch.zeros(len(rows), 1, dtype=torch.long), scores.clone())
+    assert host.reads == []
+    broken = [kind in ("nan", "+inf", "all -inf") for kind in rows]
+    for i, is_broken in enumerate(broken):  # what the sampler draws from: a broken row all zeros, others untouched
+        assert torch.equal(out[i], torch.zeros(7)) if is_broken else torch.equal(out[i], scores[i])
+    if any(broken):
+        with pytest.raises(NonFiniteForwardError, match="logits while sampling"):
+            check.raise_if_seen()
+    else:
+        check.raise_if_seen()
