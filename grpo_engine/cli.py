@@ -26,6 +26,7 @@ from .cli_parser import CommandLineError, CommandParser
 from .cli_types import path_text, positive_int
 from .data.demo_task import DEMO_PRESET
 from .messages import has_no_reader, reader_gone, show_messages
+from .standard_streams import guard_output, lost_output, open_closed_streams
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
 from .state.path_limits import check_path_length
@@ -182,7 +183,9 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     for line in summary_lines(summary.rewards, summary.eval_before, summary.eval_after, config):
         print(line)
-    print(f"run directory: {summary.run_dir} (metrics.jsonl, samples.jsonl, curves.png, checkpoints/)")
+    held = [name for name in ("metrics.jsonl", "samples.jsonl", PLOT_FILE, "checkpoints/")  # as written (run.plot)
+            if (Path(summary.run_dir) / name).exists()]
+    print(f"run directory: {summary.run_dir} ({', '.join(held)})")
     return 0
 
 
@@ -294,13 +297,23 @@ def unknown_arguments_message(parser: argparse.ArgumentParser, command: str, unk
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; as the program itself (no `argv`), the process ends with the command even where a reward
     function left a thread running that is not a daemon (the interpreter would wait for it forever)."""
+    open_closed_streams()  # before any file is opened: none takes descriptor 1 or 2 (grpo_engine/standard_streams.py)
     show_messages()  # the engine's log as a person reads it (grpo_engine/messages.py)
     printable_output()
     outlive_the_terminal()  # a hangup during training stops at the step boundary, not at the bar's next write
+    guard_output()  # a stdout that cannot be written (a full disk) drops its text; the command goes on
     try:
         code = _command(argv)
     except MemoryError:  # while the parser or the config loaded (pydantic): no command is known to name yet
         print(out_of_memory_message(None), file=sys.stderr)
+        code = 1
+    except SystemExit as exc:  # argparse's exit after --help: its text went to stdout too
+        if exc.code not in (0, None) or lost_output() is None:
+            raise
+        code = 0
+    lost = lost_output()  # after the flush of what the command printed last (help, a summary), which may fail too
+    if lost is not None and code == 0:
+        print(f"grpo-engine: {lost}", file=sys.stderr)
         code = 1
     fence = sys.modules.get("grpo_engine.steps.reward_fence")  # loaded only if a reward function ran
     left = fence.threads_left_running() if fence is not None else []

@@ -7,7 +7,10 @@ takes any word but 1/ON/YES/TRUE for false); `OMP_NUM_THREADS=abc` was ignored w
 Variables that disagree with each other are checked too: a WORLD_SIZE above 1 without the RANK, MASTER_ADDR and
 MASTER_PORT a launcher sets with it, a MASTER_ADDR that names no host, or (on rank 0) a MASTER_PORT another
 program already listens on, waited in the rendezvous for the process
-group's whole timeout (30 minutes) before failing with a C++ stack trace.
+group's whole timeout (30 minutes) before failing with a C++ stack trace. A LOCAL_RANK left without WORLD_SIZE, or
+an MPI launcher's process count without MASTER_ADDR, made accelerate start a process group that failed after the
+imports naming MASTER_ADDR; a GLOO_SOCKET_IFNAME naming no interface of the machine failed the join blaming
+MASTER_ADDR and MASTER_PORT.
 """
 
 from __future__ import annotations
@@ -62,6 +65,25 @@ def _visible_devices(text: str) -> Optional[str]:
             "(CUDA stops reading at the first other entry)")
 
 
+def _debug_level(text: str) -> Optional[str]:
+    # torch upper-cases ASCII letters only: "ınfo" (a dotless i) is refused there too
+    return None if text.isascii() and text.upper() in ("OFF", "INFO", "DETAIL") else "OFF, INFO or DETAIL"
+
+
+def _interfaces(text: str) -> Optional[str]:
+    # gloo makes one device per comma-separated name (when the text is longer than one character); a name this machine
+    # lacks failed the join with "Unable to find address for: eth9", blamed on MASTER_ADDR and MASTER_PORT.
+    if len(text) <= 1:
+        return None
+    try:
+        present = [name for _, name in socket.if_nameindex()]
+    except OSError:  # no interface list on this platform: gloo's own message stands
+        return None
+    if all(name in present for name in text.split(",")):
+        return None
+    return f"comma-separated network interfaces of this machine ({', '.join(present)})"
+
+
 # Variable -> (what checks its text, what it is for).
 ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "RANK": (_whole_number(0), "this process's rank, set by the launcher (torchrun, accelerate launch)"),
@@ -69,6 +91,15 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "LOCAL_RANK": (_whole_number(0), "this process's rank on its machine, set by the launcher"),
     "LOCAL_WORLD_SIZE": (_whole_number(1), "the number of processes on this machine, set by the launcher"),
     "MASTER_PORT": (_whole_number(1, 65535), "the rendezvous port of the processes"),
+    # MPI launchers' counts (mpirun, srun --mpi): accelerate takes them for RANK and WORLD_SIZE on the CPU
+    "PMI_SIZE": (_whole_number(1), "the number of processes, set by an MPI launcher"),
+    "PMI_RANK": (_whole_number(0), "this process's rank, set by an MPI launcher"),
+    "OMPI_COMM_WORLD_SIZE": (_whole_number(1), "the number of processes, set by Open MPI's mpirun"),
+    "OMPI_COMM_WORLD_RANK": (_whole_number(0), "this process's rank, set by Open MPI's mpirun"),
+    "MV2_COMM_WORLD_SIZE": (_whole_number(1), "the number of processes, set by MVAPICH's launcher"),
+    "MV2_COMM_WORLD_RANK": (_whole_number(0), "this process's rank, set by MVAPICH's launcher"),
+    "GLOO_SOCKET_IFNAME": (_interfaces, "the network interfaces the processes of a launched run talk over"),
+    "TORCH_DISTRIBUTED_DEBUG": (_debug_level, "torch.distributed's checks and logs"),
     "OMP_NUM_THREADS": (_thread_counts, "CPU threads of torch's OpenMP pool"),
     "CUDA_VISIBLE_DEVICES": (_visible_devices, "the GPUs CUDA may use"),
     "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
@@ -77,7 +108,11 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
 }
 
 # (rank variable, count variable): a rank is below its count.
-_RANKS_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+_RANKS_BELOW = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"))
+# What accelerate reads for the number of processes on the CPU, in its order, when WORLD_SIZE is unset: above 1,
+# it starts a process group, whose rendezvous (torch's env://) needs MASTER_ADDR.
+_MPI_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 # (smaller, larger): a machine's share of the processes is part of all of them.
 _AT_MOST = (("LOCAL_WORLD_SIZE", "WORLD_SIZE"), ("LOCAL_RANK", "RANK"))
 # What every launcher (torchrun, accelerate launch, deepspeed) sets along with a WORLD_SIZE above 1.
@@ -86,7 +121,7 @@ _LAUNCHED_WITH = ("RANK", "MASTER_ADDR", "MASTER_PORT")
 
 def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
     """ConfigError, in one line naming the variable, for the first variable of ENVIRONMENT that is set to a value
-    its reader does not take."""
+    its reader does not take, or for launch variables that do not hold together."""
     environ = os.environ if environ is None else environ
     for name, (problem_of, meaning) in ENVIRONMENT.items():
         text = environ.get(name)
@@ -105,8 +140,24 @@ def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
             raise ConfigError(f"environment variable {smaller}={environ[smaller]} must be at most "
                               f"{larger}={environ[larger]} (one machine's processes are among all of them); fix or "
                               f"unset them")
+    if "LOCAL_RANK" in environ and "WORLD_SIZE" not in environ:
+        # accelerate starts a process group whenever LOCAL_RANK is set, which then failed after the imports naming
+        # MASTER_ADDR ("environment variable MASTER_ADDR expected"), not the variable left over from another launch
+        raise ConfigError(f"environment variable LOCAL_RANK={environ['LOCAL_RANK']} is set without WORLD_SIZE: "
+                          f"accelerate then starts a process group, which needs the WORLD_SIZE, RANK, MASTER_ADDR and "
+                          f"MASTER_PORT a launcher sets with it; unset LOCAL_RANK (left from another launch?) or start "
+                          f"the run with torchrun or accelerate launch")
     if int(environ.get("WORLD_SIZE", "1")) > 1:
         _check_rendezvous(environ)
+    elif "WORLD_SIZE" not in environ:
+        mpi = next((name for name in _MPI_SIZES if name in environ), None)
+        if mpi is not None and int(environ[mpi]) > 1:
+            if not environ.get("MASTER_ADDR", "").strip():
+                raise ConfigError(f"environment variable {mpi}={environ[mpi]} (an MPI launch) asks for {environ[mpi]} "
+                                  f"processes, which on the CPU meet at MASTER_ADDR, and MASTER_ADDR is unset: export "
+                                  f"rank 0's host name as MASTER_ADDR (and a free MASTER_PORT), or unset {mpi} for "
+                                  f"one process")
+            _check_host(environ["MASTER_ADDR"].strip(), int(environ.get("MASTER_PORT", "29500")))  # accelerate's port
 
 
 def _check_rendezvous(environ: Mapping[str, str]) -> None:
@@ -116,12 +167,8 @@ def _check_rendezvous(environ: Mapping[str, str]) -> None:
         raise ConfigError(f"environment variable WORLD_SIZE={environ['WORLD_SIZE']} asks for several processes, but "
                           f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} unset: start them with "
                           f"torchrun or accelerate launch, which set all of these, or unset WORLD_SIZE")
-    host, port = environ["MASTER_ADDR"].strip(), int(environ["MASTER_PORT"])
-    try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, ValueError) as exc:  # ValueError: a name IDNA cannot encode, a NUL in it
-        raise ConfigError(f"environment variable MASTER_ADDR={host[:60]!r} names no host this machine can find "
-                          f"({getattr(exc, 'strerror', None) or exc}): set it to rank 0's host name or address")
+    port = int(environ["MASTER_PORT"])
+    _check_host(environ["MASTER_ADDR"].strip(), port)
     # Rank 0 hosts the rendezvous store on MASTER_PORT, on every interface (torch's TCPStore), unless torchrun's
     # agent hosts it there already (then the port is rightly taken). A port in use waited for the group's timeout
     # and then said "could not join the others".
@@ -131,6 +178,14 @@ def _check_rendezvous(environ: Mapping[str, str]) -> None:
             raise ConfigError(f"environment variable MASTER_PORT={port}: rank 0 cannot listen on port {port} "
                               f"({problem}); another run or program holds it: choose a free port (torchrun "
                               f"--master-port, accelerate launch --main_process_port) or stop that program")
+
+
+def _check_host(host: str, port: int) -> None:
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, ValueError) as exc:  # ValueError: a name IDNA cannot encode, a NUL in it
+        raise ConfigError(f"environment variable MASTER_ADDR={host[:60]!r} names no host this machine can find "
+                          f"({getattr(exc, 'strerror', None) or exc}): set it to rank 0's host name or address")
 
 
 def listen_problem(host: str, port: int) -> Optional[str]:

@@ -8,12 +8,19 @@ check. The same timeout bounds each collective: a process that stops answering m
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from datetime import timedelta
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
+
+
+_log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
+
+WAIT_NOTE_S = 20.0  # a launch whose processes start within this of each other joins without a note
 
 
 class ProcessGroupError(RuntimeError):
@@ -27,8 +34,20 @@ def launched() -> bool:
 def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
     """The run's Accelerator, its process group (when launched) joined within `timeout_s` or ProcessGroupError."""
     joining = launched() and not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    # torch's rendezvous waits in silence: a WORLD_SIZE exported in a shell (no launcher, no other process) looked like
+    # a hung run for the whole timeout. The wait is said once, halfway or after WAIT_NOTE_S.
+    note = threading.Timer(min(WAIT_NOTE_S, timeout_s / 2), _say_waiting, args=(timeout_s,)) if joining else None
+    if note is not None:
+        note.daemon = True
+        note.start()
     try:
-        return Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))])
+        timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))
+        accelerator = Accelerator(cpu=cpu, kwargs_handlers=[timeout])
+        if joining:
+            from .lost_process import record_processes  # which process runs where: to name one lost mid-run
+
+            record_processes()
+        return accelerator
     except Exception as exc:  # noqa: BLE001 - torch's store and rendezvous errors have no common class but this
         if not joining:
             raise
@@ -40,3 +59,15 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
             f"(run.distributed_timeout_s): {type(exc).__name__}: {cause}; start every process with the same "
             f"MASTER_ADDR and MASTER_PORT (torchrun and accelerate launch set them) and check that rank 0's host "
             f"is reachable on that port") from None
+    finally:
+        if note is not None:
+            note.cancel()
+
+
+def _say_waiting(timeout_s: float) -> None:
+    env = os.environ
+    _log.warning(f"note: process {env.get('RANK', '?')} of WORLD_SIZE={env.get('WORLD_SIZE', '?')} is waiting for the "
+                 f"others at {env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}, for at most {timeout_s:g} s "
+                 f"(run.distributed_timeout_s); these variables come from the environment, where a launcher (torchrun, "
+                 f"accelerate launch) sets them for every process it starts: for a run of one process, unset "
+                 f"WORLD_SIZE")

@@ -282,7 +282,8 @@ def setup_run(config: EngineConfig) -> Run:
     if eval_rows:
         data["eval"] = data_fingerprint(eval_rows, repr(config.data.eval_path) if config.data.eval_path
                                         else "of the built-in task")
-    resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data)
+    resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data,
+                               processes=accelerator.num_processes)
     resume_from = None if resume_point is None else resume_point.path
     tp, fsdp = config.model.tensor_parallel, config.model.fsdp
     # Read and checked before any weight loads: a state the run cannot apply is refused now, not after the model.

@@ -19,6 +19,7 @@ from .model.finite_forward import NonFiniteForwardError
 from .model.fsdp import reshard
 from .model.loading import base_causal_lm, hf_progress_bars_off
 from .rollout.base import RolloutBatch
+from .lost_process import lost_processes_named
 from .run_setup import Run, data_source_name, setup_run
 from .state import checkpoint as ckpt
 from .rollout.http_client import ServerUnavailable
@@ -51,10 +52,12 @@ class TrainSummary:
 
 def train(config: EngineConfig) -> TrainSummary:
     # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone;
-    # the process group (torchrun, accelerate launch) ends with the run, however it ends
+    # the process group (torchrun, accelerate launch) ends with the run, however it ends, and a process lost mid-run
+    # is named by the others
     check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,
                                                            config.model.name_or_path))  # before it is made
-    with process_group_destroyed_at_exit(), hf_progress_bars_off(), \
+    with process_group_destroyed_at_exit(), \
+            lost_processes_named(config.run.distributed_timeout_s, config.run.output_dir), hf_progress_bars_off(), \
             hold_run_directory(config.run.output_dir) as lock:
         run = setup_run(config)
         cfg = run.config

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from contextlib import contextmanager
@@ -178,6 +179,11 @@ def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
             raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "
                                   f"(--resume with no value picks the newest intact checkpoint)")
         return ResumePoint(path, _step(path), stopped)
+    if not checkpoint_root(run_dir).is_dir():  # no run saved here: said with the path as the process reads it
+        relative = "" if Path(run_dir).is_absolute() else f", read from the working directory {Path.cwd()}"
+        raise CheckpointError(f"run.resume='latest' but {Path(run_dir).absolute()} holds no checkpoints/, so no "
+                              f"complete checkpoint (no run has saved there{relative}): name the run's own directory "
+                              f"with --output-dir, or leave out --resume to start a new run")
     found = list_checkpoints(run_dir)
     if not found:
         raise CheckpointError(f"run.resume='latest' but {checkpoint_root(run_dir)} has no complete checkpoint "
@@ -360,6 +366,22 @@ def _write_checkpoint(accelerator: Accelerator, run_dir: str | Path, step: int, 
             remove_checkpoint(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def check_saved_processes(path: Path, processes: int) -> None:
+    """A checkpoint resumes with the number of data-parallel processes that saved it (one rng-<process>.pt each):
+    with another, each step's generation batch and the processes' random streams differ from the run it continues
+    (a resume of 2 processes' checkpoint by 1 trained on silently with half the batch). Every process decides it
+    from the same files, so all stop together."""
+    saved = sum(1 for p in path.iterdir() if re.fullmatch(r"rng-[0-9]+\.pt", p.name))
+    if saved == processes:
+        return
+    counted = f"{saved} data-parallel process{'es' * (saved != 1)}"
+    raise CheckpointError(f"cannot resume {path}: it was saved by {counted} (its rng-<process>.pt files) and this run "
+                          f"has {processes}: each step's generation batch and each process's random stream would "
+                          f"differ from the run it continues; resume it with the launch it was saved with "
+                          f"({counted}: torchrun --nproc_per_node {saved}), or start a "
+                          f"new run in another --output-dir")
 
 
 def optimizer_file(shard: Optional[int]) -> str:

@@ -126,6 +126,34 @@ def check_finished_run(config: EngineConfig, run_dir: Path) -> None:
     raise RunFinished(report(run_dir, point, saved))
 
 
+def _same_place(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def check_resumes_its_own(point: ckpt.ResumePoint, run_dir: Path) -> None:
+    """`--resume DIR` naming another run directory's checkpoint starts this directory's run from it (a fork) only
+    when this directory holds no run of its own: else the resumed steps' checkpoints and logs would be written over
+    that run's (its later checkpoints re-saved from the other run's weights, its metrics.jsonl merged with the other
+    run's history: steps [1, 1, 2, ...]). A checkpoint in this run's checkpoints/ (a copy under another name too) or
+    linked from there is its own."""
+    root = ckpt.checkpoint_root(run_dir)
+    own = ckpt.list_checkpoints(run_dir)
+    if _same_place(point.path.parent, root) or any(_same_place(point.path, path) for path in own):
+        return
+    metrics = run_dir / METRICS_FILE
+    held = [f"checkpoints up to step {ckpt.checkpoint_step(own[-1])}"] if own else []
+    held += [METRICS_FILE] if metrics.is_file() and metrics.stat().st_size > 0 else []
+    if held:
+        raise ckpt.CheckpointError(
+            f"cannot resume {point.path} in {run_dir}: it is another run directory's checkpoint, and {run_dir} holds a "
+            f"run of its own ({' and '.join(held)}), whose checkpoints and logs the resumed steps would replace; "
+            f"resume it into an empty --output-dir (a new run goes on from it there), or resume {run_dir}'s own run "
+            f"with --resume alone")
+
+
 def check_same_data(point: ckpt.ResumePoint, data: dict[str, dict[str, Any]], announce: bool) -> None:
     """The data a run resumes on is the data its checkpoint was saved with (by the fingerprints of its rows): the
     saved position in the data means nothing over other rows. Changed evaluation rows or reward code only make
@@ -154,15 +182,17 @@ def check_same_data(point: ckpt.ResumePoint, data: dict[str, dict[str, Any]], an
 
 
 def start_point(config: EngineConfig, run_dir: Path, announce: bool,
-                data: Optional[dict[str, dict[str, Any]]] = None) -> Optional[ckpt.ResumePoint]:
-    """None for a fresh run; else the checkpoint to resume from, after checking its config against this one and
-    its data's fingerprints against `data` ({"train" / "eval": data_fingerprint(...)})."""
+                data: Optional[dict[str, dict[str, Any]]] = None, processes: int = 1) -> Optional[ckpt.ResumePoint]:
+    """None for a fresh run; else the checkpoint to resume from, after checking its config against this one, its
+    data's fingerprints against `data` ({"train" / "eval": data_fingerprint(...)}) and the data-parallel processes
+    that saved it against `processes`."""
     if not config.run.resume:
         check_finished_run(config, run_dir)
         check_fresh_directory(run_dir)
         check_nothing_to_overwrite(config, run_dir)
         return None
     point = ckpt.resolve_resume(config.run.resume, run_dir)
+    check_resumes_its_own(point, run_dir)
     if announce:
         for note in point.skipped:
             _log.warning(f"warning: {note}; falling back to an older checkpoint")
@@ -173,6 +203,7 @@ def start_point(config: EngineConfig, run_dir: Path, announce: bool,
             f"was started with, except {', '.join(MAY_CHANGE_ON_RESUME)}: to resume it, give the saved values "
             f"({_saved_flags(changed)}); to train with new options, start a new run in another --output-dir")
     check_same_data(point, data or {}, announce)
+    ckpt.check_saved_processes(point.path, processes)
     if point.step >= config.run.max_steps:
         raise ckpt.CheckpointError(f"{point.path} is at step {point.step}; run.max_steps ({config.run.max_steps}) "
                                    f"leaves nothing to do (raise --run.max_steps to train on)")

@@ -1,11 +1,14 @@
 """Circumstances of the process itself: a CUDA_VISIBLE_DEVICES that CUDA stops reading partway (a typo left no GPU
-and run.device auto trained on the CPU), and a current directory deleted under the shell (relative paths mean
-nothing; torch's MKL failed to load with a fatal error, plot printed a traceback). One line each, before any work."""
+and run.device auto trained on the CPU), a GLOO_SOCKET_IFNAME naming no interface of the machine (the join failed
+blaming MASTER_ADDR and MASTER_PORT), a TORCH_DISTRIBUTED_DEBUG torch does not take (torch's ValueError after the
+imports, or torchrun's traceback), and a current directory deleted under the shell (relative paths mean nothing;
+torch's MKL failed to load with a fatal error, plot printed a traceback). One line each, before any work."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -42,6 +45,41 @@ def test_visible_devices_are_a_list_cuda_reads_whole(entries, bad, at):
 @pytest.mark.parametrize("text", ["", "NoDevFiles", "-1", "0", "0,1", " 0, 1"])
 def test_what_schedulers_set_is_accepted(text):
     check_environment({"CUDA_VISIBLE_DEVICES": text})
+
+
+INTERFACES = [name for _, name in socket.if_nameindex()] if hasattr(socket, "if_nameindex") else []
+
+
+@pytest.mark.skipif(not INTERFACES, reason="no interface list on this platform")
+@settings(max_examples=100, deadline=None)
+@given(names=st.lists(st.one_of(st.sampled_from(INTERFACES or ["lo"]),
+                                st.text(st.characters(codec="ascii", exclude_characters=","), min_size=1, max_size=12)),
+                      min_size=1, max_size=3))
+def test_gloo_interfaces_are_this_machines(names):
+    text = ",".join(names)
+    expected_fine = len(text) <= 1 or all(name in INTERFACES for name in names)  # gloo reads it from 2 characters
+    try:
+        check_environment({"GLOO_SOCKET_IFNAME": text})
+    except ConfigError as exc:
+        assert not expected_fine, text
+        assert "environment variable GLOO_SOCKET_IFNAME=" in str(exc) and "\n" not in str(exc)
+        assert all(name in str(exc) for name in INTERFACES)  # the ones to choose from
+    else:
+        assert expected_fine, text
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.one_of(st.sampled_from(["OFF", "INFO", "DETAIL"]).flatmap(
+    lambda level: st.sampled_from([level, level.lower(), level.capitalize(), level.lower().replace("i", "\u0131")])),
+    st.text(max_size=8)))
+def test_the_distributed_debug_level_is_one_torch_takes(text):
+    try:
+        check_environment({"TORCH_DISTRIBUTED_DEBUG": text})
+    except ConfigError as exc:
+        assert not (text.isascii() and text.upper() in ("OFF", "INFO", "DETAIL"))
+        assert "environment variable TORCH_DISTRIBUTED_DEBUG=" in str(exc) and "OFF, INFO or DETAIL" in str(exc)
+    else:
+        assert text.isascii() and text.upper() in ("OFF", "INFO", "DETAIL")
 
 
 @pytest.mark.parametrize("argv", [["plot", "run"], ["plot", "/abs/run"], ["train", "--output-dir", "out"],
