@@ -38,13 +38,33 @@ def open_closed_streams() -> None:
             continue
 
 
-class _DroppedWhenUnwritable:
+class StreamGuard:
+    """A text stream whose writes and flushes go through `_guarded` (a subclass's reaction to their errors);
+    everything else is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _guarded(self, operation, *args):
+        return operation(*args)
+
+    def write(self, text: str):
+        result = self._guarded(self._stream.write, text)
+        return len(text) if result is None else result
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class _DroppedWhenUnwritable(StreamGuard):
     """stdout or stderr: from the first write or flush that fails (except EPIPE) its descriptor is pointed at
     /dev/null and the failure is kept, for lost_output to say."""
 
-    def __init__(self, stream: Any, name: str) -> None:
-        self._stream = stream
-        self._name = name
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
         self.failure: Optional[str] = None
 
     def _guarded(self, operation, *args):
@@ -63,16 +83,6 @@ class _DroppedWhenUnwritable:
             except (OSError, ValueError):
                 return None
 
-    def write(self, text: str):
-        result = self._guarded(self._stream.write, text)
-        return len(text) if result is None else result
-
-    def flush(self) -> None:
-        self._guarded(self._stream.flush)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
-
 
 def guard_output() -> None:
     """Wraps sys.stdout and sys.stderr that are a file descriptor's stream (not a capture) in _DroppedWhenUnwritable."""
@@ -83,7 +93,7 @@ def guard_output() -> None:
         except (AttributeError, OSError, ValueError):  # None, a capture, a closed stream: left as it is
             continue
         if not isinstance(stream, _DroppedWhenUnwritable):
-            setattr(sys, name, _DroppedWhenUnwritable(stream, name))
+            setattr(sys, name, _DroppedWhenUnwritable(stream))
 
 
 def lost_output() -> Optional[str]:

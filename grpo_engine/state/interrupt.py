@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from ..standard_streams import StreamGuard
 from .cpu_time_limit import warned_before_the_cpu_limit
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
@@ -159,13 +160,10 @@ def _leave_hung_up_terminal() -> None:
         os.close(null)
 
 
-class _OutlivesItsTerminal:
+class _OutlivesItsTerminal(StreamGuard):
     """A terminal stream (sys.stdout, sys.stderr) whose writes, once its terminal has hung up (EIO), are dropped: the
     hangup's SIGHUP reaches Python's handler only at the next bytecode, and a progress bar's write in between failed
     with EIO, stopping the step in progress unsaved. Everything else is the stream's own."""
-
-    def __init__(self, stream) -> None:
-        self._stream = stream
 
     def _guarded(self, operation, *args):
         try:
@@ -175,16 +173,6 @@ class _OutlivesItsTerminal:
                 raise
             _leave_hung_up_terminal()  # the terminal is gone: from now on the bytes go to /dev/null
             return None
-
-    def write(self, text: str):
-        result = self._guarded(self._stream.write, text)
-        return len(text) if result is None else result
-
-    def flush(self) -> None:
-        self._guarded(self._stream.flush)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
 
 
 def outlive_the_terminal() -> None:

@@ -125,7 +125,8 @@ def test_another_runs_checkpoint_is_refused_into_a_run_and_forks_into_an_empty_d
     assert (second / "metrics.jsonl").read_text() == metrics
     assert main([*common, "--output-dir", str(fork), "--run.max_steps", "2", "--resume", str(theirs)]) == 0
     out = capsys.readouterr().out
-    steps = [json.loads(line)["step"] for line in (fork / "metrics.jsonl").read_text().splitlines() if '"reward"' in line]
+    lines = (fork / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines if '"reward"' in line]
     assert steps == [1, 2]
     # the summary names what the run directory holds: no curves.png with run.plot false
     assert f"run directory: {fork} (metrics.jsonl, samples.jsonl, checkpoints/)" in out
@@ -136,7 +137,8 @@ def test_a_checkpoint_of_two_processes_is_not_resumed_by_one(tiny_model_dir, tmp
     any weight loads, and it stays as it was."""
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(4)))
-    common = ["train", "--model", str(tiny_model_dir), "--data", str(data), *ON_MODEL, "--output-dir", str(tmp_path / "run")]
+    common = ["train", "--model", str(tiny_model_dir), "--data", str(data), *ON_MODEL,
+              "--output-dir", str(tmp_path / "run")]
     assert main([*common, "--run.max_steps", "1"]) == 0
     saved = tmp_path / "run" / "checkpoints" / "checkpoint-000001"
     (saved / "rng-1.pt").write_bytes((saved / "rng-0.pt").read_bytes())
