@@ -26,9 +26,13 @@ from .process_group import ProcessGroupError, launched
 # (host, pid) of each process, by rank: recorded once the process group is joined (record_processes).
 _processes: list[tuple[str, int]] = []
 
-# How long a survivor waits for a peer on its machine whose connection closed to be seen ended: the kernel closes a
-# killed process's sockets before the process is reaped, and a process stopping on its own error is still exiting.
-_SETTLE_S = 2.0
+# How long a survivor waits for a peer on its machine whose connection closed to be seen ending: a process stopping on
+# its own error closes its sockets in Python's teardown, before the kernel's exit. Short: under torchrun the launcher
+# sends the survivors SIGTERM about 0.1 s after it reaps the lost process, and this line must be out first.
+_SETTLE_S = 0.3
+# The kernel's flag of a process in its exit (PF_EXITING, include/linux/sched.h): set before a killed process's
+# sockets close, so such a peer is seen ending without waiting for it to become a zombie.
+_PF_EXITING = 0x4
 
 
 def record_processes() -> None:
@@ -59,8 +63,12 @@ def _state(pid: int) -> Optional[str]:
         except OSError:
             return None
         return None
-    state = stat.rpartition(")")[2].split()[:1]  # the field after the command name, which may hold ')' or spaces
-    return {"Z": "ended", "X": "ended", "T": "stopped", "t": "stopped"}.get(state[0] if state else "")
+    fields = stat.rpartition(")")[2].split()  # the fields after the command name, which may hold ')' or spaces
+    if not fields:
+        return None
+    if len(fields) > 6 and fields[6].isdigit() and int(fields[6]) & _PF_EXITING:
+        return "ended"
+    return {"Z": "ended", "X": "ended", "T": "stopped", "t": "stopped"}.get(fields[0])
 
 
 def _lost_here(settle_s: float) -> list[str]:

@@ -23,7 +23,8 @@ from repo_paths import ROOT
 ENTRY = st.one_of(st.integers(0, 15).map(str), st.just("-1"),
                   st.uuids().map(lambda u: f"GPU-{u}"), st.uuids().map(lambda u: f"MIG-GPU-{u}/1/0"))
 GARBAGE = st.text(min_size=1, max_size=8).filter(
-    lambda t: t.strip() != "NoDevFiles" and not re.fullmatch(r"-?[0-9]+|(GPU|MIG)-[0-9A-Za-z/_-]+", t.strip()))
+    lambda t: t.strip() not in ("", "NoDevFiles")  # blank is empty: every GPU hidden on purpose
+    and not re.fullmatch(r"-?[0-9]+|(GPU|MIG)-[0-9A-Za-z/_-]+", t.strip()))
 
 
 @settings(max_examples=200, deadline=None)

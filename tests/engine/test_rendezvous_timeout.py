@@ -1,8 +1,6 @@
 """A launched run whose other processes never come (rank 0 waiting for them, or a rank connecting to a port
 nobody listens on) stops within run.distributed_timeout_s with one line naming MASTER_ADDR:MASTER_PORT, its rank
-and the setting, exit 1; before, it waited for torch's 30-minute default and then printed a C++ stack trace. The
-wait itself is said (halfway, or after 20 s): a WORLD_SIZE exported in a shell, with no launcher and no other
-process, waited in silence for the whole timeout.
+and the setting, exit 1; before, it waited for torch's 30-minute default and then printed a C++ stack trace.
 Drawn ranks and timeouts; each case is a real `grpo-engine train` process (torch's import is most of its time)."""
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ def test_a_rendezvous_nobody_joins_ends_within_the_timeout_in_one_line(rank, tim
     took = time.monotonic() - started
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1, result.stderr[-3000:]
-    waiting = f"note: process {rank} of WORLD_SIZE=3 is waiting for the others at 127.0.0.1:{port}, for at most"
-    assert waiting in result.stderr and "unset WORLD_SIZE" in result.stderr, result.stderr[-3000:]
     assert f"127.0.0.1:{port}" in last and "run.distributed_timeout_s" in last and f"process {rank} of" in last, last
     assert "Traceback" not in result.stderr and took < STARTUP_S + 10 * timeout_s
     assert not output.exists() or not any(output.iterdir())  # nothing written for a run that never started

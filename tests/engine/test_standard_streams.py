@@ -20,7 +20,10 @@ from repo_paths import ROOT
 CHILD = """
 import json, logging, os, sys
 from grpo_engine.cli import main
-code = main(sys.argv[2:])
+try:
+    code = main(sys.argv[2:])
+except SystemExit as exc:  # --help: argparse's exit
+    code = exc.code
 logging.getLogger("grpo_engine.probe").info("a note to stdout")
 logging.getLogger("grpo_engine.probe").warning("warning: a note to stderr")
 fd = os.open(os.devnull, os.O_RDONLY)  # what the next file the command opens gets
