@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,6 +120,14 @@ def lost_process_error(exc: BaseException, timeout_s: float, run_dir: str,
         f"once every process can run")
 
 
+def outlast_the_launchers_stop() -> None:
+    """Under torchrun (its workers have TORCHELASTIC_RUN_ID), SIGTERM is ignored from here on: the launcher sends it to
+    the survivors about 0.1 s after it reaps the lost process, which on a loaded machine ended a survivor before its
+    line was out. The process is on its way out; the launcher's SIGKILL, 30 s later, still ends one that hangs."""
+    if os.environ.get("TORCHELASTIC_RUN_ID") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _rank() -> str:
     return str(torch.distributed.get_rank()) if torch.distributed.is_initialized() else os.environ.get("RANK", "?")
 
@@ -130,6 +140,8 @@ def lost_processes_named(timeout_s: float, run_dir: str) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - only a peer failure is replaced; anything else goes on as it was
         if not launched():
             raise
+        if is_peer_failure(exc):
+            outlast_the_launchers_stop()
         error = lost_process_error(exc, timeout_s, run_dir)
         if error is None:
             raise

@@ -136,3 +136,27 @@ def test_a_rank_killed_mid_run_is_named_by_the_other_at_once(victim, tmp_path):
     assert f"lost process {victim} (pid {ranks[victim].pid} on this machine, which has ended)" in lines[0], lines[0]
     assert "checkpoint-0000" in lines[0] and took < 30, (took, lines[0])
 
+
+
+@pytest.mark.parametrize("under_torchrun", [True, False])
+def test_under_torchrun_the_launchers_stop_does_not_cut_the_line_short(under_torchrun, monkeypatch, tmp_path):
+    """torchrun sends the survivors SIGTERM about 0.1 s after the loss: a survivor converting gloo's error ignores it
+    from then on (its line comes out, it exits 1); without torchrun SIGTERM keeps its handler."""
+    from grpo_engine.lost_process import lost_processes_named
+    from grpo_engine.process_group import ProcessGroupError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    if under_torchrun:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    else:
+        monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setattr(lost_process, "_processes", [("elsewhere", 1), ("elsewhere", 2)])
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(ProcessGroupError, match="lost another process of the run"):
+            with lost_processes_named(60.0, str(tmp_path)):
+                raise _gloo_error("transport/tcp/pair.cc:537", "Read error [127.0.0.1]:{port}: Connection reset by "
+                                  "peer", 4242, 0)
+        assert (signal.getsignal(signal.SIGTERM) is signal.SIG_IGN) == under_torchrun
+    finally:
+        signal.signal(signal.SIGTERM, before)
