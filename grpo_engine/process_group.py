@@ -42,12 +42,7 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
         note.start()
     try:
         timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))
-        accelerator = Accelerator(cpu=cpu, kwargs_handlers=[timeout])
-        if joining:
-            from .lost_process import record_processes  # which process runs where: to name one lost mid-run
-
-            record_processes()
-        return accelerator
+        return Accelerator(cpu=cpu, kwargs_handlers=[timeout])
     except Exception as exc:  # noqa: BLE001 - torch's store and rendezvous errors have no common class but this
         if not joining:
             raise

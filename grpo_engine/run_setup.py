@@ -44,7 +44,8 @@ from .model.packed_attention import use_per_sequence_attention
 from .model.update_precision import check_update_precision
 from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
-from .process_group import join_processes
+from .lost_process import record_processes
+from .process_group import join_processes, launched
 from .rollout import RolloutBackend, check_backend, create_backend
 from .state.file_size_limit import check_file_size_limit, largest_checkpoint_file
 from .state import checkpoint as ckpt
@@ -259,6 +260,8 @@ def setup_run(config: EngineConfig) -> Run:
     device = resolve_device(config.run.device)
     set_thread_count(config.run.num_threads)
     world = join_processes(cpu=device.type == "cpu", timeout_s=config.run.distributed_timeout_s)
+    if launched():
+        record_processes()  # which process runs where: to name one lost mid-run
     check_tensor_parallel(config, world.num_processes)
     check_fsdp(config, world.num_processes)
     accelerator = world if config.model.tensor_parallel == 1 else SingleReplicaAccelerator(world)  # TP: all processes, one replica
