@@ -37,5 +37,5 @@ def test_the_advice_after_a_full_disk_leads_somewhere(earlier, logged, tmp_path_
         assert ckpt.resolve_resume("latest", run_dir).step == max(earlier)
     else:
         assert "continue with --resume" not in message and "without --resume" in message
-        with pytest.raises(ckpt.CheckpointError, match="without --resume"):
+        with pytest.raises(ckpt.CheckpointError, match="leave out --resume"):
             ckpt.resolve_resume("latest", run_dir)
