@@ -15,7 +15,10 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, model_validator
 
-Number = Annotated[float, Strict()]  # a JSON number, whole or not ("1e-6" or true refused): "a valid number"
+# a JSON number, whole or not ("1e-6" or true refused), within float32's range: the model computes with it in float32
+# or narrower (an initializer_range of 1e308 drew infinite weights)
+FLOAT32_MAX = 3.4028234663852886e38
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
 Size = Annotated[StrictInt, Field(ge=1)]
 Positive = Annotated[Number, Field(gt=0)]
 Probability = Annotated[Number, Field(ge=0, lt=1)]

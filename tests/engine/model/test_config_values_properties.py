@@ -24,12 +24,14 @@ from grpo_engine.model.limits import ModelFitError
 from grpo_engine.model.loading import check_model_dir, load_causal_lm
 from model_variants import check_taken_or_refused
 
+FLOAT32_MAX = 3.4028234663852886e38  # the schema's bound of every number
+
 DERANDOMIZE = bool(os.environ.get("CI"))
 HEADS, KV_HEADS, HIDDEN = 4, 2, 64  # the tiny model's (tests/engine/conftest.py tiny_model_dir)
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 1e308
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= FLOAT32_MAX
 
 
 def _whole(v) -> bool:
