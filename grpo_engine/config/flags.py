@@ -61,7 +61,10 @@ def flag_value(key: str, text: str) -> Any:
         except ConfigError:
             return text
         return value if isinstance(value, list) else text
-    return parse_yaml(text, f"--{key}")
+    value = parse_yaml(text, f"--{key}")
+    if isinstance(value, list) and list not in kinds:
+        return text  # `-` for a number: refused showing the text typed, not the YAML list it reads as ([None])
+    return value
 
 
 def _shown(value: Any) -> str:

@@ -24,7 +24,7 @@ _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows
 # Warn when a step of the learning rate rounds away for more than this share of the trained weights: then most of
 # the model cannot learn (a share of small weights, biases near 0, always can).
 UNCHANGED_SHARE = 0.5
-_CHUNK = 1 << 24  # elements compared at once: temporaries stay small for the largest embedding
+_CHUNK = 1 << 22  # elements compared at once: float64 temporaries stay small for the largest embedding
 
 
 def _local(parameter: torch.Tensor) -> torch.Tensor:
@@ -40,7 +40,11 @@ def unchanged_weights(parameters: list[torch.Tensor], step: float) -> tuple[int,
         if not values.is_floating_point():
             continue
         for chunk in values.reshape(-1).split(_CHUNK):
-            unchanged += int(((chunk + step == chunk) & (chunk - step == chunk)).sum())
+            # Added in float64 and rounded once, as AdamW's float32 arithmetic does: `chunk + step` in float16
+            # would round the step to float16 first (2.37e-7 becomes 2.38e-7, a tie that moves half the weights).
+            exact = chunk.double()
+            unchanged += int((((exact + step).to(chunk.dtype) == chunk)
+                              & ((exact - step).to(chunk.dtype) == chunk)).sum())
         total += values.numel()
     return unchanged, total
 

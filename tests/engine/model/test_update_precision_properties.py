@@ -46,6 +46,7 @@ def moved_by_one_adamw_step(parameters: list[torch.nn.Parameter], lr: float, eps
        seed=st.integers(0, 2**16))
 @example(dtype="bfloat16", scale=0.02, lr_exponent=-6, seed=0)  # the default on CUDA: warned
 @example(dtype="float32", scale=0.02, lr_exponent=-6, seed=0)  # the default on a CPU: silent
+@example(dtype="float16", scale=0.001, lr_exponent=-6.625, seed=0)  # a step that float16 alone rounds to a tie
 def test_the_warning_comes_exactly_when_a_step_cannot_move_most_weights(dtype, scale, lr_exponent, seed, caplog):
     generator = torch.Generator().manual_seed(seed)
     parameters = [torch.nn.Parameter((torch.randn(64, 32, generator=generator) * scale).to(DTYPES[dtype])),
