@@ -8,6 +8,7 @@ check. The same timeout bounds each collective: a process that stops answering m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -16,6 +17,8 @@ from datetime import timedelta
 import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
+
+from .rendezvous_log import quiet_store_retries
 
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
@@ -40,13 +43,16 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
     if note is not None:
         note.daemon = True
         note.start()
+    env = os.environ
+    quiet = quiet_store_retries(f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}") if joining else \
+        contextlib.nullcontext()
     try:
         timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))
-        return Accelerator(cpu=cpu, kwargs_handlers=[timeout])
+        with quiet:
+            return Accelerator(cpu=cpu, kwargs_handlers=[timeout])
     except Exception as exc:  # noqa: BLE001 - torch's store and rendezvous errors have no common class but this
         if not joining:
             raise
-        env = os.environ
         cause = " ".join(str(exc).split("\n", 1)[0].split())[:160]  # torch appends a C++ stack trace
         raise ProcessGroupError(
             f"process {env.get('RANK', '?')} of WORLD_SIZE={env['WORLD_SIZE']} could not join the others at "
