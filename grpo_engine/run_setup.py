@@ -41,6 +41,7 @@ from .model.loading import (
     resolve_device,
 )
 from .model.packed_attention import use_per_sequence_attention
+from .model.master_weights import MasterWeightAdamW, trained_weights_adamw
 from .model.update_precision import check_update_precision
 from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
@@ -350,10 +351,12 @@ def setup_run(config: EngineConfig) -> Run:
         reshard(policy)  # no backward follows this forward
 
     o = config.optim
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=o.learning_rate,
-                                  betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_epsilon, weight_decay=o.weight_decay)
-    check_update_precision(accelerator, optimizer.param_groups[0]["params"], o.learning_rate, o.adam_epsilon,
-                           config.model.dtype)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = trained_weights_adamw(o.master_weights, trained, lr=o.learning_rate,
+                                      betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_epsilon,
+                                      weight_decay=o.weight_decay)
+    check_update_precision(accelerator, trained, o.learning_rate, o.adam_epsilon, config.model.dtype,
+                           float32_steps=isinstance(optimizer, MasterWeightAdamW))
     total_optimizer_steps = config.run.max_steps * o.num_iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
         o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))

@@ -605,6 +605,11 @@ class OptimConfig(Section):
     adam_beta2: Annotated[float, Field(ge=0, lt=1)] = Field(0.999, description="AdamW's second-moment decay")
     adam_epsilon: PositiveFloat = Field(1e-8, description="AdamW's denominator epsilon")
     max_grad_norm: NonNegativeFloat = Field(1.0, description="gradient-norm clipping (0: off)")
+    master_weights: Literal["auto", "float32", "none"] = Field(
+        "auto", description="auto: AdamW steps float32 copies of 16-bit trained weights (model.dtype bfloat16 / "
+                            "float16, full fine-tuning) and rounds them into the model after each step, its moments "
+                            "float32 too (8 more bytes a weight); float32: for every trained weight; none: AdamW "
+                            "steps 16-bit weights in their dtype, where a step below half their spacing is lost")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
         "linear", description="the LR's shape after warmup")
     warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = Field(

@@ -1,9 +1,9 @@
 """Whether the trained weights' dtype can hold the optimizer's steps, checked once when the run starts (after the
 weights load, before step 1).
 
-AdamW keeps its moments in the parameters' dtype and adds its step to each weight there (torch.optim.AdamW; the
-engine keeps no float32 master copy). A step smaller than half the spacing of that dtype's numbers near a weight
-rounds back to the same weight: in bfloat16 (`model.dtype` auto on CUDA) a weight near 0.02 is spaced 1.2e-4 from
+torch's AdamW keeps its moments in the parameters' dtype and adds its step to each weight there (with
+optim.master_weights none; else grpo_engine/model/master_weights.py steps float32 copies, and only a learning rate
+of 0 is said). A step smaller than half the spacing of that dtype's numbers near a weight rounds back to the same weight: in bfloat16 (`model.dtype` auto on CUDA) a weight near 0.02 is spaced 1.2e-4 from
 the next, so AdamW's step of about the learning rate (1e-6 by default) changes nothing. Measured on the demo model
 in bfloat16: 2.3% of the weights moved in two steps at lr 1e-6, 16% at 1e-5. And AdamW's epsilon, added to the
 square root of the second moment in the same dtype, rounds to 0 in float16 (1e-8 is below its smallest number):
@@ -50,18 +50,24 @@ def unchanged_weights(parameters: list[torch.Tensor], step: float) -> tuple[int,
 
 
 def check_update_precision(accelerator: Accelerator, parameters: list[torch.Tensor], learning_rate: float,
-                           adam_epsilon: float, dtype_setting: str) -> None:
+                           adam_epsilon: float, dtype_setting: str, float32_steps: bool = False) -> None:
     """ConfigError when AdamW's epsilon rounds to 0 in a trained weight's dtype; a warning when a step of
     `learning_rate` rounds away for more than UNCHANGED_SHARE of the trained weights (over every process). Run on
-    every process (it all-reduces once)."""
+    every process (it all-reduces once). `float32_steps`: AdamW steps float32 copies of the weights
+    (grpo_engine/model/master_weights.py), which hold any step but one of 0."""
+    if float32_steps:
+        if learning_rate == 0 and accelerator.is_main_process:
+            _log.warning(f"warning: {_unchanged_message(0.0, 1.0, [], dtype_setting)}")
+        return
     dtypes = sorted({_local(p).dtype for p in parameters if p.is_floating_point()}, key=str)
     for dtype in dtypes:
         if float(torch.tensor(adam_epsilon, dtype=dtype)) == 0.0:
             raise ConfigError(
                 f"optim.adam_epsilon {adam_epsilon:g} rounds to 0 in {_name(dtype)}, the dtype of the trained weights "
                 f"and of AdamW's moments (model.dtype {dtype_setting}): AdamW would divide by 0 wherever a "
-                f"gradient's square underflows, writing NaN at step 1 whatever the learning rate; use model.dtype "
-                f"bfloat16 or float32, or LoRA (model.lora.enabled: its adapters train in float32)")
+                f"gradient's square underflows, writing NaN at step 1 whatever the learning rate; use "
+                f"optim.master_weights auto (float32 copies of the weights), model.dtype bfloat16 or float32, or "
+                f"LoRA (model.lora.enabled: its adapters train in float32)")
     counts = torch.tensor(unchanged_weights(parameters, learning_rate), dtype=torch.float64)
     if accelerator.num_processes > 1:  # FSDP / TP shards: each process holds a part of the weights
         counts = accelerator.reduce(counts.to(accelerator.device), "sum").cpu()
@@ -75,8 +81,9 @@ def _unchanged_message(learning_rate: float, share: float, dtypes: list[torch.dt
         return "optim.learning_rate is 0: no trained weight can change, so the run samples and scores without training"
     shown = ", ".join(_name(dtype) for dtype in dtypes)
     narrow = any(torch.finfo(dtype).bits < 32 for dtype in dtypes)
-    advice = ("use model.dtype float32, LoRA (model.lora.enabled: its adapters train in float32) or a larger "
-              "optim.learning_rate" if narrow else "use a larger optim.learning_rate")
+    advice = ("use optim.master_weights auto (float32 copies of the weights), model.dtype float32, LoRA "
+              "(model.lora.enabled: its adapters train in float32) or a larger optim.learning_rate" if narrow else
+              "use a larger optim.learning_rate")
     return (f"a step of optim.learning_rate {learning_rate:g} rounds back to the same weight for {share:.0%} of the "
             f"trained weights ({shown}, model.dtype {dtype_setting}): AdamW moves a weight by about the learning "
             f"rate per step, less than half the spacing of {shown} numbers near those weights, so they never "

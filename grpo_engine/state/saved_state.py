@@ -167,6 +167,8 @@ def check_optimizer_state(state: Any, file: Path, parameter_shapes: Optional[lis
             avg, avg_sq = (_shape(entry.get(k)) if isinstance(entry, dict) else None for k in ("exp_avg", "exp_avg_sq"))
             if avg is None or avg != avg_sq:
                 raise ValueError(f"parameter {index}'s exp_avg and exp_avg_sq are not tensors of one shape")
+            if "master" in entry and _shape(entry["master"]) != avg:  # optim.master_weights' float32 copy
+                raise ValueError(f"parameter {index}'s float32 copy (master) is not a tensor of its moments' shape")
             shapes.append(avg)
         if parameter_shapes is None:
             return

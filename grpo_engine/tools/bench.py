@@ -97,6 +97,7 @@ def build_step(spec: StepSpec) -> Callable[[], None]:
     from ..steps.logprobs import reference_logprobs, sequence_logprobs
     from ..model.loading import HiddenStatePolicy, add_lora, frozen_copy, resolve_dtype
     from ..rollout.base import RolloutBatch
+    from ..model.master_weights import trained_weights_adamw
     from ..steps.update import UpdateInputs, policy_update
 
     device = torch.device(spec.device)
@@ -110,7 +111,7 @@ def build_step(spec: StepSpec) -> Callable[[], None]:
     else:
         reference = HiddenStatePolicy(frozen_copy(lm))
     policy = HiddenStatePolicy(lm).train()
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-6)
+    optimizer = trained_weights_adamw("auto", [p for p in policy.parameters() if p.requires_grad], lr=1e-6)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     accelerator = Accelerator(cpu=device.type == "cpu")
 

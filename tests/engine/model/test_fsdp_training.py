@@ -167,6 +167,29 @@ def test_sharded_run_matches_ddp_resumes_exactly_and_exports_a_plain_model(tmp_p
     assert "sharded/__1_0.distcp is truncated" in point.skipped[0]
 
 
+@pytest.mark.slow
+def test_a_sharded_bfloat16_run_steps_float32_copies_and_resumes_them_exactly(tmp_path):
+    """optim.master_weights auto with model.dtype bfloat16 under FSDP: each process's float32 copies are its shards
+    of the weights, saved with the sharded AdamW state and restored in float32 on resume."""
+    run_dir, resumed_dir = tmp_path / "run", tmp_path / "resumed"
+    flags = ("--model.fsdp", "true", "--model.dtype", "bfloat16")
+    sharded = _train(run_dir, *flags)
+    final = run_dir / "checkpoints" / "checkpoint-000003"
+    optimizer = _optimizer_by_name(final, tmp_path)
+    weights = load_file(final / "model" / "model.safetensors")
+    for name, state in optimizer.items():
+        assert state["master"].dtype == torch.float32 and state["exp_avg"].dtype == torch.float32, name
+        if name in weights:  # the saved weight is its copy rounded
+            assert torch.equal(weights[name], state["master"].to(torch.bfloat16)), name
+    shutil.copytree(run_dir, resumed_dir)
+    shutil.rmtree(resumed_dir / "checkpoints" / "checkpoint-000003")
+    resumed = _train(resumed_dir, *flags, "--run.resume", "latest")
+    assert [_untimed(row) for row in resumed] == [_untimed(row) for row in sharded]
+    for name, state in _optimizer_by_name(resumed_dir / "checkpoints" / "checkpoint-000003", tmp_path).items():
+        for key, value in state.items():
+            assert torch.equal(value, optimizer[name][key]), (name, key)
+
+
 def test_training_refuses_fsdp_on_one_process(tmp_path):
     config = load_config(overrides={"model.fsdp": True, "run.output_dir": str(tmp_path / "run")})
     with pytest.raises(ConfigError, match=r"model.fsdp needs 2 or more processes .*torchrun --nproc_per_node N"):

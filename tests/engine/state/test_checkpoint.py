@@ -57,13 +57,14 @@ def _run(overrides: dict, run_dir: Path, max_steps: int, crash_at: int | None = 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prompts_per_step, stop_after", [
-    (2, 4),  # 9 prompts, 2 per step: the step after the checkpoint straddles the epoch boundary
-    (3, 3),  # 3 per step: the checkpoint is exactly at the end of the first epoch
+@pytest.mark.parametrize("prompts_per_step, stop_after, dtype", [
+    (2, 4, "float32"),  # 9 prompts, 2 per step: the step after the checkpoint straddles the epoch boundary
+    (3, 3, "float32"),  # 3 per step: the checkpoint is exactly at the end of the first epoch
+    (2, 4, "bfloat16"),  # AdamW on float32 copies of the weights (optim.master_weights auto), restored in float32
 ])
-def test_resume_continues_exactly(small_overrides, tmp_path, monkeypatch, prompts_per_step, stop_after):
+def test_resume_continues_exactly(small_overrides, tmp_path, monkeypatch, prompts_per_step, stop_after, dtype):
     monkeypatch.syspath_prepend(str(SUPPORT))
-    overrides = {**small_overrides, "optim.per_device_train_batch_size": 4 * prompts_per_step}
+    overrides = {**small_overrides, "optim.per_device_train_batch_size": 4 * prompts_per_step, "model.dtype": dtype}
     total = stop_after + 2
     _run(overrides, tmp_path / "straight", total)
     with pytest.raises(KeyboardInterrupt):
@@ -83,6 +84,10 @@ def test_resume_continues_exactly(small_overrides, tmp_path, monkeypatch, prompt
     opt_a = torch.load(tmp_path / "straight" / final / "optimizer.pt", weights_only=False)["state"]
     opt_b = torch.load(tmp_path / "stopped" / final / "optimizer.pt", weights_only=False)["state"]
     assert all(torch.equal(opt_a[i]["exp_avg"], opt_b[i]["exp_avg"]) for i in opt_a)
+    if dtype != "float32":  # the copies, saved and restored in float32, ahead of the rounded weights
+        assert all(opt_b[i]["master"].dtype == torch.float32 and torch.equal(opt_a[i]["master"], opt_b[i]["master"])
+                   for i in opt_a)
+        assert any(not torch.equal(opt_b[i]["master"], opt_b[i]["master"].to(torch.bfloat16).float()) for i in opt_b)
 
 
 @pytest.mark.slow
