@@ -28,16 +28,18 @@ def as_keywords(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     keyword, whatever order its forward has."""
     if not args:
         return dict(kwargs)
-    parameters = list(inspect.signature(type(model).forward).parameters.values())[1:]  # after self
-    names = [p.name for p in parameters if p.kind in _POSITIONAL]
+    parameters = [p for p in list(inspect.signature(type(model).forward).parameters.values())[1:]  # after self
+                  if p.kind in _POSITIONAL]
     forward = f"{type(model).__name__}.forward"
-    if len(args) > len(names):
-        raise TypeError(f"{forward} takes at most {len(names)} positional arguments ({', '.join(names)}), "
-                        f"got {len(args)}")
-    given = dict(zip(names, args))
-    for name in given:
-        if name in kwargs:
-            raise TypeError(f"{forward} got {name} both positionally and by keyword")
+    if len(args) > len(parameters):
+        raise TypeError(f"{forward} takes at most {len(parameters)} positional arguments "
+                        f"({', '.join(p.name for p in parameters)}), got {len(args)}")
+    for parameter in parameters[:len(args)]:
+        if parameter.name in kwargs:
+            raise TypeError(f"{forward} got {parameter.name} both positionally and by keyword")
+    # a default given positionally (None to reach a later argument) is left out, as if not given: transformers
+    # warns of renamed arguments (past_key_values) only when they are passed
+    given = {p.name: value for p, value in zip(parameters, args) if value is not p.default}
     return {**given, **kwargs}
 
 
