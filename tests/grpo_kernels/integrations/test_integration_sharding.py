@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from process_groups import world_of_one  # noqa: F401  (a fixture)
 from torch import nn
 
 from grpo_kernels import linear_logprobs
@@ -117,20 +118,6 @@ def test_a_shard_is_refused_not_used():
     head.bias.data = head.bias.data[:3]
     with pytest.raises(RuntimeError, match="lm_head.bias has shape"):
         call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
-
-
-@pytest.fixture()
-def world_of_one(tmp_path):
-    """A 1-process gloo group (unless one is already up), for DTensors on a CPU mesh."""
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    initialised_here = not dist.is_initialized()
-    if initialised_here:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    yield
-    if initialised_here:
-        dist.destroy_process_group()
 
 
 def test_vocab_parallel_head_is_told_from_an_fsdp2_shard(world_of_one):
