@@ -44,25 +44,33 @@ def as_keywords(model: nn.Module, args: tuple, kwargs: dict) -> dict:
 
 
 def require_head_fn(name: str, fn: Any) -> None:
+    """fn: a callable taking (last_hidden_state, weight, bias) positionally; one taking other arguments failed
+    only once the backbone had run."""
     if not callable(fn):
         raise TypeError(f"{name} must be a callable fn(last_hidden_state, weight, bias), got {shown(fn)}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return
+    try:
+        signature.bind(None, None, None)
+    except TypeError as error:
+        raise TypeError(f"{name} must take (last_hidden_state, weight, bias) positionally: {error}") from None
 
 
-def _batch_shape(kwargs: dict) -> Optional[tuple[int, ...]]:
-    """[B, T] of the inputs: input_ids' shape, or inputs_embeds' without its last dim (None when neither)."""
+def _batch_shape(kwargs: dict) -> tuple[str, Optional[tuple[int, ...]]]:
+    """(the inputs' name, [B, T]): input_ids' shape, or inputs_embeds' without its last dim (None when neither)."""
     for name, drop in (("input_ids", 0), ("inputs_embeds", 1)):
         value = kwargs.get(name)
         if isinstance(value, torch.Tensor):
-            return tuple(value.shape[:value.dim() - drop])
-    return None
+            return name, tuple(value.shape[:max(0, value.dim() - drop)])
+    return "input_ids", None
 
 
 def check_labels(labels: Any, batch_shape: Optional[tuple[int, ...]]) -> None:
     """labels: a [B, T] tensor, the inputs' shape when known."""
     if labels is None:
         raise ValueError("return_logprobs=True needs labels (the input_ids, -100 where no log-prob is wanted)")
-    if batch_shape is not None and len(batch_shape) != 2:
-        raise ValueError(f"input_ids must be batched, [B, T], with return_logprobs=True, got {list(batch_shape)}")
     wanted = "[B, T]" if batch_shape is None else str(list(batch_shape))
     if not isinstance(labels, torch.Tensor) or labels.dim() != 2 or (batch_shape is not None
                                                                      and tuple(labels.shape) != batch_shape):
@@ -84,5 +92,10 @@ def check_head_call(kwargs: dict, return_logprobs: bool, lm_head_fn: Any) -> Non
                              "head (set labels to -100 where no log-prob is wanted)")
     if lm_head_fn is not None:
         require_head_fn("lm_head_fn", lm_head_fn)
+    inputs, batch_shape = _batch_shape(kwargs)
+    if batch_shape is not None and (len(batch_shape) != 2 or 0 in batch_shape):
+        # unbatched or empty inputs failed inside the backbone's attention
+        raise ValueError(f"{inputs} must be batched, [B, T{', H' if inputs == 'inputs_embeds' else ''}] with B, "
+                         f"T >= 1, with {mode}, got {list(batch_shape)}")
     if return_logprobs:
-        check_labels(kwargs.get("labels"), _batch_shape(kwargs))
+        check_labels(kwargs.get("labels"), batch_shape)

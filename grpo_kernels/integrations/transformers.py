@@ -182,9 +182,11 @@ class PatchedForward:
         require_bool("return_logprobs", return_logprobs)
         if return_entropy is not None:
             require_bool("return_entropy", return_entropy)
+        if not return_logprobs and (temperature is not None or return_entropy is not None):
+            # with lm_head_fn too: fn gets the raw head, and these were silently ignored
+            name = "temperature" if temperature is not None else "return_entropy"
+            raise ValueError(f"{name} only applies with return_logprobs=True (lm_head_fn gets the raw head)")
         if not return_logprobs and lm_head_fn is None:
-            if temperature is not None or return_entropy is not None:
-                raise ValueError("temperature / return_entropy only apply with return_logprobs=True")
             return self.plain(*args, **kwargs)
         if return_logprobs and lm_head_fn is not None:
             raise ValueError("pass either return_logprobs=True or lm_head_fn, not both")
@@ -203,7 +205,7 @@ class PatchedForward:
 
 def _patch(model: nn.Module) -> Optional[PatchedForward]:
     """The patch of `model` itself (not of a model it was copied from), or None."""
-    patch = vars(model).get(_PATCH_ATTR)
+    patch = getattr(model, "__dict__", {}).get(_PATCH_ATTR)  # anything may be asked: is_patched(None) is False
     return patch if isinstance(patch, PatchedForward) and patch.model is model else None
 
 

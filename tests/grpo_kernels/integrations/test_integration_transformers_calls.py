@@ -71,6 +71,13 @@ def _bad_call(kind: str, value):
         return dict(input_ids=input_ids[0], labels=labels[0], return_logprobs=True), "input_ids"
     if kind == "labels_rank":
         return dict(input_ids=input_ids, labels=labels.reshape(-1)[: value], return_logprobs=True), "labels"
+    if kind == "empty":
+        return dict(input_ids=input_ids[:0], labels=labels[:0], return_logprobs=True), "input_ids"
+    if kind == "fn_arguments":  # a head fn that cannot take (last_hidden_state, weight, bias)
+        return dict(input_ids=input_ids, lm_head_fn=value), "lm_head_fn"
+    if kind == "ignored_by_lm_head_fn":
+        return dict(input_ids=input_ids, lm_head_fn=lambda h, w, b: h.sum(),
+                    **{value: 0.5 if value == "temperature" else True}), value
     raise AssertionError(kind)
 
 
@@ -79,10 +86,13 @@ BAD_CALLS = st.one_of(
     st.tuples(st.just("logits_to_keep"), st.integers(1, 10)),
     st.tuples(st.just("unbatched"), st.none()),
     st.tuples(st.just("labels_rank"), st.integers(1, 14)),
+    st.tuples(st.just("empty"), st.none()),
+    st.tuples(st.just("fn_arguments"), st.sampled_from([lambda h: h, lambda h, w: h, lambda h, w, b, targets: h])),
+    st.tuples(st.just("ignored_by_lm_head_fn"), st.sampled_from(["temperature", "return_entropy"])),
 )
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(bad=BAD_CALLS)
 def test_a_bad_head_mode_call_is_refused_by_one_line_before_the_backbone(model, bad):
     kwargs, name = _bad_call(*bad)
