@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..head import LogitTransform
+from ..validation import _require_data
 
 # Config attributes that multiply the LM head's output, in the order TRL 1.16 reads them: the first one set wins.
 SCALE_ATTRIBUTES = ("logit_scale",  # Cohere, Cohere 2
@@ -120,11 +121,9 @@ def check_linear_head(head: nn.Module) -> None:
 
 
 def check_loaded(head: nn.Module) -> None:
-    """At call time: a head on the meta device (a model built empty, its weights never loaded) failed inside the
-    kernels' checks as "Tensor.item() cannot be called on meta tensors"."""
-    if head.weight.is_meta:
-        raise ValueError("lm_head.weight is on the meta device: the model's weights were never loaded (load them, "
-                         "or move the model with to_empty() and load_state_dict(), before calling it)")
+    """At call time: a head on the meta device (a model built empty, its weights never loaded) failed before the
+    kernels' own checks, as "Tensor.item() cannot be called on meta tensors"."""
+    _require_data("lm_head.weight", head.weight)
 
 
 def output_head(model: nn.Module) -> nn.Module:

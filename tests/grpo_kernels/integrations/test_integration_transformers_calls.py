@@ -6,7 +6,7 @@ its `use_cache`); unbatched input_ids failed inside attention; a non-callable lm
 not callable" after the whole backbone; logits_to_keep was silently ignored; a head whose own forward is not
 weight @ h + bias (an nn.Linear subclass with its own forward, a quantized or custom module) gave log-probs of
 logits the model never computes; a head that does not fit the hidden size was called "sharded"; a head never loaded
-(meta) failed inside the kernels' checks; shifted_label_logprobs given a [T, H] state failed as an IndexError.
+(meta) failed as "Tensor.item() cannot be called on meta tensors"; shifted_label_logprobs given a [T, H] state failed as an IndexError.
 """
 
 from __future__ import annotations

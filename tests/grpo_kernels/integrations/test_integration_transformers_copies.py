@@ -1,5 +1,5 @@
 """A patched model copied (deepcopy: TRL's create_reference_model, a frozen reference; pickle; torch.save) or handed
-to patch_causal_lm inside a wrapper (PEFT, DataParallel, any `.module` wrapper), and a config changed after patching.
+to patch_causal_lm inside a wrapper (PEFT, DataParallel, DistributedDataParallel, any `.module` wrapper), and a config changed after patching.
 
 Before: a deep copy's plain forward and generate() ran the *original* model's weights (the patch was a closure over
 the original's forward), a torch.save'd model came back unpatched while is_patched() said it was patched, a PeftModel
@@ -18,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from integration_models import VOCAB_SIZE, logits_path_logps, tiny_causal_lm
+from process_groups import world_of_one  # noqa: F401  (a fixture)
 from torch import nn
 
 from grpo_kernels.integrations.transformers import is_patched, patch_causal_lm, unpatch_causal_lm
@@ -94,6 +95,19 @@ def test_a_wrapper_has_the_model_inside_patched(wrap):
     torch.testing.assert_close(out.logps, expected, atol=LOGP_ATOL, rtol=0)
     unpatch_causal_lm(wrapper)
     assert not is_patched(wrapper)
+
+
+def test_a_distributed_data_parallel_model_is_patched_inside(world_of_one):
+    model = tiny_causal_lm("llama")
+    ddp = nn.parallel.DistributedDataParallel(model)
+    input_ids, labels = _batch(seed=3)
+    expected = logits_path_logps(model, input_ids, labels)
+    patch_causal_lm(ddp, backend="torch")
+    assert is_patched(model)
+    out = ddp(input_ids, labels=labels, return_logprobs=True)
+    torch.testing.assert_close(out.logps, expected, atol=LOGP_ATOL, rtol=0)
+    out.logps.sum().backward()
+    assert model.lm_head.weight.grad is not None
 
 
 @pytest.fixture(scope="module")
