@@ -34,8 +34,8 @@ from ..api import linear_logprobs_named
 from ..argument_names import LOGPROB_NAMES
 from ..backends import check_backend_name
 from ..head import LogitTransform
-from ..scalars import require_bool
 from ..messages import shown
+from ..scalars import require_bool
 from .forward_call import as_keywords, check_head_call, require_head_fn
 from .lm_head import backbone, check_loaded, logit_transform, output_head
 from .sharding import call_with_full_head
@@ -226,7 +226,10 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     setattr(lm, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=lm_head_fp32))
     if _patch(lm) is not None:
         return model
-    patch = PatchedForward(lm, vars(lm).get("forward"))  # None: the class's own forward
+    previous = vars(lm).get("forward")  # None: the class's own forward
+    if isinstance(previous, PatchedForward):  # the patch of the model this one was shallow-copied from
+        previous = previous.previous
+    patch = PatchedForward(lm, previous)
     lm.forward = patch
     setattr(lm, _PATCH_ATTR, patch)
     return model
