@@ -8,6 +8,7 @@ over the vocabulary whatever they say.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import warnings
@@ -18,6 +19,7 @@ import torch
 from .api import fused_linear_grpo_loss_named, linear_logprobs_named
 from .argument_names import ArgumentNames
 from .backends import check_backend_name
+from .backends.sharded_head import check_process_group
 from .config import GRPOLossConfig, LossConfigWarning, check_setting
 from .losses import get_loss_type, loss_param_aliases
 from .keywords import keywords_checked, refuse_unknown_keywords
@@ -104,6 +106,7 @@ def _check_options(options: dict[str, object]) -> None:
     check_backend_name(options["backend"])
     if options["workspace_bytes"] is not None:
         check_workspace(options["workspace_bytes"])
+    check_process_group(options["process_group"])  # a string or a mesh was taken, and refused at the first forward
 
 
 class FusedLinearGRPOLoss(torch.nn.Module):
@@ -134,6 +137,26 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         if not isinstance(config, GRPOLossConfig):  # forward reads its settings: anything else failed inside it
             raise TypeError(f"config must be a GRPOLossConfig, got {type(config).__name__}")
         self.__dict__["_config"] = check_config(config)
+
+    # A process group is this process's handle on a communicator: a deep copy of the module (a frozen reference
+    # model holding it) shares it, and pickling refuses it by name. Before, both failed as "cannot pickle
+    # 'torch._C._distributed_c10d.ProcessGroup' object"; dropping it would have made a loaded module take its shard
+    # for the whole vocabulary, without an error.
+    def __deepcopy__(self, memo: dict) -> "FusedLinearGRPOLoss":
+        group = self._options["process_group"]
+        if group is not None:
+            memo[id(group)] = group
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy(super().__getstate__(), memo))
+        return copied
+
+    def __getstate__(self) -> dict:
+        if self._options["process_group"] is not None:
+            raise TypeError("FusedLinearGRPOLoss with a process_group cannot be pickled (torch.save): a process "
+                            "group is this process's communicator. Set process_group = None before saving, and set "
+                            "it again after loading")
+        return super().__getstate__()
 
     def __setstate__(self, state: dict) -> None:
         if "_config" not in state and "config" in state:  # pickled (torch.save) when these were plain attributes

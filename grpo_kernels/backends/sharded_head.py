@@ -62,6 +62,19 @@ def _check_layout(layout: torch.Tensor, global_rows: Optional[int], bias: bool) 
         raise ValueError("bias: some ranks of the group pass a bias and others do not")
 
 
+def check_process_group(process_group: object) -> None:
+    """None, or a torch.distributed ProcessGroup: refused otherwise when given (a module's constructor), before the
+    group is first used."""
+    if process_group is None:
+        return
+    if not dist.is_available():
+        raise ValueError("process_group was given but this torch build has no torch.distributed")
+    if not isinstance(process_group, dist.ProcessGroup):
+        hint = " (a device mesh's group: mesh.get_group())" if type(process_group).__name__ == "DeviceMesh" else ""
+        raise TypeError(f"process_group must be a torch.distributed ProcessGroup{hint}, got "
+                        f"{type(process_group).__name__}")
+
+
 def resolve_sharded_head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                          process_group: Optional[object], backend: str
                          ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[VocabShard]]:
@@ -90,9 +103,7 @@ def resolve_sharded_head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optio
     else:
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("process_group was given but torch.distributed is not initialised")
-        if not isinstance(process_group, dist.ProcessGroup):
-            raise TypeError(f"process_group must be a torch.distributed ProcessGroup, got "
-                            f"{type(process_group).__name__}")
+        check_process_group(process_group)
         global_rows, group = None, process_group
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not isinstance(hidden, torch.Tensor):
         raise ValueError(f"weight must be this rank's [V_local, H] shard, got "

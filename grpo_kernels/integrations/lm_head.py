@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..head import LogitTransform
+from ..validation import _require_data
 
 # Config attributes that multiply the LM head's output, in the order TRL 1.16 reads them: the first one set wins.
 SCALE_ATTRIBUTES = ("logit_scale",  # Cohere, Cohere 2
@@ -100,14 +101,38 @@ def _unwrap_peft_head(head: nn.Module) -> nn.Module:
     return head
 
 
+def check_linear_head(head: nn.Module) -> None:
+    """The kernels compute `h @ lm_head.weight.T + lm_head.bias`: refuse a head whose own output is something else
+    (a subclass of nn.Linear with its own forward, a quantized layer, any other module), which would give
+    log-probs of logits the model never computes, without an error."""
+    weight = getattr(head, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"the LM head {type(head).__name__} has no weight tensor")
+    # A tied head exposed as the embedding: the model multiplies by its weight, whatever the embedding's forward.
+    plain = isinstance(head, nn.Embedding) or (isinstance(head, nn.Linear)
+                                                and type(head).forward is nn.Linear.forward)
+    if not plain:
+        raise TypeError(f"the LM head is a {type(head).__name__}, expected an nn.Linear (or a subclass keeping its "
+                        "forward): grpo_kernels computes lm_head.weight @ h + lm_head.bias, which need not be "
+                        "this head's output")
+    if not weight.is_floating_point():
+        raise TypeError(f"lm_head.weight has dtype {str(weight.dtype).removeprefix('torch.')}, expected a floating "
+                        "dtype: a quantized head's logits are not lm_head.weight @ h (dequantize it first)")
+
+
+def check_loaded(head: nn.Module) -> None:
+    """At call time: a head on the meta device (a model built empty, its weights never loaded) failed before the
+    kernels' own checks, as "Tensor.item() cannot be called on meta tensors"."""
+    _require_data("lm_head.weight", head.weight)
+
+
 def output_head(model: nn.Module) -> nn.Module:
     """The LM head module whose `weight` [V, H] (and `bias`) produce the logits."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
         raise TypeError(f"{type(model).__name__} has no output embeddings (get_output_embeddings() is None)")
     head = _unwrap_peft_head(head)
-    if not isinstance(getattr(head, "weight", None), torch.Tensor):
-        raise TypeError(f"the LM head {type(head).__name__} has no weight tensor")
+    check_linear_head(head)
     return head
 
 
@@ -125,6 +150,10 @@ def check_full_weight(head: nn.Module, weight: torch.Tensor, bias: Optional[torc
     expected = expected_head_shape(head)
     shape = tuple(weight.shape)
     problem = None
+    if weight.dim() == 2 and shape[1] != hidden_size and shape == expected:
+        # the module itself says so: not a shard, a head that does not fit the backbone (replaced by hand)
+        raise ValueError(f"lm_head takes {shape[1]} input features, but the model's last_hidden_state has "
+                         f"{hidden_size}: the head does not fit the model")
     if weight.dim() != 2 or shape[1] != hidden_size:
         problem = f"lm_head.weight has shape {list(shape)}, expected [V, {hidden_size}]"
     elif expected is not None and shape != expected:

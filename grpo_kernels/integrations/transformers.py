@@ -20,9 +20,9 @@ Tested families: Llama, Qwen2 (2.5), Qwen3, Mistral, Gemma (1), Gemma 2 (soft-ca
 
 from __future__ import annotations
 
-import functools
-import types
 import dataclasses
+import inspect
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -34,13 +34,16 @@ from ..api import linear_logprobs_named
 from ..argument_names import LOGPROB_NAMES
 from ..backends import check_backend_name
 from ..head import LogitTransform
+from ..messages import shown
 from ..scalars import require_bool
-from .lm_head import backbone, logit_transform, output_head
+from .forward_call import as_keywords, check_head_call, require_head_fn
+from .lm_head import backbone, check_loaded, logit_transform, output_head
 from .sharding import call_with_full_head
+from .wrappers import causal_lm
 
 IGNORE_INDEX = -100
 _SETTINGS_ATTR = "_grpo_kernels_head_settings"
-_PREVIOUS_FORWARD_ATTR = "_grpo_kernels_previous_forward"
+_PATCH_ATTR = "_grpo_kernels_patch"  # the PatchedForward in place
 # Keyword arguments of the plain forward that mean nothing to the backbone when the head is replaced.
 _HEAD_ONLY_KWARGS = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels")
 
@@ -56,7 +59,6 @@ LABEL_NAMES = dataclasses.replace(LOGPROB_NAMES, hidden="last_hidden_state", wei
 class HeadSettings:
     backend: str = "auto"
     lm_head_fp32: bool = False  # TRL's cast_lm_head_to_fp32: the head matmul in float32
-    logit_transform: LogitTransform = LogitTransform()  # read from the model's config when patched
 
 
 @dataclass
@@ -89,18 +91,22 @@ def head_compute_dtype(weight: torch.Tensor, hidden: torch.Tensor, lm_head_fp32:
 
 def head_settings(model: nn.Module) -> HeadSettings:
     """The settings `patch_causal_lm` gave `model` (the defaults for an unpatched one)."""
-    return getattr(model, _SETTINGS_ATTR, HeadSettings())
+    return getattr(causal_lm(model), _SETTINGS_ATTR, HeadSettings())
 
 
 def head_logit_transform(model: nn.Module) -> LogitTransform:
-    """The logit transform of a patched model's head, read from its config when it was patched."""
-    return head_settings(model).logit_transform
+    """The logit transform of a patched model's head (none for an unpatched one), read from its config at each
+    call: a value set after patching (final_logit_softcapping changed) was ignored, the log-probs silently off."""
+    lm = causal_lm(model)
+    return logit_transform(lm) if _patch(lm) is not None else LogitTransform()
 
 
 def run_head(model: nn.Module, hidden: torch.Tensor, fn: HeadFn) -> Any:
     """fn(hidden, weight, bias) on the whole LM head of `model`, all three in the head's compute dtype."""
+    require_head_fn("fn", fn)
     settings = head_settings(model)
-    head = output_head(model)
+    head = output_head(causal_lm(model))
+    check_loaded(head)
 
     def in_compute_dtype(h: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Any:
         dtype = head_compute_dtype(weight, h, settings.lm_head_fp32)
@@ -114,12 +120,15 @@ def run_head(model: nn.Module, hidden: torch.Tensor, fn: HeadFn) -> Any:
 def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, labels: torch.Tensor,
                            temperature: float, return_entropy: bool) -> CausalLMLogprobsOutput:
     """Log-probs (and entropies) of labels[:, 1:] from hidden[:, :-1], only where the label is not -100."""
+    if not isinstance(last_hidden_state, torch.Tensor) or last_hidden_state.dim() != 3:
+        # a [T, H] state was sliced along H and failed as an IndexError naming nothing
+        raise ValueError(f"last_hidden_state must be a [B, T, H] tensor, got {shown(last_hidden_state)}")
     if not isinstance(labels, torch.Tensor) or labels.shape != last_hidden_state.shape[:-1]:
         raise ValueError(
             f"labels must be a tensor of shape {list(last_hidden_state.shape[:-1])} (same as input_ids), got "
             f"{list(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__}"
         )
-    settings = head_settings(model)
+    settings, transform = head_settings(model), head_logit_transform(model)
     hidden = last_hidden_state[:, :-1]
     targets = labels[:, 1:].to(hidden.device)
     mask = targets != IGNORE_INDEX
@@ -128,7 +137,7 @@ def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, la
         # Prompt and padding positions are skipped: only labelled tokens go through the vocabulary.
         return linear_logprobs_named(LABEL_NAMES, h[mask], weight, targets[mask], bias=bias,
                                      temperature=temperature, return_entropy=True, backend=settings.backend,
-                                     logit_transform=settings.logit_transform)
+                                     logit_transform=transform)
 
     logps, entropy = run_head(model, hidden, valid_positions)
     # masked_scatter keeps an all-ignored batch connected to the graph (a zero loss still backpropagates).
@@ -137,71 +146,109 @@ def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, la
                                   label_mask=mask, last_hidden_state=last_hidden_state)
 
 
-def run_backbone(model: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor:
+def run_backbone(model: nn.Module, kwargs: dict) -> torch.Tensor:
+    """The backbone's last hidden state, called by keyword (forward_call.as_keywords)."""
     kwargs = {k: v for k, v in kwargs.items() if k not in _HEAD_ONLY_KWARGS}
     kwargs["use_cache"] = False  # scoring, not generating: no KV cache to keep
-    outputs = backbone(model)(*args, **kwargs)
+    outputs = backbone(model)(**kwargs)
     return outputs[0] if isinstance(outputs, tuple) else outputs.last_hidden_state
+
+
+class PatchedForward:
+    """`model.forward` once patched: the `return_logprobs=True` and `lm_head_fn=` modes, else the forward it
+    replaced (`previous`, None for the class's own).
+
+    A module-level callable holding its model, not a closure: a deep copy of a patched model (TRL's
+    create_reference_model, a frozen reference) used to run the *original* model's weights in its plain forward
+    and generate(), since the closure kept the original's bound forward; and `torch.save(model)` came back
+    unpatched while is_patched() said it was. Copied or pickled, this object comes with its model.
+    """
+
+    def __init__(self, model: nn.Module, previous: Optional[Callable[..., Any]]) -> None:
+        self.model, self.previous = model, previous
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        # The original signature stays visible: `generate` validates its kwargs against it.
+        return inspect.signature(types.MethodType(type(self.model).forward, self.model))
+
+    def plain(self, *args: Any, **kwargs: Any) -> Any:
+        if self.previous is None:
+            return type(self.model).forward(self.model, *args, **kwargs)
+        return self.previous(*args, **kwargs)
+
+    def __call__(self, *args: Any, return_logprobs: bool = False, lm_head_fn: Optional[HeadFn] = None,
+                 temperature: Optional[float] = None, return_entropy: Optional[bool] = None, **kwargs: Any) -> Any:
+        require_bool("return_logprobs", return_logprobs)
+        if return_entropy is not None:
+            require_bool("return_entropy", return_entropy)
+        if not return_logprobs and (temperature is not None or return_entropy is not None):
+            # with lm_head_fn too: fn gets the raw head, and these were silently ignored
+            name = "temperature" if temperature is not None else "return_entropy"
+            raise ValueError(f"{name} only applies with return_logprobs=True (lm_head_fn gets the raw head)")
+        if not return_logprobs and lm_head_fn is None:
+            return self.plain(*args, **kwargs)
+        if return_logprobs and lm_head_fn is not None:
+            raise ValueError("pass either return_logprobs=True or lm_head_fn, not both")
+        model = self.model
+        kwargs = as_keywords(model, args, kwargs)
+        check_head_call(kwargs, return_logprobs, lm_head_fn)
+        logit_transform(model)  # the config as it is now (a value set since patching is refused before any work)
+        check_loaded(output_head(model))  # the head as it is now (replaced or loaded since patching)
+        last_hidden_state = run_backbone(model, kwargs)
+        if lm_head_fn is not None:
+            return HeadFnOutput(head_output=run_head(model, last_hidden_state, lm_head_fn),
+                                last_hidden_state=last_hidden_state)
+        return shifted_label_logprobs(model, last_hidden_state, kwargs["labels"],
+                                      1.0 if temperature is None else temperature, bool(return_entropy))
+
+
+def _patch(model: nn.Module) -> Optional[PatchedForward]:
+    """The patch of `model` itself (not of a model it was copied from), or None."""
+    patch = getattr(model, "__dict__", {}).get(_PATCH_ATTR)  # anything may be asked: is_patched(None) is False
+    return patch if isinstance(patch, PatchedForward) and patch.model is model else None
 
 
 def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bool = False) -> nn.Module:
     """Give `model.forward` the `return_logprobs=True` and `lm_head_fn=` modes (in place; returns `model`).
 
     Patch the *ForCausalLM model itself, before or after wrapping with PEFT / FSDP / DeepSpeed: those wrappers
-    call it, so the head runs inside the wrapped forward. Patching twice only updates the settings.
+    call it, so the head runs inside the wrapped forward. A wrapper given here (PeftModel, DataParallel, DDP,
+    FSDP1, torch.compile's module) has the model inside it patched (wrappers.causal_lm). Patching twice only
+    updates the settings.
     """
     check_backend_name(backend)  # the registry as it is now: a backend registered after import is taken
     require_bool("lm_head_fp32", lm_head_fp32)
-    transform = logit_transform(model)
-    backbone(model)
-    output_head(model)
-    setattr(model, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=lm_head_fp32,
-                                                logit_transform=transform))
-    if getattr(model, _PREVIOUS_FORWARD_ATTR, None) is not None:
+    lm = causal_lm(model)
+    logit_transform(lm)
+    backbone(lm)
+    output_head(lm)
+    setattr(lm, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=lm_head_fp32))
+    if _patch(lm) is not None:
         return model
-    previous_forward = model.forward
-
-    # The original signature stays visible (functools.wraps): `generate` validates its kwargs against it.
-    @functools.wraps(type(model).forward)
-    def forward(self, *args, return_logprobs: bool = False, lm_head_fn: Optional[HeadFn] = None,
-                temperature: Optional[float] = None, return_entropy: Optional[bool] = None, **kwargs):
-        require_bool("return_logprobs", return_logprobs)
-        if return_entropy is not None:
-            require_bool("return_entropy", return_entropy)
-        if not return_logprobs and lm_head_fn is None:
-            if temperature is not None or return_entropy is not None:
-                raise ValueError("temperature / return_entropy only apply with return_logprobs=True")
-            return previous_forward(*args, **kwargs)
-        if return_logprobs and lm_head_fn is not None:
-            raise ValueError("pass either return_logprobs=True or lm_head_fn, not both")
-        if return_logprobs and kwargs.get("labels") is None:
-            raise ValueError("return_logprobs=True needs labels (the input_ids, -100 where no log-prob is wanted)")
-        labels = kwargs.get("labels")
-        last_hidden_state = run_backbone(self, args, kwargs)
-        if lm_head_fn is not None:
-            return HeadFnOutput(head_output=run_head(self, last_hidden_state, lm_head_fn),
-                                last_hidden_state=last_hidden_state)
-        return shifted_label_logprobs(self, last_hidden_state, labels, 1.0 if temperature is None else temperature,
-                                      bool(return_entropy))
-
-    model.forward = types.MethodType(forward, model)
-    setattr(model, _PREVIOUS_FORWARD_ATTR, previous_forward)
+    previous = vars(lm).get("forward")  # None: the class's own forward
+    if isinstance(previous, PatchedForward):  # the patch of the model this one was shallow-copied from
+        previous = previous.previous
+    patch = PatchedForward(lm, previous)
+    lm.forward = patch
+    setattr(lm, _PATCH_ATTR, patch)
     return model
 
 
 def is_patched(model: nn.Module) -> bool:
-    return getattr(model, _PREVIOUS_FORWARD_ATTR, None) is not None
+    return _patch(causal_lm(model)) is not None
 
 
 def unpatch_causal_lm(model: nn.Module) -> nn.Module:
     """Restore the forward `patch_causal_lm` replaced."""
-    previous = getattr(model, _PREVIOUS_FORWARD_ATTR, None)
-    if previous is None:
-        raise ValueError(f"{type(model).__name__} is not patched by grpo_kernels")
-    if getattr(previous, "__func__", None) is type(model).forward:
-        del model.forward  # the class's own forward was in place: drop the instance attribute
+    lm = causal_lm(model)
+    patch = _patch(lm)
+    if patch is None:
+        raise ValueError(f"{type(lm).__name__} is not patched by grpo_kernels")
+    if patch.previous is None:
+        vars(lm).pop("forward", None)  # the class's own forward was in place: drop the instance attribute
     else:
-        model.forward = previous  # another patch (e.g. TRL's fused head) was in place: put it back
-    delattr(model, _PREVIOUS_FORWARD_ATTR)
-    delattr(model, _SETTINGS_ATTR)
+        lm.forward = patch.previous  # another patch (e.g. TRL's fused head) was in place: put it back
+    delattr(lm, _PATCH_ATTR)
+    delattr(lm, _SETTINGS_ATTR)
     return model

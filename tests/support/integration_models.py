@@ -69,3 +69,12 @@ def tiny_grpo_trainer(trainer_class, model, output_dir, peft_config=None, **conf
     dataset = Dataset.from_dict({"prompt": ["1+1=?", "2+3=?", "4+4=?", "9+0=?"] * 4})
     return trainer_class(model=model, reward_funcs=reward_short_digits, args=GRPOConfig(**settings),
                          train_dataset=dataset, processing_class=character_tokenizer(), peft_config=peft_config)
+
+
+def logits_path_logps(model, input_ids, labels, **forward_kwargs) -> torch.Tensor:
+    """The reference for a patched model's log-probs: log_softmax of its own logits at labels[:, 1:], 0 at -100."""
+    with torch.no_grad():
+        logits = model(input_ids, **forward_kwargs).logits.float()
+    targets = labels[:, 1:]
+    log_probs = torch.log_softmax(logits[:, :-1], dim=-1)
+    return log_probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1) * (targets != -100)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from process_groups import world_of_one  # noqa: F401  (a fixture)
 from torch import nn
 
 from grpo_kernels import linear_logprobs
@@ -119,20 +120,6 @@ def test_a_shard_is_refused_not_used():
         call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
 
 
-@pytest.fixture()
-def world_of_one(tmp_path):
-    """A 1-process gloo group (unless one is already up), for DTensors on a CPU mesh."""
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    initialised_here = not dist.is_initialized()
-    if initialised_here:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    yield
-    if initialised_here:
-        dist.destroy_process_group()
-
-
 def test_vocab_parallel_head_is_told_from_an_fsdp2_shard(world_of_one):
     # transformers 5.23's tensor-parallel plans shard the head on a ("tp",) mesh, 5.17's on an unnamed one, as
     # FSDP2 does by default: only a caller that knows the model is tensor-parallel can tell the last two apart
@@ -152,33 +139,23 @@ def test_vocab_parallel_head_is_told_from_an_fsdp2_shard(world_of_one):
     assert not sharding.is_vocab_parallel_head(nn.Linear(H, V), tensor_parallel_model=True)
 
 
-def test_fsdp2_dtensor_head_is_all_gathered_differentiably(tmp_path):
-    dist = pytest.importorskip("torch.distributed")
+def test_fsdp2_dtensor_head_is_all_gathered_differentiably(world_of_one):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    initialised_here = not dist.is_initialized()
-    if initialised_here:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        head, hidden, targets = _head_and_inputs(bias=False)
-        expected = _loss(hidden, head.weight, None, targets)
-        expected.backward()
-        expected_grad = head.weight.grad.clone()
+    head, hidden, targets = _head_and_inputs(bias=False)
+    expected = _loss(hidden, head.weight, None, targets)
+    expected.backward()
+    expected_grad = head.weight.grad.clone()
 
-        mesh = init_device_mesh("cpu", (1,))
-        head.weight = nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [Shard(0)]))
-        assert isinstance(head.weight, DTensor)
-        loss = call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
-        loss.backward()
-        torch.testing.assert_close(loss, expected)
-        assert isinstance(head.weight.grad, DTensor)  # the gradient lands on the sharded parameter
-        torch.testing.assert_close(head.weight.grad.full_tensor(), expected_grad)
-    finally:
-        if initialised_here:
-            dist.destroy_process_group()
+    mesh = init_device_mesh("cpu", (1,))
+    head.weight = nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [Shard(0)]))
+    assert isinstance(head.weight, DTensor)
+    loss = call_with_full_head(lambda h, w, b: _loss(h, w, b, targets), hidden, head)
+    loss.backward()
+    torch.testing.assert_close(loss, expected)
+    assert isinstance(head.weight.grad, DTensor)  # the gradient lands on the sharded parameter
+    torch.testing.assert_close(head.weight.grad.full_tensor(), expected_grad)
 
 
 @pytest.mark.slow

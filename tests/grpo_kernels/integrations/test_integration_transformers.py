@@ -217,7 +217,7 @@ def test_bad_calls_name_the_argument():
     input_ids, attention_mask, labels = _batch()
     with pytest.raises(ValueError, match="needs labels"):
         model(input_ids, attention_mask=attention_mask, return_logprobs=True)
-    with pytest.raises(ValueError, match="only apply with return_logprobs"):
+    with pytest.raises(ValueError, match="^temperature only applies with return_logprobs"):
         model(input_ids, attention_mask=attention_mask, temperature=0.5)
     with pytest.raises(ValueError, match="labels must be a tensor of shape"):
         model(input_ids, attention_mask=attention_mask, labels=labels[:, 1:], return_logprobs=True)
