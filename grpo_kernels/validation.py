@@ -98,7 +98,7 @@ def _require_finite(**named: torch.Tensor) -> None:
             raise ValueError(f"{name} contains NaN or Inf values")
 
 
-def _require_data(name: str, x: torch.Tensor) -> None:
+def require_data(name: str, x: torch.Tensor) -> None:
     if x.device.type == "meta":
         raise ValueError(f"{name} is on the meta device: it has a shape but no values to compute with; "
                          "materialise it (e.g. model.to_empty(device=...) and load the weights) first")
@@ -274,7 +274,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
     weight = _require_tensor(names.weight, weight)
     _require_float(names.hidden, hidden)
     _require_float(names.weight, weight)
-    _require_data(names.hidden, hidden)  # before the device checks: a meta hidden is named, not the weight beside it
+    require_data(names.hidden, hidden)  # before the device checks: a meta hidden is named, not the weight beside it
     if hidden.dim() < 1 or hidden.shape[-1] == 0:
         raise ValueError(f"{names.hidden} must be [..., H] with a hidden size H >= 1, got shape "
                          f"{list(hidden.shape)}")
@@ -307,7 +307,7 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
 def check_logits(logits: object, check_finite: bool = True) -> None:
     logits = _require_tensor("logits", logits)
     _require_float("logits", logits)
-    _require_data("logits", logits)
+    require_data("logits", logits)
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {list(logits.shape)}")
     if logits.shape[-1] == 0:

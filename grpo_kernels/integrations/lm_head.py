@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..head import LogitTransform
-from ..validation import _require_data
+from ..validation import require_data
 
 # Config attributes that multiply the LM head's output, in the order TRL 1.16 reads them: the first one set wins.
 SCALE_ATTRIBUTES = ("logit_scale",  # Cohere, Cohere 2
@@ -123,7 +123,7 @@ def check_linear_head(head: nn.Module) -> None:
 def check_loaded(head: nn.Module) -> None:
     """At call time: a head on the meta device (a model built empty, its weights never loaded) failed before the
     kernels' own checks, as "Tensor.item() cannot be called on meta tensors"."""
-    _require_data("lm_head.weight", head.weight)
+    require_data("lm_head.weight", head.weight)
 
 
 def output_head(model: nn.Module) -> nn.Module:
