@@ -13,6 +13,7 @@ casts state to the parameters' dtype, which would round them back).
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -53,22 +54,36 @@ class MasterWeightAdamW(torch.optim.AdamW):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, (beta1, beta2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            # Parameters at the same step count and of one tensor type, stepped by foreach ops (one dispatch per
+            # op for the whole list: FSDP's and TP's DTensors pay Python dispatch per call; a list may not mix
+            # DTensors with the plain tensors TP leaves replicated); each op is torch's AdamW's, in its order.
+            buckets: dict[tuple[float, type], list[torch.Tensor]] = defaultdict(list)
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self._state_of(p)
-                state["step"] += 1
-                step = float(state["step"])
-                master, avg, avg_sq = state[MASTER], state["exp_avg"], state["exp_avg_sq"]
-                grad = p.grad.float()
-                master.mul_(1 - lr * decay)
-                avg.lerp_(grad, 1 - beta1)
-                avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = (avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(eps)
-                master.addcdiv_(avg, denom, value=-lr / (1 - beta1 ** step))
-                p.copy_(master)
+                if p.grad is not None:
+                    state = self._state_of(p)
+                    state["step"] += 1
+                    buckets[float(state["step"]), type(p.data)].append(p)
+            for (step, _), params in buckets.items():
+                self._step_float32(params, step, group)
         return loss
+
+    def _step_float32(self, params: list[torch.Tensor], step: float, group: dict[str, Any]) -> None:
+        lr, (beta1, beta2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        masters = [self.state[p][MASTER] for p in params]
+        avgs = [self.state[p]["exp_avg"] for p in params]
+        squares = [self.state[p]["exp_avg_sq"] for p in params]
+        grads = [p.grad.float() for p in params]
+        if decay:
+            torch._foreach_mul_(masters, 1 - lr * decay)
+        torch._foreach_lerp_(avgs, grads, 1 - beta1)
+        torch._foreach_mul_(squares, beta2)
+        torch._foreach_addcmul_(squares, grads, grads, 1 - beta2)
+        denominators = torch._foreach_sqrt(squares)
+        torch._foreach_div_(denominators, math.sqrt(1 - beta2 ** step))
+        torch._foreach_add_(denominators, eps)
+        torch._foreach_addcdiv_(masters, avgs, denominators, -lr / (1 - beta1 ** step))
+        for p, master in zip(params, masters):
+            p.copy_(master)
 
     def _state_of(self, p: torch.Tensor) -> dict[str, Any]:
         state = self.state[p]
