@@ -1,0 +1,122 @@
+"""A tokenizer's special tokens (pad, EOS, BOS, UNK) as the engine uses them: each one either a token of the
+tokenizer's own files or left unset, none of them a piece of ordinary text, and an EOS somewhere.
+
+Why here and not in transformers: a tokenizer class fills a role its files leave unset with its own default
+(Qwen2's `<|endoftext|>`), added as a new token past the model's vocabulary, so a tokenizer without a pad token was
+refused as "tokens added to it?" instead of padding with its EOS as the engine does. A special token that ordinary
+text encodes to (`"pad_token": "1"`) is left out of every decoded completion (the rollout decodes with
+skip_special_tokens), so the reward functions scored text without any of its 1s, silently. No EOS at all failed
+inside the rollout (a tensor of None).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+from typing import Any, Optional
+
+ROLES = ("pad_token", "eos_token", "bos_token", "unk_token")
+# Text any prompt or completion may hold: every printable ASCII character alone, and a sentence of them.
+ORDINARY_TEXT = [*string.printable, "The answer is 42, not 7.\n"]
+
+
+class SpecialTokenError(ValueError):
+    """A tokenizer whose special tokens the engine cannot use as they are: one line naming the token."""
+
+
+def _content(value: Any) -> Optional[str]:
+    """A token as tokenizer_config.json writes it: text, or an AddedToken's {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def declared_roles(directory: Path) -> set[str]:
+    """The roles the tokenizer's files set (tokenizer_config.json, special_tokens_map.json), to a token or null."""
+    declared: set[str] = set()
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        try:
+            values = json.loads((directory / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # absent (model_files.py has refused one that is there and unreadable)
+            continue
+        if isinstance(values, dict):
+            declared |= {role for role in ROLES if role in values}
+    return declared
+
+
+def file_tokens(directory: Path) -> Optional[set[str]]:
+    """Every token tokenizer.json holds (its model's vocabulary and its added tokens); None without that file."""
+    try:
+        saved = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+        vocab = saved["model"]["vocab"]
+        tokens = {entry[0] if isinstance(entry, list) else entry for entry in vocab}  # Unigram: [piece, score]
+        return tokens | {token["content"] for token in saved.get("added_tokens") or ()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):  # a slow tokenizer's files: nothing to compare
+        return None
+
+
+def invented_roles(tokenizer: Any, directory: Path) -> list[str]:
+    """The roles the files leave unset that the tokenizer's class filled with a token the files do not hold."""
+    tokens = file_tokens(directory)
+    if tokens is None:
+        return []
+    declared = declared_roles(directory)
+    return [role for role in ROLES if role not in declared and getattr(tokenizer, role, None) is not None
+            and str(getattr(tokenizer, role)) not in tokens]
+
+
+def _role_of(tokenizer: Any, token_id: int) -> str:
+    role = next((role for role in ROLES if getattr(tokenizer, f"{role}_id", None) == token_id), None)
+    return f"{role} {tokenizer.convert_ids_to_tokens(token_id)!r}" if role else \
+        f"special token {tokenizer.convert_ids_to_tokens(token_id)!r}"
+
+
+def ordinary_text_problem(tokenizer: Any) -> Optional[str]:
+    """A special token that ordinary text encodes to (the UNK token aside: it stands for text the tokenizer has no
+    token for, preflight.py's concern), in a few words, or None."""
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ()) - {getattr(tokenizer, "unk_token_id", None)}
+    if not special:
+        return None
+    for text, ids in zip(ORDINARY_TEXT, tokenizer(ORDINARY_TEXT, add_special_tokens=False)["input_ids"]):
+        found = next((token_id for token_id in ids if token_id in special), None)
+        if found is not None:
+            return (f"the tokenizer's {_role_of(tokenizer, found)} (id {found}) is ordinary text ({text!r:.30} "
+                    f"encodes to it): completions are decoded without special tokens, so each one the model writes "
+                    f"would be missing from the text the reward functions score; make it a token of its own (such as '<pad>') in tokenizer_config.json")
+    return None
+
+
+def model_eos_ids(directory: Path) -> list[int]:
+    """The EOS ids generation_config.json or config.json name (model_files.py typed them), first found first."""
+    for name in ("generation_config.json", "config.json"):
+        try:
+            values = json.loads((directory / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        ids = values.get("eos_token_id") if isinstance(values, dict) else None
+        ids = ids if isinstance(ids, list) else [ids]
+        ids = [token_id for token_id in ids if isinstance(token_id, int) and not isinstance(token_id, bool)]
+        if ids:
+            return ids
+    return []
+
+
+def settle_special_tokens(tokenizer: Any, directory: Path) -> None:
+    """The pad token when the files name none: the tokenizer's EOS, else the model's first EOS id's token (left
+    padding is masked out, so any token the model has will do). SpecialTokenError when no EOS is named anywhere
+    (no completion could end) or a special token is ordinary text."""
+    eos = model_eos_ids(directory)
+    if tokenizer.eos_token is None and not eos:
+        raise SpecialTokenError(f"the model in {str(directory)!r} names no EOS token (tokenizer_config.json's "
+                                f"eos_token, generation_config.json's or config.json's eos_token_id), so no completion "
+                                f"could end: set eos_token in tokenizer_config.json")
+    if tokenizer.pad_token is None:
+        pad = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.convert_ids_to_tokens(eos[0])
+        if pad is None:  # the model's EOS id is past the tokenizer's tokens
+            raise SpecialTokenError(f"the tokenizer in {str(directory)!r} names no pad or EOS token, and the model's "
+                                    f"EOS id {eos[0]} is no token of it: set eos_token in tokenizer_config.json")
+        tokenizer.pad_token = pad
+    problem = ordinary_text_problem(tokenizer)
+    if problem:
+        raise SpecialTokenError(f"{problem} ({str(directory)!r})")
