@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
+                          PreTrainedTokenizerFast)
 from transformers.distributed import DistributedConfig
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import logging as hf_logging
@@ -26,7 +27,7 @@ from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_par
 from ..config import ConfigError, LoraConfig, ModelConfig
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
 from .model_files import ModelFileError, check_model_files
-from .special_tokens import SpecialTokenError, invented_roles, settle_special_tokens
+from .tokenizer_files import SpecialTokenError, invented_roles, is_generic, settle_special_tokens
 from .tensor_parallel import is_tensor_parallel
 
 
@@ -96,8 +97,11 @@ def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> No
 
 
 def _tokenizer_files(path: str, **unset: None) -> PreTrainedTokenizerBase:
+    """The tokenizer as its files say: tokenizer.json as it is when they name the generic class (AutoTokenizer would
+    take config.json's model type's class instead, which rebuilds the pipeline: tokenizer_files.py)."""
+    loader = PreTrainedTokenizerFast if is_generic(Path(path)) else AutoTokenizer
     try:
-        return AutoTokenizer.from_pretrained(path, **unset)
+        return loader.from_pretrained(path, **unset)
     except Exception as exc:  # the tokenizers library's own error types too: one line
         raise ModelLoadError(f"could not load the tokenizer in {path!r}: {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from None

@@ -1,12 +1,16 @@
-"""A tokenizer's special tokens (pad, EOS, BOS, UNK) as the engine uses them: each one either a token of the
-tokenizer's own files or left unset, none of them a piece of ordinary text, and an EOS somewhere.
+"""The tokenizer as its files say, and its special tokens (pad, EOS, BOS, UNK) as the engine uses them.
 
-Why here and not in transformers: a tokenizer class fills a role its files leave unset with its own default
-(Qwen2's `<|endoftext|>`), added as a new token past the model's vocabulary, so a tokenizer without a pad token was
-refused as "tokens added to it?" instead of padding with its EOS as the engine does. A special token that ordinary
-text encodes to (`"pad_token": "1"`) is left out of every decoded completion (the rollout decodes with
-skip_special_tokens), so the reward functions scored text without any of its 1s, silently. No EOS at all failed
-inside the rollout (a tensor of None).
+Why here and not in transformers:
+- AutoTokenizer picks the tokenizer class from config.json's model type even when tokenizer_config.json names the
+  generic class (`TokenizersBackend`, `PreTrainedTokenizerFast`: "tokenizer.json as it is"), and a model type's
+  class rebuilds the pipeline: a character tokenizer saved next to a Qwen2 model (the engine's own demo) loaded as
+  Qwen2's byte-level BPE, which dropped every space, newline and unknown character without a word.
+- a tokenizer class fills a role its files leave unset with its own default (Qwen2's `<|endoftext|>`), added as a
+  new token past the model's vocabulary: a tokenizer without a pad token was refused as "tokens added to it?"
+  instead of padding with its EOS as the engine does;
+- a special token that ordinary text encodes to (`"pad_token": "1"`) is left out of every decoded completion (the
+  rollout decodes with skip_special_tokens), so the reward functions scored text without any of its 1s, silently;
+- no EOS at all failed inside the rollout (a tensor of None).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import string
 from pathlib import Path
 from typing import Any, Optional
 
+# What tokenizer_config.json names when the tokenizer is tokenizer.json as it is (the second: transformers < 5).
+GENERIC_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 ROLES = ("pad_token", "eos_token", "bos_token", "unk_token")
 # Text any prompt or completion may hold: every printable ASCII character alone, and a sentence of them.
 ORDINARY_TEXT = [*string.printable, "The answer is 42, not 7.\n"]
@@ -32,17 +38,24 @@ def _content(value: Any) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
+def _settings(file: Path) -> dict:
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # absent (model_files.py has refused one that is there and unreadable)
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
 def declared_roles(directory: Path) -> set[str]:
     """The roles the tokenizer's files set (tokenizer_config.json, special_tokens_map.json), to a token or null."""
-    declared: set[str] = set()
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        try:
-            values = json.loads((directory / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # absent (model_files.py has refused one that is there and unreadable)
-            continue
-        if isinstance(values, dict):
-            declared |= {role for role in ROLES if role in values}
-    return declared
+    return {role for name in ("tokenizer_config.json", "special_tokens_map.json")
+            for role in ROLES if role in _settings(directory / name)}
+
+
+def is_generic(directory: Path) -> bool:
+    """Whether the files say "tokenizer.json as it is": that file, and the generic class in tokenizer_config.json."""
+    declared = _settings(directory / "tokenizer_config.json").get("tokenizer_class")
+    return (directory / "tokenizer.json").is_file() and declared in GENERIC_CLASSES
 
 
 def file_tokens(directory: Path) -> Optional[set[str]]:
@@ -90,11 +103,7 @@ def ordinary_text_problem(tokenizer: Any) -> Optional[str]:
 def model_eos_ids(directory: Path) -> list[int]:
     """The EOS ids generation_config.json or config.json name (model_files.py typed them), first found first."""
     for name in ("generation_config.json", "config.json"):
-        try:
-            values = json.loads((directory / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        ids = values.get("eos_token_id") if isinstance(values, dict) else None
+        ids = _settings(directory / name).get("eos_token_id")
         ids = ids if isinstance(ids, list) else [ids]
         ids = [token_id for token_id in ids if isinstance(token_id, int) and not isinstance(token_id, bool)]
         if ids:
@@ -120,3 +129,18 @@ def settle_special_tokens(tokenizer: Any, directory: Path) -> None:
     problem = ordinary_text_problem(tokenizer)
     if problem:
         raise SpecialTokenError(f"{problem} ({str(directory)!r})")
+
+
+def unknown_text(tokenizer: Any, text: str, ids: list[int]) -> Optional[str]:
+    """The first piece of `text` the tokenizer encodes as its UNK token (it has no token for it: the model would see
+    UNK where the reward functions see the text), quoted, or None; a text that writes the UNK token itself is fine."""
+    unk_id, unk = getattr(tokenizer, "unk_token_id", None), getattr(tokenizer, "unk_token", None)
+    if unk_id is None or unk_id not in ids or (isinstance(unk, str) and unk in text):
+        return None
+    try:  # a fast tokenizer says which characters became UNK
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        start, end = next(span for token_id, span in zip(encoded["input_ids"], encoded["offset_mapping"])
+                          if token_id == unk_id)
+        return repr(text[start:end][:20]) if end > start else "a character"
+    except Exception:  # a slow tokenizer has no offsets: the fact without the place
+        return "a character"
