@@ -466,7 +466,10 @@ def shown_value(value: Any, limit: int = 60) -> str:
 
 def _as_reward(value: Any) -> Optional[float]:
     """TRL's reading of one returned value: None or NaN is "not scored"; bools and numpy / 0-d tensor
-    scalars are numbers. Anything else, an infinity, or a number past float64's range is a NotAReward."""
+    scalars are numbers; a masked element of a NumPy masked array is "not scored" too (its value read as 0.0 before).
+    Anything else, an infinity, or a number past float64's range is a NotAReward."""
+    if value is np.ma.masked:
+        return None
     if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0:
         try:
             value = value.item()
