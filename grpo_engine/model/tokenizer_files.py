@@ -10,6 +10,8 @@ Why here and not in transformers:
   instead of padding with its EOS as the engine does;
 - a special token that ordinary text encodes to (`"pad_token": "1"`) is left out of every decoded completion (the
   rollout decodes with skip_special_tokens), so the reward functions scored text without any of its 1s, silently;
+  an EOS id of generation_config.json that is ordinary text (one from another model's vocabulary) ended every
+  completion at its first such character;
 - no EOS at all failed inside the rollout (a tensor of None).
 """
 
@@ -79,43 +81,59 @@ def invented_roles(tokenizer: Any, directory: Path) -> list[str]:
             and str(getattr(tokenizer, role)) not in tokens]
 
 
-def _role_of(tokenizer: Any, token_id: int) -> str:
-    role = next((role for role in ROLES if getattr(tokenizer, f"{role}_id", None) == token_id), None)
-    return f"{role} {tokenizer.convert_ids_to_tokens(token_id)!r}" if role else \
-        f"special token {tokenizer.convert_ids_to_tokens(token_id)!r}"
+DECODED_AWAY = ("completions are decoded without special tokens, so each one the model writes would be missing from "
+                "the text the reward functions score; make it a token of its own (such as '<pad>') in "
+                "tokenizer_config.json")
+ENDS_COMPLETIONS = ("every completion would end at its first one; is generation_config.json (or config.json) from "
+                    "another model?")
 
 
-def ordinary_text_problem(tokenizer: Any) -> Optional[str]:
-    """A special token that ordinary text encodes to (the UNK token aside: it stands for text the tokenizer has no
-    token for, preflight.py's concern), in a few words, or None."""
-    special = set(getattr(tokenizer, "all_special_ids", ()) or ()) - {getattr(tokenizer, "unk_token_id", None)}
-    if not special:
+def _checked_ids(tokenizer: Any, directory: Path) -> dict[int, tuple[str, str]]:
+    """{id: (what it is, why ordinary text must not encode to it)}: the tokenizer's special tokens (the UNK token
+    aside: it stands for text the tokenizer has no token for, preflight.py's concern), the model's EOS ids."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    checked = {}
+    for token_id in getattr(tokenizer, "all_special_ids", ()) or ():
+        if token_id != unk:
+            role = next((role for role in ROLES if getattr(tokenizer, f"{role}_id", None) == token_id),
+                        "special token")
+            checked[token_id] = (f"the tokenizer's {role} {tokenizer.convert_ids_to_tokens(token_id)!r}", DECODED_AWAY)
+    file, eos = model_eos_ids(directory)
+    for token_id in eos:
+        checked.setdefault(token_id, (f"{file}'s eos_token_id", ENDS_COMPLETIONS))
+    return checked
+
+
+def ordinary_text_problem(tokenizer: Any, directory: Path) -> Optional[str]:
+    """A special token or EOS id that ordinary text encodes to, in a few words, or None."""
+    checked = _checked_ids(tokenizer, directory)
+    if not checked:
         return None
     for text, ids in zip(ORDINARY_TEXT, tokenizer(ORDINARY_TEXT, add_special_tokens=False)["input_ids"]):
-        found = next((token_id for token_id in ids if token_id in special), None)
+        found = next((token_id for token_id in ids if token_id in checked), None)
         if found is not None:
-            return (f"the tokenizer's {_role_of(tokenizer, found)} (id {found}) is ordinary text ({text!r:.30} "
-                    f"encodes to it): completions are decoded without special tokens, so each one the model writes "
-                    f"would be missing from the text the reward functions score; make it a token of its own (such as '<pad>') in tokenizer_config.json")
+            what, why = checked[found]
+            return f"{what} (id {found}) is ordinary text ({text!r:.30} encodes to it): {why}"
     return None
 
 
-def model_eos_ids(directory: Path) -> list[int]:
-    """The EOS ids generation_config.json or config.json name (model_files.py typed them), first found first."""
+def model_eos_ids(directory: Path) -> tuple[str, list[int]]:
+    """(the file, the EOS ids) generation_config.json or config.json names (model_files.py typed them), the first
+    file that names any; ("", []) when neither does."""
     for name in ("generation_config.json", "config.json"):
         ids = _settings(directory / name).get("eos_token_id")
         ids = ids if isinstance(ids, list) else [ids]
         ids = [token_id for token_id in ids if isinstance(token_id, int) and not isinstance(token_id, bool)]
         if ids:
-            return ids
-    return []
+            return name, ids
+    return "", []
 
 
 def settle_special_tokens(tokenizer: Any, directory: Path) -> None:
     """The pad token when the files name none: the tokenizer's EOS, else the model's first EOS id's token (left
     padding is masked out, so any token the model has will do). SpecialTokenError when no EOS is named anywhere
-    (no completion could end) or a special token is ordinary text."""
-    eos = model_eos_ids(directory)
+    (no completion could end) or a special token or EOS id is ordinary text."""
+    _, eos = model_eos_ids(directory)
     if tokenizer.eos_token is None and not eos:
         raise SpecialTokenError(f"the model in {str(directory)!r} names no EOS token (tokenizer_config.json's "
                                 f"eos_token, generation_config.json's or config.json's eos_token_id), so no completion "
@@ -126,7 +144,7 @@ def settle_special_tokens(tokenizer: Any, directory: Path) -> None:
             raise SpecialTokenError(f"the tokenizer in {str(directory)!r} names no pad or EOS token, and the model's "
                                     f"EOS id {eos[0]} is no token of it: set eos_token in tokenizer_config.json")
         tokenizer.pad_token = pad
-    problem = ordinary_text_problem(tokenizer)
+    problem = ordinary_text_problem(tokenizer, directory)
     if problem:
         raise SpecialTokenError(f"{problem} ({str(directory)!r})")
 

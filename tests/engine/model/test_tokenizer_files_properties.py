@@ -5,7 +5,7 @@
 - roles the files leave unset get no token the files lack (before: Qwen2's `<|endoftext|>` was added past the
   model's vocabulary), the pad falls back to an EOS, and no EOS anywhere is one line;
 - a special token that ordinary text encodes to is one line naming it (before: decoding dropped it from every
-  completion the reward functions scored);
+  completion the reward functions scored), and so is a model EOS id that is (every completion ended at it);
 - a tiny model_max_length no longer warns "will result in indexing errors" (the engine bounds prompts itself).
 """
 
@@ -75,15 +75,22 @@ def test_roles_the_files_leave_unset_add_no_token_and_the_pad_falls_back_to_an_e
 
 
 @SETTINGS
-@given(role=st.sampled_from(["pad_token", "eos_token", "bos_token"]),
+@given(role=st.sampled_from(["pad_token", "eos_token", "bos_token", "generation_config.json's eos_token_id"]),
        token=st.sampled_from(ALPHABET))
-def test_a_special_token_that_is_ordinary_text_is_one_line_naming_it(role, token, tiny_model_dir, tmp_path_factory):
+def test_a_special_token_or_eos_id_that_is_ordinary_text_is_one_line_naming_it(role, token, tiny_model_dir,
+                                                                               tmp_path_factory):
     directory = _copy(tiny_model_dir, tmp_path_factory)
-    _edit(directory / "tokenizer_config.json", **{role: token})
+    if role.startswith("generation_config"):  # an EOS id from another model's vocabulary: a character here
+        token_id = Tokenizer.from_file(str(directory / "tokenizer.json")).token_to_id(token)
+        _edit(directory / "generation_config.json", eos_token_id=[1, token_id])
+        named = f"{role} (id {token_id})"
+    else:
+        _edit(directory / "tokenizer_config.json", **{role: token})
+        named = f"{role} {token!r}"
     with pytest.raises(ModelLoadError) as refused:
         load_tokenizer(str(directory))
     message = str(refused.value)
-    assert "\n" not in message and f"{role} {token!r}" in message and "is ordinary text" in message, message
+    assert "\n" not in message and named in message and "is ordinary text" in message, message
 
 
 def test_a_tiny_model_max_length_does_not_warn_of_indexing_errors(tiny_model_dir, tmp_path_factory, caplog):
