@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from pathlib import Path
 
@@ -93,10 +92,11 @@ def test_a_special_token_or_eos_id_that_is_ordinary_text_is_one_line_naming_it(r
     assert "\n" not in message and named in message and "is ordinary text" in message, message
 
 
-def test_a_tiny_model_max_length_does_not_warn_of_indexing_errors(tiny_model_dir, tmp_path_factory, caplog):
+def test_a_tiny_model_max_length_does_not_warn_of_indexing_errors(tiny_model_dir, tmp_path_factory):
+    """transformers warns when an encoding is longer than model_max_length (through its own logger, which the tests'
+    settings may silence): the limit is lifted, so the warning cannot come."""
     directory = _copy(tiny_model_dir, tmp_path_factory)
     _edit(directory / "tokenizer_config.json", model_max_length=8)
     tokenizer = load_tokenizer(str(directory))
-    with caplog.at_level(logging.WARNING):
-        ids = tokenizer(["1+2=" * 10], add_special_tokens=False)["input_ids"][0]
-    assert len(ids) == 40 and "indexing errors" not in caplog.text
+    ids = tokenizer(["1+2=" * 10], add_special_tokens=False)["input_ids"][0]
+    assert len(ids) == 40 and len(ids) <= tokenizer.model_max_length
