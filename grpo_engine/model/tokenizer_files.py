@@ -138,15 +138,15 @@ def settle_special_tokens(tokenizer: Any, directory: Path) -> None:
         raise SpecialTokenError(f"the model in {str(directory)!r} names no EOS token (tokenizer_config.json's "
                                 f"eos_token, generation_config.json's or config.json's eos_token_id), so no completion "
                                 f"could end: set eos_token in tokenizer_config.json")
-    if tokenizer.pad_token is None:
+    problem = ordinary_text_problem(tokenizer, directory)
+    if problem:
+        raise SpecialTokenError(f"{problem} ({str(directory)!r})")
+    if tokenizer.pad_token is None:  # after the check: a fallback to an EOS id is then named by its file
         pad = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.convert_ids_to_tokens(eos[0])
         if pad is None:  # the model's EOS id is past the tokenizer's tokens
             raise SpecialTokenError(f"the tokenizer in {str(directory)!r} names no pad or EOS token, and the model's "
                                     f"EOS id {eos[0]} is no token of it: set eos_token in tokenizer_config.json")
         tokenizer.pad_token = pad
-    problem = ordinary_text_problem(tokenizer, directory)
-    if problem:
-        raise SpecialTokenError(f"{problem} ({str(directory)!r})")
 
 
 def unknown_text(tokenizer: Any, text: str, ids: list[int]) -> Optional[str]:

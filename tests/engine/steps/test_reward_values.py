@@ -159,3 +159,17 @@ def test_a_masked_element_of_a_numpy_masked_array_is_not_scored(pairs, dtype):
     scores = _score(values, len(pairs))[:, 0].tolist()
     for (value, masked), score in zip(pairs, scores):
         assert math.isnan(score) if masked else score == float(dtype(value)), (pairs, scores)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=4),
+       st.sampled_from([lambda c: c[0]["content"], lambda c: c["content"], lambda c: c[-1]["content"]]))
+def test_a_reward_written_for_trls_chat_messages_is_told_it_gets_text(completions, read):
+    """TRL passes a conversational dataset's completions as lists of messages; the engine passes text. Before, the
+    error named only string indices."""
+    reward = NamedReward("chat_reward", lambda prompts, completions, **_: [float(len(read(c))) for c in completions],
+                         1.0)
+    with pytest.raises(RewardFunctionError) as caught:
+        score_completions([reward], ["p"] * len(completions), completions, {}, [[1]] * len(completions))
+    message = str(caught.value)
+    assert "\n" not in message and "raised TypeError" in message and "not as TRL's lists of chat messages" in message
