@@ -27,8 +27,8 @@ from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_par
 from ..config import ConfigError, LoraConfig, ModelConfig
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
 from .model_files import ModelFileError, check_model_files
-from .tokenizer_files import SpecialTokenError, invented_roles, is_generic, settle_special_tokens
 from .tensor_parallel import is_tensor_parallel
+from .tokenizer_files import SpecialTokenError, invented_roles, is_generic, settle_special_tokens
 
 
 class ModelLoadError(RuntimeError):
