@@ -8,7 +8,8 @@ fail later on any of these:
 
 - the tokenizer's ids (its length, its pad / EOS / BOS ids) inside the vocabulary config.json declares;
 - every prompt, as rendered (chat template, system prompt), is text the tokenizer can encode (no lone UTF-16
-  surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses) and has at least one token;
+  surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses; no character it has no token for, which it
+  would read as its UNK token) and has at least one token;
 - the longest prompt in tokens (truncated to data.max_prompt_length) plus rollout.max_new_tokens fits the
   model's positions, the packing budget (optim.max_tokens_per_micro_batch) and vLLM's rollout.vllm.max_model_len;
 - (the seeds: run.seed's domain is the schema's; a backend that derives more seeds from it checks them in its
@@ -22,6 +23,7 @@ from typing import Any, Optional, Sequence
 from .config import EngineConfig
 from .data.row_values import unencodable
 from .model.limits import ModelFitError, check_tokenizer_within
+from .model.tokenizer_files import unknown_text
 from .rollout.registry import rollout_backend
 
 
@@ -91,6 +93,12 @@ def prompt_lengths(prompts: Sequence[str], tokenizer: Any, source: str) -> list[
     empty = next((row for row, ids in enumerate(encoded) if not ids), None)
     if empty is not None:
         raise PreflightError(f"{source} row {empty}: the prompt is empty after tokenization ({prompts[empty]!r:.60})")
+    for row, (text, ids) in enumerate(zip(prompts, encoded)):
+        unknown = unknown_text(tokenizer, text, ids)
+        if unknown is not None:
+            raise PreflightError(f"{source} row {row}: the tokenizer has no token for {unknown} in the prompt (it "
+                                 f"reads it as {tokenizer.unk_token!r}, so the model would not see it); replace that "
+                                 f"text or drop the row")
     return [len(ids) for ids in encoded]
 
 

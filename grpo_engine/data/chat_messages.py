@@ -100,3 +100,17 @@ def special_token_as_text(messages: list[Any], system_prompt: Optional[str],
         if token is not None:
             return f"{where} holds the tokenizer's special token {token!r} as text"
     return None
+
+
+def dropped_user_message(messages: list[Any], rendered: Any) -> Optional[str]:
+    """The user message whose text (stripped: templates trim) a chat template's output lacks, in a few words, or
+    None. A template that ignores the messages (renders a fixed header) or only the first of them trained every
+    prompt on the same text, silently. Only user turns: templates may rightly drop other roles' parts (the
+    reasoning of earlier assistant turns; data.system_prompt has its own check)."""
+    if not isinstance(rendered, str):
+        return "any text (it returned no string)"
+    for index, message in enumerate(messages):
+        text = content_text(message.get("content")).strip() if isinstance(message, dict) else ""
+        if text and message.get("role") == "user" and text not in rendered:
+            return f"the text of message {index} (user, {text!r:.40})"
+    return None

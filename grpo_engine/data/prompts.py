@@ -19,7 +19,8 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import content_text, messages_problem, special_token_as_text, unused_system_prompt
+from .chat_messages import (content_text, dropped_user_message, messages_problem, special_token_as_text,
+                            unused_system_prompt)
 from .row_values import RowValueError, check_row_values, strict_json_hooks
 
 
@@ -315,10 +316,16 @@ def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt
         raise DataError(f"{why}, which needs a tokenizer with a chat template, and the model's tokenizer has none "
                         f"(chat_template.jinja or tokenizer_config.json's chat_template)")
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
         raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
                         f"{' '.join(str(exc).split())[:160]})") from None
+    dropped = dropped_user_message(messages, rendered)
+    if dropped:
+        raise DataError(f"the model's chat template renders these messages without {dropped}, so the model would "
+                        f"never see it; fix the template (chat_template.jinja or tokenizer_config.json's "
+                        f"chat_template)")
+    return rendered
 
 
 def render_prompts(rows: list[dict[str, Any]], column: str, tokenizer: PreTrainedTokenizerBase,

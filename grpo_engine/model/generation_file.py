@@ -83,7 +83,8 @@ def _first_problem(exc: ValidationError) -> str:
     key = str(error["loc"][0]) + "".join(
         f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"][1:]
         if isinstance(part, int) or part.isidentifier() and part[0].islower() and part not in BRANCH_NAMES)
-    return f"{key}: {message[0].lower() + message[1:]}, got {error['input']!r}"[:300]
+    got = "" if error["type"] == "missing" else f", got {error['input']!r}"  # a missing key's input: the whole file
+    return f"{key}: {message[0].lower() + message[1:]}{got}"[:300]
 
 
 def settings_problem(values: dict, schema: type[BaseModel], vocab_size: Optional[int]) -> Optional[str]:

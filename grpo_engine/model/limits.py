@@ -57,11 +57,23 @@ def check_tokenizer_within(tokenizer: Any, rows: int, path: str, holder: str) ->
     loaded embedding, or before any weight loads the vocabulary config.json declares)."""
     if len(tokenizer) > rows:
         raise ModelFitError(f"the tokenizer in {path!r} has {len(tokenizer)} tokens but {holder} has {rows} rows: "
-                            f"ids >= {rows} have no embedding (a tokenizer from another model, or tokens added to it?)")
+                            f"ids >= {rows} have no embedding{_tokens_past(tokenizer, rows)} (a tokenizer from "
+                            f"another model, or tokens added to it?)")
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         value = getattr(tokenizer, name, None)
         if isinstance(value, int) and not 0 <= value < rows:
             raise ModelFitError(f"the tokenizer's {name} is {value}, outside the {rows} rows of {holder} ({path!r})")
+
+
+def _tokens_past(tokenizer: Any, rows: int) -> str:
+    """The first tokens of ids >= `rows`, by name (a special token tokenizer_config.json names that its
+    tokenizer.json lacks is added past the vocabulary as it loads): ', such as '</s>' (99)', or ''."""
+    try:
+        names = [(token_id, tokenizer.convert_ids_to_tokens(token_id)) for token_id in range(rows, len(tokenizer))[:3]]
+    except Exception:  # a tokenizer without ids to names (a test double): the count alone
+        return ""
+    shown = ", ".join(f"{name!r} ({token_id})" for token_id, name in names if isinstance(name, str))
+    return f", such as {shown}" if shown else ""
 
 
 def scored_vocab_size(tokenizer: Any, lm: torch.nn.Module, sample_padded_vocab: bool) -> Optional[int]:

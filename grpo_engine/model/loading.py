@@ -15,8 +15,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
+                          PreTrainedTokenizerFast)
 from transformers.distributed import DistributedConfig
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import logging as hf_logging
 
 from grpo_kernels.integrations.lm_head import logit_transform
@@ -26,6 +28,7 @@ from ..config import ConfigError, LoraConfig, ModelConfig
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
 from .model_files import ModelFileError, check_model_files
 from .tensor_parallel import is_tensor_parallel
+from .tokenizer_files import SpecialTokenError, invented_roles, is_generic, settle_special_tokens
 
 
 class ModelLoadError(RuntimeError):
@@ -93,15 +96,30 @@ def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> No
         raise ModelLoadError(f"model directory {path!r}: {exc}") from None
 
 
-def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    check_model_dir(path)
+def _tokenizer_files(path: str, **unset: None) -> PreTrainedTokenizerBase:
+    """The tokenizer as its files say: tokenizer.json as it is when they name the generic class (AutoTokenizer would
+    take config.json's model type's class instead, which rebuilds the pipeline: tokenizer_files.py)."""
+    loader = PreTrainedTokenizerFast if is_generic(Path(path)) else AutoTokenizer
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        return loader.from_pretrained(path, **unset)
     except Exception as exc:  # the tokenizers library's own error types too: one line
         raise ModelLoadError(f"could not load the tokenizer in {path!r}: {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from None
-    if tokenizer.pad_token is None:  # many causal LMs ship without one; EOS is the usual stand-in
-        tokenizer.pad_token = tokenizer.eos_token
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    check_model_dir(path)
+    tokenizer = _tokenizer_files(path)
+    invented = invented_roles(tokenizer, Path(path))
+    if invented:  # a class default (Qwen2's <|endoftext|>) the files lack would be a new token past the model's rows
+        tokenizer = _tokenizer_files(path, **{role: None for role in invented})
+    # The engine bounds prompts itself (data.max_prompt_length, the model's positions): the tokenizer's own limit
+    # (a tokenizer_config.json's model_max_length of 8) only warned "will result in indexing errors" at each run.
+    tokenizer.model_max_length = VERY_LARGE_INTEGER
+    try:  # many causal LMs ship without a pad token; EOS is the usual stand-in
+        settle_special_tokens(tokenizer, Path(path))
+    except SpecialTokenError as exc:
+        raise ModelLoadError(str(exc)) from None
     tokenizer.padding_side = "left"  # prompts are left-padded so every completion starts at one column
     tokenizer.truncation_side = "left"  # over-long prompts keep their end, where the question is
     return tokenizer

@@ -11,6 +11,9 @@ spans lines and which is no OSError or ValueError.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from ..data.row_values import RowValueError, strict_json_hooks
 from .config_values import config_values_problem
@@ -25,6 +28,18 @@ MODEL_FILE_SUFFIXES = (".json", ".jinja", ".safetensors", ".bin", ".model", ".tx
 CONFIG_FILES = ("config.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
                 "adapter_config.json", "preprocessor_config.json")
 CONFIG_FILE_BYTES = 16 << 20
+# The index of a sharded checkpoint, by the single weights file transformers reads instead when there is one.
+WEIGHT_INDEXES = {"model.safetensors.index.json": "model.safetensors",
+                  "pytorch_model.bin.index.json": "pytorch_model.bin"}
+
+
+class WeightIndex(BaseModel):
+    """What transformers reads of a weight index: `metadata` (an object, {} will do) and the file of each weight."""
+
+    model_config = ConfigDict(extra="allow")
+
+    metadata: dict
+    weight_map: Annotated[dict[StrictStr, StrictStr], Field(min_length=1)]
 
 
 class ModelFileError(ValueError):
@@ -46,22 +61,9 @@ def check_model_files(directory: Path) -> None:
         kind = "a directory" if entry.is_dir() else special_file_kind(entry)
         if kind is not None:
             raise ModelFileError(f"{entry} is {kind}, not a regular file: the model's loaders read it as a file")
-    settings: dict[str, dict] = {}
-    for name in CONFIG_FILES:
-        path = directory / name
-        if not path.is_file():
-            continue
-        try:
-            value = parse_json(read_bounded_bytes(path, CONFIG_FILE_BYTES, "a model's configuration file"),
-                               str(path), **strict_json_hooks())
-        except (RowValueError, FileBoundError) as exc:
-            raise ModelFileError(f"{path}: {exc}") from None
-        except ValueError as exc:  # json's own error, UnicodeDecodeError
-            raise ModelFileError(f"{path} is not valid JSON ({_one_line(exc)})") from None
-        if not isinstance(value, dict):
-            raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object of settings")
-        settings[name] = value
+    settings = {name: _json_object(directory / name) for name in CONFIG_FILES if (directory / name).is_file()}
     _check_token_settings(directory, settings)
+    _check_weight_indexes(directory)
     problem = config_values_problem(settings["config.json"]) if "config.json" in settings else None
     if problem:
         raise ModelFileError(f"{directory / 'config.json'}: {problem}")
@@ -73,6 +75,38 @@ def check_model_files(directory: Path) -> None:
         except Exception as exc:  # transformers' and huggingface_hub's validation errors, of several types
             raise ModelFileError(f"{directory / 'config.json'} is not a configuration transformers accepts "
                                  f"({_one_line(exc)})") from None
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        value = parse_json(read_bounded_bytes(path, CONFIG_FILE_BYTES, "a model's configuration file"),
+                           str(path), **strict_json_hooks())
+    except (RowValueError, FileBoundError) as exc:
+        raise ModelFileError(f"{path}: {exc}") from None
+    except ValueError as exc:  # json's own error, UnicodeDecodeError
+        raise ModelFileError(f"{path} is not valid JSON ({_one_line(exc)})") from None
+    if not isinstance(value, dict):
+        raise ModelFileError(f"{path} holds a JSON {type(value).__name__}, not an object of settings")
+    return value
+
+
+def _check_weight_indexes(directory: Path) -> None:
+    """The index of sharded weights transformers reads (when the single weights file is absent): its keys of their
+    types, and every shard it names a file of the directory. transformers failed with "KeyError: 'metadata'" on an
+    index without that key, and a TypeError or AttributeError on a weight_map of another shape."""
+    for name, single in WEIGHT_INDEXES.items():
+        path = directory / name
+        if not path.is_file() or (directory / single).is_file():  # transformers reads the single file first
+            continue
+        problem = settings_problem(_json_object(path), WeightIndex, None)
+        if problem:
+            raise ModelFileError(f"{path}: {problem}")
+        shards = sorted(set(_json_object(path)["weight_map"].values()))
+        missing = [shard for shard in shards if not (directory / shard).is_file()]
+        if missing:
+            raise ModelFileError(f"{path} names {len(missing)} of its {len(shards)} weight files that the directory "
+                                 f"does not hold ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
+                                 f"copy them next to it")
 
 
 def _check_token_settings(directory: Path, settings: dict[str, dict]) -> None:

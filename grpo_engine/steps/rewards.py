@@ -466,7 +466,10 @@ def shown_value(value: Any, limit: int = 60) -> str:
 
 def _as_reward(value: Any) -> Optional[float]:
     """TRL's reading of one returned value: None or NaN is "not scored"; bools and numpy / 0-d tensor
-    scalars are numbers. Anything else, an infinity, or a number past float64's range is a NotAReward."""
+    scalars are numbers; a masked element of a NumPy masked array is "not scored" too (its value read as 0.0 before).
+    Anything else, an infinity, or a number past float64's range is a NotAReward."""
+    if value is np.ma.masked:
+        return None
     if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim == 0:
         try:
             value = value.item()
@@ -513,7 +516,8 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
             raise RewardFunctionError(f"reward function {reward.name!r} called sys.exit({exc.code!r}): a reward "
                                       f"function returns its scores; it may not end the run") from None
         except Exception as exc:
-            error = RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}")
+            error = RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}"
+                                        f"{_text_arguments_hint(exc)}")
             # The user's bug is inside the function: keep its frames, without this caller's.
             error.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
             raise error from exc
@@ -521,6 +525,15 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
             if score is not None:
                 table[i, j] = score
     return table
+
+
+def _text_arguments_hint(exc: Exception) -> str:
+    """A function written for TRL's conversational format (`completion[0]["content"]`) indexes the text the engine
+    passes as if it were a list of messages: said, since its error names only string indices."""
+    if isinstance(exc, TypeError) and "string indices must be integers" in str(exc):
+        return (" (prompts and completions reach a reward function as text, not as TRL's lists of chat messages: "
+                "read `completion`, not `completion[0]['content']`)")
+    return ""
 
 
 def _returned_scores(name: str, values: Any, n: int, sources: Optional[Sequence[str]] = None

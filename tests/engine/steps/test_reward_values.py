@@ -148,3 +148,28 @@ def test_a_training_run_names_the_dataset_row_whose_completion_got_a_bad_value(r
         train(config)
     message = str(caught.value)
     assert "\n" not in message and f"(dataset {str(bad)!r} row 2); expected a finite number" in message, message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 5), st.booleans()), min_size=1, max_size=6),
+       st.sampled_from([np.float64, np.float32, np.int64, np.bool_]))
+def test_a_masked_element_of_a_numpy_masked_array_is_not_scored(pairs, dtype):
+    """NumPy's reading of a masked element: missing. Its value was read as 0.0 before (a score of 0, silently)."""
+    values = np.ma.masked_array([dtype(v) for v, _ in pairs], mask=[m for _, m in pairs])
+    scores = _score(values, len(pairs))[:, 0].tolist()
+    for (value, masked), score in zip(pairs, scores):
+        assert math.isnan(score) if masked else score == float(dtype(value)), (pairs, scores)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=4),
+       st.sampled_from([lambda c: c[0]["content"], lambda c: c["content"], lambda c: c[-1]["content"]]))
+def test_a_reward_written_for_trls_chat_messages_is_told_it_gets_text(completions, read):
+    """TRL passes a conversational dataset's completions as lists of messages; the engine passes text. Before, the
+    error named only string indices."""
+    reward = NamedReward("chat_reward", lambda prompts, completions, **_: [float(len(read(c))) for c in completions],
+                         1.0)
+    with pytest.raises(RewardFunctionError) as caught:
+        score_completions([reward], ["p"] * len(completions), completions, {}, [[1]] * len(completions))
+    message = str(caught.value)
+    assert "\n" not in message and "raised TypeError" in message and "not as TRL's lists of chat messages" in message
