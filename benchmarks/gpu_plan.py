@@ -4,6 +4,7 @@ printed by benchmarks/gpu/plan.py (same arguments)."""
 import sys
 
 from .gpu.plan import main
+from grpo_engine.command_failure import run_tool
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.gpu_plan"))

@@ -36,6 +36,7 @@ from typing import Callable, Optional
 import torch
 
 from grpo_engine.cli_parser import CommandParser
+from grpo_engine.command_failure import run_tool
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
 from grpo_kernels.backends import BACKENDS
 from grpo_kernels.head import LMHead
@@ -336,4 +337,4 @@ def _parts(text: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.triton_check"))

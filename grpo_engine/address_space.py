@@ -51,9 +51,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
         isinstance(exc, ImportError) and any(text in str(exc).lower() for text in MAPPING_FAILED))
 
 
-def out_of_memory_message(command: Optional[str]) -> str:
-    """One line for an out-of-memory failure: the address-space limit when one is set, else the machine's memory."""
+def out_of_memory_message(command: Optional[str], prog: str = "grpo-engine") -> str:
+    """One line for an out-of-memory failure of `prog` (and its subcommand): the address-space limit when one is set,
+    else the machine's memory."""
     limit = address_space_limit()
     cause = (f"the process may use at most {_limit_text(limit)}; raise the limit (ulimit -v unlimited) and run again"
              if limit is not None else "the machine's memory ran out; free some, or use a smaller model or batch")
-    return f"grpo-engine{f' {command}' if command else ''}: out of memory: {cause}"
+    return f"{prog}{f' {command}' if command else ''}: out of memory: {cause}"

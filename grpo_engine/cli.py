@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from .address_space import check_address_space, is_out_of_memory, out_of_memory_message
+from .address_space import check_address_space, out_of_memory_message
 from .cli_parser import CommandLineError, CommandParser
 from .cli_types import path_text, positive_int
+from .command_failure import NAMED_FAILURES, failure_status
 from .data.demo_task import DEMO_PRESET
-from .messages import has_no_reader, reader_gone, show_messages
+from .messages import show_messages
 from .standard_streams import guard_output, lost_output, open_closed_streams
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
@@ -391,31 +392,8 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "
               f"--resume", file=sys.stderr)
         return 130
-    except MemoryError:
-        print(out_of_memory_message(args.command), file=sys.stderr)
-        return 1
-    except (OSError, ValueError, RuntimeError, ImportError, FloatingPointError) as exc:
-        if isinstance(exc, BrokenPipeError) and has_no_reader(sys.stdout):  # `| head`: end quietly, as a Unix tool
-            reader_gone(sys.stdout)                                         # does (not a server's socket's pipe)
-            return 128 + signal.SIGPIPE
-        if is_out_of_memory(exc):  # a library the loader could not map: the address space, not a broken install
-            print(out_of_memory_message(args.command), file=sys.stderr)
-            return 1
-        if getattr(exc, "errno", None) == errno.EFBIG:  # past the file-size limit: say which limit, not just "too large"
-            from .state.file_size_limit import file_size_limit, limit_text
-
-            limit = file_size_limit()
-            cause = f"this process may write {limit_text(limit)}" if limit is not None else "a file got too large"
-            print(f"grpo-engine {args.command}: {' '.join(str(exc).split())} ({cause}: raise the limit with "
-                  f"ulimit -f unlimited and run again)", file=sys.stderr)
-            return 1
-        # The engine's own errors name their cause; a traceback would bury it. A reward function's own
-        # traceback is the exception: the bug is in the user's code.
-        if getattr(exc, "user_traceback", None):
-            print(exc.user_traceback, file=sys.stderr, end="")
-        # One line whatever the message holds: a library's error text (transformers', torch's) may span several.
-        print(f"grpo-engine {args.command}: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+    except (MemoryError, *NAMED_FAILURES) as exc:  # the engine's own errors name their cause: one line
+        return failure_status(exc, f"grpo-engine {args.command}")
 
 
 if __name__ == "__main__":

@@ -113,3 +113,52 @@ def path_text(text: str) -> str:
 
 
 path_text.__name__ = "path"
+
+
+# The files and directories a tool writes its results to, and the files it updates, checked where argparse reads
+# them: `benchmarks.suite.report --plots FILE`, `kernel_report --out FILE`, `demo_seeds --output-dir FILE` ended in
+# a traceback, the kernel report's after half a minute of compiling, demo_seeds' after torch's import; a `--out` in
+# a directory that is a file, or a file that is a directory, was found only when the results were written.
+
+def _path_problem(check: Callable[[str, str], None], text: str) -> None:
+    """`check(text, key)`'s one-line refusal (it names the path after `key`) as the parser's error."""
+    from .state.path_limits import PathTooLong
+    from .state.run_lock import RunDirectoryError
+
+    path_text(text)
+    try:
+        check(text, "the path")
+    except (RunDirectoryError, PathTooLong) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def output_file(text: str) -> str:
+    """An argparse type: a file the command writes whole (a report, a table): not a directory nor a special file,
+    and in a directory it may write or create; none of a run directory's own files."""
+    from .state.run_lock import check_output_file
+
+    _path_problem(check_output_file, text)
+    return text
+
+
+def output_directory(text: str) -> str:
+    """An argparse type: a directory the command writes files into, there or made: not a file, nor under one, and
+    writable."""
+    from .state.run_lock import check_writable_dir
+
+    _path_problem(check_writable_dir, text)
+    return text
+
+
+def file_to_update(text: str) -> str:
+    """An argparse type: an existing regular file the command rewrites part of (a README's generated block)."""
+    path_text(text)
+    from pathlib import Path
+
+    if not Path(text).is_file():
+        what = "a directory" if Path(text).is_dir() else "not there" if not Path(text).exists() else "not a regular file"
+        raise argparse.ArgumentTypeError(f"expected an existing file to update, got {text[:60]!r}, which is {what}")
+    return text
+
+
+output_file.__name__ = output_directory.__name__ = file_to_update.__name__ = "path"

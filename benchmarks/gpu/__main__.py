@@ -2,6 +2,8 @@
 
 import sys
 
+from grpo_engine.command_failure import run_tool
+
 from .command import main
 
-sys.exit(main())
+sys.exit(run_tool(main, "python -m benchmarks.gpu"))

@@ -37,7 +37,8 @@ from typing import Callable, Optional, Union
 import torch
 
 from grpo_engine.cli_parser import CommandParser
-from grpo_engine.cli_types import file_name, names_from, positive_float
+from grpo_engine.cli_types import file_name, names_from, output_directory, positive_float
+from grpo_engine.command_failure import run_tool
 
 from ..model.roofline import predict_case_ms
 from ..suite.cases import LOSS_CASES, flops
@@ -388,7 +389,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     started_at = time.monotonic()
     argv = sys.argv[1:] if argv is None else argv
     parser = CommandParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="the run's directory: continued when it holds progress")
+    parser.add_argument("--out", required=True, type=output_directory, help="the run's directory: continued when it holds progress")
     parser.add_argument("--resume", help="an earlier run's directory to continue from when --out has no progress yet "
                                          "(e.g. the carried copy of a GPU machine's $OUT/...); missing or empty: a new run")
     parser.add_argument("--budget-s", type=positive_float("seconds"), default=PART_BUDGET_S,
@@ -431,4 +432,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.gpu.command"))

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 
 from grpo_engine.cli_parser import CommandParser
 from grpo_engine.cli_types import positive_float
+from grpo_engine.command_failure import run_tool
 from grpo_kernels.backends import BACKENDS, BASELINE_BACKEND, DEFAULT_BACKEND
 
 from ..model.roofline import case_problem, estimate
@@ -308,4 +309,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.gpu.plan"))

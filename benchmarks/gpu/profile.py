@@ -11,13 +11,15 @@ gaps). On a CPU it profiles CPU operators instead, at a small shape, which only 
 from __future__ import annotations
 
 import collections
+import os
 import sys
 from typing import Optional
 
 import torch
 
 from grpo_engine.cli_parser import CommandParser
-from grpo_engine.cli_types import names_from, positive_int
+from grpo_engine.cli_types import names_from, output_file, positive_int
+from grpo_engine.command_failure import run_tool
 from grpo_engine.state.atomic_file import FileWriteError, write_atomically
 
 from ..suite.cases import LOSS_CASES, OPERATIONS
@@ -98,7 +100,7 @@ def profile_lines(shape: BenchShape, paths: list[str], operations: list[str], st
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.gpu.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="S1", type=names_from(sorted(TARGET_SHAPES), "shapes"),
                         help=f"comma-separated, each one of {sorted(TARGET_SHAPES)} (CPU: a small stand-in); several "
                              "shapes run in one process, as the GPU command runs them")
@@ -106,7 +108,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         type=names_from(("floor", *ROUTED, *PATHS), "paths"))
     parser.add_argument("--operations", default="logprobs,loss", type=names_from(OPERATIONS, "operations"))
     parser.add_argument("--steps", type=positive_int, default=3)
-    parser.add_argument("--out", help="also write the tables to this markdown file")
+    parser.add_argument("--out", type=output_file, help="also write the tables to this markdown file")
     args = parser.parse_args(argv)
     shape_names = args.shape
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -120,6 +122,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(text)
     if args.out:
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # as the type allowed
             write_atomically(args.out, text + "\n")
         except FileWriteError as exc:  # the tables are printed above; the earlier file is left whole
             print(f"python -m benchmarks.gpu.profile: {exc}", file=sys.stderr)
@@ -128,4 +131,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.gpu.profile"))

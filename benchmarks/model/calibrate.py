@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from grpo_engine.cli_parser import CommandParser
+from grpo_engine.command_failure import run_tool
 from grpo_kernels.cost_model import DEVICES, DeviceRates, device_key
 
 from ..suite.report import Result, Run, load_run
@@ -202,7 +203,7 @@ def case_lines(run: Run, rates: DeviceRates) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.model.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("results", help="a GPU run's pytest-benchmark JSON (benchmarks/results/<gpu>.json)")
     args = parser.parse_args(argv)
     run = load_run(args.results)
@@ -229,4 +230,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.model.calibrate"))

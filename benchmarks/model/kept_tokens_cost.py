@@ -12,6 +12,8 @@ and on what else runs on it.
 
 from __future__ import annotations
 
+import sys
+
 import dataclasses
 import statistics
 import time
@@ -21,6 +23,7 @@ import torch
 
 from grpo_engine.cli_parser import CommandParser
 from grpo_engine.cli_types import positive_int, thread_count_type
+from grpo_engine.command_failure import run_tool
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 from grpo_kernels.backends.kept_tokens import chunk_rows
 
@@ -105,7 +108,7 @@ def _time(problem, kept: Optional[torch.Tensor], repeats: int) -> float:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.model.kept_tokens_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=thread_count_type(), default=1)
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1, 20, 1024])
@@ -132,4 +135,4 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main, "python -m benchmarks.model.kept_tokens_cost"))

@@ -32,7 +32,8 @@ from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from grpo_engine.cli_parser import CommandParser  # noqa: E402
-from grpo_engine.cli_types import bounded_int  # noqa: E402
+from grpo_engine.cli_types import bounded_int, output_directory  # noqa: E402
+from grpo_engine.command_failure import run_tool
 
 RESULTS = Path(__file__).parents[1] / "results" / "kernels"
 COLUMNS = ("kernel", "arch", "dtype", "variant", "block_n", "block_v", "block_k", "split_tiles", "num_warps",
@@ -162,8 +163,8 @@ def environment() -> dict:
 
 
 def main(argv=None) -> int:
-    parser = CommandParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=RESULTS,
+    parser = CommandParser(prog="python -m benchmarks.model.kernel_report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=output_directory, default=RESULTS,
                         help="folder for kernel-report-triton-<version>.{md,json}")
     parser.add_argument("--heaviest", action="store_true",
                         help="only the variant with every register-costing flag on, per kernel, arch and dtype")
@@ -180,9 +181,10 @@ def main(argv=None) -> int:
     targets = all_targets(heaviest_only=args.heaviest, dtypes=tuple(args.dtypes or DTYPES))
     started = time.perf_counter()
     rows = run(targets, args.workers)
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     env = environment()
-    stem = args.out / report_name(env["triton"])  # "3.6.0" has dots: no Path.with_suffix
+    stem = out / report_name(env["triton"])  # "3.6.0" has dots: no Path.with_suffix
     Path(f"{stem}.json").write_text(json.dumps({"environment": env, "builds": rows}, indent=1) + "\n")
     Path(f"{stem}.md").write_text(markdown(rows, env))
     found = problems(rows)
@@ -193,4 +195,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.model.kernel_report"))

@@ -16,6 +16,7 @@ from typing import Optional
 
 from grpo_engine.cli_parser import CommandParser
 from grpo_engine.cli_types import positive_float
+from grpo_engine.command_failure import run_tool
 from grpo_kernels.objective import is_token_level, on_policy_token_level, sequence_waves_apply
 
 from ..suite.cases import LOSS_CASES
@@ -258,4 +259,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.model.roofline"))

@@ -18,6 +18,7 @@ from typing import Optional
 from .roofline import SCENARIOS, estimate, problem
 from .roofline_model import DEVICES, MIB, Problem
 from ..suite.shapes import TARGET_SHAPES
+from grpo_engine.command_failure import run_tool
 
 TIME_TARGET_X_FLOOR = 1.6
 MEMORY_TARGET_X_CCE = 1.1
@@ -79,4 +80,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    sys.exit(run_tool(lambda: main(sys.argv[1:]), "python -m benchmarks.model.triton_targets"))

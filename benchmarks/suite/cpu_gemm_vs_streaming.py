@@ -12,6 +12,8 @@ machine's load hits all rows alike); the numbers depend on the machine and on wh
 
 from __future__ import annotations
 
+import sys
+
 import statistics
 import time
 from typing import Callable, Optional
@@ -20,6 +22,7 @@ import torch
 
 from grpo_engine.cli_parser import CommandParser
 from grpo_engine.cli_types import positive_int, thread_count_type
+from grpo_engine.command_failure import run_tool
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
 
 from .paths import PathUnavailable, require_trl
@@ -69,7 +72,7 @@ def _median_seconds(steps: dict[str, Callable[[], object]], repeats: int) -> dic
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.suite.cpu_gemm_vs_streaming", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=thread_count_type(), default=1)
     args = parser.parse_args(argv)
@@ -93,4 +96,4 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main, "python -m benchmarks.suite.cpu_gemm_vs_streaming"))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_types import file_to_update, output_directory, output_file
+from grpo_engine.command_failure import run_tool
 from grpo_engine.state.atomic_file import FileWriteError, write_atomically
 
 from ..model import roofline
@@ -409,10 +411,10 @@ def _report(argv: Optional[list[str]]) -> int:
     parser = CommandParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/suite/`")
     parser.add_argument("--readme", action="store_true", help="print only the README headline block (all files)")
-    parser.add_argument("--out", help="also write the markdown report to this file (one results file only)")
-    parser.add_argument("--plots", help="directory for the PNG plots (default: next to the JSON, <name>-plots/)")
+    parser.add_argument("--out", type=output_file, help="also write the markdown report to this file (one results file only)")
+    parser.add_argument("--plots", type=output_directory, help="directory for the PNG plots (default: next to the JSON, <name>-plots/)")
     parser.add_argument("--no-plots", action="store_true", help="do not draw plots")
-    parser.add_argument("--update-readme", metavar="README", help="write the headline block into this file's markers")
+    parser.add_argument("--update-readme", metavar="README", type=file_to_update, help="write the headline block into this file's markers")
     args = parser.parse_args(argv)
     try:
         runs = [load_run(path) for path in args.results]
@@ -433,6 +435,7 @@ def _report(argv: Optional[list[str]]) -> int:
         text = full_report(run)
         sys.stdout.write(text)
         if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # as the type allowed
             write_atomically(args.out, text)
         if not args.no_plots:
             out_dir = args.plots or os.path.splitext(run.source)[0] + "-plots"
@@ -442,4 +445,4 @@ def _report(argv: Optional[list[str]]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.suite.report"))

@@ -18,6 +18,7 @@ import torch
 
 from grpo_engine.cli_parser import CommandParser
 from grpo_engine.cli_types import file_name
+from grpo_engine.command_failure import run_tool
 
 from . import report
 from .machine import cpu_name
@@ -59,4 +60,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m benchmarks.suite.run"))

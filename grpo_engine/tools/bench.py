@@ -34,6 +34,7 @@ from grpo_kernels.backends import BASELINE_BACKEND, backend_names, get_backend
 
 from .bench_options import ARCHITECTURES, build_parser
 from .measuring_child import call_in_child
+from ..command_failure import run_tool
 
 TINY_LAYERS = 2
 TINY_HEAD_DIM = 8
@@ -298,4 +299,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.bench"))

@@ -27,7 +27,8 @@ from typing import Optional, Sequence
 import torch
 
 from ..cli_parser import CommandParser
-from ..cli_types import bounded_int, positive_int
+from ..cli_types import bounded_int, output_directory, positive_int
+from ..command_failure import run_tool
 from ..config import load_config
 from ..config.schema import MAX_SEED
 from ..data.demo_task import DEMO_PRESET
@@ -132,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = CommandParser(prog="python -m grpo_engine.tools.demo_seeds", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=bounded_int(0, MAX_SEED, "a seed"), nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--jobs", type=positive_int, default=1, help="seeds trained at once (one CPU thread each)")
-    parser.add_argument("--output-dir", default="runs/demo-seeds", help="one run directory per seed inside it")
+    parser.add_argument("--output-dir", type=output_directory, default="runs/demo-seeds", help="one run directory per seed inside it")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: flags for grpo-engine train")
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir)
@@ -150,4 +151,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.demo_seeds"))

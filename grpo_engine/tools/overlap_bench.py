@@ -10,6 +10,8 @@ waiting for the generation in flight, then the weight push) and the staleness th
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import json
 import statistics
@@ -19,6 +21,7 @@ from typing import Optional, Sequence
 
 from ..cli_parser import CommandParser
 from ..cli_types import bounded_int, positive_int
+from ..command_failure import run_tool
 
 
 def run(url: str, model: str, staleness: int, args: argparse.Namespace, output_dir: str) -> dict[str, float]:
@@ -44,7 +47,7 @@ def run(url: str, model: str, staleness: int, args: argparse.Namespace, output_d
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = CommandParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m grpo_engine.tools.overlap_bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True, help="the directory the server serves")
     parser.add_argument("--steps", type=positive_int, default=12)
@@ -65,4 +68,4 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.overlap_bench"))

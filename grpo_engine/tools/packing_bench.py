@@ -33,6 +33,7 @@ import torch
 
 from ..cli_parser import CommandParser
 from ..cli_types import bounded_int, positive_int
+from ..command_failure import run_tool
 from ..config.schema import MAX_SEED
 
 HIDDEN, LAYERS, INTERMEDIATE, HEADS, KV_HEADS, VOCAB = 384, 4, 1024, 6, 2, 2048
@@ -178,7 +179,7 @@ def report(results: dict[str, dict[str, Any]], command: str, seed: int) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m grpo_engine.tools.packing_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--spreads", nargs="*", default=list(SPREADS), help=f"of {', '.join(SPREADS)}")
     parser.add_argument("--rounds", type=positive_int, default=5, help="timed rounds of every mode, alternating")
     parser.add_argument("--seed", type=bounded_int(0, MAX_SEED, "a seed"), default=0)
@@ -192,4 +193,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.packing_bench"))

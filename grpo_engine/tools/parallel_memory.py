@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 
 from ..cli_parser import CommandParser
 from ..cli_types import bounded_int, positive_int
+from ..command_failure import run_tool
 from ..state.metrics import peak_memory_mb
 
 MODES = {"ddp": [], "fsdp": ["--model.fsdp", "true"]}
@@ -146,4 +147,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.parallel_memory"))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..cli_parser import CommandParser
+from ..command_failure import run_tool
 from ..state.atomic_file import write_atomically
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,4 +187,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.reference_docs"))

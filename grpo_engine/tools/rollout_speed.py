@@ -9,6 +9,8 @@ Needs vLLM (its CPU build in .ci/vllm_tests' environment on a CPU machine):
 
 from __future__ import annotations
 
+import sys
+
 import os
 import tempfile
 import time
@@ -19,6 +21,7 @@ import torch
 
 from ..cli_parser import CommandParser
 from ..cli_types import multiple_of, positive_int, thread_count_type
+from ..command_failure import run_tool
 
 
 def build_model(directory: str, hidden: int, layers: int, seed: int, vocab_rows: int = 0) -> None:
@@ -53,7 +56,7 @@ def timed_rounds(backend, prompts: list[str], repeats: int) -> tuple[int, float]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = CommandParser(description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m grpo_engine.tools.rollout_speed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=positive_int, default=32, help="completions per round (default 32)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="the longest completion (default 64)")
     parser.add_argument("--hidden", type=multiple_of(32), default=256,
@@ -90,4 +93,4 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main, "python -m grpo_engine.tools.rollout_speed"))
