@@ -160,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(args: argparse.Namespace) -> int:
+def train_config(args: argparse.Namespace) -> Any:
+    """The EngineConfig `grpo-engine train` runs with these parsed arguments, its paths checked: ConfigError (and the
+    run directory's errors) in one line otherwise. Also what a tool that starts `train` checks its flags with
+    (grpo_engine/tools/train_flags.py)."""
     from .config import load_config
 
     overrides = _overrides(args, {"model": "model.name_or_path", "data": "data.path", "output_dir": "run.output_dir",
@@ -168,7 +171,11 @@ def _train(args: argparse.Namespace) -> int:
     _check_input_paths(("--config", args.config))
     model_given = overrides.get("model.name_or_path") is not None or _yaml_sets(args.config, "model", "name_or_path")
     uses_builtin_model = not model_given
-    config = load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
+    return load_config(args.config, overrides, preset=DEMO_PRESET if uses_builtin_model else None)
+
+
+def _train(args: argparse.Namespace) -> int:
+    config = train_config(args)
     check_output_dir(config.run.output_dir)  # before seconds of imports, not after
     check_run_entries(config.run.output_dir)
     check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,

@@ -34,6 +34,7 @@ from ..config.schema import MAX_SEED
 from ..data.demo_task import DEMO_PRESET
 from ..state.checkpoint import list_checkpoints, model_dir
 from ..state.metrics import read_metrics
+from .train_flags import check_train_flags
 
 SAMPLED_TARGET = 0.95
 GREEDY_TARGET = 0.98
@@ -140,7 +141,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     existing = [s for s in args.seeds if (output_dir / f"seed-{s}").exists()]
     if existing:
         parser.error(f"--output-dir {output_dir} already holds runs for seeds {existing}: choose another directory")
+    twice = sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1})
+    if twice:  # one run directory per seed: the second run of a seed found the first's, or fought it for its lock
+        parser.error(f"argument --seeds: {', '.join(map(str, twice))} given more than once; name each seed once")
     train_args = [a for a in args.train_args if a != "--"]
+    check_train_flags(train_args, ["--run.progress_bar", "false"])  # before the first run, not in its log
     torch.set_num_threads(1)  # the evaluations of a 0.1 M-parameter model, while other seeds train
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda seed: run_seed(seed, output_dir, train_args), args.seeds))

@@ -126,6 +126,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rest = [a for a in rest if a != "--"]
     if args.report is not None:
         return report_worker(args.report, rest)
+    if rest:  # only a torchrun worker takes train flags (from run_mode); here they were dropped without a word
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     with tempfile.TemporaryDirectory(prefix="parallel-memory-") as tmp:
         work = Path(tmp)
         flags = [*COMMON_FLAGS, "--run.max_steps", str(args.steps)]

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from ..cli_parser import CommandParser
@@ -85,6 +86,20 @@ def serve_command(args: argparse.Namespace, cuda: bool) -> tuple[list[str], dict
     return argv + extra, env
 
 
+def check_server_inputs(model: str, python: str) -> None:
+    """ConfigError in one line when --model is neither a local directory nor a Hub id, or --python is not a program
+    this process may run: vLLM found a mistyped model path after its start-up, in a traceback of its own, and a
+    --python that is not there was "FileNotFoundError: [Errno 2]", naming no option. (--print-command checks
+    neither: the command may be for another machine.)"""
+    from ..config import ConfigError, is_hub_id
+
+    if not model.strip() or not (Path(model).expanduser().is_dir() or is_hub_id(model)):  # "" is the cwd
+        raise ConfigError(f"--model {model[:80]!r}: expected a local model directory or a Hub id ORG/NAME")
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):
+        what = "not there" if not Path(python).exists() else "not an executable file"
+        raise ConfigError(f"--python {python[:80]!r}: expected the Python program of vLLM's environment; it is {what}")
+
+
 def serve(args: argparse.Namespace) -> int:
     if args.device == "auto":
         import torch
@@ -96,6 +111,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.print_command:
         print(" ".join(f"{k}={v}" for k, v in env.items()), " ".join(argv))
         return 0
+    check_server_inputs(args.model, args.python)  # before vLLM starts (tens of seconds) to find them missing
     problem = listen_problem(args.host, args.port)  # before vLLM loads the model, which then failed to bind
     if problem is not None:
         raise OSError(f"serve cannot listen on {args.host}:{args.port} ({problem}): another server or program holds "
