@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 from grpo_kernels import GRPOLossConfig
 from grpo_kernels.backends import BASELINE_BACKEND, backend_names, get_backend
 
+from .bench_memory import device_memory, gib, least_step_bytes, weight_count
 from .bench_options import ARCHITECTURES, build_parser
 from .measuring_child import call_in_child
 from ..command_failure import run_tool
@@ -184,11 +185,15 @@ def run_in_fresh_process(spec: StepSpec, repeats: int, budget_bytes: Optional[in
 
 
 def longest_fitting_length(spec: StepSpec, budget_bytes: int, start: int, limit: int, resolution: int,
-                           threads: Optional[int] = None) -> tuple[Optional[int], int]:
+                           threads: Optional[int] = None,
+                           certain_miss: Callable[[int], bool] = lambda length: False) -> tuple[Optional[int], int]:
     """(longest completion length that fits the budget or None, number of probes): doubling from `start`
     (the last doubling clipped to `limit`), then bisection to `resolution` tokens. `limit` itself fitting
-    returns `limit`: the longest that fits is at least that."""
+    returns `limit`: the longest that fits is at least that. A length `certain_miss` says cannot fit (its least
+    memory is over the budget or the device) is a miss without a process."""
     def fits(length: int) -> bool:
+        if certain_miss(length):
+            return False
         probe = replace(spec, completion_length=length)
         return run_in_fresh_process(probe, 0, budget_bytes, threads).fits
 
@@ -240,6 +245,28 @@ def _positive_ints(args: argparse.Namespace, names: Sequence[str]) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
+def least_bytes_of(args: argparse.Namespace, device: str) -> Callable[[str, int], int]:
+    """(backend, completion length) -> the least memory of a step of `args` (bench_memory.least_step_bytes)."""
+    from ..model.loading import resolve_dtype
+
+    config = architecture_config(args.model, args.scale)
+    weights = weight_count(config)
+    element = torch.empty((), dtype=resolve_dtype(args.dtype, torch.device(device))).element_size()
+    return lambda backend, length: least_step_bytes(config, weights, args.batch_size, args.prompt_length, length,
+                                                    element, args.lora, get_backend(backend).materializes_logits)
+
+
+def check_fits_device(args: argparse.Namespace, backend: str, need: int, memory: Optional[tuple[int, str]]) -> None:
+    """ValueError naming the size options when a step needs more than the device has."""
+    if memory is None or need <= memory[0]:
+        return
+    smaller = "smaller sizes" + (" or --scale tiny" if args.scale == "full" else "")
+    raise ValueError(f"--model {args.model} (--scale {args.scale}{', --lora' if args.lora else ''}) with --batch-size "
+                     f"{args.batch_size} x (--prompt-length {args.prompt_length} + --completion-length "
+                     f"{args.completion_length}) tokens needs at least {gib(need)} for one step of the {backend} "
+                     f"backend, more than this machine's {gib(memory[0])} of {memory[1]}: choose {smaller}")
+
+
 def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     _positive_ints(args, ["batch_size", "prompt_length", "completion_length", "repeats", "threads",
                           "start_length", "max_length", "resolution"])
@@ -263,16 +290,21 @@ def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     if interpreted:
         raise ValueError(f"--backends: {interpreted} run Triton kernels, which need --device cuda (on a CPU the "
                          "Triton interpreter runs them: hours a step at a real vocabulary)")
-    architecture_config(args.model, args.scale)  # a bad name fails here, not in every child
+    least = least_bytes_of(args, device)  # a bad architecture name fails here, not in every child
     budget = None if args.budget_gb is None else int(args.budget_gb * 2**30)
+    memory = device_memory(device)
+    for backend in backends:  # every step fits the device before the first is measured
+        check_fits_device(args, backend, least(backend, args.completion_length), memory)
     rows = []
     for backend in backends:
         spec = StepSpec(args.model, args.scale, backend, args.batch_size, args.prompt_length,
                         args.completion_length, args.dtype, args.lora, device)
         row: dict[str, Any] = {"step": run_in_fresh_process(spec, args.repeats, None, args.threads)}
         if budget is not None:
-            row["longest"], row["probes"] = longest_fitting_length(spec, budget, args.start_length,
-                                                                   args.max_length, args.resolution, args.threads)
+            room = min(budget, memory[0]) if memory is not None else budget
+            row["longest"], row["probes"] = longest_fitting_length(
+                spec, budget, args.start_length, args.max_length, args.resolution, args.threads,
+                certain_miss=lambda length, backend=backend: least(backend, length) > room)
             row["limit_fits"] = row["longest"] == args.max_length
         rows.append(row)
     return rows
