@@ -24,18 +24,45 @@ from ..cli_types import multiple_of, positive_int, thread_count_type
 from ..command_failure import run_tool
 
 
-def build_model(directory: str, hidden: int, layers: int, seed: int, vocab_rows: int = 0) -> None:
-    """A random Qwen2 with the demo's character tokenizer and head size 32 (vLLM's CPU attention has no kernel for
-    16); `vocab_rows` > the tokenizer's 99 pads the vocabulary as Qwen2.5 does."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def model_config(hidden: int, layers: int, vocab_rows: int = 0):
+    """The Qwen2 config build_model writes."""
+    from transformers import Qwen2Config
 
     from grpo_engine.data.demo_task import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    config = Qwen2Config(vocab_size=max(vocab_rows, len(tokenizer)), hidden_size=hidden, intermediate_size=3 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=hidden // 32, num_key_value_heads=1,
-                         max_position_embeddings=1024, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    return Qwen2Config(vocab_size=max(vocab_rows, len(tokenizer)), hidden_size=hidden, intermediate_size=3 * hidden,
+                       num_hidden_layers=layers, num_attention_heads=hidden // 32, num_key_value_heads=1,
+                       max_position_embeddings=1024, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+
+
+def check_runs_here(parser: CommandParser, hidden: int, layers: int) -> None:
+    """Before the model is built: every backend it times installed (vLLM was found missing after the hf backend's
+    rounds, in a traceback), and the model's weights within the machine's memory, in this process and in vLLM's
+    (`--hidden 2147483616` ended in torch's "can't allocate memory" traceback)."""
+    from grpo_engine.rollout.registry import ROLLOUT_BACKENDS, backends_with
+
+    from .bench_memory import device_memory, gib, weight_count
+
+    for name in backends_with(generates_ahead=False):
+        ROLLOUT_BACKENDS[name].check_installed()
+    need = 2 * 4 * weight_count(model_config(hidden, layers))  # float32, twice: the policy and vLLM's copy
+    memory = device_memory("cpu")
+    if memory is not None and need > memory[0]:
+        parser.error(f"--hidden {hidden} with --layers {layers} makes a model of {gib(need // 2)} of float32 weights, "
+                     f"held twice: more than this machine's {gib(memory[0])} of {memory[1]}")
+
+
+def build_model(directory: str, hidden: int, layers: int, seed: int, vocab_rows: int = 0) -> None:
+    """A random Qwen2 with the demo's character tokenizer and head size 32 (vLLM's CPU attention has no kernel for
+    16); `vocab_rows` > the tokenizer's 99 pads the vocabulary as Qwen2.5 does."""
+    from transformers import Qwen2ForCausalLM
+
+    from grpo_engine.data.demo_task import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    config = model_config(hidden, layers, vocab_rows)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -65,6 +92,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed rounds per backend (default 3)")
     parser.add_argument("--threads", type=thread_count_type(), default=1, help="torch CPU threads (default 1)")
     args = parser.parse_args(argv)
+    check_runs_here(parser, args.hidden, args.layers)
     torch.set_num_threads(args.threads)
 
     from grpo_engine.config import load_config
