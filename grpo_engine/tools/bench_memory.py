@@ -21,12 +21,15 @@ from ..resource_limits import soft_limit
 
 
 def weight_count(config) -> int:
-    """The parameters of the architecture `config` (a transformers config): built on the meta device, no memory."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    """A lower bound of the parameters of a decoder `config` (a transformers Qwen2 / Llama config), by arithmetic:
+    the embeddings (and an untied head), each layer's query and output projections and its MLP; the key and value
+    projections, biases and norms left out. (Building the model on the meta device took minutes at
+    `--layers 2147483647`, and failed on a width whose weight's bytes overflow.)"""
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    embeddings = config.vocab_size * hidden * (1 if getattr(config, "tie_word_embeddings", False) else 2)
+    layer = 2 * hidden * heads * head_dim + 3 * hidden * config.intermediate_size
+    return embeddings + config.num_hidden_layers * layer
 
 
 def least_step_bytes(config, weights: int, batch: int, prompt: int, completion: int, element_bytes: int,

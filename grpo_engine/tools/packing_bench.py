@@ -185,8 +185,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=bounded_int(0, MAX_SEED, "a seed"), default=0)
     args = parser.parse_args(argv)
     unknown = [s for s in args.spreads if s not in SPREADS]
-    if unknown or not args.spreads:
-        parser.error(f"--spreads must be some of {', '.join(SPREADS)}, got {args.spreads}")
+    if unknown or not args.spreads or len(set(args.spreads)) != len(args.spreads):  # twice: measured once, silently
+        parser.error(f"--spreads must be some of {', '.join(SPREADS)}, each once, got {args.spreads}")
     results = {spread: measure_spread(spread, args.rounds, args.seed) for spread in args.spreads}
     print(report(results, "python -m grpo_engine.tools.packing_bench " + " ".join(argv or sys.argv[1:]), args.seed))
     return 0

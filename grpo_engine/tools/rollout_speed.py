@@ -14,6 +14,7 @@ import sys
 import os
 import tempfile
 import time
+from types import SimpleNamespace
 
 from typing import Optional, Sequence
 
@@ -47,7 +48,10 @@ def check_runs_here(parser: CommandParser, hidden: int, layers: int) -> None:
 
     for name in backends_with(generates_ahead=False):
         ROLLOUT_BACKENDS[name].check_installed()
-    need = 2 * 4 * weight_count(model_config(hidden, layers))  # float32, twice: the policy and vLLM's copy
+    # The config's sizes without the config, which itself takes minutes at --layers 2147483647 (a list per layer).
+    sizes = SimpleNamespace(hidden_size=hidden, num_attention_heads=hidden // 32, head_dim=32, vocab_size=99,
+                            tie_word_embeddings=True, intermediate_size=3 * hidden, num_hidden_layers=layers)
+    need = 2 * 4 * weight_count(sizes)  # float32, twice: the policy and vLLM's copy
     memory = device_memory("cpu")
     if memory is not None and need > memory[0]:
         parser.error(f"--hidden {hidden} with --layers {layers} makes a model of {gib(need // 2)} of float32 weights, "
