@@ -11,6 +11,7 @@ import argparse
 import importlib
 import inspect
 import math
+import os
 import pkgutil
 from pathlib import Path
 
@@ -153,3 +154,55 @@ def test_a_tool_option_given_twice_keeps_the_last_value_and_says_so(choice, firs
     capsys.readouterr()
     assert getattr(parsed, action.dest) == alone[second], "the last value is the one kept"
     assert len(notes) == (alone[first] != alone[second]) and all(option in note for note in notes), notes
+
+
+# ---- the paths a tool writes ------------------------------------------------------------------------------------
+from grpo_engine.cli_types import file_to_update, output_directory, output_file  # noqa: E402
+
+PATH_TYPES = (output_file, output_directory, file_to_update)
+# Options that name where a tool writes (or what it rewrites), by their destination.
+WRITTEN = {"out", "plots", "output_dir", "update_readme", "output"}
+PATH_OPTIONS = [(name, action) for name, action in OPTIONS if action.dest in WRITTEN]
+
+
+def test_every_option_naming_where_a_tool_writes_reads_it_through_a_checked_path_type():
+    assert len(PATH_OPTIONS) >= 6, PATH_OPTIONS
+    unchecked = [f"{name} {action.option_strings[0]}" for name, action in PATH_OPTIONS if action.type not in PATH_TYPES]
+    assert not unchecked, f"options whose path is found wrong only when the results are written: {unchecked}"
+
+
+SITUATIONS = ("a directory", "a file", "under a file", "a missing directory's", "a character device", "new")
+
+
+def _situated(tmp: Path, situation: str, name: str) -> str:
+    (tmp / "dir").mkdir(exist_ok=True)
+    (tmp / "file").write_text("someone's notes\n")
+    return {"a directory": str(tmp / "dir"), "a file": str(tmp / "file"), "under a file": str(tmp / "file" / name),
+            "a missing directory's": str(tmp / "missing" / name), "a character device": os.devnull,
+            "new": str(tmp / name)}[situation]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(choice=st.sampled_from(PATH_OPTIONS), situation=st.sampled_from(SITUATIONS),
+       name=st.sampled_from(["x.md", "plots", "r.json", "sub/x"]))
+def test_a_path_a_tool_cannot_write_is_refused_in_one_line_naming_the_option(choice, situation, name, tmp_path,
+                                                                             capsys):
+    """Before, `report --plots FILE`, `kernel_report --out FILE` and `demo_seeds --output-dir FILE` were tracebacks after
+    the work (half a minute of compiling, for the kernel report); `report --update-readme DIR` one before it."""
+    name_, action = choice
+    parser = PARSERS[name_]
+    path = _situated(tmp_path, situation, name)
+    kind = action.type
+    writable = {output_file: situation in ("new", "a missing directory's", "a file"),  # a file: replaced whole, as -o
+                output_directory: situation in ("new", "a missing directory's", "a directory"),
+                file_to_update: situation == "a file"}[kind]
+    option = action.option_strings[0]
+    capsys.readouterr()
+    try:
+        parsed = parser.parse_args([*_baseline(parser, action), f"{option}={path}"])
+    except CommandLineError:
+        lines = capsys.readouterr().err.splitlines()
+        assert not writable, (name_, option, situation)
+        assert len(lines) == 1 and option in lines[0] and "usage:" not in lines[0], lines
+        return
+    assert writable, (name_, option, situation, getattr(parsed, action.dest))
