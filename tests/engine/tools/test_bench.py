@@ -90,12 +90,14 @@ def test_a_measuring_process_that_dies_is_a_failed_measurement_not_a_hang(monkey
 def test_cli_prints_a_table_per_backend(capsys, monkeypatch):
     monkeypatch.setattr(bench, "run_in_fresh_process", lambda spec, repeats, budget, threads=None: StepResult(
         spec, budget is None or spec.completion_length <= 512, None, 0.5, 3 * 2**20))
-    assert main(["bench", "--scale", "tiny", "--device", "cpu", "--backends", "reference", "torch", "--budget-gb", "1",
+    # a budget and a machine the step's least memory is well within (the reference's logits: 5 GiB at 1024 tokens)
+    monkeypatch.setattr(bench, "device_memory", lambda device: (64 * 2**30, "memory and swap"))
+    assert main(["bench", "--scale", "tiny", "--device", "cpu", "--backends", "reference", "torch", "--budget-gb", "64",
                  "--max-length", "2048"]) == 0
-    assert main(["bench", "--scale", "tiny", "--device", "cpu", "--backends", "torch", "--budget-gb", "1",
+    assert main(["bench", "--scale", "tiny", "--device", "cpu", "--backends", "torch", "--budget-gb", "64",
                  "--start-length", "128", "--max-length", "300"]) == 0  # 128, 256, 300: the limit fits
     out = capsys.readouterr().out
-    assert "qwen2.5-0.5b (tiny) on cpu" in out and "longest completion within 1 GiB" in out
+    assert "qwen2.5-0.5b (tiny) on cpu" in out and "longest completion within 64 GiB" in out
     assert "| reference | 0.500 | 3 | 512 | 6 |" in out and "| torch | 0.500 | 3 | 512 | 6 |" in out
     assert "| torch | 0.500 | 3 | >= 300 (--max-length) | 3 |" in out
 
