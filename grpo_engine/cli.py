@@ -12,11 +12,9 @@ are imported only once a command is known to run.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.util
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence

@@ -156,7 +156,8 @@ def file_to_update(text: str) -> str:
     from pathlib import Path
 
     if not Path(text).is_file():
-        what = "a directory" if Path(text).is_dir() else "not there" if not Path(text).exists() else "not a regular file"
+        what = ("a directory" if Path(text).is_dir() else "not there" if not Path(text).exists()
+                else "not a regular file")
         raise argparse.ArgumentTypeError(f"expected an existing file to update, got {text[:60]!r}, which is {what}")
     return text
 

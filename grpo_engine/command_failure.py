@@ -60,7 +60,7 @@ def run_tool(main: Callable[[], Optional[int]], prog: str) -> int:
 
         check_environment()  # OMP_NUM_THREADS=abc and the like, refused as `grpo-engine` refuses them
         code = main() or 0
-        sys.stdout.flush()  # here, not in the interpreter's exit, where a failure is a traceback-like "Exception ignored"
+        sys.stdout.flush()  # here, not at the interpreter's exit, where a failure is an "Exception ignored" traceback
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -187,8 +187,8 @@ def _situated(tmp: Path, situation: str, name: str) -> str:
        name=st.sampled_from(["x.md", "plots", "r.json", "sub/x"]))
 def test_a_path_a_tool_cannot_write_is_refused_in_one_line_naming_the_option(choice, situation, name, tmp_path,
                                                                              capsys):
-    """Before, `report --plots FILE`, `kernel_report --out FILE` and `demo_seeds --output-dir FILE` were tracebacks after
-    the work (half a minute of compiling, for the kernel report); `report --update-readme DIR` one before it."""
+    """Before, `report --plots FILE`, `kernel_report --out FILE` and `demo_seeds --output-dir FILE` were tracebacks
+    after the work (half a minute of compiling, for the kernel report); `report --update-readme DIR` one before it."""
     name_, action = choice
     parser = PARSERS[name_]
     path = _situated(tmp_path, situation, name)

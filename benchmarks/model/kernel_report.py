@@ -163,7 +163,8 @@ def environment() -> dict:
 
 
 def main(argv=None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.model.kernel_report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m benchmarks.model.kernel_report", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=output_directory, default=RESULTS,
                         help="folder for kernel-report-triton-<version>.{md,json}")
     parser.add_argument("--heaviest", action="store_true",

@@ -411,10 +411,13 @@ def _report(argv: Optional[list[str]]) -> int:
     parser = CommandParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/suite/`")
     parser.add_argument("--readme", action="store_true", help="print only the README headline block (all files)")
-    parser.add_argument("--out", type=output_file, help="also write the markdown report to this file (one results file only)")
-    parser.add_argument("--plots", type=output_directory, help="directory for the PNG plots (default: next to the JSON, <name>-plots/)")
+    parser.add_argument("--out", type=output_file,
+                        help="also write the markdown report to this file (one results file only)")
+    parser.add_argument("--plots", type=output_directory,
+                        help="directory for the PNG plots (default: next to the JSON, <name>-plots/)")
     parser.add_argument("--no-plots", action="store_true", help="do not draw plots")
-    parser.add_argument("--update-readme", metavar="README", type=file_to_update, help="write the headline block into this file's markers")
+    parser.add_argument("--update-readme", metavar="README", type=file_to_update,
+                        help="write the headline block into this file's markers")
     args = parser.parse_args(argv)
     try:
         runs = [load_run(path) for path in args.results]

@@ -134,7 +134,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = CommandParser(prog="python -m grpo_engine.tools.demo_seeds", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=bounded_int(0, MAX_SEED, "a seed"), nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--jobs", type=positive_int, default=1, help="seeds trained at once (one CPU thread each)")
-    parser.add_argument("--output-dir", type=output_directory, default="runs/demo-seeds", help="one run directory per seed inside it")
+    parser.add_argument("--output-dir", type=output_directory, default="runs/demo-seeds",
+                        help="one run directory per seed inside it")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: flags for grpo-engine train")
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir)

@@ -47,7 +47,8 @@ def run(url: str, model: str, staleness: int, args: argparse.Namespace, output_d
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = CommandParser(prog="python -m grpo_engine.tools.overlap_bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m grpo_engine.tools.overlap_bench", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True, help="the directory the server serves")
     parser.add_argument("--steps", type=positive_int, default=12)

@@ -128,7 +128,8 @@ def test_demo_seeds_refuses_a_misspelt_train_flag_or_a_seed_twice_before_the_fir
     with pytest.raises((ConfigError, SystemExit)) as stop:
         demo_seeds.main(["--seeds", *seeds, "--output-dir", str(tmp_path / "runs"), "--", f"--{misspelt}", "1"])
     if twice:
-        assert isinstance(stop.value, SystemExit) and "argument --seeds: 0 given more than once" in capsys.readouterr().err
+        refusal = capsys.readouterr().err
+        assert isinstance(stop.value, SystemExit) and "argument --seeds: 0 given more than once" in refusal
     else:
         assert isinstance(stop.value, ConfigError) and f"unknown flag --{misspelt}" in str(stop.value)
 
@@ -172,7 +173,8 @@ def test_serve_refuses_a_model_or_python_vllm_cannot_start_from_before_starting_
     model_path = {"a directory": str(tmp_path / "model"), "a Hub id": "Qwen/Qwen2.5-0.5B",
                   "missing": str(tmp_path / "gone"), "a file": str(tmp_path / "notes.txt"), "empty": ""}[model]
     python_path = {"this Python": sys.executable, "missing": str(tmp_path / "no-python"),
-                   "a directory": str(tmp_path / "model"), "a file that does not run": str(tmp_path / "notes.txt")}[python]
+                   "a directory": str(tmp_path / "model"),
+                   "a file that does not run": str(tmp_path / "notes.txt")}[python]
     good_model, good_python = model in ("a directory", "a Hub id"), python == "this Python"
     try:
         check_server_inputs(model_path, python_path)
