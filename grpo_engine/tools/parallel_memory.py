@@ -110,6 +110,22 @@ def peak_memory_mb_cpu() -> float:
     return peak_memory_mb(torch.device("cpu"))
 
 
+# What one process holds once torch is imported, before any model: a floor (a demo rank measured 540 MiB).
+PROCESS_FLOOR_BYTES = 256 * 2**20
+
+
+def check_processes_fit(parser: CommandParser, processes: int) -> None:
+    """--processes whose torch runtimes alone are over the machine's memory, refused before torchrun starts them
+    (`--processes 100000` started torchrun on 100000 processes)."""
+    from .bench_memory import device_memory, gib
+
+    memory = device_memory("cpu")
+    need = processes * PROCESS_FLOOR_BYTES
+    if memory is not None and need > memory[0]:
+        parser.error(f"argument --processes: {processes} processes hold at least {gib(need)} (torch's runtime, "
+                     f"{PROCESS_FLOOR_BYTES >> 20} MiB each), more than this machine's {gib(memory[0])} of {memory[1]}")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = CommandParser(prog="python -m grpo_engine.tools.parallel_memory",
                                      description=__doc__.split("\n\n")[0])
@@ -128,6 +144,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return report_worker(args.report, rest)
     if rest:  # only a torchrun worker takes train flags (from run_mode); here they were dropped without a word
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    check_processes_fit(parser, args.processes)
     with tempfile.TemporaryDirectory(prefix="parallel-memory-") as tmp:
         work = Path(tmp)
         flags = [*COMMON_FLAGS, "--run.max_steps", str(args.steps)]

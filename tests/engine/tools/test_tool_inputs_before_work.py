@@ -183,3 +183,20 @@ def test_serve_refuses_a_model_or_python_vllm_cannot_start_from_before_starting_
         assert ("--model" in str(exc)) == (not good_model) and "\n" not in str(exc)
         return
     assert good_model and good_python
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=FIXTURES)
+@given(processes=st.integers(2, 2**31 - 1))
+def test_parallel_memory_refuses_more_processes_than_the_memory_holds_before_any_run(processes, monkeypatch, capsys):
+    """`--processes 100000` started torchrun on 100000 processes."""
+    monkeypatch.setattr("grpo_engine.tools.bench_memory.device_memory", lambda device: MACHINE)
+    monkeypatch.setattr(parallel_memory, "run_mode", _refuse_work)
+    monkeypatch.setattr(parallel_memory, "demo_parameters", _refuse_work)
+    capsys.readouterr()
+    with pytest.raises((Ran, SystemExit)) as stop:
+        parallel_memory.main(["--processes", str(processes)])
+    if processes * parallel_memory.PROCESS_FLOOR_BYTES > MACHINE[0]:
+        lines = capsys.readouterr().err.splitlines()
+        assert isinstance(stop.value, SystemExit) and len(lines) == 1 and "argument --processes" in lines[0]
+    else:
+        assert isinstance(stop.value, Ran)
