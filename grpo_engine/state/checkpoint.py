@@ -33,8 +33,10 @@ from ..model.tensor_parallel import is_tensor_parallel
 from ..config.strict_yaml import MAX_CONFIG_BYTES
 from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
+from .manifest_coverage import unverified_files
 from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
-                          check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes)
+                          check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes,
+                          weight_files)
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
@@ -126,6 +128,9 @@ def checkpoint_problems(path: Path) -> list[str]:
                             f"{expected['bytes']})")
         elif file_sha256(file) != expected["sha256"]:
             problems.append(f"{name} is corrupted (its SHA-256 differs from the one saved with it)")
+    for name in unverified_files(path, set(manifest)):
+        problems.append(f"{name} is not among the files {MANIFEST_FILE} verifies (added after the save, or its "
+                        f"entry removed?), so it cannot be verified")
     return problems or nonfinite_weights(path)
 
 
@@ -135,7 +140,7 @@ def nonfinite_weights(path: Path) -> list[str]:
     from safetensors import safe_open
 
     problems = []
-    for file in sorted((path / "model").glob("*.safetensors")):
+    for file in weight_files(path / "model"):
         bad = []
         try:
             with safe_open(file, framework="pt") as weights:
