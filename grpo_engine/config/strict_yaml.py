@@ -204,6 +204,22 @@ def _bounded_load(text: str, source: str) -> Any:
         loader.dispose()
 
 
+_INDENTED = ("this line is indented unlike the lines above it (a key deeper or shallower than its section's others, "
+             "or a key beside list items)")
+# PyYAML's words for the mistakes a person makes most, which name its parser's tokens rather than the file's text.
+_PROBLEMS = (
+    ("but found another document", "a second YAML document starts here (after '---'); a config file holds one"),
+    ("found character '\\t' that cannot start any token", "a tab; YAML indents with spaces only"),
+    ("expected <block end>, but found", _INDENTED),
+    ("mapping values are not allowed here", "a ': ' inside a value (quote the value), or a key indented deeper than "
+                                            "its section's others"),
+)
+
+
+def _in_words(problem: str) -> str:
+    return next((words for start, words in _PROBLEMS if problem.startswith(start)), problem)
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """The value `text` holds; a syntax error, a repeated key or a value past the reader's bounds (size, aliases,
     nesting) is one line naming `source` and the line."""
@@ -216,7 +232,11 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = exc.problem_mark or exc.context_mark
         where = f" line {_line(text, mark)}" if mark is not None else ""
         problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
-        raise ConfigError(f"{source}{where}: {problem}") from None
+        raise ConfigError(f"{source}{where}: {_in_words(problem)}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow: PyYAML named only its offset
+        line = _line(text, yaml.Mark("", exc.position, 0, 0, None, None))
+        raise ConfigError(f"{source} line {line}: the character U+{exc.character:04X} is not allowed in YAML "
+                          f"(a binary file, or a stray control character?)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: {' '.join(str(exc).split())}") from None
 
