@@ -109,18 +109,27 @@ def checkpoint_problems(path: Path) -> list[str]:
             problems.append(f"{STATE_FILE} {wrong}")
     except (OSError, ValueError) as exc:
         problems.append(f"{STATE_FILE} is unreadable ({exc})")
+    return problems + manifest_problems(path) or nonfinite_weights(path)
+
+
+def manifest_problems(path: Path, under: str = "") -> list[str]:
+    """What the checkpoint `path`'s manifest finds wrong with its files (those under the directory `under` only,
+    given one: its model/), one entry per damaged file; empty when they are intact."""
     try:
         manifest = read_json_file(path / MANIFEST_FILE, "a checkpoint's manifest")
     except FileNotFoundError:
-        return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
+        return [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
     except (OSError, ValueError) as exc:
-        return problems + [f"{MANIFEST_FILE} is unreadable ({exc})"]
+        return [f"{MANIFEST_FILE} is unreadable ({exc})"]
     if not isinstance(manifest, dict) or not all(
             isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
             for entry in manifest.values()):
-        return problems + [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
+        return [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
+    problems = []
     for name, expected in manifest.items():
         file = path / name
+        if not name.startswith(under):
+            continue
         if not file.is_file():
             problems.append(f"{name} is missing")
         elif file.stat().st_size != expected["bytes"]:
@@ -129,9 +138,18 @@ def checkpoint_problems(path: Path) -> list[str]:
         elif file_sha256(file) != expected["sha256"]:
             problems.append(f"{name} is corrupted (its SHA-256 differs from the one saved with it)")
     for name in unverified_files(path, set(manifest)):
-        problems.append(f"{name} is not among the files {MANIFEST_FILE} verifies (added after the save, or its "
-                        f"entry removed?), so it cannot be verified")
-    return problems or nonfinite_weights(path)
+        if name.startswith(under):
+            problems.append(f"{name} is not among the files {MANIFEST_FILE} verifies (added after the save, or its "
+                            f"entry removed?), so it cannot be verified")
+    return problems
+
+
+def checkpoint_of_model(model_dir: Path) -> Optional[Path]:
+    """The checkpoint whose model/ `model_dir` is (its trainer state and manifest beside it), or None."""
+    parent = model_dir.parent
+    if model_dir.name == "model" and (parent / STATE_FILE).is_file() and (parent / MANIFEST_FILE).is_file():
+        return parent
+    return None
 
 
 def nonfinite_weights(path: Path) -> list[str]:
