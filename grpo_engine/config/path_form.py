@@ -4,16 +4,24 @@ arguments).
 The kernel's bounds on a name, NAME_MAX bytes a component and PATH_MAX bytes in all (Linux's and macOS's alike): past
 them the first look failed with "OSError: File name too long", naming no key or flag. And no control character: NUL
 ends a C string (no file has one in its name), and a line break, tab or escape in a path is a paste or quoting
-accident (`$(cat file)`), which made a run directory whose name printed over two lines.
+accident (`$(cat file)`), which made a run directory whose name printed over two lines. And no shell variable or
+command substitution left unexpanded (`$HOME/runs`, `${DATA}/train.jsonl`, `$(date)`): a config file, or a flag in
+single quotes, reaches the engine without a shell expanding it, and `run.output_dir: $HOME/runs/x` made a directory
+named `$HOME` in the working directory. A path of that form that exists as written is taken (a file may have a `$` in
+its name).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 from typing import Optional
 
 from ..state.path_limits import limits_at
+
+# What a POSIX shell expands: $NAME, ${...}, $(...); the first found is named.
+_SHELL_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\()")
 
 
 def path_form_problem(name: str) -> Optional[str]:
@@ -32,4 +40,15 @@ def path_form_problem(name: str) -> Optional[str]:
     if len(longest) > name_max:
         return (f"a path whose every name is at most {name_max} bytes (the system's bound; one here has "
                 f"{len(longest):,})")
+    shell = _SHELL_EXPANSION.search(name)
+    if shell is not None and not _exists_as_written(name, shell.end()):
+        return (f"a path with no shell expansion in it ({shell.group()!r} at character {shell.start()}: the engine "
+                f"expands only ~, and a config file or a quoted flag reaches it with no shell to expand the rest)")
     return None
+
+
+def _exists_as_written(name: str, end: int) -> bool:
+    """Whether the path up to the end of the name holding character `end - 1` exists as written (a directory called
+    `$HOME` in which a run directory is yet to be made). Within the bounds checked first, the look cannot fail."""
+    cut = name.find("/", end)
+    return os.path.lexists(os.path.expanduser(name if cut < 0 else name[:cut]))

@@ -9,6 +9,7 @@ string the loader would read as something else, so a saved config reads back equ
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,14 @@ def _use_core_scalars(cls: type) -> type:
     return cls
 
 
+# A space YAML does not take for one (a no-break space, an ideographic space: pasted from a web page, a document or an
+# input method) where the text's structure needs one: at the start of a plain value, which only indentation written
+# with it can give (`\u3000 max_steps: 3` became a key of that name beside a `run:` of null, refused as "run: expected
+# a mapping"), or right after the colon of a plain `key:` (`max_steps:\xa03` became the text of the section above).
+_ODD_SPACE = "[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\ufeff]"
+_MISPLACED_SPACE = re.compile(rf"^({_ODD_SPACE})|^[A-Za-z_][A-Za-z0-9_]*:({_ODD_SPACE})")  # a key: a setting's name
+
+
 @_use_core_scalars
 class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -113,7 +122,8 @@ class StrictDumper(yaml.SafeDumper):
     def represent_str(self, data: str) -> yaml.ScalarNode:
         # PyYAML writes NEL (U+0085) and the Unicode line and paragraph separators bare inside plain and single-
         # quoted scalars, where a reader takes them for line breaks; double quotes escape them (\N, \L, \P).
-        if any(char in data for char in "\x85\u2028\u2029"):
+        # And text the reader refuses written plain (_MISPLACED_SPACE: it starts like a misplaced space) is quoted.
+        if any(char in data for char in "\x85\u2028\u2029") or _MISPLACED_SPACE.search(data):
             return self.represent_scalar("tag:yaml.org,2002:str", data, style='"')
         return super().represent_str(data)
 
@@ -173,18 +183,35 @@ _OPENING = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken, yaml.BlockS
 _CLOSING = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
 
 
+def _check_spaces(token: yaml.ScalarToken, text: str, source: str) -> None:
+    found = _MISPLACED_SPACE.search(token.value) if token.plain else None
+    if found is not None:
+        char = found.group(1) or found.group(2)
+        where = "where a key or value starts (the indentation?)" if found.group(1) else "right after a key's colon"
+        raise ConfigError(f"{source} line {_line(text, token.start_mark)}: the space U+{ord(char):04X} "
+                          f"({unicodedata.name(char, 'a space')}) {where}: YAML needs a plain space there; retype it")
+
+
 def _check_token_depth(text: str, source: str) -> None:
     """The nesting bound on the token stream, before any node is composed: PyYAML's parser slows down with the
-    depth of a flow collection (`[[[[...` of 3000 levels took seconds) and its composer recurses once per level."""
+    depth of a flow collection (`[[[[...` of 3000 levels took seconds) and its composer recurses once per level.
+    And a space YAML does not read as one where its structure needs one (_check_spaces)."""
     scanner = StrictLoader(text)
     try:
         depth = 0
         while not scanner.check_token(yaml.StreamEndToken):
             token = scanner.get_token()
+            if isinstance(token, yaml.ScalarToken):
+                _check_spaces(token, text, source)
             depth += isinstance(token, _OPENING) - isinstance(token, _CLOSING)
             if depth >= MAX_NESTING:
                 raise ConfigError(f"{source} line {_line(text, token.start_mark)}: nested more than {MAX_NESTING} "
                                   f"levels deep (the config reader's bound; a config is sections of keys)")
+    except yaml.MarkedYAMLError:
+        for token in scanner.tokens:  # scanned before the error was found: a misplaced space there is its cause
+            if isinstance(token, yaml.ScalarToken):
+                _check_spaces(token, text, source)
+        raise
     finally:
         scanner.dispose()
 
@@ -204,6 +231,22 @@ def _bounded_load(text: str, source: str) -> Any:
         loader.dispose()
 
 
+_INDENTED = ("this line is indented unlike the lines above it (a key deeper or shallower than its section's others, "
+             "or a key beside list items)")
+# PyYAML's words for the mistakes a person makes most, which name its parser's tokens rather than the file's text.
+_PROBLEMS = (
+    ("but found another document", "a second YAML document starts here (after '---'); a config file holds one"),
+    ("found character '\\t' that cannot start any token", "a tab; YAML indents with spaces only"),
+    ("expected <block end>, but found", _INDENTED),
+    ("mapping values are not allowed here", "a ': ' inside a value (quote the value), or a key indented deeper than "
+                                            "its section's others"),
+)
+
+
+def _in_words(problem: str) -> str:
+    return next((words for start, words in _PROBLEMS if problem.startswith(start)), problem)
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """The value `text` holds; a syntax error, a repeated key or a value past the reader's bounds (size, aliases,
     nesting) is one line naming `source` and the line."""
@@ -216,7 +259,11 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = exc.problem_mark or exc.context_mark
         where = f" line {_line(text, mark)}" if mark is not None else ""
         problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
-        raise ConfigError(f"{source}{where}: {problem}") from None
+        raise ConfigError(f"{source}{where}: {_in_words(problem)}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow: PyYAML named only its offset
+        line = _line(text, yaml.Mark("", exc.position, 0, 0, None, None))
+        raise ConfigError(f"{source} line {line}: the character U+{exc.character:04X} is not allowed in YAML "
+                          f"(a binary file, or a stray control character?)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: {' '.join(str(exc).split())}") from None
 

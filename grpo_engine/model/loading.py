@@ -85,6 +85,10 @@ def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> No
     if not any(directory.iterdir()):
         raise ModelLoadError(f"model directory {path!r} is empty ({what})")
     if not (directory / "config.json").is_file() and not (directory / "adapter_config.json").is_file():
+        inner = _saved_model_within(directory)
+        if inner is not None:
+            raise ModelLoadError(f"model directory {path!r} has no config.json: it is {inner[0]}, whose model is "
+                                 f"{str(inner[1])!r}; name that ({what})")
         raise ModelLoadError(f"model directory {path!r} has no config.json: not a Hugging Face model directory "
                              f"(save one with model.save_pretrained)")
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
@@ -94,6 +98,20 @@ def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> No
         check_model_files(directory)
     except ModelFileError as exc:
         raise ModelLoadError(f"model directory {path!r}: {exc}") from None
+
+
+def _saved_model_within(directory: Path) -> Optional[tuple[str, Path]]:
+    """(what `directory` is, the model directory it holds) for a checkpoint or a run directory (the newest
+    checkpoint's model), which a user names where a model directory goes; None for anything else. Before, both were
+    "not a Hugging Face model directory (save one with model.save_pretrained)", advice for another mistake."""
+    from ..state.checkpoint import STATE_FILE, list_checkpoints
+
+    if (directory / STATE_FILE).is_file() and (directory / "model").is_dir():
+        return "a checkpoint", directory / "model"
+    found = list_checkpoints(directory)
+    if found:
+        return f"a run directory (its newest checkpoint: {found[-1].name})", found[-1] / "model"
+    return None
 
 
 def _tokenizer_files(path: str, **unset: None) -> PreTrainedTokenizerBase:

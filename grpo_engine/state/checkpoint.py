@@ -33,8 +33,10 @@ from ..model.tensor_parallel import is_tensor_parallel
 from ..config.strict_yaml import MAX_CONFIG_BYTES
 from .bounded_read import read_bounded_bytes, read_json_file
 from .checkpoint_error import CheckpointError
+from .manifest_coverage import unverified_files
 from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
-                          check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes)
+                          check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes,
+                          weight_files)
 from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
 from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
@@ -107,18 +109,27 @@ def checkpoint_problems(path: Path) -> list[str]:
             problems.append(f"{STATE_FILE} {wrong}")
     except (OSError, ValueError) as exc:
         problems.append(f"{STATE_FILE} is unreadable ({exc})")
+    return problems + manifest_problems(path) or nonfinite_weights(path)
+
+
+def manifest_problems(path: Path, under: str = "") -> list[str]:
+    """What the checkpoint `path`'s manifest finds wrong with its files (those under the directory `under` only,
+    given one: its model/), one entry per damaged file; empty when they are intact."""
     try:
         manifest = read_json_file(path / MANIFEST_FILE, "a checkpoint's manifest")
     except FileNotFoundError:
-        return problems + [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
+        return [f"{MANIFEST_FILE} is missing, so the files cannot be verified"]
     except (OSError, ValueError) as exc:
-        return problems + [f"{MANIFEST_FILE} is unreadable ({exc})"]
+        return [f"{MANIFEST_FILE} is unreadable ({exc})"]
     if not isinstance(manifest, dict) or not all(
             isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
             for entry in manifest.values()):
-        return problems + [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
+        return [f"{MANIFEST_FILE} is unreadable (not a mapping of file names to their bytes and sha256)"]
+    problems = []
     for name, expected in manifest.items():
         file = path / name
+        if not name.startswith(under):
+            continue
         if not file.is_file():
             problems.append(f"{name} is missing")
         elif file.stat().st_size != expected["bytes"]:
@@ -126,7 +137,19 @@ def checkpoint_problems(path: Path) -> list[str]:
                             f"{expected['bytes']})")
         elif file_sha256(file) != expected["sha256"]:
             problems.append(f"{name} is corrupted (its SHA-256 differs from the one saved with it)")
-    return problems or nonfinite_weights(path)
+    for name in unverified_files(path, set(manifest)):
+        if name.startswith(under):
+            problems.append(f"{name} is not among the files {MANIFEST_FILE} verifies (added after the save, or its "
+                            f"entry removed?), so it cannot be verified")
+    return problems
+
+
+def checkpoint_of_model(model_dir: Path) -> Optional[Path]:
+    """The checkpoint whose model/ `model_dir` is (its trainer state and manifest beside it), or None."""
+    parent = model_dir.parent
+    if model_dir.name == "model" and (parent / STATE_FILE).is_file() and (parent / MANIFEST_FILE).is_file():
+        return parent
+    return None
 
 
 def nonfinite_weights(path: Path) -> list[str]:
@@ -135,7 +158,7 @@ def nonfinite_weights(path: Path) -> list[str]:
     from safetensors import safe_open
 
     problems = []
-    for file in sorted((path / "model").glob("*.safetensors")):
+    for file in weight_files(path / "model"):
         bad = []
         try:
             with safe_open(file, framework="pt") as weights:

@@ -151,8 +151,13 @@ def restore_history(path: Path, last_step: int, checkpoint_dir: Optional[Path]) 
     current = lines_up_to(path, last_step)
     if saved is not None and saved.is_file():
         copy = [line for _, line in jsonl_rows(saved)]  # verified by the checkpoint's checksums
-        known = set(copy)
-        lines = copy + [line for line in current if line not in known]
+        # The file's own lines once each: a file holding a line twice (two copies of the log concatenated, a sync
+        # tool appending it again) put an evaluation logged after the save into the rebuilt log twice.
+        known, lines = set(copy), list(copy)
+        for line in current:
+            if line not in known:
+                known.add(line)
+                lines.append(line)
         # by step, then the copy's order (a stable sort)
         kept = [line for _, _, line in sorted((logged_step(json.loads(line)), i, line)
                                               for i, line in enumerate(lines))]

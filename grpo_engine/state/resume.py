@@ -15,6 +15,7 @@ from ..config.strict_yaml import MAX_CONFIG_BYTES, StrictDumper
 from . import checkpoint as ckpt
 from .bounded_read import read_bounded_bytes, read_json_file
 from .run_files import is_own
+from .saved_settings import check_saved_settings
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE, SAMPLES_FILE
 
@@ -47,6 +48,7 @@ def changed_options(saved_yaml: str, config: EngineConfig,
         # What the engine saves is a mapping of sections: anything else was edited (or is another program's file).
         raise ckpt.CheckpointError(f"{source} is not a config the engine saves (a mapping of sections of settings); "
                                    f"resume from another checkpoint")
+    check_saved_settings(tree, source, MAY_CHANGE_ON_RESUME)
     # A config saved before the loss took its shared settings from the rollout names them twice.
     saved = {key: value for key, value in _flatten(tree).items() if key not in SHARED_SETTINGS}
     now = _flatten(parse_yaml(config_yaml(config), "config.yaml"))  # through YAML too: both sides have its types

@@ -21,10 +21,12 @@ from .bounded_read import RUN_LOG_LINE_BYTES, FileBoundError, bounded_lines, par
 
 MANIFEST = ".grpo-engine-files.json"
 CHECKPOINT_PREFIX = "checkpoint-"
-# The names the engine gives its checkpoints: checkpoint-NNNNNN (six digits or more). Anything else under
-# checkpoints/ (a backup copy `checkpoint-000002-keep`, `checkpoint-2`, a user's notes) is not one of them: never
-# resumed from, never rotated away.
-CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d{{6,}})")
+# The names the engine gives its checkpoints: checkpoint-NNNNNN, the step zero-padded to six digits (more digits
+# without a leading zero past step 999999), so each step has exactly one name. Anything else under checkpoints/ (a
+# backup copy `checkpoint-000002-keep`, `checkpoint-2`, `checkpoint-0000002`, a user's notes) is not one of them:
+# never resumed from, never rotated away. (A second name for one step, `checkpoint-0000002`, was taken for step 2
+# too: a resume picked either copy, and rotation could delete the user's.)
+CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d{{6}}|[1-9]\d{{6,}})")
 LOG_FILES = ("metrics.jsonl", "samples.jsonl")
 
 

@@ -184,12 +184,19 @@ def check_optimizer_state(state: Any, file: Path, parameter_shapes: Optional[lis
 ADAPTER_FILE = "adapter_model.safetensors"  # peft's: LoRA's trained tensors, all of them
 
 
+def weight_files(model_dir: Path) -> list[Path]:
+    """The safetensors files of a saved model, less hidden ones: a file manager's `._model.safetensors` (macOS
+    writes one beside each file it copies to a drive without its metadata) is no weights, and no loader reads it;
+    read as weights it made an intact checkpoint "damaged"."""
+    return sorted(file for file in model_dir.glob("*.safetensors") if not file.name.startswith("."))
+
+
 def saved_tensor_shapes(model_dir: Path) -> Optional[list[tuple[int, ...]]]:
     """The shapes of the tensors in `model_dir`'s safetensors files (their headers only), or None where it holds
     none (a model saved in another format: nothing to compare)."""
     from safetensors import safe_open
 
-    files = sorted(model_dir.glob("*.safetensors"))
+    files = weight_files(model_dir)
     if not files:
         return None
     shapes = []

@@ -21,6 +21,7 @@ from ..model.limits import check_lengths_fit, check_prompts_fit, check_tokenizer
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from ..preflight import check_tokenizer_vocabulary, model_config_of, model_positions, prompt_lengths
 from ..rollout import HFRollout, RolloutBackend
+from ..state.checkpoint import MANIFEST_FILE, checkpoint_of_model, manifest_problems
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
 
 
@@ -104,6 +105,17 @@ def adapter_config(path: str) -> dict[str, Any]:
     return adapters
 
 
+def check_saved_model(path: str) -> None:
+    """A checkpoint's model/ is verified against the checkpoint's manifest before it loads, as a resume verifies it:
+    before, a weight file damaged since the save (a flipped byte, a file from another checkpoint copied in) was
+    evaluated as it was, and the scores reported as the checkpoint's."""
+    checkpoint = checkpoint_of_model(Path(path))
+    problems = [] if checkpoint is None else manifest_problems(checkpoint, under="model/")
+    if problems:
+        raise ModelLoadError(f"model directory {path!r} is checkpoint {checkpoint.name}'s and does not match its "
+                             f"{MANIFEST_FILE}: {'; '.join(problems)}; evaluate another checkpoint")
+
+
 def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,
              batch_size: int) -> dict[str, float]:
     """`grpo-engine eval`: the data file (or the built-in task's held-out split) scored with config.rewards."""
@@ -121,6 +133,7 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     # refuses them or a prompt the tokenizer cannot encode is named by its row.
     where = f"dataset {d.path!r}" if d.path else "the built-in task"
     model_path = resolve_model(model_path, config.model.revision)
+    check_saved_model(model_path)  # first: a file damaged since the save is named as such
     check_model_dir(model_path)
     tokenizer = load_tokenizer(model_path)
     prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, where)

@@ -126,6 +126,8 @@ def test_a_saved_config_that_is_not_a_mapping_of_sections_is_one_line_naming_it(
         changed = changed_options(text, config, "ckpt/config.yaml")
     except ckpt.CheckpointError as exc:
         assert "ckpt/config.yaml" in str(exc) and "\n" not in str(exc)
-        assert not (isinstance(tree, dict) and all(isinstance(v, dict) for v in tree.values()))
+        # a mapping of sections is refused only for holding other settings than this engine's (saved_settings.py)
+        assert not (isinstance(tree, dict) and all(isinstance(v, dict) for v in tree.values())) or \
+            "another version of the engine saved it" in str(exc)
         return
     assert isinstance(changed, dict) and isinstance(tree, dict)
