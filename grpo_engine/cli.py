@@ -56,7 +56,7 @@ VALUE_OPTIONS = ("--config", "--model", "--data", "--output-dir", "--max-steps",
 OPTIONAL_VALUE_OPTIONS = ("--resume",)
 
 
-def _join_flag_values(argv: Sequence[str]) -> list[str]:
+def join_flag_values(argv: Sequence[str]) -> list[str]:
     """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag (and each of
     VALUE_OPTIONS) always takes the next argument as its value, which argparse would take for an option when it
     starts with '-' (a negative number, a string)."""
@@ -373,7 +373,7 @@ def _command(argv: Optional[Sequence[str]]) -> int:
 
     parser = build_parser()
     try:
-        args, unknown = parser.parse_known_args(_join_flag_values(sys.argv[1:] if argv is None else argv))
+        args, unknown = parser.parse_known_args(join_flag_values(sys.argv[1:] if argv is None else argv))
     except CommandLineError as exc:  # said in one line by the parser
         return exc.code
     if unknown:

@@ -104,7 +104,7 @@ def _saved_model_within(directory: Path) -> Optional[tuple[str, Path]]:
     """(what `directory` is, the model directory it holds) for a checkpoint or a run directory (the newest
     checkpoint's model), which a user names where a model directory goes; None for anything else. Before, both were
     "not a Hugging Face model directory (save one with model.save_pretrained)", advice for another mistake."""
-    from ..state.checkpoint import STATE_FILE, list_checkpoints
+    from ..state.run_files import STATE_FILE, list_checkpoints
 
     if (directory / STATE_FILE).is_file() and (directory / "model").is_dir():
         return "a checkpoint", directory / "model"

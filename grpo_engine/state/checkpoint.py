@@ -37,7 +37,8 @@ from .manifest_coverage import unverified_files
 from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, check_scheduler_state,
                           check_sharded_metadata, load_plain, plain_rng_state, saved_tensor_shapes,
                           weight_files)
-from .run_files import CHECKPOINT_NAME, CHECKPOINT_PREFIX
+from .run_files import (CHECKPOINT_NAME, CHECKPOINT_PREFIX, STATE_FILE, checkpoint_root, checkpoint_step,  # noqa: F401
+                        list_checkpoints)
 from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
@@ -45,31 +46,9 @@ from .metrics import save_history
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
 
 PREFIX = CHECKPOINT_PREFIX
-STATE_FILE = "trainer_state.json"
 MANIFEST_FILE = "checksums.json"
 CONFIG_FILE = "config.yaml"  # the config the run was using when it saved this checkpoint
 SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weights and AdamW state (grpo_engine.model.fsdp)
-
-
-def checkpoint_root(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def checkpoint_step(path: Path) -> Optional[int]:
-    """The step in a checkpoint's name, or None for a name the engine does not write."""
-    match = CHECKPOINT_NAME.fullmatch(path.name)
-    return None if match is None else int(match.group(1))
-
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints, oldest first: directories (or links to directories: a checkpoint moved to another disk
-    and linked back) of the engine's names."""
-    root = checkpoint_root(run_dir)
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir()
-             if checkpoint_step(p) is not None and p.is_dir() and (p / STATE_FILE).is_file()]
-    return sorted(found, key=checkpoint_step)
 
 
 def remove_checkpoint(path: Path) -> None:

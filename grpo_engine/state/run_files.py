@@ -28,6 +28,28 @@ CHECKPOINT_PREFIX = "checkpoint-"
 # too: a resume picked either copy, and rotation could delete the user's.)
 CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d{{6}}|[1-9]\d{{6,}})")
 LOG_FILES = ("metrics.jsonl", "samples.jsonl")
+STATE_FILE = "trainer_state.json"  # a checkpoint's trainer state: a directory without it is no checkpoint
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def checkpoint_step(path: Path) -> Optional[int]:
+    """The step in a checkpoint's name, or None for a name the engine does not write."""
+    match = CHECKPOINT_NAME.fullmatch(path.name)
+    return None if match is None else int(match.group(1))
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first: directories (or links to directories: a checkpoint moved to another disk
+    and linked back) of the engine's names."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir()
+             if checkpoint_step(p) is not None and p.is_dir() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=checkpoint_step)
 
 
 def logged_step(row: dict[str, Any]) -> Optional[int]:

@@ -11,7 +11,8 @@ from grpo_engine.messages import show_messages
 from grpo_engine.state import metrics
 
 # The modules whose job is printing a command's output (a report, a table, the finished run's summary).
-COMMAND_OUTPUT = {"grpo_engine/cli.py", "grpo_engine/tools/bench.py", "grpo_engine/tools/demo_seeds.py",
+COMMAND_OUTPUT = {"grpo_engine/cli.py", "grpo_engine/command_failure.py", "grpo_engine/tools/bench.py",
+                  "grpo_engine/tools/demo_seeds.py",
                   "grpo_engine/tools/overlap_bench.py", "grpo_engine/tools/packing_bench.py", "grpo_engine/tools/parallel_memory.py",
                   "grpo_engine/tools/reference_docs.py", "grpo_engine/tools/rollout_speed.py", "grpo_engine/tools/serve.py"}
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+from grpo_engine.cli import join_flag_values, _overrides, build_parser
 from grpo_engine.config import ConfigError, key_help, leaf_keys, load_config
 
 
 def config_from_flags(*argv: str):
-    args = build_parser().parse_args(_join_flag_values(["train", *argv]))
+    args = build_parser().parse_args(join_flag_values(["train", *argv]))
     return load_config(overrides=_overrides(args, {"max_steps": "run.max_steps", "model": "model.name_or_path"}))
 
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
-from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+from grpo_engine.cli import join_flag_values, _overrides, build_parser
 from grpo_engine.cli_parser import CommandLineError
 from grpo_engine.config import (
     ConfigError,
@@ -286,7 +286,7 @@ PARSER = build_parser()
 
 
 def from_flags(argv: list[str]):
-    args = PARSER.parse_args(_join_flag_values(["train", *argv]))
+    args = PARSER.parse_args(join_flag_values(["train", *argv]))
     return load_config(overrides=_overrides(args, {}))
 
 

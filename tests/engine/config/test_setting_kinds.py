@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from setting_kinds import list_keys, path_keys
 
-from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+from grpo_engine.cli import join_flag_values, _overrides, build_parser
 from grpo_engine.config import leaf_fields, load_config
 from grpo_engine.config.applicability import value_at
 from grpo_engine.config.strict_yaml import dump_yaml
@@ -36,7 +36,7 @@ def loaded(how: str, key: str, value, tmp_path: Path):
     if how == "override":
         return load_config(overrides={key: value})
     if how == "flag":
-        args = PARSER.parse_args(_join_flag_values(["train", f"--{key}", str(value)]))
+        args = PARSER.parse_args(join_flag_values(["train", f"--{key}", str(value)]))
         return load_config(overrides=_overrides(args, {}))
     path = tmp_path / "config.yaml"
     path.write_text(dump_yaml(_nested(key, value)))

@@ -142,7 +142,7 @@ def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, n
     # the message's flags, typed as a user would, give back exactly the saved options
     import shlex
 
-    from grpo_engine.cli import _join_flag_values, _overrides, build_parser
+    from grpo_engine.cli import join_flag_values, _overrides, build_parser
     from grpo_engine.config import config_yaml
     from grpo_engine.state.resume import _saved_flags, changed_options
 
@@ -151,7 +151,7 @@ def test_the_refusal_names_the_flags_that_resume_with_the_saved_options(saved, n
     changed = changed_options(config_yaml(saved_config), resumed)
     assert changed
     flags = shlex.split(_saved_flags(changed))
-    args = build_parser().parse_args(_join_flag_values(["train", *flags]))
+    args = build_parser().parse_args(join_flag_values(["train", *flags]))
     given = load_config(overrides={**small_overrides, **now, "run.resume": "latest",
                                    **_overrides(args, {"max_steps": "run.max_steps"})})
     assert changed_options(config_yaml(saved_config), given) == {}
