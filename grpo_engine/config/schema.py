@@ -365,7 +365,8 @@ class VLLMConfig(Section):
 
 
 class ServerConfig(Section):
-    urls: Annotated[ListOf(Annotated[str, AfterValidator(server_url)], min_length=1), AfterValidator(distinct_servers)] = Field(
+    urls: Annotated[ListOf(Annotated[str, AfterValidator(server_url)], min_length=1),
+                    AfterValidator(distinct_servers)] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000"],
         description="vllm_server: the base URLs of the vLLM servers (vLLM's OpenAI-compatible server, e.g. from "
                     "grpo-engine serve); training process i generates on the (i mod len(urls))-th, the weights go "

@@ -15,6 +15,10 @@ push succeeds, and the trainer never puts a sample of unknown version into the l
 knows the adapter a request names (HTTP 404: it restarted) is treated alike: the request is answered by its base
 model, and the batch's version is unknown.
 
+At start every server must list the model the run names and take its longest sequence (check_served_model);
+every answer is read against what its request asked (completion_answer.py): one line naming the server and the
+field, never a batch built from another model's token ids or a log-prob that is not one.
+
 What the HTTP API cannot carry: the kept-token sets of a truncating sampler (refused by the schema with
 rollout.replay_kept_tokens).
 """

@@ -9,7 +9,6 @@ gives exactly its ids and log-probs."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
