@@ -34,6 +34,7 @@ from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backe
 from .loss_params import check_loss_params
 from ..state.path_limits import PathTooLong, check_path_length
 from .path_form import path_form_problem
+from .server_url import distinct_servers, server_url
 
 # ----------------------------------------------------------------------------------------------- value types
 
@@ -363,14 +364,9 @@ class VLLMConfig(Section):
                           "rollout.max_new_tokens); at least that sum")
 
 
-def _server_url(url: str) -> str:
-    if not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", url):
-        raise ValueError("expected a server's base URL, http://HOST:PORT")
-    return url.rstrip("/")
-
-
 class ServerConfig(Section):
-    urls: ListOf(Annotated[str, AfterValidator(_server_url)], min_length=1) = Field(
+    urls: Annotated[ListOf(Annotated[str, AfterValidator(server_url)], min_length=1),
+                    AfterValidator(distinct_servers)] = Field(
         default_factory=lambda: ["http://127.0.0.1:8000"],
         description="vllm_server: the base URLs of the vLLM servers (vLLM's OpenAI-compatible server, e.g. from "
                     "grpo-engine serve); training process i generates on the (i mod len(urls))-th, the weights go "

@@ -95,16 +95,18 @@ class ServerClient:
         for depth, key in enumerate(keys):
             holder = dict if isinstance(key, str) else list
             if not isinstance(value, holder) or (key not in value if holder is dict else not 0 <= key < len(value)):
-                raise self._unexpected(request, keys[:depth + 1], "without", value)
+                raise self.answer_error(request, keys[:depth + 1], "without", value)
             value = value[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self._unexpected(request, keys, f"with a {type(value).__name__} for a {kind.__name__} at", value)
+            raise self.answer_error(request, keys, f"with a {type(value).__name__} for a {kind.__name__} at", value)
         return value
 
-    def _unexpected(self, request: str, keys: tuple, how: str, value: Any) -> ServerAnswerError:
+    def answer_error(self, request: str, keys: tuple, how: str, value: Any,
+                     hint: str = "is it a vLLM server?") -> ServerAnswerError:
+        """One line: this server answered `request` `how` the field at `keys` (its value shown, shortened)."""
         where = "".join(f"[{k!r}]" for k in keys)
         return ServerAnswerError(f"the rollout server {self.base_url} answered {request} {how} {where} "
-                                 f"(got {_shown(value)}): is it a vLLM server?")
+                                 f"(got {_shown(value)}): {hint}")
 
     def _once(self, method: str, path: str, payload: Optional[dict], timeout_s: float) -> Any:
         data = None if payload is None else json.dumps(payload).encode()

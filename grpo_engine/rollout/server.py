@@ -15,6 +15,10 @@ push succeeds, and the trainer never puts a sample of unknown version into the l
 knows the adapter a request names (HTTP 404: it restarted) is treated alike: the request is answered by its base
 model, and the batch's version is unknown.
 
+At start every server must list the model the run names and take its longest sequence (check_served_model);
+every answer is read against what its request asked (completion_answer.py): one line naming the server and the
+field, never a batch built from another model's token ids or a log-prob that is not one.
+
 What the HTTP API cannot carry: the kept-token sets of a truncating sampler (refused by the schema with
 rollout.replay_kept_tokens).
 """
@@ -32,17 +36,15 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from ..config import ConfigError, EngineConfig
 from ..launch_env import listen_problem
-from ..model.limits import scored_vocab_size
+from ..model.limits import embedding_rows, scored_vocab_size
 from ..model.loading import base_causal_lm
 from .base import RolloutBatch, encode_prompts, eos_ids, finish_batch
+from .completion_answer import CompletionAsk, read_completion
 from .http_client import ServerClient, ServerRequestError
 from .weight_push import WeightPush, WeightPushFailed, create_weight_push, weight_transfer
 
 UNKNOWN = None  # the version of a server that may have lost its weights
 PUSH_ATTEMPTS, PUSH_BACKOFF_S = 4, 0.5  # a push the server refused (a server that does not answer is retried longer)
-
-
-COMPLETIONS = "POST /v1/completions"
 
 
 def served_model_name(client: ServerClient) -> str:
@@ -64,10 +66,33 @@ def check_servers_up(config: EngineConfig, process_index: int = 0) -> None:
         if not client.is_up():
             raise ConfigError(f"rollout.server.urls: no vLLM server answers at {url} (GET {url}/health): start one "
                               f"(grpo-engine serve --model DIR --port PORT) or correct the URL")
+        check_served_model(client, config, url)
         if config.pushes_lora_adapters() and process_index == 0 and not takes_lora_adapters(client):
             raise ConfigError(f"rollout.server.lora_transfer: the vLLM server at {url} does not load LoRA adapters at "
                               f"runtime (no POST /v1/load_lora_adapter): start it with grpo-engine serve --lora-rank "
                               f"{config.model.lora.r}, or set rollout.server.lora_transfer merged")
+
+
+def check_served_model(client: ServerClient, config: EngineConfig, url: str) -> None:
+    """The model the run names (rollout.server.model) is one the server lists, and takes the run's longest sequence:
+    a name it does not serve was an HTTP 404 at the first batch, after the weights had been pushed, and a shorter
+    --max-model-len an HTTP 400 at the first prompt long enough, hours into a run."""
+    s, r = config.rollout.server, config.rollout
+    models = client.read_field(client.get("/v1/models"), "GET /v1/models", "data", kind=list)
+    names = [m.get("id") for m in models if isinstance(m, dict)]
+    if s.model is not None and s.model not in names:
+        raise ConfigError(f"rollout.server.model {s.model!r}: the vLLM server at {url} serves {names}: name one of "
+                          f"them, or null for the first")
+    entry = models[names.index(s.model)] if s.model is not None else models[0] if models else None
+    limit = entry.get("max_model_len") if isinstance(entry, dict) else None
+    prompt = config.data.max_prompt_length
+    longest = (prompt or 1) + r.max_new_tokens  # without a prompt bound at least one prompt token
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit < longest:
+        needed = ("data.max_prompt_length + rollout.max_new_tokens" if prompt else
+                  "a prompt token + rollout.max_new_tokens")
+        raise ConfigError(f"rollout.server.urls: the vLLM server at {url} takes sequences up to {limit} tokens "
+                          f"(its max_model_len), below {needed} = {longest}: start it with grpo-engine serve "
+                          f"--max-model-len {longest}, or lower those settings")
 
 
 def takes_lora_adapters(client: ServerClient) -> bool:
@@ -91,6 +116,7 @@ class VLLMServerRollout:
         self.eos = eos_ids(tokenizer, getattr(base_causal_lm(lm), "generation_config", None) or GenerationConfig())
         scored = scored_vocab_size(tokenizer, lm, config.rollout.sample_padded_vocab)
         self.allowed_token_ids = None if scored is None else list(range(scored))
+        self.vocab_size = embedding_rows(lm) if scored is None else scored  # the token ids an answer may hold
         self._lock = threading.Lock()
         self.version: Optional[int] = UNKNOWN
         self.client = ServerClient(server_urls_for(config, self.process_index), s.timeout_s, s.request_timeout_s,
@@ -151,40 +177,36 @@ class VLLMServerRollout:
         payloads = [{**common, "prompt": ids[mask.bool()].tolist(),
                      **({} if greedy else {"seed": seeds[i]})}
                     for i, (ids, mask) in enumerate(zip(prompt_ids, prompt_mask))]
-        choices = list(self.pool.map(self._complete, payloads))
+        ask = CompletionAsk(r.max_new_tokens, self.vocab_size, sampled=not greedy)
+        choices = list(self.pool.map(lambda payload: self._complete(payload, ask), payloads))
         with self._lock:  # a failure during the requests (a possible restart) makes the whole batch's version unknown
             version = version if self.version == version else UNKNOWN
         batch = self._batch(prompts, prompt_ids, prompt_mask, choices, sampled=not greedy)
         batch.policy_version = torch.full((len(prompts),), -1 if version is UNKNOWN else version, dtype=torch.long)
         return batch
 
-    def _complete(self, payload: dict) -> dict:
+    def _complete(self, payload: dict, ask: CompletionAsk) -> tuple[list[int], Optional[list[float]]]:
         try:
-            return self._choice(payload)
+            return self._choice(payload, ask)
         except ServerRequestError as exc:
             if exc.status != 404 or payload["model"] == self.base_model_name:
                 raise
         # The server does not know the adapter: it restarted with its base model, whose answer counts as unknown.
         self._lost()
-        return self._choice({**payload, "model": self.base_model_name})
+        return self._choice({**payload, "model": self.base_model_name}, ask)
 
-    def _choice(self, payload: dict) -> dict:
-        """The one completion a request asks for, its token ids and log-probs checked to be there."""
-        choice = self.client.read_field(self.client.post("/v1/completions", payload), COMPLETIONS, "choices", 0)
-        for key in ("tokens", "token_logprobs"):
-            self.client.read_field(choice, COMPLETIONS, "logprobs", key, kind=list)
-        return choice
+    def _choice(self, payload: dict, ask: CompletionAsk) -> tuple[list[int], Optional[list[float]]]:
+        """(token ids, log-probs) of the one completion a request asks for, checked against what it asked."""
+        return read_completion(self.client, self.client.post("/v1/completions", payload), ask)
 
     def _batch(self, prompts: list[str], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-               choices: list[dict], sampled: bool) -> RolloutBatch:
-        tokens = [[token_id(t) for t in c["logprobs"]["tokens"]] for c in choices]
-        length = max(1, max(len(t) for t in tokens))
+               choices: list[tuple[list[int], Optional[list[float]]]], sampled: bool) -> RolloutBatch:
+        length = max(1, max(len(row_ids) for row_ids, _ in choices))
         ids = torch.full((len(choices), length), self.tokenizer.pad_token_id, dtype=torch.long)
         logps = torch.zeros(len(choices), length) if sampled else None
-        for row, (choice, row_tokens) in enumerate(zip(choices, tokens)):
-            ids[row, :len(row_tokens)] = torch.tensor(row_tokens, dtype=torch.long)
+        for row, (row_ids, values) in enumerate(choices):
+            ids[row, :len(row_ids)] = torch.tensor(row_ids, dtype=torch.long)
             if logps is not None:
-                values = [0.0 if v is None else float(v) for v in choice["logprobs"]["token_logprobs"]]
                 logps[row, :len(values)] = torch.tensor(values)
         to = self.device
         return finish_batch(self.tokenizer, prompts, prompt_ids.to(to), prompt_mask.to(to), ids.to(to), self.eos,
@@ -193,15 +215,6 @@ class VLLMServerRollout:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.push.close()
-
-
-def token_id(token: str) -> int:
-    """A token of `return_tokens_as_token_ids`: 'token_id:123'."""
-    prefix, _, value = token.rpartition(":")
-    if prefix != "token_id" or not value.isdigit():
-        raise ValueError(f"the server returned the token {token!r} where token_id:N was asked for "
-                         f"(return_tokens_as_token_ids): is it a vLLM server?")
-    return int(value)
 
 
 def create(context) -> VLLMServerRollout:

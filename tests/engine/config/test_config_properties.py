@@ -74,7 +74,7 @@ SPECIAL_VALID = {
     "rollout.max_staleness": st.just(0),
     "rollout.server.lora_transfer": st.sampled_from(["auto", "merged"]),  # adapter only with LoRA (a rule across keys)
     "rollout.server.urls": st.lists(st.from_regex(r"\Ahttps?://[a-z][a-z0-9.-]{0,20}(:[1-9][0-9]{0,3})?\Z"), min_size=1,
-                                    max_size=2),  # > 0 only with rollout.backend vllm_server (a cross-field rule)
+                                    max_size=2, unique_by=lambda url: url.split("//")[1].split(":")[0]),  # each server once  # > 0 only with rollout.backend vllm_server (a cross-field rule)
     "data.builtin_max_operand": st.integers(9, MAX_BUILTIN_OPERAND),  # with data.builtin_eval_size below its problems
     "data.builtin_eval_size": st.integers(0, 99),  # > 0 only with the built-in model; default name_or_path is null
 }

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from grpo_engine.rollout import http_client
+from grpo_engine.rollout.completion_answer import CompletionAsk
 from grpo_engine.rollout.http_client import ServerAnswerError, ServerClient, ServerRequestError, ServerUnavailable
 from grpo_engine.rollout.server import VLLMServerRollout, served_model_name
 from tests.support import misbehaving_server as servers
@@ -94,8 +95,10 @@ def test_a_completion_answer_of_another_shape_names_the_field(answer):
     with servers.MisbehavingServer(servers.answer(200, json.dumps(answer).encode())) as server:
         rollout = object.__new__(VLLMServerRollout)  # only its client is used by _choice
         rollout.client = ServerClient(server.url, 0.0, 2.0)
-        how, value = _ends_in_one_line(lambda: rollout._choice({"prompt": [1]}), server.url, 2.0)
+        ask = CompletionAsk(max_tokens=8, vocab_size=100, sampled=True)
+        how, value = _ends_in_one_line(lambda: rollout._choice({"prompt": [1]}, ask), server.url, 2.0)
     if how == "returned":
-        assert isinstance(value["logprobs"]["tokens"], list) and isinstance(value["logprobs"]["token_logprobs"], list)
+        ids, logprobs = value
+        assert 1 <= len(ids) == len(logprobs) <= 8
     else:
         assert isinstance(value, ServerAnswerError) and "POST /v1/completions" in str(value)

@@ -1,0 +1,87 @@
+"""rollout.server.urls: a URL the HTTP client would mistake (the OpenAI clients' /v1 base, a query or fragment,
+user:password@, no host, a port 0, past 65535 or not a number, an IPv6 literal left open) and a server listed twice
+in two spellings (the host's case, a default port, a trailing slash) are one line naming the setting when the
+config loads. Before: each passed the schema and failed later naming something else (GET /v1/v1/models 404, the host
+`user` not found, a connection error after the model loaded), and a server listed twice took every weight push
+twice. Well-formed URLs (a path prefix, https, an IPv6 literal) load as written, less a trailing slash."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from grpo_engine.config import ConfigError, load_config
+
+HOSTS = st.from_regex(r"\A[a-z][a-z0-9-]{0,12}(\.[a-z][a-z0-9-]{0,8}){0,2}\Z") | st.sampled_from(
+    ["127.0.0.1", "10.0.0.2", "[::1]", "[fe80::1]"])
+
+
+@st.composite
+def base_urls(draw) -> str:
+    scheme = draw(st.sampled_from(["http", "https"]))
+    port = draw(st.none() | st.integers(1, 65535))
+    path = draw(st.sampled_from(["", "/vllm", "/a/b"]))
+    return f"{scheme}://{draw(HOSTS)}{'' if port is None else f':{port}'}{path}"
+
+
+def load(urls: list[str]):
+    return load_config(None, {"rollout.backend": "vllm_server", "rollout.server.urls": urls})
+
+
+@settings(max_examples=150, deadline=None)
+@given(url=base_urls(), slash=st.booleans())
+def test_a_base_url_loads_as_written(url, slash):
+    assert load([url + "/" * slash]).rollout.server.urls == [url]
+
+
+@st.composite
+def mistaken_urls(draw) -> str:
+    url = draw(base_urls())
+    scheme, _, rest = url.partition("://")
+    host_port = rest.split("/")[0]
+    kind = draw(st.sampled_from(["v1", "query", "fragment", "credentials", "port", "no host", "open ipv6"]))
+    if kind == "v1":
+        return url + draw(st.sampled_from(["/v1", "/v1/", "/V1"]))
+    if kind == "query":
+        return url + "?" + draw(st.sampled_from(["", "x=1", "api_key=k"]))
+    if kind == "fragment":
+        return url + "#" + draw(st.sampled_from(["", "x"]))
+    if kind == "credentials":
+        return f"{scheme}://{draw(st.sampled_from(['u:p@', 'user@', ':@']))}{rest}"
+    host = host_port.rsplit(":", 1)[0] if not host_port.endswith("]") else host_port
+    if kind == "port":
+        port = draw(st.sampled_from(["0", "", "abc", "8o00"]) | st.integers(65536, 10**8).map(str))
+        return f"{scheme}://{host}:{port}"
+    if kind == "no host":
+        return f"{scheme}://:{draw(st.integers(1, 65535))}"
+    return f"{scheme}://[::1:{draw(st.integers(1, 65535))}"
+
+
+@settings(max_examples=150, deadline=None)
+@given(url=mistaken_urls(), index=st.integers(0, 1))
+def test_a_url_the_client_would_mistake_is_one_line_naming_it(url, index):
+    urls = ["http://good-host:8000"]
+    urls.insert(index, url)
+    with pytest.raises(ConfigError) as raised:
+        load(urls)
+    message = str(raised.value)
+    assert message.startswith(f"rollout.server.urls[{index}]: expected a server's base URL") and "\n" not in message
+
+
+@settings(max_examples=100, deadline=None)
+@given(url=base_urls(), respell=st.sets(st.sampled_from(["case", "port", "slash"]), min_size=1), other=base_urls())
+def test_a_server_listed_twice_is_named(url, respell, other):
+    parts = urlsplit(url)
+    netloc = parts.netloc.upper() if "case" in respell else parts.netloc  # a host name has no case
+    if "port" in respell and parts.port is None:
+        netloc += ":80" if parts.scheme == "http" else ":443"
+    twice = f"{parts.scheme}://{netloc}{parts.path}" + "/" * ("slash" in respell)
+    distinct = urlsplit(other).hostname != parts.hostname
+    urls = [url, other, twice] if distinct else [url, twice]
+    with pytest.raises(ConfigError) as raised:
+        load(urls)
+    message = str(raised.value)
+    assert message.startswith("rollout.server.urls: expected each server once") and "\n" not in message, message
+    assert f"[{len(urls) - 1}]" in message and "[0]" in message
