@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .config import ConfigError, EngineConfig
+from .steps.rewards import NamedReward, code_fingerprint
 
 # Settings that may rightly differ between processes: a host's CPU count, and who draws the (main process's) bar.
 PER_PROCESS_SETTINGS = frozenset({"run.num_threads", "run.progress_bar"})
@@ -65,14 +66,18 @@ def package_version(name: str) -> Optional[str]:
 
 
 def launch_fingerprint(config: EngineConfig, model_dir: Optional[str], data: Mapping[str, Mapping[str, Any]],
-                       resume: Optional[str]) -> dict[str, str]:
+                       resume: Optional[str], rewards: Sequence[NamedReward] = ()) -> dict[str, str]:
     """What must agree, by the name a message gives it, in the order a difference is reported: settings, data,
     reward code, model files, resume point, packages. `model_dir`: the model's local directory (None: built in);
-    `data`: the fingerprints of run_setup (train / eval rows, reward code); `resume`: the checkpoint resumed."""
+    `data`: the rows' fingerprints of run_setup ("train", "eval"); `resume`: the checkpoint resumed; `rewards`: the
+    loaded reward functions, whose user code is compared by its files' names and contents."""
     items = {f"setting {key}": repr(value) for key, value in flat_settings(config).items()}
-    for part, print_ in data.items():
-        kind = "reward code" if part == "rewards" else f"{part} data"
-        items[kind] = f"{print_['rows']} {'files' if part == 'rewards' else 'rows'}, sha256 {print_['sha256'][:12]}"
+    for part in ("train", "eval"):
+        if part in data:
+            items[f"{part} data"] = f"{data[part]['rows']} rows, sha256 {data[part]['sha256'][:12]}"
+    code = code_fingerprint(list(rewards), paths=False)
+    if code is not None:
+        items["reward code"] = f"{code['source']}, sha256 {code['sha256'][:12]}"
     if model_dir is not None and Path(model_dir).is_dir():
         # top level only: a model directory is flat (a Hub snapshot too); the names are relative, so two hosts'
         # caches at different paths agree

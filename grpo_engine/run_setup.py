@@ -292,7 +292,7 @@ def setup_run(config: EngineConfig) -> Run:
     resume_from = None if resume_point is None else resume_point.path
     if launched():  # every process starts from the same settings, files and packages, before any weight loads
         resumed = None if resume_point is None else f"{resume_point.path.name} (step {resume_point.step})"
-        check_processes_agree(launch_fingerprint(config, base_path, data, resumed))
+        check_processes_agree(launch_fingerprint(config, base_path, data, resumed, rewards))
     tp, fsdp = config.model.tensor_parallel, config.model.fsdp
     # Read and checked before any weight loads: a state the run cannot apply is refused now, not after the model.
     state = None if resume_from is None else ckpt.load_training_state(

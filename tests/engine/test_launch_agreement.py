@@ -5,16 +5,23 @@ different objectives, or waited in a collective for run.distributed_timeout_s.""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import types
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from grpo_engine.config import config_from_dict
+from grpo_engine.steps.rewards import NamedReward
 from grpo_engine.launch_agreement import (PER_PROCESS_SETTINGS, file_digest, first_disagreement, flat_settings,
                                           launch_fingerprint)
 
+from processes import subprocess_env, torchrun
+from repo_paths import ROOT, SUPPORT
+
+REWARD = "def own(prompts, completions, **kwargs):\n    return [{} + 0.1 * len(c) for c in completions]\n"
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=12)
 VALUES = st.text(max_size=200)
 
@@ -104,21 +111,93 @@ def test_model_files_that_differ_are_named_and_copies_elsewhere_agree(size, wher
     assert file_digest(one / file) in message
 
 
-def test_data_reward_code_resume_point_and_packages_must_agree(monkeypatch):
+def _reward_from(path: Path, text: str) -> NamedReward:
+    """A user reward function defined in its own file at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    namespace: dict = {}
+    exec(compile(text, str(path), "exec"), namespace)  # its code object names the file, as an import's does
+    namespace["own"].__module__ = "rewards_mod"
+    return NamedReward("own", namespace["own"], 1.0)
+
+
+def test_data_reward_code_resume_point_and_packages_must_agree(monkeypatch, tmp_path: Path):
     config = config_from_dict({})
-    data = {"train": {"source": "x", "rows": 9, "sha256": "a" * 64}, "rewards": {"rows": 1, "sha256": "b" * 64}}
-    base = launch_fingerprint(config, None, data, "checkpoint-000002 (step 2)")
-    for name, other in (("train data", {**data, "train": {**data["train"], "rows": 8}}),
-                        ("reward code", {**data, "rewards": {"rows": 1, "sha256": "c" * 64}})):
-        message = first_disagreement([base, launch_fingerprint(config, None, other, "checkpoint-000002 (step 2)")])
+    data = {"train": {"source": "x", "rows": 9, "sha256": "a" * 64}}
+    here = [_reward_from(tmp_path / "a" / "rewards_mod.py", REWARD.format(0.0))]
+    base = launch_fingerprint(config, None, data, "checkpoint-000002 (step 2)", here)
+    elsewhere = [_reward_from(tmp_path / "b" / "rewards_mod.py", REWARD.format(0.0))]  # another host's path
+    assert first_disagreement([base, launch_fingerprint(config, None, data, "checkpoint-000002 (step 2)",
+                                                        elsewhere)]) is None
+    changed = [_reward_from(tmp_path / "c" / "rewards_mod.py", REWARD.format(1.0))]
+    for name, other, rewards in (("train data", {"train": {**data["train"], "rows": 8}}, here),
+                                 ("reward code", data, changed)):
+        message = first_disagreement([base, launch_fingerprint(config, None, other, "checkpoint-000002 (step 2)",
+                                                               rewards)])
         assert message.startswith(f"the processes of this launch disagree on {name}: ")
-    message = first_disagreement([base, launch_fingerprint(config, None, data, None)])
+    message = first_disagreement([base, launch_fingerprint(config, None, data, None, here)])
     assert "disagree on resume point" in message and "a fresh start" in message
     monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(__version__="0.0.1"))
-    message = first_disagreement([base, launch_fingerprint(config, None, data, "checkpoint-000002 (step 2)")])
+    message = first_disagreement([base, launch_fingerprint(config, None, data, "checkpoint-000002 (step 2)", here)])
     assert "disagree on package transformers" in message and "0.0.1" in message
 
 
 def test_a_missing_model_directory_is_left_to_the_loader(tmp_path: Path):
     fingerprint = launch_fingerprint(config_from_dict({}), str(tmp_path / "absent"), {}, None)
     assert not any(name.startswith("model file") for name in fingerprint)
+
+
+ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(3) for b in range(3)]
+# (what differs, how process 1's copy differs or the flag's two values, the name the refusal gives it)
+LAUNCH_KINDS = [("flag", ("--optim.learning_rate", "1e-5", "2e-5"), "setting optim.learning_rate"),
+                ("flag", ("--run.max_steps", "1", "2"), "setting run.max_steps"),
+                ("flag", ("--loss.loss_type", "dapo", "grpo"), "setting loss.loss_type"),
+                ("data", ROWS[::-1], "train data"), ("data", ROWS[:-1], "train data"),
+                ("data", ROWS[:-1] + [{"prompt": "9+9=", "answer": "18"}], "train data"),
+                ("model", 1, "model file model.safetensors"), ("reward", 1.0, "reward code")]
+
+
+def _process_directory(root: Path, rank: int, kind: str, change) -> list[str]:
+    """Process `rank`'s own directory (process 1's copy changed as `kind` says) and the flags that read it."""
+    import json
+
+    from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
+
+    own = root / f"r{rank}"
+    own.mkdir(parents=True)
+    rows = change if kind == "data" and rank == 1 else ROWS
+    (own / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (own / "rewards_mod.py").write_text(REWARD.format(change if kind == "reward" and rank == 1 else 0.0))
+    flags = ["--data.path", "data.jsonl", "--rewards.functions", "[math_accuracy, rewards_mod:own]"]
+    if kind == "model":
+        tokenizer = build_char_tokenizer()
+        build_tiny_model(tokenizer, seed=change if rank == 1 else 0).save_pretrained(own / "model")
+        tokenizer.save_pretrained(own / "model")
+        flags += ["--model", "model"]
+    return flags
+
+
+@pytest.mark.slow
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.sampled_from(LAUNCH_KINDS))
+def test_a_launch_whose_processes_differ_stops_on_every_process_naming_it(case, tmp_path_factory):
+    """2 gloo processes under torchrun, each in its own directory: a flag, the data file, the model's weights or
+    the reward module differing between them stops both before any work, each naming it and both values."""
+    kind, change, name = case
+    root = tmp_path_factory.mktemp("launch")
+    flags = [_process_directory(root, rank, kind, change) for rank in (0, 1)][0]
+    if kind == "flag":
+        flags += [change[0], f"{{{change[1]}|{change[2]}}}"]
+    run_dir = root / "run"
+    base = ["--run.output_dir", str(run_dir), "--run.max_steps", "1", "--run.progress_bar", "false", "--run.plot",
+            "false", "--run.warm_start_steps", "0", "--rollout.num_generations", "4", "--rollout.max_new_tokens", "4",
+            "--optim.per_device_train_batch_size", "2", "--run.distributed_timeout_s", "60"]
+    result = subprocess.run(torchrun(str(SUPPORT / "per_rank_launch.py"), str(root), "train", *base, *flags),
+                            env=subprocess_env(), timeout=240, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode != 0, result.stderr[-3000:]
+    refusals = [line for line in result.stderr.splitlines()
+                if line.startswith("grpo-engine: config error: the processes of this launch disagree on ")]
+    assert len(refusals) == 2, result.stderr[-3000:]  # one line on each process
+    assert all(line.startswith(f"grpo-engine: config error: the processes of this launch disagree on {name}: ")
+               and "process 0 has " in line and "process 1 has " in line for line in refusals), refusals
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
