@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .config import ConfigError, EngineConfig
+from .state import checkpoint as ckpt
 from .steps.rewards import NamedReward, code_fingerprint
 
 # Settings that may rightly differ between processes: a host's CPU count, and who draws the (main process's) bar.
@@ -69,7 +70,7 @@ def launch_fingerprint(config: EngineConfig, model_dir: Optional[str], data: Map
                        resume: Optional[str], rewards: Sequence[NamedReward] = ()) -> dict[str, str]:
     """What must agree, by the name a message gives it, in the order a difference is reported: settings, data,
     reward code, model files, resume point, packages. `model_dir`: the model's local directory (None: built in);
-    `data`: the rows' fingerprints of run_setup ("train", "eval"); `resume`: the checkpoint resumed; `rewards`: the
+    `data`: the rows' fingerprints of run_setup ("train", "eval"); `resume`: resume_label's; `rewards`: the
     loaded reward functions, whose user code is compared by its files' names and contents."""
     items = {f"setting {key}": repr(value) for key, value in flat_settings(config).items()}
     for part in ("train", "eval"):
@@ -88,6 +89,20 @@ def launch_fingerprint(config: EngineConfig, model_dir: Optional[str], data: Map
     for package in PACKAGES:
         items[f"package {package}"] = package_version(package) or "not installed"
     return items
+
+
+def resume_label(resume: Optional[str], run_dir: Path) -> str:
+    """The checkpoint this process would resume from, as the fingerprint shows it. Resolved before the resume's own
+    checks (which then refuse alike on every process), so that one process starting fresh where another resumes, or
+    "latest" naming another checkpoint in each host's run directory, is the one line of a disagreement, not one
+    process's own refusal and a lost process on the others."""
+    if not resume:
+        return "none (a fresh start)"
+    try:
+        point = ckpt.resolve_resume(resume, run_dir)
+    except (ckpt.CheckpointError, OSError):  # said by the resume's own check when every process has none
+        return "none usable"
+    return f"{point.path.name} (step {point.step})"
 
 
 def first_disagreement(fingerprints: Sequence[Mapping[str, str]]) -> Optional[str]:

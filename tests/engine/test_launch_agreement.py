@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from grpo_engine.config import config_from_dict
 from grpo_engine.steps.rewards import NamedReward
 from grpo_engine.launch_agreement import (PER_PROCESS_SETTINGS, file_digest, first_disagreement, flat_settings,
-                                          launch_fingerprint)
+                                          launch_fingerprint, resume_label)
 
 from processes import subprocess_env, torchrun
 from repo_paths import ROOT, SUPPORT
@@ -140,6 +140,18 @@ def test_data_reward_code_resume_point_and_packages_must_agree(monkeypatch, tmp_
     monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(__version__="0.0.1"))
     message = first_disagreement([base, launch_fingerprint(config, None, data, "checkpoint-000002 (step 2)", here)])
     assert "disagree on package transformers" in message and "0.0.1" in message
+
+
+def test_a_fresh_start_beside_a_resume_is_a_difference_and_alike_failures_are_left_to_the_resume(tmp_path: Path):
+    """Resolved before the resume's own checks: one process starting fresh where another resumes is a difference
+    (before, the fresh one refused a finished run directory and the other lost it); processes that all find no
+    checkpoint agree, and the resume's own check then says why on each."""
+    config = config_from_dict({})
+    labels = {resume: resume_label(resume, tmp_path / "run") for resume in (None, "latest", str(tmp_path / "nope"))}
+    assert labels[None] == "none (a fresh start)" and labels["latest"] == labels[str(tmp_path / "nope")]
+    fresh, resumed = (launch_fingerprint(config, None, {}, labels[r]) for r in (None, "latest"))
+    assert first_disagreement([fresh, resumed]).startswith("the processes of this launch disagree on resume point: ")
+    assert first_disagreement([resumed, launch_fingerprint(config, None, {}, labels["latest"])]) is None
 
 
 def test_a_missing_model_directory_is_left_to_the_loader(tmp_path: Path):
