@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .config import ConfigError, EngineConfig
+from .lost_process import outlast_the_launchers_stop
 from .state import checkpoint as ckpt
 from .steps.rewards import NamedReward, code_fingerprint
 
@@ -138,4 +139,7 @@ def check_processes_agree(fingerprint: dict[str, str]) -> None:
     torch.distributed.all_gather_object(gathered, fingerprint)
     message = first_disagreement(gathered)
     if message is not None:
+        # every process stops at once: torchrun's SIGTERM to the others, sent when the first one exits, ended a
+        # slower one before its line was out
+        outlast_the_launchers_stop()
         raise ConfigError(message)
