@@ -207,9 +207,10 @@ def test_a_launch_whose_processes_differ_stops_on_every_process_naming_it(case, 
     result = subprocess.run(torchrun(str(SUPPORT / "per_rank_launch.py"), str(root), "train", *base, *flags),
                             env=subprocess_env(), timeout=240, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0, result.stderr[-3000:]
-    refusals = [line for line in result.stderr.splitlines()
-                if line.startswith("grpo-engine: config error: the processes of this launch disagree on ")]
-    assert len(refusals) == 2, result.stderr[-3000:]  # one line on each process
-    assert all(line.startswith(f"grpo-engine: config error: the processes of this launch disagree on {name}: ")
-               and "process 0 has " in line and "process 1 has " in line for line in refusals), refusals
+    # one line on each process; the two share torchrun's stderr, where one's line may land before the other's newline
+    refusals = [piece.split("\n")[0] for piece in result.stderr.split("grpo-engine: config error: ")[1:]
+                if piece.startswith("the processes of this launch disagree on ")]
+    assert len(refusals) == 2, result.stderr[-3000:]
+    assert all(line.startswith(f"the processes of this launch disagree on {name}: ") and "process 0 has " in line
+               and "process 1 has " in line for line in refusals), refusals
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
