@@ -45,6 +45,7 @@ from .model.master_weights import MasterWeightAdamW, trained_weights_adamw
 from .model.update_precision import check_update_precision
 from .preflight import preflight
 from .model.tensor_parallel import SingleReplicaAccelerator, check_tensor_parallel
+from .launch_agreement import check_processes_agree, launch_fingerprint, resume_label
 from .lost_process import record_processes
 from .process_group import join_processes, launched
 from .rollout import RolloutBackend, check_backend, create_backend
@@ -286,6 +287,9 @@ def setup_run(config: EngineConfig) -> Run:
     if eval_rows:
         data["eval"] = data_fingerprint(eval_rows, repr(config.data.eval_path) if config.data.eval_path
                                         else "of the built-in task")
+    if launched():  # every process starts from the same settings, files, checkpoint and packages, before any work
+        check_processes_agree(launch_fingerprint(config, base_path, data, resume_label(config.run.resume, run_dir),
+                                                 rewards))
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data,
                                processes=accelerator.num_processes)
     resume_from = None if resume_point is None else resume_point.path

@@ -411,17 +411,18 @@ def load_reward_functions(config: RewardsConfig, max_new_tokens: int) -> list[Na
             for name, spec, w in zip(reward_names(list(config.functions)), config.functions, weights)]
 
 
-def code_fingerprint(rewards: list[NamedReward]) -> Optional[dict[str, Any]]:
+def code_fingerprint(rewards: list[NamedReward], paths: bool = True) -> Optional[dict[str, Any]]:
     """What a checkpoint keeps of the user's reward code: a SHA-256 over the source files of the modules that
     define the reward functions (the built-in rewards are the engine's own code), so a resume can say the rewards
-    changed under it. None when every reward is built in."""
+    changed under it. None when every reward is built in. `paths=False`: over the files' names and contents only
+    (the processes of a multi-node launch find the same module at each host's own path)."""
     sources = [_source_file(reward.fn) for reward in rewards if not _is_builtin(reward.fn)]
     files = sorted({Path(source) for source in sources if source})
     if not files:
         return None
     digest = hashlib.sha256()
     for path in files:
-        digest.update(str(path).encode("utf-8", "replace") + b"\0")
+        digest.update(str(path if paths else path.name).encode("utf-8", "replace") + b"\0")
         digest.update(path.read_bytes() if path.is_file() else b"")
     return {"source": ", ".join(path.name for path in files), "rows": len(files), "sha256": digest.hexdigest()}
 
