@@ -27,6 +27,8 @@ NOT_BACKEND_NAMES = {
     ("grpo_engine/state/checkpoint.py", "torch"): "the key of torch's RNG state in a checkpoint",
     ("grpo_engine/state/saved_state.py", "torch"): "the key of torch's RNG state, and the torch package among the "
                                                    "globals a checkpoint's files may name",
+    ("grpo_engine/launch_agreement.py", "torch"): "the torch package, whose version every process compares",
+    ("grpo_engine/launch_agreement.py", "triton"): "the triton package, whose version every process compares",
 }
 
 
