@@ -28,16 +28,19 @@ def test_a_step_whose_every_completion_is_masked_out_is_said(small_overrides, ca
 
 
 @pytest.mark.slow  # train() end to end: the slow tier
-@pytest.mark.parametrize("dtype, lr, warned", [("bfloat16", 1e-6, True), ("bfloat16", 1e-2, False),
-                                               ("float32", 1e-6, False)])
-def test_a_learning_rate_the_weights_dtype_cannot_hold_is_said_when_the_run_starts(dtype, lr, warned,
+@pytest.mark.parametrize("dtype, lr, master_weights, warned", [
+    ("bfloat16", 1e-6, "none", True), ("bfloat16", 1e-6, "auto", False), ("bfloat16", 1e-2, "none", False),
+    ("float32", 1e-6, "auto", False)])
+def test_a_learning_rate_the_weights_dtype_cannot_hold_is_said_when_the_run_starts(dtype, lr, master_weights, warned,
                                                                                    small_overrides, tiny_model_dir,
                                                                                    caplog):
-    """bfloat16 (model.dtype auto on CUDA) at the default learning rate: 98% of the demo model's weights never
-    change. Before, the run went on without a word."""
+    """bfloat16 (model.dtype auto on CUDA) at the default learning rate, stepped in bfloat16 (optim.master_weights
+    none): 98% of the demo model's weights never change, said at the start. Stepped through float32 copies (auto,
+    the default) every step counts: nothing to say."""
     with caplog.at_level(logging.WARNING, logger="grpo_engine"):
         train(load_config(overrides={**small_overrides, "run.max_steps": 1, "model.name_or_path": str(tiny_model_dir),
-                                     "model.dtype": dtype, "optim.learning_rate": lr}))
+                                     "model.dtype": dtype, "optim.learning_rate": lr,
+                                     "optim.master_weights": master_weights}))
     said = [r.getMessage() for r in caplog.records if "rounds back to the same weight" in r.getMessage()]
     assert len(said) == warned, said
     if warned:
@@ -45,13 +48,16 @@ def test_a_learning_rate_the_weights_dtype_cannot_hold_is_said_when_the_run_star
 
 
 @pytest.mark.slow  # train() end to end: the slow tier
-@pytest.mark.parametrize("lora", [False, True])
-def test_float16_full_training_is_refused_before_step_1_and_lora_trains(lora, small_overrides, tiny_model_dir):
+@pytest.mark.parametrize("lora, master_weights", [(False, "none"), (False, "auto"), (True, "auto")])
+def test_float16_full_training_is_refused_before_step_1_unless_float32_steps_it(lora, master_weights,
+                                                                               small_overrides, tiny_model_dir):
     """AdamW's moments in float16 cannot hold its epsilon 1e-8: NaN weights at step 1 whatever the learning rate,
-    with the advice to lower it. LoRA's adapters train in float32 (peft keeps them so)."""
+    with the advice to lower it. Refused with optim.master_weights none; float32 copies (auto) and LoRA's adapters
+    (peft keeps them in float32) train."""
     config = load_config(overrides={**small_overrides, "run.max_steps": 1, "model.name_or_path": str(tiny_model_dir),
-                                    "model.dtype": "float16", "model.lora.enabled": lora})
-    if lora:
+                                    "model.dtype": "float16", "model.lora.enabled": lora,
+                                    "optim.master_weights": master_weights})
+    if master_weights == "auto":
         assert train(config).steps == 1
         return
     with pytest.raises(ConfigError, match=r"^optim.adam_epsilon 1e-08 rounds to 0 in float16"):
