@@ -51,7 +51,7 @@ def completions(draw, vocab: int):
     elif fault == "log-probs count":
         logprobs = logprobs[:at] if draw(st.booleans()) else logprobs + [-1.0] * draw(st.integers(1, 3))
     elif fault == "too long":
-        extra = draw(st.integers(1, 20))
+        extra = draw(st.integers(MAX_NEW_TOKENS - length + 1, 20))  # past max_tokens, whatever the length drawn
         tokens, logprobs = tokens + ["token_id:1"] * extra, logprobs + [-1.0] * extra
     elif fault == "empty":
         tokens, logprobs = [], []
