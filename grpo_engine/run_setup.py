@@ -221,12 +221,13 @@ def dropped_preset_note(config: EngineConfig, message: str) -> str:
             f"{' '.join('--' + d.split(' is ')[0] + ' VALUE' for d in dropped)}")
 
 
-def run_defaults(config: EngineConfig) -> EngineConfig:
-    """What this run's settings are compared with: the schema's defaults, with the demo's preset when the run
-    uses the built-in model (as the command line lays them)."""
+def run_defaults(config: EngineConfig) -> tuple[EngineConfig, ...]:
+    """What this run's settings are compared with: the schema's defaults, and the demo's preset too when the run
+    uses the built-in model (the command line lays it under the flags; a config built in Python may not have it)."""
     from .data.demo_task import DEMO_PRESET
 
-    return config_from_dict(DEMO_PRESET if config.model.name_or_path is None else {})
+    schema = config_from_dict({})
+    return (schema,) if config.model.name_or_path is not None else (schema, config_from_dict(DEMO_PRESET))
 
 
 def sampling_warnings(config: EngineConfig) -> list[str]:
@@ -271,7 +272,7 @@ def setup_run(config: EngineConfig) -> Run:
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
     if accelerator.is_main_process:
-        for message in sampling_warnings(config) + inapplicable_settings(config, run_defaults(config)):
+        for message in sampling_warnings(config) + inapplicable_settings(config, *run_defaults(config)):
             _log.warning(f"warning: {message}")
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
