@@ -362,9 +362,8 @@ def setup_run(config: EngineConfig) -> Run:
                                       weight_decay=o.weight_decay)
     check_update_precision(accelerator, trained, o.learning_rate, o.adam_epsilon, config.model.dtype,
                            float32_steps=isinstance(optimizer, MasterWeightAdamW))
-    total_optimizer_steps = config.run.max_steps * o.num_iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
-        o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))
+        o.lr_scheduler_type, config.warmup_steps(), config.optimizer_steps()))
     if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 
