@@ -15,6 +15,7 @@ from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_b
                        refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
+from .dispatch_modes import caller_dispatch_mode
 from .head import LMHead, LogitTransform
 from .keywords import accepted_keywords, refuse_unknown_keywords
 from .layout import TokenLayout
@@ -319,7 +320,8 @@ def fused_linear_grpo_loss_named(
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
     route = token_level_route(backend, config, kept_sets=kept_rows is not None, sharded=head.shard is not None,
-                              compiling=not values, float64=head.weight.dtype == torch.float64)
+                              compiling=not values, float64=head.weight.dtype == torch.float64,
+                              dispatch_mode=caller_dispatch_mode())
     waves = None if route is not None else sequence_route.waves_for(
         backend, config, layout, head, hidden_rows, workspace_bytes, kept_sets=kept_rows is not None,
         compiling=not values)
