@@ -23,6 +23,7 @@ from .messages import shown
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
                         token_inputs, token_metrics)
 from .second_order import deterministic_refusal_asked, refuse_forward_ad
+from .torchscript import outside_torchscript
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
                          check_kept_token_ids, check_linear_inputs, check_logit_factors,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
@@ -142,6 +143,7 @@ def _flat_kept(kept_token_ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]
     return None if kept_token_ids is None else kept_token_ids.reshape(-1, kept_token_ids.shape[-1]).long()
 
 
+@outside_torchscript
 @optional_by_keyword
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
@@ -164,6 +166,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         logit_transform=logit_transform, kept_token_ids=kept_token_ids)
 
 
+@outside_torchscript
 @without_autocast
 def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                           *, bias: Optional[torch.Tensor] = None, temperature: float = 1.0,
@@ -207,6 +210,7 @@ def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: to
     return (logps, entropy) if return_entropy else logps
 
 
+@outside_torchscript
 @optional_by_keyword
 def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
                            completion_mask: Optional[torch.Tensor], advantages: torch.Tensor, *,
@@ -245,6 +249,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         logit_transform=logit_transform, kept_token_ids=kept_token_ids)
 
 
+@outside_torchscript
 @without_autocast
 def fused_linear_grpo_loss_named(
         names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
@@ -378,6 +383,7 @@ def _fused_token_level(route: TokenLevelRoute, backend: str, hidden, head: LMHea
     return loss, logps, entropy, kl, clip
 
 
+@outside_torchscript
 @optional_by_keyword
 @without_autocast
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
