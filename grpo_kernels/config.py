@@ -193,9 +193,19 @@ class GRPOLossConfig:
 
     @classmethod
     def from_trl(cls, trl_config: object) -> "GRPOLossConfig":
-        """Build from any object with TRL GRPOConfig attribute names (missing ones keep our defaults)."""
+        """Build from a TRL GRPOConfig, any object with its attribute names, or a mapping of them (its to_dict(), a
+        loaded YAML or JSON); missing ones keep our defaults. One that holds none of them is refused: a dict read
+        by attribute, None or another object gave the default config, silently."""
         names = [f.name for f in fields(cls) if f.name not in OWN_FIELDS] + list(loss_param_aliases())
-        return cls(**{name: getattr(trl_config, name) for name in names if hasattr(trl_config, name)})
+        if isinstance(trl_config, Mapping):
+            given = {name: trl_config[name] for name in names if name in trl_config}
+        else:
+            given = {name: getattr(trl_config, name) for name in names if hasattr(trl_config, name)}
+        if not given:
+            raise TypeError(f"GRPOLossConfig.from_trl takes a trl.GRPOConfig, or an object or mapping with its "
+                            f"field names ({', '.join(names[:4])}, ...), got {shown(trl_config)}, which has none of "
+                            f"them")
+        return cls(**given)
 
 
 _dataclass_init = GRPOLossConfig.__init__
