@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .address_space import check_address_space, out_of_memory_message
-from .cli_parser import CommandLineError, CommandParser
+from .cli_parser import CommandLineError, CommandParser, doc_summary
 from .cli_types import path_text, positive_int
 from .command_failure import NAMED_FAILURES, failure_status
 from .data.demo_task import DEMO_PRESET
@@ -88,6 +88,21 @@ def missing_engine_packages() -> list[str]:
     return [package for module, package in ENGINE_MODULES.items() if importlib.util.find_spec(module) is None]
 
 
+def _site_left_out() -> Optional[str]:
+    """What this interpreter's flags leave off the import path where installed packages live: `python -S` all of
+    site-packages, -s / -I / PYTHONNOUSERSITE the user's (pip install --user). "Install it" alone sent a user with
+    everything installed to reinstall."""
+    if sys.flags.no_site:
+        return "This Python was started with -S, which leaves out site-packages, where they may be: run it without -S. "
+    import site
+
+    user_site = site.getusersitepackages()
+    if sys.flags.no_user_site and any((Path(user_site) / module).exists() for module in ENGINE_MODULES):
+        return (f"This Python was started with -s or -I (or PYTHONNOUSERSITE), which leaves out {user_site}, where "
+                f"packages are installed: run it without. ")
+    return None
+
+
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
     from .config import ConfigError, flag_value
 
@@ -110,7 +125,7 @@ def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str,
 def build_parser() -> argparse.ArgumentParser:
     # CommandParser (cli_parser.py): one line per argument error, no abbreviations, no flag given twice; the
     # subcommands' parsers are of its class.
-    parser = CommandParser(prog="grpo-engine", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="grpo-engine", description=doc_summary(__doc__))
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
@@ -365,8 +380,8 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         return 1
     missing = missing_engine_packages()
     if missing:
-        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
-              file=sys.stderr)
+        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. {_site_left_out() or ''}"
+              f"Install it: {INSTALL_ENGINE}", file=sys.stderr)
         return 1
     from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
     from .launch_env import check_environment
