@@ -373,6 +373,20 @@ def working_directory_problem() -> Optional[str]:
     return None
 
 
+# The commands that load a model with transformers (plot reads only the run directory's files).
+_LOADING_A_MODEL = ("train", "eval", "bench", "serve")
+
+
+def interpreter_problem(command: str) -> Optional[str]:
+    """Why this interpreter cannot run `command`, or None: under `python -OO` (docstrings stripped) transformers
+    raised, as it defined a model's classes, "No `Args` or `Parameters` section is found in the docstring of
+    BaseModelOutputWithPast", after the imports and the run directory's start."""
+    if sys.flags.optimize >= 2 and command in _LOADING_A_MODEL:
+        return ("python -OO strips the docstrings transformers reads as it defines a model's classes, so no model "
+                "can load; run it without -OO (python -O is fine)")
+    return None
+
+
 def _command(argv: Optional[Sequence[str]]) -> int:
     problem = working_directory_problem()  # before anything resolves a path or loads a library
     if problem is not None:
@@ -394,6 +408,10 @@ def _command(argv: Optional[Sequence[str]]) -> int:
     if unknown:
         print(f"grpo-engine {args.command}: {unknown_arguments_message(parser, args.command, unknown)}",
               file=sys.stderr)
+        return 2
+    problem = interpreter_problem(args.command)
+    if problem is not None:
+        print(f"grpo-engine {args.command}: {problem}", file=sys.stderr)
         return 2
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:

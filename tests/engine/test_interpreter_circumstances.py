@@ -42,6 +42,14 @@ def test_help_without_docstrings(args, tmp_path):
     assert "usage: grpo-engine" in result.stdout
 
 
+@pytest.mark.parametrize("args", [["train"], ["eval", "--model", "org/model"]])
+def test_a_command_that_loads_a_model_under_OO_is_one_line_before_any_work(args, tmp_path):
+    """transformers cannot define a model's classes without docstrings: said before the run directory is made."""
+    result = _run(["-OO", "-m", "grpo_engine", *args, "--run.output_dir", str(tmp_path / "run")], tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+    assert "python -OO" in result.stderr and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("options, env", [(["-W", "error"], None), (["-X", "dev"], None),
                                           ([], {"PYTHONWARNINGS": "error::ResourceWarning"})])
 def test_warnings_made_errors_leave_no_traceback_at_exit(options, env, tmp_path):
