@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .address_space import check_address_space, out_of_memory_message
-from .cli_parser import CommandLineError, CommandParser
+from .cli_parser import CommandLineError, CommandParser, doc_summary
 from .cli_types import path_text, positive_int
 from .command_failure import NAMED_FAILURES, failure_status
 from .data.demo_task import DEMO_PRESET
@@ -88,6 +88,21 @@ def missing_engine_packages() -> list[str]:
     return [package for module, package in ENGINE_MODULES.items() if importlib.util.find_spec(module) is None]
 
 
+def _site_left_out() -> Optional[str]:
+    """What this interpreter's flags leave off the import path where installed packages live: `python -S` all of
+    site-packages, -s / -I / PYTHONNOUSERSITE the user's (pip install --user). "Install it" alone sent a user with
+    everything installed to reinstall."""
+    if sys.flags.no_site:
+        return "This Python was started with -S, which leaves out site-packages, where they may be: run it without -S. "
+    import site
+
+    user_site = site.getusersitepackages()
+    if sys.flags.no_user_site and any((Path(user_site) / module).exists() for module in ENGINE_MODULES):
+        return (f"This Python was started with -s or -I (or PYTHONNOUSERSITE), which leaves out {user_site}, where "
+                f"packages are installed: run it without. ")
+    return None
+
+
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
     from .config import ConfigError, flag_value
 
@@ -110,7 +125,7 @@ def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str,
 def build_parser() -> argparse.ArgumentParser:
     # CommandParser (cli_parser.py): one line per argument error, no abbreviations, no flag given twice; the
     # subcommands' parsers are of its class.
-    parser = CommandParser(prog="grpo-engine", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="grpo-engine", description=doc_summary(__doc__))
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
@@ -358,6 +373,20 @@ def working_directory_problem() -> Optional[str]:
     return None
 
 
+# The commands that load a model with transformers (plot reads only the run directory's files).
+_LOADING_A_MODEL = ("train", "eval", "bench", "serve")
+
+
+def interpreter_problem(command: str) -> Optional[str]:
+    """Why this interpreter cannot run `command`, or None: under `python -OO` (docstrings stripped) transformers
+    raised, as it defined a model's classes, "No `Args` or `Parameters` section is found in the docstring of
+    BaseModelOutputWithPast", after the imports and the run directory's start."""
+    if sys.flags.optimize >= 2 and command in _LOADING_A_MODEL:
+        return ("python -OO strips the docstrings transformers reads as it defines a model's classes, so no model "
+                "can load; run it without -OO (python -O is fine)")
+    return None
+
+
 def _command(argv: Optional[Sequence[str]]) -> int:
     problem = working_directory_problem()  # before anything resolves a path or loads a library
     if problem is not None:
@@ -365,8 +394,8 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         return 1
     missing = missing_engine_packages()
     if missing:
-        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
-              file=sys.stderr)
+        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. {_site_left_out() or ''}"
+              f"Install it: {INSTALL_ENGINE}", file=sys.stderr)
         return 1
     from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
     from .launch_env import check_environment
@@ -379,6 +408,10 @@ def _command(argv: Optional[Sequence[str]]) -> int:
     if unknown:
         print(f"grpo-engine {args.command}: {unknown_arguments_message(parser, args.command, unknown)}",
               file=sys.stderr)
+        return 2
+    problem = interpreter_problem(args.command)
+    if problem is not None:
+        print(f"grpo-engine {args.command}: {problem}", file=sys.stderr)
         return 2
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:

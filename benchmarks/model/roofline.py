@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import positive_float
 from grpo_engine.command_failure import run_tool
 from grpo_kernels.backends import auto_candidates
@@ -247,7 +247,8 @@ def report(paths: list[str], devices: list[str], valid_fraction: float = 1.0, se
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.model.roofline", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.model.roofline",
+                           description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--paths", nargs="+", default=list(MODELS), choices=[*MODELS, *ALTERNATIVES],
                         help="default: every benchmarked path and the floor; also design alternatives: "
                              + ", ".join(ALTERNATIVES))
