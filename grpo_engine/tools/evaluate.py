@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-from ..config import EngineConfig, is_hub_id
+from ..config import DataConfig, EngineConfig, is_hub_id
 from ..data.demo_task import addition_problems
 from ..data.prompts import load_prompt_rows, render_prompts, reward_columns
 from ..hub import resolve_model
@@ -45,16 +45,16 @@ def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompt
     for start in range(0, len(rows), per_prompt):
         chunk_rows = rows[start: start + per_prompt]
         repeated = [p for p in prompts[start: start + per_prompt] for _ in range(num_samples)]
-        batch = backend.generate(repeated, greedy=greedy)
+        completions, token_ids = generate_at_most(backend, repeated, greedy, batch_size)
         columns = {k: [v for v in values for _ in range(num_samples)]
                    for k, values in reward_columns(chunk_rows, prompt_column).items()}
         sources = [f"{source} row {start + k // num_samples}" for k in range(len(repeated))]
-        table = score_completions(rewards, repeated, batch.completions, columns, batch.token_ids_lists(), sources)
+        table = score_completions(rewards, repeated, completions, columns, token_ids, sources)
         solved = (table[:, 0] > 0).view(len(chunk_rows), num_samples)
         solved_counts.extend(solved.sum(dim=1).tolist())
         reward_sums += torch.nan_to_num(table, nan=0.0).sum(dim=0)
         scored_counts += (~torch.isnan(table)).sum(dim=0)
-        lengths.extend(batch.completion_attention.sum(dim=1).tolist())
+        lengths.extend(len(ids) for ids in token_ids)
     metrics = {"accuracy": sum(solved_counts) / (len(rows) * num_samples), "num_prompts": float(len(rows)),
                "completions/mean_length": sum(lengths) / len(lengths)}
     k = 1
@@ -67,6 +67,20 @@ def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompt
         scored = scored_counts[j].item()
         metrics[f"rewards/{reward.name}/mean"] = (reward_sums[j] / scored).item() if scored else math.nan
     return metrics
+
+
+def generate_at_most(backend: RolloutBackend, prompts: list[str], greedy: bool,
+                     batch_size: int) -> tuple[list[str], list[list[int]]]:
+    """(completion texts, completion token ids) of `prompts`, generated `batch_size` at a time: one prompt's
+    samples are split too. Before, --num-samples past --batch-size generated every sample of a prompt at once
+    (--num-samples 1000 on a real model: a batch of 1000, out of memory)."""
+    completions: list[str] = []
+    token_ids: list[list[int]] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = backend.generate(prompts[start: start + batch_size], greedy=greedy)
+        completions.extend(batch.completions)
+        token_ids.extend(batch.token_ids_lists())
+    return completions, token_ids
 
 
 def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tuple[torch.nn.Module, Any]:
@@ -116,22 +130,31 @@ def check_saved_model(path: str) -> None:
                              f"{MANIFEST_FILE}: {'; '.join(problems)}; evaluate another checkpoint")
 
 
+def evaluation_data(data: DataConfig) -> Optional[str]:
+    """What `eval` scores: data.eval_path when set (what training evaluates; `--data` unsets it), else data.path
+    (None: the built-in task's held-out problems). Before, a training config's data.path was scored and its
+    training-set accuracy printed as the evaluation's."""
+    return data.eval_path if data.eval_path is not None else data.path
+
+
 def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bool,
              batch_size: int) -> dict[str, float]:
-    """`grpo-engine eval`: the data file (or the built-in task's held-out split) scored with config.rewards."""
+    """`grpo-engine eval`: the evaluation data (evaluation_data) scored with config.rewards."""
     device = resolve_device(config.run.device)
     d = config.data
+    data_path = evaluation_data(d)
     # The data and the reward functions before the model: a bad file is reported at once.
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
-    if d.path is None:
+    if data_path is None:
         _, rows = addition_problems(d.builtin_max_operand, d.builtin_eval_size, config.run.seed)
         check_reward_columns(rewards, rows, "the built-in task", d.prompt_column)
     else:
-        rows = load_prompt_rows(d.path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split, d.system_prompt)
-        check_reward_columns(rewards, rows, d.path, d.prompt_column)
+        rows = load_prompt_rows(data_path, d.prompt_column, d.max_prompt_chars, d.config, d.eval_split,
+                                d.system_prompt)
+        check_reward_columns(rewards, rows, data_path, d.prompt_column)
     # The prompts rendered and tokenized, as train's preflight does, before any weight loads: a chat template that
     # refuses them or a prompt the tokenizer cannot encode is named by its row.
-    where = f"dataset {d.path!r}" if d.path else "the built-in task"
+    where = f"dataset {data_path!r}" if data_path else "the built-in task"
     model_path = resolve_model(model_path, config.model.revision)
     check_saved_model(model_path)  # first: a file damaged since the save is named as such
     check_model_dir(model_path)
