@@ -239,7 +239,10 @@ def _eval(args: argparse.Namespace) -> int:
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
     if args.output:  # before the evaluation, not after it
+        from .tools.eval_output import check_eval_output_replaceable
+
         check_output_file(args.output)
+        check_eval_output_replaceable(args.output)
         check_apart_from_data(args.output, inputs_of(config.data.path, config.data.eval_path,
                                                      model=config.model.name_or_path), key="--output",
                               run_directory=False)
