@@ -19,7 +19,8 @@ from ..data.prompts import load_prompt_rows, render_prompts, reward_columns
 from ..hub import resolve_model
 from ..model.limits import check_lengths_fit, check_prompts_fit, check_tokenizer_fits
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
-from ..preflight import check_tokenizer_vocabulary, model_config_of, model_positions, prompt_lengths
+from ..preflight import (check_tokenizer_vocabulary, check_top_k_within_vocabulary, model_config_of, model_positions,
+                         prompt_lengths)
 from ..rollout import HFRollout, RolloutBackend
 from ..state.checkpoint import MANIFEST_FILE, checkpoint_of_model, manifest_problems
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
@@ -163,6 +164,7 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     lengths = prompt_lengths(prompts, tokenizer, where)
     model_config = model_config_of(model_path, tokenizer)  # config.json: what fits, before any weight loads
     check_tokenizer_vocabulary(tokenizer, model_config, model_path)
+    check_top_k_within_vocabulary(config.rollout, tokenizer, model_config)
     check_lengths_fit(lengths, model_positions(model_config), d.max_prompt_length, config.rollout.max_new_tokens, where)
     torch.manual_seed(config.run.seed)
     lm, tokenizer = load_eval_model(model_path, config, device)
