@@ -7,6 +7,7 @@ A completion counts as solved when the first reward function gives it a positive
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -22,8 +23,11 @@ from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, loa
 from ..preflight import (check_tokenizer_vocabulary, check_top_k_within_vocabulary, model_config_of, model_positions,
                          prompt_lengths)
 from ..rollout import HFRollout, RolloutBackend
+from ..rollout.model_sampling import unapplied_model_sampling
 from ..state.checkpoint import MANIFEST_FILE, checkpoint_of_model, manifest_problems
 from ..steps.rewards import NamedReward, check_reward_columns, load_reward_functions, score_completions
+
+_log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -159,6 +163,9 @@ def run_eval(config: EngineConfig, model_path: str, num_samples: int, greedy: bo
     model_path = resolve_model(model_path, config.model.revision)
     check_saved_model(model_path)  # first: a file damaged since the save is named as such
     check_model_dir(model_path)
+    unapplied = None if greedy else unapplied_model_sampling(model_path, config.rollout)
+    if unapplied:
+        _log.warning(f"warning: {unapplied}")
     tokenizer = load_tokenizer(model_path)
     prompts = render_prompts(rows, d.prompt_column, tokenizer, d.system_prompt, where)
     lengths = prompt_lengths(prompts, tokenizer, where)
