@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -226,6 +227,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
                                   "num_samples": "run.eval_num_samples"})
+    flagged = list(overrides)  # the keys the command line set (before eval's own unsetting of data.eval_path)
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     _check_input_paths(("--config", args.config))
     if overrides.get("data.path") is not None:
@@ -249,8 +251,13 @@ def _eval(args: argparse.Namespace) -> int:
     from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
     samples = config.run.eval_num_samples
-    metrics = run_eval(config, config.model.name_or_path, samples, greedy=samples == 1 and not args.sample,
-                       batch_size=args.batch_size)
+    greedy = samples == 1 and not args.sample
+    from .tools.eval_settings import unread_eval_flags
+    from .tools.evaluate import evaluation_data
+
+    for note in unread_eval_flags(flagged, config, greedy, evaluation_data(config.data)):
+        logging.getLogger(__name__).warning(f"warning: {note}")
+    metrics = run_eval(config, config.model.name_or_path, samples, greedy=greedy, batch_size=args.batch_size)
     from .state.metrics import json_safe
 
     text = json.dumps(json_safe(metrics), indent=2)  # NaN (a reward that scored nothing) is null, as in metrics.jsonl
