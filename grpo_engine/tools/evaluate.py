@@ -37,15 +37,24 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def mean_pass_at_k(judged: list[int], solved: list[int], k: int) -> float:
+    """pass@k over the prompts with at least k completions the first reward judged (scored, not None / NaN); NaN
+    when none has. Accuracy and pass@k count only judged completions: before, one the first reward did not score
+    (a row without an answer) counted as unsolved, and data without answers read as accuracy 0.0, not null."""
+    counted = [pass_at_k(n, c, k) for n, c in zip(judged, solved) if n >= k]
+    return sum(counted) / len(counted) if counted else math.nan
+
+
 def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompts: list[str],
                      rewards: list[NamedReward], num_samples: int = 1, greedy: bool = True, batch_size: int = 64,
                      prompt_column: str = "prompt", source: str = "the evaluation data") -> dict[str, float]:
     """Generates `num_samples` completions per prompt (one when greedy) with the rollout backend and aggregates
-    the rewards; a reward's bad value names the row of `source` (how messages name the rows) it scored."""
+    the rewards; a reward's bad value names the row of `source` (how messages name the rows) it scored. A completion
+    is solved when the first reward scores it above 0; accuracy and pass@k are over the ones it scored."""
     if greedy and num_samples != 1:
         raise ValueError("greedy decoding gives one distinct completion per prompt: use num_samples=1 or sampling")
     per_prompt = max(1, batch_size // num_samples)
-    solved_counts, reward_sums, lengths = [], torch.zeros(len(rewards)), []
+    solved_counts, judged_counts, reward_sums, lengths = [], [], torch.zeros(len(rewards)), []
     scored_counts = torch.zeros(len(rewards))
     for start in range(0, len(rows), per_prompt):
         chunk_rows = rows[start: start + per_prompt]
@@ -55,19 +64,21 @@ def evaluate_prompts(backend: RolloutBackend, rows: list[dict[str, Any]], prompt
                    for k, values in reward_columns(chunk_rows, prompt_column).items()}
         sources = [f"{source} row {start + k // num_samples}" for k in range(len(repeated))]
         table = score_completions(rewards, repeated, completions, columns, token_ids, sources)
-        solved = (table[:, 0] > 0).view(len(chunk_rows), num_samples)
-        solved_counts.extend(solved.sum(dim=1).tolist())
+        first = table[:, 0].view(len(chunk_rows), num_samples)
+        solved_counts.extend((first > 0).sum(dim=1).tolist())
+        judged_counts.extend((~torch.isnan(first)).sum(dim=1).tolist())
         reward_sums += torch.nan_to_num(table, nan=0.0).sum(dim=0)
         scored_counts += (~torch.isnan(table)).sum(dim=0)
         lengths.extend(len(ids) for ids in token_ids)
-    metrics = {"accuracy": sum(solved_counts) / (len(rows) * num_samples), "num_prompts": float(len(rows)),
+    judged = sum(judged_counts)
+    metrics = {"accuracy": sum(solved_counts) / judged if judged else math.nan, "num_prompts": float(len(rows)),
                "completions/mean_length": sum(lengths) / len(lengths)}
     k = 1
     while k <= num_samples:
-        metrics[f"pass@{k}"] = sum(pass_at_k(num_samples, c, k) for c in solved_counts) / len(rows)
+        metrics[f"pass@{k}"] = mean_pass_at_k(judged_counts, solved_counts, k)
         k *= 2
     if f"pass@{num_samples}" not in metrics:  # k = n is always reported
-        metrics[f"pass@{num_samples}"] = sum(pass_at_k(num_samples, c, num_samples) for c in solved_counts) / len(rows)
+        metrics[f"pass@{num_samples}"] = mean_pass_at_k(judged_counts, solved_counts, num_samples)
     for j, reward in enumerate(rewards):  # NaN (null) for a function that scored nothing, as training logs it
         scored = scored_counts[j].item()
         metrics[f"rewards/{reward.name}/mean"] = (reward_sums[j] / scored).item() if scored else math.nan
