@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -237,24 +238,41 @@ def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import ConfigError, load_config
 
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
                                   "num_samples": "run.eval_num_samples"})
+    flagged = list(overrides)  # the keys the command line set (before eval's own unsetting of data.eval_path)
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     _check_input_paths(("--config", args.config))
-    builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
+    if overrides.get("data.path") is not None:
+        # --data names the data to score: a --config's data.eval_path (which eval otherwise scores) is not read
+        if overrides.get("data.eval_path") is not None:
+            raise ConfigError(f"--data {overrides['data.path']!r} and --data.eval_path "
+                              f"{overrides['data.eval_path']!r} both name the data to evaluate; give one")
+        overrides["data.eval_path"] = None
+    builtin_task = overrides.get("data.path") is None and overrides.get("data.eval_path") is None and not any(
+        _yaml_sets(args.config, "data", key) for key in ("path", "eval_path"))
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
     if args.output:  # before the evaluation, not after it
+        from .tools.eval_output import check_eval_output_replaceable
+
         check_output_file(args.output)
-        check_apart_from_data(args.output, inputs_of(config.data.path, model=config.model.name_or_path), key="--output",
+        check_eval_output_replaceable(args.output)
+        check_apart_from_data(args.output, inputs_of(config.data.path, config.data.eval_path,
+                                                     model=config.model.name_or_path), key="--output",
                               run_directory=False)
     from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
     samples = config.run.eval_num_samples
-    metrics = run_eval(config, config.model.name_or_path, samples, greedy=samples == 1 and not args.sample,
-                       batch_size=args.batch_size)
+    greedy = samples == 1 and not args.sample
+    from .tools.eval_settings import unread_eval_flags
+    from .tools.evaluate import evaluation_data
+
+    for note in unread_eval_flags(flagged, config, greedy, evaluation_data(config.data)):
+        logging.getLogger(__name__).warning(f"warning: {note}")
+    metrics = run_eval(config, config.model.name_or_path, samples, greedy=greedy, batch_size=args.batch_size)
     from .state.metrics import json_safe
 
     text = json.dumps(json_safe(metrics), indent=2)  # NaN (a reward that scored nothing) is null, as in metrics.jsonl

@@ -24,6 +24,7 @@ from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_
 from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompts
 from .data.warm_start import supervised_warm_start
 from .hub import resolve_model
+from .rollout.model_sampling import unapplied_model_sampling
 from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
 from .model.limits import (ModelFitError, check_prompts_fit, check_tokenizer_fits, restrict_vocabulary,
                            scored_vocab_size)
@@ -280,6 +281,9 @@ def setup_run(config: EngineConfig) -> Run:
     with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
         base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
     preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
+    unapplied = None if base_path is None else unapplied_model_sampling(base_path, config.rollout)
+    if unapplied and accelerator.is_main_process:
+        _log.warning(f"warning: {unapplied}")
     run_dir = Path(config.run.output_dir)
     data = {"train": data_fingerprint(rows, repr(config.data.path) if config.data.path else "of the built-in task")}
     reward_code = code_fingerprint(rewards)

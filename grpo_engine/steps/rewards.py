@@ -188,7 +188,9 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
         scores: list[Optional[float]] = []
         for completion, answer in zip(completions, columns[answer_column]):
             gold = reference_answer(answer)
-            gold = None if gold is None else gold.rsplit("=", 1)[-1]  # `x = 5` answers 5
+            # `x = 5` answers 5. A blank reference ('', '#### ', '\\boxed{}', 'x =') is no answer, as null is: before,
+            # every completion of its row scored wrong, and evaluation data without answers read as accuracy 0.0.
+            gold = None if gold is None else gold.rsplit("=", 1)[-1].strip() or None
             boxed = extract_boxed(completion)
             predicted = None if boxed is None else final_answer(boxed)
             if gold is None:
