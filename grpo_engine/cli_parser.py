@@ -70,13 +70,27 @@ class CommandParser(argparse.ArgumentParser):
         self.register("action", "store", StoreSayingRepeats)
 
     def error(self, message: str) -> NoReturn:
-        text = " ".join(message.split())
+        text = " ".join(message.split()) + self._option_like_value_note(message)
         # argparse's own way to stderr (the command's output, as its usage text was), without the usage text
         self._print_message(f"{self.prog}: {text} ({self.prog} --help lists every argument)\n", sys.stderr)
         raise CommandLineError()
 
+    def _option_like_value_note(self, message: str) -> str:
+        """Where a required argument is missing because its value starts with '-' (argparse reads `plot -runs` as an
+        unknown option, then finds no RUN_DIR): which value that was, and how to pass it."""
+        if not message.startswith("the following arguments are required"):
+            return ""
+        known = {option for action in self._actions for option in action.option_strings}
+        taken = [arg for arg in getattr(self, "_args_seen", ()) if arg.startswith("-") and arg != "--"
+                 and arg.split("=", 1)[0] not in known and not self._negative_number_matcher.match(arg)]
+        if not taken:
+            return ""
+        return (f"; {_shown(taken[0])} was read as an option, which {self.prog} does not have: a value starting "
+                f"with '-' goes after '--' ({self.prog} -- VALUE) or as ./-...")
+
     def parse_known_args(self, args: Optional[Sequence[str]] = None,
                          namespace: Optional[argparse.Namespace] = None) -> tuple[argparse.Namespace, list[str]]:
+        self._args_seen = list(sys.argv[1:] if args is None else args)
         parsed, unknown = super().parse_known_args(args, namespace)
         parsed.__dict__.pop(_GIVEN, None)
         return parsed, unknown

@@ -57,6 +57,7 @@ def test_a_data_file_regenerated_before_resume_is_refused_naming_it_and_the_way_
     run_dir, data = tmp_path / "run", tmp_path / "train.jsonl"
     common = ["train", "--output-dir", str(run_dir), *ON_DATA, "--data", _data(data, 12), "--run.save_steps", "1"]
     assert main([*common, "--run.max_steps", "1"]) == 0
+    capsys.readouterr()  # the first run's own output
     _data(data, 12, offset=1)  # the same path and size, other rows
     line = _fails_in_one_line(capsys, [*common, "--run.max_steps", "2", "--resume"],
                               f"the training data {str(data)!r} changed since that checkpoint was saved")

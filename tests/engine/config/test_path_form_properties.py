@@ -9,6 +9,7 @@ no key."""
 from __future__ import annotations
 
 import os
+import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -94,8 +95,12 @@ def test_a_command_line_path_of_an_impossible_form_is_one_line_naming_its_argume
 
     if work is not None:
         monkeypatch.setattr(importlib.import_module(work[0]), work[1], started)
+    # A value starting with '-' is written as a user must write it (argparse reads it as an option otherwise, which
+    # test_a_value_read_as_an_option_is_named covers): after '--' for RUN_DIR, joined by '=' to its flag.
+    command = [*argv, value] if not value.startswith("-") else \
+        [*argv, "--", value] if not argv[-1].startswith("--") else [*argv[:-1], f"{argv[-1]}={value}"]
     try:
-        outcome = str(main([*argv, value]))
+        outcome = str(main(command))
     except _WorkStarted:
         outcome = "accepted"
     err = capsys.readouterr().err
@@ -108,3 +113,20 @@ def test_a_command_line_path_of_an_impossible_form_is_one_line_naming_its_argume
     # --config: the command line's length check names the flag, the config reader's form check the config file
     named = ("--config", "config file") if where == "--config" else (where.split()[-1],)
     assert any(name in lines[0] for name in named) and "expected a path" in lines[0], (where, lines)
+
+
+@settings(max_examples=30, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.text(min_size=1, max_size=12).map(lambda text: "-" + text.lstrip("-")).filter(
+    lambda text: len(text) > 1 and text.split("=", 1)[0] not in ("-h",) and " " not in text
+    and not re.fullmatch(r"-\d+|-\d*\.\d+", text)))  # argparse reads those as values (a space, a negative number)
+def test_a_value_read_as_an_option_is_named(value, capsys):
+    # `plot -runs`: argparse takes '-runs' for an option and then misses RUN_DIR; the line names both, and the way
+    # to pass such a value
+    from grpo_engine.cli import main
+
+    capsys.readouterr()
+    assert main(["plot", value]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "required: run_dir" in err, err
+    assert "was read as an option" in err and "grpo-engine plot -- VALUE" in err, err
