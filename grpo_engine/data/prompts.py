@@ -19,8 +19,9 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import (content_text, dropped_user_message, messages_problem, special_token_as_text,
-                            unused_system_prompt)
+from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem,
+                            dropped_user_message, messages_problem, special_token_as_text, unused_system_prompt,
+                            visible)
 from .row_values import RowValueError, check_row_values, strict_json_hooks
 
 
@@ -256,12 +257,16 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
         if not isinstance(prompt, (str, list)):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
                             f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
-        problem = messages_problem(prompt) if isinstance(prompt, list) else None
+        problem = None
+        if isinstance(prompt, list):  # messages without any text are "empty", said below
+            problem = messages_problem(prompt) or (prompt_chars(prompt) and conversation_problem(prompt))
         if problem:
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is a list of chat messages, and "
                             f"{problem}")
-        if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
+        if not prompt_chars(prompt):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
+        if isinstance(prompt, str) and not visible(prompt):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty ({BLANK})")
 
 
 def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:
@@ -315,17 +320,23 @@ def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt
         why = "data.system_prompt is set" if isinstance(prompt, str) else "the prompt is a list of chat messages"
         raise DataError(f"{why}, which needs a tokenizer with a chat template, and the model's tokenizer has none "
                         f"(chat_template.jinja or tokenizer_config.json's chat_template)")
-    try:
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
-        raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:160]})") from None
+    continued = continues_final_message(messages)  # TRL's rendering: the model goes on with a prefilled answer
+    # A prefill is looked for whole first: transformers' own refusal of one the template drops names no message.
+    rendered = _chat_template_text(tokenizer, messages, add_generation_prompt=not continued)
     dropped = dropped_user_message(messages, rendered)
     if dropped:
         raise DataError(f"the model's chat template renders these messages without {dropped}, so the model would "
                         f"never see it; fix the template (chat_template.jinja or tokenizer_config.json's "
                         f"chat_template)")
-    return rendered
+    return _chat_template_text(tokenizer, messages, continue_final_message=True) if continued else rendered
+
+
+def _chat_template_text(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], **options: bool) -> Any:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
+        raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:160]})") from None
 
 
 def render_prompts(rows: list[dict[str, Any]], column: str, tokenizer: PreTrainedTokenizerBase,
