@@ -153,6 +153,21 @@ def _is_hub_read(name: Optional[str]) -> bool:
     return name is not None and not user_path(name).exists() and is_hub_id(name)
 
 
+# What datasets.save_to_disk writes at the top of a DatasetDict directory: a local dataset with splits.
+DATASET_DICT_FILE = "dataset_dict.json"
+
+
+def _has_splits(name: Optional[str]) -> bool:
+    """Whether a data setting names a dataset with splits: a Hub dataset, or a local DatasetDict directory."""
+    return _is_hub_read(name) or (name is not None and (user_path(name) / DATASET_DICT_FILE).is_file())
+
+
+def read_when_split(key: str) -> ReadWhen:
+    """Read when the data location setting `key` names a dataset with splits (_has_splits)."""
+    return ReadWhen(f"{key} a Hub id or a DatasetDict directory (datasets.save_to_disk)",
+                    lambda c: _has_splits(value_at(c, key)), {key: "org/name"}, {key: None})
+
+
 def read_when_hub(*keys: str) -> ReadWhen:
     """Read when one of the location settings `keys` names a Hub repository."""
     return ReadWhen(f"{' or '.join(keys)} a Hub id", lambda c: any(_is_hub_read(value_at(c, k)) for k in keys),
@@ -315,10 +330,10 @@ class DataConfig(Section):
         None, description="prompts for evaluation before / after / every run.eval_steps (same forms)")
     config: Annotated[Optional[str], read_when_hub("data.path", "data.eval_path")] = Field(
         None, description="a Hub dataset's configuration (GSM8K: main); null: its only or default one")
-    split: Annotated[str, read_when_hub("data.path")] = Field(
-        "train", description="the split of a Hub dataset path to train on")
-    eval_split: Annotated[str, read_when_hub("data.eval_path")] = Field(
-        "test", description="the split of a Hub dataset eval_path to evaluate on")
+    split: Annotated[str, read_when_split("data.path")] = Field(
+        "train", description="the split of a Hub dataset path (or a DatasetDict directory) to train on")
+    eval_split: Annotated[str, read_when_split("data.eval_path")] = Field(
+        "test", description="the split of a Hub dataset eval_path (or a DatasetDict directory) to evaluate on")
     prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
     system_prompt: Optional[str] = Field(
         None, json_schema_extra=FREE_TEXT, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "

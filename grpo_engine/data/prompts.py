@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from transformers import PreTrainedTokenizerBase
 
-from ..config import is_hub_id
+from ..config.schema import DATASET_DICT_FILE, is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
@@ -33,8 +33,9 @@ class DataError(ValueError):
 
 
 def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "train") -> list[dict[str, Any]]:
-    """All rows of a .jsonl/.json file, a .parquet file, a directory written by `datasets.save_to_disk`, or the
-    split `hub_split` (configuration `hub_config`) of a Hub dataset id ORG/NAME."""
+    """All rows of a .jsonl/.json file, a .parquet file, a directory written by `datasets.save_to_disk` (the split
+    `hub_split` of a DatasetDict), or the split `hub_split` (configuration `hub_config`) of a Hub dataset id
+    ORG/NAME."""
     source = Path(path).expanduser()
     if not source.exists() and is_hub_id(path):
         rows = load_hub_dataset(path, hub_config, hub_split)
@@ -46,7 +47,7 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
     elif source.is_dir() and not any((source / marker).is_file() for marker in _DATASETS_DIR_MARKERS):
         rows = _load_shards(source)
     elif source.is_dir():
-        rows = _load_datasets_dir(source)
+        rows = _load_datasets_dir(source, hub_split)
     elif source.suffix in _FILE_FORMATS:
         rows = _load_file(source)
     else:
@@ -63,7 +64,7 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
 
 _FILE_FORMATS = (".jsonl", ".json", ".parquet")
 # What datasets.save_to_disk writes at a directory's top (a Dataset, a DatasetDict).
-_DATASETS_DIR_MARKERS = ("state.json", "dataset_dict.json")
+_DATASETS_DIR_MARKERS = ("state.json", DATASET_DICT_FILE)
 
 
 def _load_file(source: Path) -> list[dict[str, Any]]:
@@ -221,7 +222,9 @@ def _utf8(data: bytes, source: Path, first_line: int) -> str:
                         f"save the file as UTF-8") from None
 
 
-def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
+def _load_datasets_dir(source: Path, split: str) -> list[dict[str, Any]]:
+    """A saved Dataset, or the split `split` of a saved DatasetDict: its "train" split was read for every setting,
+    so an evaluation on data.eval_split "test" of a DatasetDict directory scored the training rows, silently."""
     try:
         import datasets
     except ImportError as exc:
@@ -229,9 +232,10 @@ def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
                         f"pip install datasets") from exc
     loaded = datasets.load_from_disk(str(source))
     if isinstance(loaded, datasets.DatasetDict):
-        if "train" not in loaded:
-            raise DataError(f"{source}: a DatasetDict without a 'train' split (splits: {list(loaded)})")
-        loaded = loaded["train"]
+        if split not in loaded:
+            raise DataError(f"{source}: a DatasetDict without a {split!r} split (splits: {', '.join(loaded)}); name "
+                            f"one with data.split (data.eval_split for data.eval_path)")
+        loaded = loaded[split]
     return loaded.to_list()
 
 
