@@ -116,10 +116,27 @@ def _model_location(name: str) -> str:
     return name
 
 
+# The suffixes of data files (and of the archives they come in): a Hub repository's name does not end in one.
+DATA_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv", ".txt", ".arrow", ".gz", ".bz2", ".xz",
+                      ".zst", ".zip", ".tar")
+
+
+def local_data_path(name: str) -> Optional[str]:
+    """Why `name`, shaped like ORG/NAME, is a local path all the same, or None: it ends in a data file's suffix.
+    `data/trian.jsonl` (a typo) was read as a Hub id, and the run failed on the network or the Hub cache, never
+    saying the file was not there. (A name under a local directory may still be an id: `org/` can be anything.)"""
+    suffix = next((s for s in DATA_FILE_SUFFIXES if name.lower().endswith(s)), None)
+    return None if suffix is None else f"a name ending in {suffix} is a file's, not a Hub dataset id's"
+
+
 def _data_location(name: str) -> str:
     _local_through_a_link(name)
-    if not user_path(name).exists() and not is_hub_id(name):
-        raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
+    if not user_path(name).exists():
+        local = local_data_path(name) if is_hub_id(name) else None
+        if local is not None:
+            raise ValueError(f"expected an existing file or directory, and there is none by that name ({local})")
+        if not is_hub_id(name):
+            raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
     return name
 
 

@@ -48,7 +48,7 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
         rows = _load_shards(source)
     elif source.is_dir():
         rows = _load_datasets_dir(source, hub_split)
-    elif source.suffix in _FILE_FORMATS:
+    elif file_format(source) is not None:
         rows = _load_file(source)
     else:
         raise DataError(f"dataset {path!r}: unsupported format (use .jsonl, .json, .parquet, a directory of such "
@@ -62,13 +62,19 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
     return rows
 
 
-_FILE_FORMATS = (".jsonl", ".json", ".parquet")
+# Each data file's format by its suffix, in any case (Windows tools write DATA.JSONL); .ndjson is JSONL's other name.
+_FILE_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
+
+
+def file_format(path: Path) -> Optional[str]:
+    """'jsonl', 'json' or 'parquet' by `path`'s suffix (any case), or None for a file of no format read here."""
+    return _FILE_FORMATS.get(path.suffix.lower())
 # What datasets.save_to_disk writes at a directory's top (a Dataset, a DatasetDict).
 _DATASETS_DIR_MARKERS = ("state.json", DATASET_DICT_FILE)
 
 
 def _load_file(source: Path) -> list[dict[str, Any]]:
-    if source.suffix != ".parquet":
+    if file_format(source) != "parquet":
         return _load_json(source)
     try:
         import pyarrow.parquet as pq
@@ -81,11 +87,11 @@ def _load_shards(source: Path) -> list[dict[str, Any]]:
     """A directory of data files of one format (`part-0.parquet`, `part-1.parquet`, ... as Spark or a sharded
     export writes them), read in name order as one dataset; anything else in it is named, not skipped."""
     files = sorted(p for p in source.iterdir() if not p.name.startswith((".", "_")))
-    formats = {p.suffix for p in files if p.is_file()}
-    others = [p.name for p in files if not p.is_file() or p.suffix not in _FILE_FORMATS]
+    formats = {file_format(p) for p in files if p.is_file()}
+    others = [p.name for p in files if not p.is_file() or file_format(p) is None]
     if not files or others or len(formats) != 1:
         found = (f"it holds {', '.join(others[:3])}" if others else
-                 f"it mixes {', '.join(sorted(formats))}" if files else "it is empty")
+                 f"it mixes {', '.join(sorted('.' + kind for kind in formats))}" if files else "it is empty")
         raise DataError(f"dataset directory {str(source)!r} is neither a datasets directory (save_to_disk) nor a "
                         f"directory of .jsonl, .json or .parquet files of one format: {found}")
     for file in files:
@@ -132,7 +138,7 @@ def _load_json(source: Path) -> list[dict[str, Any]]:
     if packed:
         raise DataError(f"{source}: the file is {packed}, not text; unpack it and name the {source.suffix} file "
                         f"inside")
-    if source.suffix == ".json" and _starts_an_array(source):
+    if file_format(source) == "json" and _starts_an_array(source):
         try:
             text = _utf8(read_bounded_bytes(source, DATA_LINE_BYTES, "a JSON dataset read whole"), source, 1)
         except FileBoundError as exc:
