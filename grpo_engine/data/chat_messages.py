@@ -9,6 +9,8 @@ naming the file, the row, the message and what was expected.
 
 from __future__ import annotations
 
+import ast
+import json
 import unicodedata
 from typing import Any, Optional
 
@@ -83,6 +85,23 @@ def conversation_problem(messages: list[dict[str, Any]]) -> Optional[str]:
     if continues_final_message(messages) and not visible(content_text(messages[-1]["content"])):
         return (f"its last message ({last}) is an assistant message with no visible text, which the model would "
                 f"continue as its answer; drop it, and the model answers the turn before")
+    return None
+
+
+def messages_written_as_text(text: str) -> Optional[str]:
+    """How a text prompt encodes a list of chat messages ('JSON', 'a Python list'), or None. A messages column saved
+    through a table (pandas' to_csv, a Parquet export of str() of each list) reaches the data as text; the model
+    was trained on its brackets, quotes and role names as the prompt, silently."""
+    stripped = text.strip()
+    if not (stripped.startswith("[") and stripped.endswith("]") and "role" in stripped):
+        return None
+    for kind, parse in (("JSON", json.loads), ("a Python list (str() of one)", ast.literal_eval)):
+        try:
+            value = parse(stripped)
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not that kind of text
+            continue
+        if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+            return kind
     return None
 
 

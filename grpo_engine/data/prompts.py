@@ -20,9 +20,9 @@ from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
 from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem,
-                            dropped_user_message, messages_problem, special_token_as_text, unused_system_prompt,
-                            visible)
-from .row_values import RowValueError, check_row_values, strict_json_hooks
+                            dropped_user_message, messages_problem, messages_written_as_text, special_token_as_text,
+                            unused_system_prompt, visible)
+from .row_values import RowValueError, check_column_names, check_row_values, strict_json_hooks
 
 
 _log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
         raise DataError(f"dataset {path!r} is empty")
     try:
         check_row_values(rows, path)
+        check_column_names(rows, path)
     except RowValueError as exc:
         raise DataError(str(exc)) from None
     return rows
@@ -251,8 +252,8 @@ def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hu
     `system_prompt` (data.system_prompt) is not added to are said in a warning."""
     rows = load_rows(path, hub_config, hub_split)
     check_prompt_column(rows, column, path)
+    check_prompt_lengths(rows, column, path, max_prompt_chars)  # first: what reads a prompt whole reads a bounded one
     check_prompts_present(rows, column, path)
-    check_prompt_lengths(rows, column, path, max_prompt_chars)
     unused = unused_system_prompt(rows, column, f"dataset {path!r}") if system_prompt is not None else None
     if unused:
         _log.warning(f"warning: {unused}")
@@ -277,6 +278,11 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
         if isinstance(prompt, str) and not visible(prompt):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty ({BLANK})")
+        encoded = messages_written_as_text(prompt) if isinstance(prompt, str) else None
+        if encoded:
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is text holding a list of chat "
+                            f"messages written as {encoded}, which the model would read as brackets and quotes; "
+                            f"store the list itself (a JSON array of {{'role', 'content'}} objects)")
 
 
 def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:
