@@ -93,6 +93,9 @@ def _load_shards(source: Path) -> list[dict[str, Any]]:
     if not files or others or len(formats) != 1:
         found = (f"it holds {', '.join(others[:3])}" if others else
                  f"it mixes {', '.join(sorted('.' + kind for kind in formats))}" if files else "it is empty")
+        if (source / "README.md").is_file():  # a dataset card: `huggingface-cli download --local-dir` wrote it
+            found += (" (a copy of a Hub dataset repository, by its README.md: name its Hub id ORG/NAME, or the data "
+                      "file or directory of files inside it to read)")
         raise DataError(f"dataset directory {str(source)!r} is neither a datasets directory (save_to_disk) nor a "
                         f"directory of .jsonl, .json or .parquet files of one format: {found}")
     for file in files:

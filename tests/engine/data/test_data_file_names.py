@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from grpo_engine.config import ConfigError, load_config
-from grpo_engine.data.prompts import load_prompt_rows
+from grpo_engine.data.prompts import DataError, load_prompt_rows
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ROWS = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
@@ -82,3 +82,20 @@ def test_a_local_path_shaped_like_a_hub_id_that_names_nothing_is_refused_as_a_mi
     message = str(refused.value)
     assert "\n" not in message and message.startswith("data.path: ") and repr(name) in message, message
     assert "there is none by that name" in message and "not a Hub dataset id" in message, message
+
+
+@pytest.mark.parametrize("inside", [["main/train-00000-of-00001.parquet"], ["data/train.jsonl", "data/test.jsonl"],
+                                    ["train.jsonl"]])
+def test_a_copy_of_a_hub_dataset_repository_is_named_as_one(inside, tmp_path):
+    """`huggingface-cli download --repo-type dataset ORG/NAME --local-dir copy` writes the dataset card next to
+    the data: the refusal says what the directory is and what to name instead."""
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "README.md").write_text("---\nconfigs:\n- config_name: main\n---\n")
+    for name in inside:
+        (tmp_path / "copy" / name).parent.mkdir(parents=True, exist_ok=True)
+        _write(tmp_path / "copy" / name, name.rsplit(".", 1)[1])
+    with pytest.raises(DataError) as refused:
+        load_prompt_rows(str(tmp_path / "copy"), "prompt", None)
+    message = str(refused.value)
+    assert "\n" not in message and "README.md" in message and "a copy of a Hub dataset repository" in message
+    assert "Hub id ORG/NAME" in message, message
