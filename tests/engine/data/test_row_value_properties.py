@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from grpo_engine.config import RewardsConfig
 from grpo_engine.data.prompts import DataError, load_prompt_rows
 from grpo_engine.steps.rewards import (ANSWER_TYPES, ENGINE_ARGUMENTS, NamedReward, RewardFunctionError,
-                                       check_reward_columns, make_math_accuracy, unscorable_answer)
+                                       check_reward_columns, make_math_accuracy)
 
 # JSON text of a value a row may not hold, and how a reader that took it would see it.
 HOSTILE_JSON = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-2.5e999", "9" * 4301, "-" + "1" * 5000,
@@ -109,14 +109,12 @@ def test_the_columns_a_reward_reads_hold_its_types_and_no_column_takes_an_engine
     reward = NamedReward("math_accuracy", make_math_accuracy(config.math_correct, config.math_wrong,
                                                              config.math_no_answer, "answer"), 1.0)
     readable = all(isinstance(a, ANSWER_TYPES) and not isinstance(a, bool) for a in answers)
-    # (a blank answer is refused too: test_answer_column_properties draws those)
-    scorable = readable and not any(unscorable_answer(a) for a in answers)
     try:
         check_reward_columns([reward], rows, "d.jsonl", "prompt")
     except RewardFunctionError as exc:
         message = str(exc)
         assert "\n" not in message and "'d.jsonl' row " in message and len(message) < 400, message
-        assert extra in ENGINE_ARGUMENTS or not scorable, message
+        assert extra in ENGINE_ARGUMENTS or not readable, message
         assert (f"column {extra!r}" in message) if extra in ENGINE_ARGUMENTS else "column 'answer'" in message
         return
-    assert scorable and extra not in ENGINE_ARGUMENTS
+    assert readable and extra not in ENGINE_ARGUMENTS
