@@ -178,23 +178,6 @@ def final_answer(boxed: str) -> Optional[str]:
 ANSWER_TYPES = (str, int, float, type(None))
 
 
-def gold_answer(answer: Any) -> Optional[str]:
-    """The value math_accuracy compares a boxed answer with (reference_answer; `x = 5` answers 5), or None."""
-    gold = reference_answer(answer)
-    return None if gold is None else gold.rsplit("=", 1)[-1]
-
-
-def unscorable_answer(answer: Any) -> Optional[str]:
-    """Why a reference answer no completion can match, in a few words, or None: text that leaves nothing once read
-    ('', blank, '#### ' with nothing after it, an empty \\boxed{}, `x =`). Every completion of its prompt scored
-    `wrong` (an empty box `right`), silently; null is how a row says it has no answer to score."""
-    gold = gold_answer(answer)
-    if gold is None or normalize_answer(gold):
-        return None
-    return (f"holds no answer to score against ({shown_value(answer)}: nothing is left once its '####' part, "
-            f"\\boxed{{}} or text after '=' is read); write the answer, or null to leave the row unscored")
-
-
 def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_column: str) -> RewardFunction:
     @dataset_columns(answer_column)
     def math_accuracy(prompts: list, completions: list, **columns: Any) -> list[Optional[float]]:
@@ -203,7 +186,8 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
                            f"columns present: {sorted(k for k in columns if k != 'completion_ids')}")
         scores: list[Optional[float]] = []
         for completion, answer in zip(completions, columns[answer_column]):
-            gold = gold_answer(answer)
+            gold = reference_answer(answer)
+            gold = None if gold is None else gold.rsplit("=", 1)[-1]  # `x = 5` answers 5
             boxed = extract_boxed(completion)
             predicted = None if boxed is None else final_answer(boxed)
             if gold is None:
@@ -215,7 +199,6 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
         return scores
 
     math_accuracy.dataset_column_types = {answer_column: ANSWER_TYPES}
-    math_accuracy.dataset_value_problem = {answer_column: unscorable_answer}  # a built-in's check of the values
     return math_accuracy
 
 
@@ -318,11 +301,6 @@ def _check_column_types(reward: NamedReward, column: str, rows: list[dict[str, A
             raise RewardFunctionError(f"dataset {source!r} row {i} column {column!r}: reward function "
                                       f"{reward.name!r}{_column_key(reward)} reads {expected}, got "
                                       f"{type(value).__name__} {shown_value(value)}")
-    value_problem = (getattr(reward.fn, "dataset_value_problem", None) or {}).get(column)
-    for i, row in enumerate(rows if value_problem else ()):
-        problem = value_problem(row[column])
-        if problem:
-            raise RewardFunctionError(f"dataset {source!r} row {i} column {column!r}{_column_key(reward)} {problem}")
 
 
 def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> RewardFunction:
