@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 import torch
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.command_failure import run_tool
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss, linear_logprobs, reference
 from grpo_kernels.backends import BACKENDS
@@ -299,7 +299,7 @@ def _table(rows) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.triton_check", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m benchmarks.triton_check", description=doc_summary(__doc__))
     parser.add_argument("--parts", default="abc", type=_parts,
                         help="which parts to run, in order (default abc; d, the tile sweep, apart: it compiles six "
                              "builds)")

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .import_path import libraries_first
+
+libraries_first()  # under `python -m`, before anything imports a library a working directory's file could hide
 __all__ = ["ConfigError", "EngineConfig", "load_config"]
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .address_space import check_address_space, out_of_memory_message
-from .cli_parser import CommandLineError, CommandParser
+from .cli_parser import CommandLineError, CommandParser, doc_summary
 from .cli_types import path_text, positive_int
 from .command_failure import NAMED_FAILURES, failure_status
 from .data.demo_task import DEMO_PRESET
@@ -88,6 +89,21 @@ def missing_engine_packages() -> list[str]:
     return [package for module, package in ENGINE_MODULES.items() if importlib.util.find_spec(module) is None]
 
 
+def _site_left_out() -> Optional[str]:
+    """What this interpreter's flags leave off the import path where installed packages live: `python -S` all of
+    site-packages, -s / -I / PYTHONNOUSERSITE the user's (pip install --user). "Install it" alone sent a user with
+    everything installed to reinstall."""
+    if sys.flags.no_site:
+        return "This Python was started with -S, which leaves out site-packages, where they may be: run it without -S. "
+    import site
+
+    user_site = site.getusersitepackages()
+    if sys.flags.no_user_site and any((Path(user_site) / module).exists() for module in ENGINE_MODULES):
+        return (f"This Python was started with -s or -I (or PYTHONNOUSERSITE), which leaves out {user_site}, where "
+                f"packages are installed: run it without. ")
+    return None
+
+
 def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str, Any]:
     from .config import ConfigError, flag_value
 
@@ -110,7 +126,7 @@ def _overrides(args: argparse.Namespace, shortcuts: dict[str, str]) -> dict[str,
 def build_parser() -> argparse.ArgumentParser:
     # CommandParser (cli_parser.py): one line per argument error, no abbreviations, no flag given twice; the
     # subcommands' parsers are of its class.
-    parser = CommandParser(prog="grpo-engine", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="grpo-engine", description=doc_summary(__doc__))
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with GRPO (no arguments: the built-in demo on CPU)",
@@ -222,24 +238,41 @@ def _yaml_sets(path: Optional[str], section: str, key: str) -> bool:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .config import ConfigError, load_config
 
     overrides = _overrides(args, {"data": "data.path", "model": "model.name_or_path",
                                   "num_samples": "run.eval_num_samples"})
+    flagged = list(overrides)  # the keys the command line set (before eval's own unsetting of data.eval_path)
     # Without --data the built-in task is scored, with the demo's generation length and reward settings.
     _check_input_paths(("--config", args.config))
-    builtin_task = overrides.get("data.path") is None and not _yaml_sets(args.config, "data", "path")
+    if overrides.get("data.path") is not None:
+        # --data names the data to score: a --config's data.eval_path (which eval otherwise scores) is not read
+        if overrides.get("data.eval_path") is not None:
+            raise ConfigError(f"--data {overrides['data.path']!r} and --data.eval_path "
+                              f"{overrides['data.eval_path']!r} both name the data to evaluate; give one")
+        overrides["data.eval_path"] = None
+    builtin_task = overrides.get("data.path") is None and overrides.get("data.eval_path") is None and not any(
+        _yaml_sets(args.config, "data", key) for key in ("path", "eval_path"))
     preset = {key: DEMO_PRESET[key] for key in ("data", "rollout", "rewards")} if builtin_task else None
     config = load_config(args.config, overrides, preset=preset)
     if args.output:  # before the evaluation, not after it
+        from .tools.eval_output import check_eval_output_replaceable
+
         check_output_file(args.output)
-        check_apart_from_data(args.output, inputs_of(config.data.path, model=config.model.name_or_path), key="--output",
+        check_eval_output_replaceable(args.output)
+        check_apart_from_data(args.output, inputs_of(config.data.path, config.data.eval_path,
+                                                     model=config.model.name_or_path), key="--output",
                               run_directory=False)
     from .tools.evaluate import run_eval  # torch and transformers: only for a valid config
 
     samples = config.run.eval_num_samples
-    metrics = run_eval(config, config.model.name_or_path, samples, greedy=samples == 1 and not args.sample,
-                       batch_size=args.batch_size)
+    greedy = samples == 1 and not args.sample
+    from .tools.eval_settings import unread_eval_flags
+    from .tools.evaluate import evaluation_data
+
+    for note in unread_eval_flags(flagged, config, greedy, evaluation_data(config.data)):
+        logging.getLogger(__name__).warning(f"warning: {note}")
+    metrics = run_eval(config, config.model.name_or_path, samples, greedy=greedy, batch_size=args.batch_size)
     from .state.metrics import json_safe
 
     text = json.dumps(json_safe(metrics), indent=2)  # NaN (a reward that scored nothing) is null, as in metrics.jsonl
@@ -358,6 +391,20 @@ def working_directory_problem() -> Optional[str]:
     return None
 
 
+# The commands that load a model with transformers (plot reads only the run directory's files).
+_LOADING_A_MODEL = ("train", "eval", "bench", "serve")
+
+
+def interpreter_problem(command: str) -> Optional[str]:
+    """Why this interpreter cannot run `command`, or None: under `python -OO` (docstrings stripped) transformers
+    raised, as it defined a model's classes, "No `Args` or `Parameters` section is found in the docstring of
+    BaseModelOutputWithPast", after the imports and the run directory's start."""
+    if sys.flags.optimize >= 2 and command in _LOADING_A_MODEL:
+        return ("python -OO strips the docstrings transformers reads as it defines a model's classes, so no model "
+                "can load; run it without -OO (python -O is fine)")
+    return None
+
+
 def _command(argv: Optional[Sequence[str]]) -> int:
     problem = working_directory_problem()  # before anything resolves a path or loads a library
     if problem is not None:
@@ -365,8 +412,8 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         return 1
     missing = missing_engine_packages()
     if missing:
-        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. Install it: {INSTALL_ENGINE}",
-              file=sys.stderr)
+        print(f"grpo-engine needs the engine extra; missing: {', '.join(missing)}. {_site_left_out() or ''}"
+              f"Install it: {INSTALL_ENGINE}", file=sys.stderr)
         return 1
     from .config import ConfigError  # the engine extra's pydantic and pyyaml are installed: checked above
     from .launch_env import check_environment
@@ -379,6 +426,10 @@ def _command(argv: Optional[Sequence[str]]) -> int:
     if unknown:
         print(f"grpo-engine {args.command}: {unknown_arguments_message(parser, args.command, unknown)}",
               file=sys.stderr)
+        return 2
+    problem = interpreter_problem(args.command)
+    if problem is not None:
+        print(f"grpo-engine {args.command}: {problem}", file=sys.stderr)
         return 2
     handlers = {"train": _train, "eval": _eval, "plot": _plot, "bench": _bench, "serve": _serve}
     try:

@@ -42,6 +42,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def doc_summary(doc: Optional[str], first_line: bool = False) -> Optional[str]:
+    """A program's --help description: the first paragraph (or line) of its module's docstring. None under
+    `python -OO`, which strips docstrings: reading `__doc__.split(...)` there ended every program, --help included,
+    in an AttributeError traceback before it parsed anything."""
+    if not doc:
+        return None
+    return doc.splitlines()[0] if first_line else doc.split("\n\n")[0]
+
+
 class CommandLineError(SystemExit):
     """An argument error, already said in one line on stderr: exit status 2, as argparse's. `grpo_engine.cli.main`
     returns that status rather than ending the process, as it does for every other error."""

@@ -3,7 +3,8 @@ starts, before anything loads: a bad value is one line naming the variable and w
 
 Read where they are used, they failed late and anonymously: `WORLD_SIZE=abc` stopped a run with "invalid literal
 for int() with base 10: 'abc'", naming no variable; `HF_HUB_OFFLINE=maybe` silently meant online (huggingface_hub
-takes any word but 1/ON/YES/TRUE for false); `OMP_NUM_THREADS=abc` was ignored with a note from libgomp.
+takes any word but 1/ON/YES/TRUE for false); `OMP_NUM_THREADS=abc` was ignored with a note from libgomp, and
+`MKL_NUM_THREADS=abc` silently meant one thread.
 Variables that disagree with each other are checked too: a WORLD_SIZE above 1 without the RANK, MASTER_ADDR and
 MASTER_PORT a launcher sets with it, a MASTER_ADDR that names no host, or (on rank 0) a MASTER_PORT another
 program already listens on, waited in the rendezvous for the process
@@ -101,6 +102,9 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "GLOO_SOCKET_IFNAME": (_interfaces, "the network interfaces the processes of a launched run talk over"),
     "TORCH_DISTRIBUTED_DEBUG": (_debug_level, "torch.distributed's checks and logs"),
     "OMP_NUM_THREADS": (_thread_counts, "CPU threads of torch's OpenMP pool"),
+    # torch reads it when OMP_NUM_THREADS is unset, and takes anything it cannot read (abc, -1) as 1 thread: a typo
+    # silently trained on one core of many
+    "MKL_NUM_THREADS": (_whole_number(1), "CPU threads of torch's MKL and, without OMP_NUM_THREADS, of its pool"),
     "CUDA_VISIBLE_DEVICES": (_visible_devices, "the GPUs CUDA may use"),
     "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "TRANSFORMERS_OFFLINE": (_switch, "read the Hugging Face cache only"),

@@ -6,7 +6,8 @@ the data or the model's shape is decided here, from what loads without weights: 
 config.json (the built-in model's from code). A refusal here costs no model load; a run that passes does not
 fail later on any of these:
 
-- the tokenizer's ids (its length, its pad / EOS / BOS ids) inside the vocabulary config.json declares;
+- the tokenizer's ids (its length, its pad / EOS / BOS ids) inside the vocabulary config.json declares, and
+  rollout.top_k below it;
 - every prompt, as rendered (chat template, system prompt), is text the tokenizer can encode (no lone UTF-16
   surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses; no character it has no token for, which it
   would read as its UNK token) and has at least one token that is not a special token;
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from .config import EngineConfig
+from .config import EngineConfig, RolloutConfig
 from .data.row_values import unencodable
 from .model.limits import ModelFitError, check_tokenizer_within
 from .model.tokenizer_files import unknown_text
@@ -67,6 +68,20 @@ def check_tokenizer_vocabulary(tokenizer: Any, model_config: Any, path: str) -> 
         check_tokenizer_within(tokenizer, rows, path, "config.json's vocab_size")
     except ModelFitError as exc:
         raise PreflightError(str(exc)) from None
+
+
+def check_top_k_within_vocabulary(rollout: RolloutConfig, tokenizer: Any, model_config: Any) -> None:
+    """rollout.top_k below the tokens the model samples from (its rows; less the padded ones past the tokenizer's
+    last token unless rollout.sample_padded_vocab). One at least as large keeps every token and truncates nothing,
+    yet training records and replays each position's kept set at the width of the whole vocabulary: on a 152k-token
+    model, about 20 GB of ids for 64 completions of 256 tokens. The schema cannot tell: it knows no vocabulary."""
+    rows = vocabulary_rows(model_config)
+    if rows is None or rollout.top_k == 0:
+        return
+    tokens = rows if rollout.sample_padded_vocab else min(rows, len(tokenizer))
+    if rollout.top_k >= tokens:
+        raise PreflightError(f"rollout.top_k ({rollout.top_k}) is at least the {tokens} tokens the model samples "
+                             f"from: it keeps every one and truncates nothing; set 0 (off) or fewer than {tokens}")
 
 
 def _tokenizer(base_path: Optional[str]) -> Any:
@@ -154,6 +169,7 @@ def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], bas
     model_config = model_config_of(base_path, tokenizer)
     positions = model_positions(model_config)
     check_tokenizer_vocabulary(tokenizer, model_config, base_path or "the built-in model")
+    check_top_k_within_vocabulary(config.rollout, tokenizer, model_config)
     d = config.data
     for data, source in ((rows, d.path), (eval_rows, d.eval_path)):
         where = f"dataset {source!r}" if source else "the built-in task"

@@ -24,6 +24,7 @@ from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_
 from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompts
 from .data.warm_start import supervised_warm_start
 from .hub import resolve_model
+from .rollout.model_sampling import unapplied_model_sampling
 from .model.fsdp import check_fsdp, data_parallel_mesh, load_sharded_state, reshard, shard_policy
 from .model.limits import (ModelFitError, check_prompts_fit, check_tokenizer_fits, restrict_vocabulary,
                            scored_vocab_size)
@@ -221,12 +222,13 @@ def dropped_preset_note(config: EngineConfig, message: str) -> str:
             f"{' '.join('--' + d.split(' is ')[0] + ' VALUE' for d in dropped)}")
 
 
-def run_defaults(config: EngineConfig) -> EngineConfig:
-    """What this run's settings are compared with: the schema's defaults, with the demo's preset when the run
-    uses the built-in model (as the command line lays them)."""
+def run_defaults(config: EngineConfig) -> tuple[EngineConfig, ...]:
+    """What this run's settings are compared with: the schema's defaults, and the demo's preset too when the run
+    uses the built-in model (the command line lays it under the flags; a config built in Python may not have it)."""
     from .data.demo_task import DEMO_PRESET
 
-    return config_from_dict(DEMO_PRESET if config.model.name_or_path is None else {})
+    schema = config_from_dict({})
+    return (schema,) if config.model.name_or_path is not None else (schema, config_from_dict(DEMO_PRESET))
 
 
 def sampling_warnings(config: EngineConfig) -> list[str]:
@@ -271,7 +273,7 @@ def setup_run(config: EngineConfig) -> Run:
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
     if accelerator.is_main_process:
-        for message in sampling_warnings(config) + inapplicable_settings(config, run_defaults(config)):
+        for message in sampling_warnings(config) + inapplicable_settings(config, *run_defaults(config)):
             _log.warning(f"warning: {message}")
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
@@ -279,6 +281,9 @@ def setup_run(config: EngineConfig) -> Run:
     with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
         base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
     preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
+    unapplied = None if base_path is None else unapplied_model_sampling(base_path, config.rollout)
+    if unapplied and accelerator.is_main_process:
+        _log.warning(f"warning: {unapplied}")
     run_dir = Path(config.run.output_dir)
     data = {"train": data_fingerprint(rows, repr(config.data.path) if config.data.path else "of the built-in task")}
     reward_code = code_fingerprint(rewards)
@@ -361,9 +366,8 @@ def setup_run(config: EngineConfig) -> Run:
                                       weight_decay=o.weight_decay)
     check_update_precision(accelerator, trained, o.learning_rate, o.adam_epsilon, config.model.dtype,
                            float32_steps=isinstance(optimizer, MasterWeightAdamW))
-    total_optimizer_steps = config.run.max_steps * o.num_iterations
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(
-        o.lr_scheduler_type, int(o.warmup_ratio * total_optimizer_steps), total_optimizer_steps))
+        o.lr_scheduler_type, config.warmup_steps(), config.optimizer_steps()))
     if tp == 1 and not fsdp:  # neither a tensor-parallel nor a sharded model is wrapped in DDP
         policy, optimizer = accelerator.prepare(policy, optimizer)
 

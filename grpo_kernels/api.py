@@ -15,6 +15,7 @@ from .backends import (AUTO, DEFAULT_BACKEND, ONE_PASS, TokenLevelRoute, check_b
                        refuse_unsupported, token_level_route, vocab_parallel)
 from .backends.sharded_head import resolve_sharded_head
 from .config import GRPOLossConfig
+from .dispatch_modes import caller_dispatch_mode
 from .head import LMHead, LogitTransform
 from .keywords import accepted_keywords, refuse_unknown_keywords
 from .layout import TokenLayout
@@ -22,6 +23,7 @@ from .messages import shown
 from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
                         token_inputs, token_metrics)
 from .second_order import deterministic_refusal_asked, refuse_forward_ad
+from .torchscript import outside_torchscript
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
                          check_kept_token_ids, check_linear_inputs, check_logit_factors,
                          check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
@@ -141,6 +143,7 @@ def _flat_kept(kept_token_ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]
     return None if kept_token_ids is None else kept_token_ids.reshape(-1, kept_token_ids.shape[-1]).long()
 
 
+@outside_torchscript
 @optional_by_keyword
 def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
                     bias: Optional[torch.Tensor] = None, temperature: float = 1.0, return_entropy: bool = False,
@@ -163,6 +166,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         logit_transform=logit_transform, kept_token_ids=kept_token_ids)
 
 
+@outside_torchscript
 @without_autocast
 def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                           *, bias: Optional[torch.Tensor] = None, temperature: float = 1.0,
@@ -206,6 +210,7 @@ def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: to
     return (logps, entropy) if return_entropy else logps
 
 
+@outside_torchscript
 @optional_by_keyword
 def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
                            completion_mask: Optional[torch.Tensor], advantages: torch.Tensor, *,
@@ -244,6 +249,7 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
         logit_transform=logit_transform, kept_token_ids=kept_token_ids)
 
 
+@outside_torchscript
 @without_autocast
 def fused_linear_grpo_loss_named(
         names: ArgumentNames, hidden: torch.Tensor, weight: torch.Tensor, completion_ids: torch.Tensor,
@@ -319,7 +325,8 @@ def fused_linear_grpo_loss_named(
     target_rows = layout.head_rows(completion_ids.reshape(-1))
     kept_rows = None if kept_token_ids is None else layout.head_rows(_flat_kept(kept_token_ids))
     route = token_level_route(backend, config, kept_sets=kept_rows is not None, sharded=head.shard is not None,
-                              compiling=not values, float64=head.weight.dtype == torch.float64)
+                              compiling=not values, float64=head.weight.dtype == torch.float64,
+                              dispatch_mode=caller_dispatch_mode())
     waves = None if route is not None else sequence_route.waves_for(
         backend, config, layout, head, hidden_rows, workspace_bytes, kept_sets=kept_rows is not None,
         compiling=not values)
@@ -376,6 +383,7 @@ def _fused_token_level(route: TokenLevelRoute, backend: str, hidden, head: LMHea
     return loss, logps, entropy, kl, clip
 
 
+@outside_torchscript
 @optional_by_keyword
 @without_autocast
 def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,

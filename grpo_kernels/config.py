@@ -51,6 +51,10 @@ class LossSetting:
     # When the objective reads it (None: always): what a user sets ("beta != 0"), a predicate of the config, and
     # settings that make it hold / fail ({"beta": 0.04} / {"beta": 0.0}).
     read_when: Optional[ReadCondition] = None
+    # A bound on the importance ratio: it changes nothing while the ratio stays 1, as it does when each batch gets
+    # one optimisation pass (old log-probs = the current ones). The caller that knows the passes says so (the
+    # engine: optim.num_iterations).
+    bounds_the_ratio: bool = False
 
     def float_bounds(self) -> dict[str, float]:
         """The bounds of a float setting: its own, within float32's range where it declares none. The objective
@@ -89,18 +93,38 @@ def _trust_region(config: Any) -> bool:
     return get_loss_type(config.loss_type).clip == TRUST_REGION
 
 
+def _clips(config: Any) -> bool:
+    return get_loss_type(config.loss_type).clip is not None
+
+
+def _reads_epsilon(config: Any) -> bool:
+    # the trust region's lower edge; a ratio cap (cispo) reads epsilon only as epsilon_high's stand-in
+    return _trust_region(config) or (_clips(config) and config.epsilon_high is None)
+
+
+# sapo gates the ratio smoothly and vespo weights it: neither clips, so an epsilon set with them changed nothing.
+_CLIPPING = ReadCondition("loss_type grpo, bnpo, dr_grpo, dapo, luspo or cispo (one that clips the ratio)", _clips,
+                          {"loss_type": "grpo"}, {"loss_type": "sapo"})
+_LOWER_CLIP = ReadCondition("loss_type grpo, bnpo, dr_grpo, dapo or luspo (one that clips the ratio from below), "
+                            "or cispo with epsilon_high null", _reads_epsilon,
+                            {"loss_type": "grpo"}, {"loss_type": "sapo"})
+
+
 @dataclass(frozen=True)
 class GRPOLossConfig:
     loss_type: str = setting(DEFAULT_LOSS_TYPE, "the objective, by TRL's names; grpo_kernels.register_loss_type "
                                                 "adds one")
     # >= 0: below 0 the KL term would reward drifting from the reference
     beta: float = setting(0.0, "KL coefficient against the starting model (0: no reference model)", ge=0.0)
-    epsilon: float = setting(0.2, "lower clipping range of the importance ratio (1 - epsilon)", ge=0.0)
-    epsilon_high: Optional[float] = setting(None, "upper clipping range (1 + epsilon_high; null: epsilon)", ge=0.0)
+    epsilon: float = setting(0.2, "lower clipping range of the importance ratio (1 - epsilon)", ge=0.0,
+                             read_when=_LOWER_CLIP, bounds_the_ratio=True)
+    epsilon_high: Optional[float] = setting(None, "upper clipping range (1 + epsilon_high; null: epsilon)", ge=0.0,
+                                            read_when=_CLIPPING, bounds_the_ratio=True)
     delta: Optional[float] = setting(None, "two-sided clipping: cap on the importance ratio (> 1; null: off)", gt=1.0,
-                                     read_when=ReadCondition("a loss_type that clips to a trust region (grpo, bnpo, "
-                                                             "dr_grpo, dapo, luspo)", _trust_region,
-                                                             {"loss_type": "grpo"}, {"loss_type": "cispo"}))
+                                     read_when=ReadCondition("loss_type grpo, bnpo, dr_grpo, dapo or luspo (one "
+                                                             "that clips to a trust region)", _trust_region,
+                                                             {"loss_type": "grpo"}, {"loss_type": "cispo"}),
+                                     bounds_the_ratio=True)
     importance_sampling_level: Literal["token", "sequence"] = setting(
         "token", "importance ratio per token or per sequence (GSPO)")
     temperature: float = setting(1.0, "the temperature the completions were sampled at (the log-probs are taken "
@@ -169,9 +193,19 @@ class GRPOLossConfig:
 
     @classmethod
     def from_trl(cls, trl_config: object) -> "GRPOLossConfig":
-        """Build from any object with TRL GRPOConfig attribute names (missing ones keep our defaults)."""
+        """Build from a TRL GRPOConfig, any object with its attribute names, or a mapping of them (its to_dict(), a
+        loaded YAML or JSON); missing ones keep our defaults. One that holds none of them is refused: a dict read
+        by attribute, None or another object gave the default config, silently."""
         names = [f.name for f in fields(cls) if f.name not in OWN_FIELDS] + list(loss_param_aliases())
-        return cls(**{name: getattr(trl_config, name) for name in names if hasattr(trl_config, name)})
+        if isinstance(trl_config, Mapping):
+            given = {name: trl_config[name] for name in names if name in trl_config}
+        else:
+            given = {name: getattr(trl_config, name) for name in names if hasattr(trl_config, name)}
+        if not given:
+            raise TypeError(f"GRPOLossConfig.from_trl takes a trl.GRPOConfig, or an object or mapping with its "
+                            f"field names ({', '.join(names[:4])}, ...), got {shown(trl_config)}, which has none of "
+                            f"them")
+        return cls(**given)
 
 
 _dataclass_init = GRPOLossConfig.__init__

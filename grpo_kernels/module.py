@@ -25,6 +25,7 @@ from .losses import get_loss_type, loss_param_aliases
 from .keywords import keywords_checked, refuse_unknown_keywords
 from .messages import shown
 from .scalars import integer_value
+from .torchscript import refuse_scripting
 from .validation import (check_config, check_kept_token_ids, check_linear_inputs, check_loss_inputs,
                          check_optional_tensors, check_targets, check_workspace)
 
@@ -142,6 +143,9 @@ class FusedLinearGRPOLoss(torch.nn.Module):
     # model holding it) shares it, and pickling refuses it by name. Before, both failed as "cannot pickle
     # 'torch._C._distributed_c10d.ProcessGroup' object"; dropping it would have made a loaded module take its shard
     # for the whole vocabulary, without an error.
+    def __prepare_scriptable__(self) -> "FusedLinearGRPOLoss":
+        refuse_scripting(type(self).__name__)  # torch.jit.script(module) asks this first
+
     def __deepcopy__(self, memo: dict) -> "FusedLinearGRPOLoss":
         group = self._options["process_group"]
         if group is not None:

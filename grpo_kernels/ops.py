@@ -21,6 +21,7 @@ from .backends.one_pass import or_empty, token_step_per_wave
 from .config import GRPOLossConfig
 from .head import LMHead, LogitTransform
 from .objective import TokenInputs
+from . import flop_formulas as _flop_formulas
 from .second_order import graph_is_kept, refuse_second_order
 
 
@@ -383,3 +384,7 @@ def linear_grpo_token_terms(backend: str, hidden: torch.Tensor, head: LMHead, ta
         hidden.contiguous(), *encode_head(head), targets.contiguous(), *encode_inputs(inputs), encode_config(config),
         backend)
     return terms, logps, entropy, kl, clip
+
+
+# ---- what FlopCounterMode counts for the ops above (flop_formulas.py) ----------------------------------------
+_flop_formulas.register()

@@ -36,7 +36,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import file_name, names_from, output_directory, positive_float
 from grpo_engine.command_failure import run_tool
 
@@ -388,7 +388,7 @@ def status_line(summary: PartSummary, results: ResultsDir) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     started_at = time.monotonic()
     argv = sys.argv[1:] if argv is None else argv
-    parser = CommandParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.gpu", description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--out", required=True, type=output_directory, help="the run's directory: continued when it holds progress")
     parser.add_argument("--resume", help="an earlier run's directory to continue from when --out has no progress yet "
                                          "(e.g. the carried copy of a GPU machine's $OUT/...); missing or empty: a new run")

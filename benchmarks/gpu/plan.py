@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import positive_float
 from grpo_engine.command_failure import run_tool
 from grpo_kernels.backends import BACKENDS, BASELINE_BACKEND, DEFAULT_BACKEND
@@ -280,7 +280,7 @@ def schedule_lines(parts: list[ModelledPart]) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.gpu_plan", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.gpu_plan", description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--memory-gib", type=positive_float("GiB of free GPU memory"), default=80.0,
                         help="free GPU memory (default 80: an H100)")
     parser.add_argument("--budget-s", type=positive_float("seconds"), default=PART_BUDGET_S,

@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import names_from, output_file, positive_int
 from grpo_engine.command_failure import run_tool
 from grpo_engine.state.atomic_file import FileWriteError, write_atomically
@@ -100,7 +100,7 @@ def profile_lines(shape: BenchShape, paths: list[str], operations: list[str], st
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.gpu.profile", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.gpu.profile", description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--shape", default="S1", type=names_from(sorted(TARGET_SHAPES), "shapes"),
                         help=f"comma-separated, each one of {sorted(TARGET_SHAPES)} (CPU: a small stand-in); several "
                              "shapes run in one process, as the GPU command runs them")

@@ -27,7 +27,7 @@ import sys
 from dataclasses import replace
 from typing import Callable, Optional
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.command_failure import run_tool
 from grpo_kernels.cost_model import DEVICES, DeviceRates, device_key
 
@@ -203,7 +203,8 @@ def case_lines(run: Run, rates: DeviceRates) -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.model.calibrate", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.model.calibrate",
+                           description=doc_summary(__doc__, first_line=True))
     parser.add_argument("results", help="a GPU run's pytest-benchmark JSON (benchmarks/results/<gpu>.json)")
     args = parser.parse_args(argv)
     run = load_run(args.results)

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import positive_int, thread_count_type
 from grpo_engine.command_failure import run_tool
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
@@ -108,7 +108,8 @@ def _time(problem, kept: Optional[torch.Tensor], repeats: int) -> float:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = CommandParser(prog="python -m benchmarks.model.kept_tokens_cost", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.model.kept_tokens_cost",
+                           description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=thread_count_type(), default=1)
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1, 20, 1024])

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import torch
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import positive_int, thread_count_type
 from grpo_engine.command_failure import run_tool
 from grpo_kernels import GRPOLossConfig, fused_linear_grpo_loss
@@ -72,7 +72,8 @@ def _median_seconds(steps: dict[str, Callable[[], object]], repeats: int) -> dic
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = CommandParser(prog="python -m benchmarks.suite.cpu_gemm_vs_streaming", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.suite.cpu_gemm_vs_streaming",
+                           description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=thread_count_type(), default=1)
     args = parser.parse_args(argv)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import file_to_update, output_directory, output_file
 from grpo_engine.command_failure import run_tool
 from grpo_engine.state.atomic_file import FileWriteError, write_atomically
@@ -408,7 +408,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _report(argv: Optional[list[str]]) -> int:
-    parser = CommandParser(prog="python -m benchmarks.suite.report", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.suite.report", description=doc_summary(__doc__, first_line=True))
     parser.add_argument("results", nargs="+", help="pytest-benchmark JSON files written by `pytest benchmarks/suite/`")
     parser.add_argument("--readme", action="store_true", help="print only the README headline block (all files)")
     parser.add_argument("--out", type=output_file,

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from grpo_engine.cli_parser import CommandParser
+from grpo_engine.cli_parser import CommandParser, doc_summary
 from grpo_engine.cli_types import file_name
 from grpo_engine.command_failure import run_tool
 
@@ -38,7 +38,7 @@ def device_slug() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.suite.run", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m benchmarks.suite.run", description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--set", default="auto", choices=["auto", *SHAPE_SETS],
                         help="shape set (default auto: gpu with CUDA, else cpu)")
     parser.add_argument("--name", type=file_name, help="results file name (default: the device slug)")

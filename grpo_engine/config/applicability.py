@@ -78,14 +78,14 @@ def declared_conditions(model: type[BaseModel], prefix: str = "",
             yield f"{prefix}{name}", conditions
 
 
-def inapplicable_settings(config: BaseModel, defaults: BaseModel) -> list[str]:
-    """One line per setting that differs from `defaults` (the schema's, with the run's preset) where one of the
-    conditions it declares does not hold."""
+def inapplicable_settings(config: BaseModel, *defaults: BaseModel) -> list[str]:
+    """One line per setting that differs from each of `defaults` (the schema's; with the run's preset too, where a
+    preset may apply) where one of the conditions it declares does not hold."""
     notes = []
     for key, conditions in declared_conditions(type(config)):
         failing = next((condition for condition in conditions if not condition.holds(config)), None)
         value = value_at(config, key)
-        if failing is not None and value != value_at(defaults, key):
+        if failing is not None and all(value != value_at(default, key) for default in defaults):
             shown = value.model_dump() if isinstance(value, BaseModel) else value
             notes.append(f"{key} is set ({shown!r}) but applies only with {failing.text}: it changes nothing in "
                          f"this run")

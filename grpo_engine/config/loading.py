@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from ..rollout.registry import VLLM_INSTALL_HINT, rollout_backend  # noqa: F401 (VLLM_INSTALL_HINT: re-exported)
 from .errors import ConfigError, describe
-from .schema import SHARED_SETTINGS, EngineConfig, is_hub_id, local_data_path, user_path
+from .schema import MAX_SEED, SHARED_SETTINGS, EngineConfig, is_hub_id, local_data_path, user_path
 from .strict_yaml import dump_yaml, parse_yaml, read_yaml
 
 
@@ -86,9 +86,16 @@ def load_config(path: Optional[str | Path] = None, overrides: Optional[dict] = N
 
 
 def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:
-    """The rule that needs the number of processes, checked when it is known (the trainer does so at start),
+    """The rules that need the number of processes, checked when it is known (the trainer does so at start),
     so a config meant for 8 GPUs still loads on a laptop. Every other rule holds by construction."""
     r, o = config.rollout, config.optim
+    last_seed = config.run.seed + (num_processes or 1) - 1
+    if last_seed > MAX_SEED:
+        # Each process seeds its RNGs with run.seed + its index: past NumPy's domain the last one stopped with
+        # NumPy's "Seed must be between 0 and 2**32 - 1", naming no setting, after the model had loaded.
+        raise ConfigError(f"run.seed ({config.run.seed}): each of the {num_processes} processes seeds its RNGs with "
+                          f"run.seed + its index, up to {last_seed}, past {MAX_SEED}, the RNGs' largest seed; set "
+                          f"run.seed at most {MAX_SEED - num_processes + 1}")
     batch = config.generation_batch_size(num_processes or 1)
     if num_processes is not None and batch % r.num_generations:
         raise ConfigError(

@@ -26,7 +26,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from grpo_kernels.backends import backend_names
 from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
-from grpo_kernels.losses import FLOAT32_MAX, get_loss_type, loss_param_aliases, loss_type_names
+from grpo_kernels.losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, TRUST_REGION, get_loss_type, loss_param_aliases,
+                                 loss_type_names)
 
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
 from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
@@ -214,6 +215,29 @@ EVALUATION_DATA = read_when_any(
     ReadWhen("data.eval_path set", lambda c: c.data.eval_path is not None, {"data.eval_path": "org/eval"},
              {"data.eval_path": None}),
     ReadWhen("data.path null", lambda c: c.data.path is None, {}, {"data.path": "org/train"}))
+
+# With one optimisation pass over each batch (optim.num_iterations 1) the old log-probs are the current ones: the
+# importance ratio is 1, inside every trust region, and a bound on it (loss.epsilon, epsilon_high, delta) clips
+# nothing. A ratio cap (cispo) still scales a ratio of 1 down when it is below 1, so it stays read.
+RATIO_MOVES = ReadWhen(
+    "optim.num_iterations > 1 (with one pass over each batch the importance ratio is 1, inside any trust region)",
+    lambda c: c.optim.num_iterations > 1 or get_loss_type(c.loss.loss_type).clip != TRUST_REGION,
+    {"optim.num_iterations": 2}, {"optim.num_iterations": 1, "loss.loss_type": DEFAULT_LOSS_TYPE})
+
+
+
+def read_within_the_run(key: str, *, last_step_does_it: bool) -> ReadWhen:
+    """A step interval (every `key` steps) is read when one of its steps falls within run.max_steps: past it the run
+    never reaches one, and at it, where the run's last step does the same anyway (saves, evaluates), it adds none."""
+    reach = "below" if last_step_does_it else "at most"
+    return ReadWhen(f"{key} {reach} run.max_steps", lambda c: value_at(c, key) < c.run.max_steps + (
+        0 if last_step_does_it else 1), {"run.max_steps": 100}, {"run.max_steps": 1})
+
+
+# int(warmup_ratio x optimizer steps) warms up: a ratio of fewer steps than one is no warmup at all.
+WARMS_UP = ReadWhen("optim.warmup_ratio x run.max_steps x optim.num_iterations >= 1 (the warmup's optimizer steps, "
+                    "rounded down)", lambda c: c.warmup_steps() >= 1, {"run.max_steps": 100},
+                    {"run.max_steps": 1, "optim.num_iterations": 1})
 
 # The kernels' backends: the registry's names, read when a config is checked (grpo_kernels.backends imports no
 # torch), so a backend registered later is a valid run.loss_backend. "auto" routes each call by the cost model.
@@ -600,11 +624,13 @@ def _setting_type(name: str, annotation: Any, declaration: LossSetting) -> Any:
         base = Annotated[base, Field(**bounds)]
     typed = Optional[base] if nullable else base
     condition = declaration.read_when
-    if condition is None:
-        return typed
-    return Annotated[typed, ReadWhen(f"loss.{condition.text}", lambda c: condition.holds(c.loss),
-                                     {f"loss.{k}": v for k, v in condition.when_true.items()},
-                                     {f"loss.{k}": v for k, v in condition.when_false.items()})]
+    conditions = [] if condition is None else [
+        ReadWhen(f"loss.{condition.text}", lambda c: condition.holds(c.loss),
+                 {f"loss.{k}": v for k, v in condition.when_true.items()},
+                 {f"loss.{k}": v for k, v in condition.when_false.items()})]
+    if declaration.bounds_the_ratio:
+        conditions.append(RATIO_MOVES)
+    return Annotated[(typed, *conditions)] if conditions else typed
 
 
 def loss_section(config_class: type = GRPOLossConfig) -> type[LossSection]:
@@ -640,7 +666,7 @@ class OptimConfig(Section):
                             "steps 16-bit weights in their dtype, where a step below half their spacing is lost")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
         "linear", description="the LR's shape after warmup")
-    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = Field(
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1), WARMS_UP] = Field(
         0.0, description="fraction of the optimizer steps spent warming the LR up linearly")
     per_device_train_batch_size: PositiveInt = Field(8, description="completions per micro-batch of the padded step")
     gradient_accumulation_steps: PositiveInt = Field(1, description="micro-batches per optimizer step")
@@ -691,15 +717,18 @@ class RunConfig(Section):
     loss_backend: Annotated[str, _choice(backend_names)] = Field(
         "auto", description="the kernels' backend for log-probs and loss (auto: routed per call by the cost model; "
                             "see grpo_kernels' README)")
-    save_steps: NonNegativeInt = Field(0, description="checkpoint every this many steps (0: only the final one)")
+    save_steps: Annotated[NonNegativeInt, read_within_the_run("run.save_steps", last_step_does_it=True)] = Field(
+        0, description="checkpoint every this many steps (0: only the final one)")
     save_total_limit: PositiveInt = Field(2, description="keep the last k checkpoints")
     resume: Optional[FilePath] = Field(None, description="latest, or a checkpoint directory")
     save_on_interrupt: bool = Field(
         True, description="Ctrl-C / SIGTERM: finish the step in progress, save a checkpoint and stop with a hint to "
                           "--resume")
-    log_completions_steps: NonNegativeInt = Field(10, description="log sample completions every this many steps "
+    log_completions_steps: Annotated[NonNegativeInt, read_within_the_run(
+        "run.log_completions_steps", last_step_does_it=False)] = Field(10, description="log sample completions every this many steps "
                                                                   "(0: never)")
-    eval_steps: Annotated[NonNegativeInt, EVALUATION_DATA] = Field(
+    eval_steps: Annotated[NonNegativeInt, EVALUATION_DATA,
+                          read_within_the_run("run.eval_steps", last_step_does_it=True)] = Field(
         0, description="evaluate every this many steps (0: only before and after training, when an eval split "
                        "exists)")
     eval_num_samples: Annotated[PositiveInt, EVALUATION_DATA] = Field(
@@ -729,6 +758,14 @@ class EngineConfig(Section):
     def generation_batch_size(self, num_processes: int = 1) -> int:
         """Completions generated per step over all processes."""
         return self.optim.per_device_train_batch_size * self.optim.gradient_accumulation_steps * num_processes
+
+    def optimizer_steps(self) -> int:
+        """The optimizer steps of the whole run: num_iterations per generation round."""
+        return self.run.max_steps * self.optim.num_iterations
+
+    def warmup_steps(self) -> int:
+        """The optimizer steps of the LR's linear warmup (optim.warmup_ratio of them, rounded down)."""
+        return int(self.optim.warmup_ratio * self.optimizer_steps())
 
     def prompts_per_step(self, num_processes: int = 1) -> int:
         return self.generation_batch_size(num_processes) // self.rollout.num_generations

@@ -133,10 +133,16 @@ def stop_at_step_boundary(enabled: bool) -> Iterator[StopRequest]:
             previous[sig] = signal.signal(sig, request._handle)
         except (OSError, ValueError):  # one the platform will not let Python handle
             continue
+    # A handler is not enough for a signal the process was started with blocked (a parent's signal mask is
+    # inherited): `timeout`'s or a scheduler's SIGTERM then stayed pending, the run trained on until the SIGKILL
+    # that follows, and lost its steps since the last checkpoint. Unblocked here, restored after.
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, previous) if hasattr(signal, "pthread_sigmask") else None
     try:
         with warned_before_the_cpu_limit():
             yield request
     finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -15,7 +15,7 @@ from ..config.strict_yaml import MAX_CONFIG_BYTES, StrictDumper
 from . import checkpoint as ckpt
 from .bounded_read import read_bounded_bytes, read_json_file
 from .run_files import is_own
-from .saved_settings import check_saved_settings
+from .saved_settings import added_settings_missing, check_saved_settings
 from .finished_run import RunFinished, finished_step, report
 from .metrics import METRICS_FILE, SAMPLES_FILE
 
@@ -51,6 +51,7 @@ def changed_options(saved_yaml: str, config: EngineConfig,
     check_saved_settings(tree, source, MAY_CHANGE_ON_RESUME)
     # A config saved before the loss took its shared settings from the rollout names them twice.
     saved = {key: value for key, value in _flatten(tree).items() if key not in SHARED_SETTINGS}
+    saved.update(added_settings_missing(tree))  # what the run trained as, in a config saved before the setting
     now = _flatten(parse_yaml(config_yaml(config), "config.yaml"))  # through YAML too: both sides have its types
     return {key: (saved.get(key), now.get(key)) for key in sorted(saved.keys() | now.keys())
             if saved.get(key) != now.get(key) and key not in MAY_CHANGE_ON_RESUME}

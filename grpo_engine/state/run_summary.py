@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from ..config import EngineConfig
@@ -23,7 +24,14 @@ def summary_lines(rewards: list[float], eval_before: Optional[dict], eval_after:
     if eval_after is not None:
         samples = config.run.eval_num_samples
         how = "greedy" if samples == 1 else f"sampled, {samples} per prompt at temperature {config.rollout.temperature}"
-        before = "" if eval_before is None else f"{eval_before['accuracy']:.3f} -> "
+        before = "" if eval_before is None else f"{_accuracy(eval_before['accuracy'])} -> "
         lines.append(f"accuracy on the {int(eval_after['num_prompts'])} evaluation prompts ({how}): "
-                     f"{before}{eval_after['accuracy']:.3f}")
+                     f"{before}{_accuracy(eval_after['accuracy'])}")
     return lines
+
+
+def _accuracy(value: Optional[float]) -> str:
+    # NaN in a run, null read back from metrics.jsonl: the first reward function scored no evaluation completion
+    if value is None or math.isnan(value):
+        return "null (the first reward function scored no completion)"
+    return f"{value:.3f}"

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..config import RewardsConfig
+from ..import_path import hidden_file_note
 from .reward_fence import fenced_arguments, reward_fence
 from .reward_timeout import RewardTimeout, time_limit
 
@@ -187,7 +188,9 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
         scores: list[Optional[float]] = []
         for completion, answer in zip(completions, columns[answer_column]):
             gold = reference_answer(answer)
-            gold = None if gold is None else gold.rsplit("=", 1)[-1]  # `x = 5` answers 5
+            # `x = 5` answers 5. A blank reference ('', '#### ', '\\boxed{}', 'x =') is no answer, as null is: before,
+            # every completion of its row scored wrong, and evaluation data without answers read as accuracy 0.0.
+            gold = None if gold is None else gold.rsplit("=", 1)[-1].strip() or None
             boxed = extract_boxed(completion)
             predicted = None if boxed is None else final_answer(boxed)
             if gold is None:
@@ -315,9 +318,10 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
                                   f"'package.module:function'")
     module_name, _, attr = spec.partition(":")
     # As `python script.py` would: a module in the current directory is importable, even from the
-    # `grpo-engine` console script (whose sys.path holds its own directory instead).
+    # `grpo-engine` console script (whose sys.path holds its own directory instead). Last, as under `python -m`
+    # (grpo_engine/import_path.py): a file there never hides a library imported after the rewards.
     if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+        sys.path.append(os.getcwd())
     try:
         with reward_fence(f"reward module {module_name!r} (imported for {spec!r})"):
             module = importlib.import_module(module_name)
@@ -326,7 +330,8 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
                                   f"{import_failure(exc)}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no callable {attr!r}")
+        raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no callable {attr!r}"
+                                  f"{hidden_file_note(module_name, module)}")
     kind = _no_scores_kind(fn)
     if kind:
         raise RewardFunctionError(f"reward function {spec!r}: {attr!r} is {kind}, and calling it returns no list of "

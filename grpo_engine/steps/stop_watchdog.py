@@ -88,3 +88,11 @@ def _stop() -> None:
             _watcher.stdin.close()  # it ends on the closed pipe
         except OSError:
             pass
+        # Reaped here: a Popen still running when the interpreter ends warns "subprocess N is still running", which
+        # under `python -W error` (or PYTHONWARNINGS=error, -X dev) printed an "Exception ignored" traceback after a
+        # run that had succeeded.
+        try:
+            _watcher.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # stopped (SIGSTOP) or starved: it has nothing left to watch
+            _watcher.kill()
+            _watcher.wait()

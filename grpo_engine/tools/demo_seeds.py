@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..cli_parser import CommandParser
+from ..cli_parser import CommandParser, doc_summary
 from ..cli_types import bounded_int, output_directory, positive_int
 from ..command_failure import run_tool
 from ..config import load_config
@@ -131,7 +131,7 @@ def format_table(results: Sequence[SeedResult]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = CommandParser(prog="python -m grpo_engine.tools.demo_seeds", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m grpo_engine.tools.demo_seeds", description=doc_summary(__doc__))
     parser.add_argument("--seeds", type=bounded_int(0, MAX_SEED, "a seed"), nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--jobs", type=positive_int, default=1, help="seeds trained at once (one CPU thread each)")
     parser.add_argument("--output-dir", type=output_directory, default="runs/demo-seeds",

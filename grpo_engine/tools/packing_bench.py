@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..cli_parser import CommandParser
+from ..cli_parser import CommandParser, doc_summary
 from ..cli_types import bounded_int, positive_int
 from ..command_failure import run_tool
 from ..config.schema import MAX_SEED
@@ -179,7 +179,8 @@ def report(results: dict[str, dict[str, Any]], command: str, seed: int) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = CommandParser(prog="python -m grpo_engine.tools.packing_bench", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="python -m grpo_engine.tools.packing_bench",
+                           description=doc_summary(__doc__, first_line=True))
     parser.add_argument("--spreads", nargs="*", default=list(SPREADS), help=f"of {', '.join(SPREADS)}")
     parser.add_argument("--rounds", type=positive_int, default=5, help="timed rounds of every mode, alternating")
     parser.add_argument("--seed", type=bounded_int(0, MAX_SEED, "a seed"), default=0)

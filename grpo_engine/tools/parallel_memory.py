@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..cli_parser import CommandParser
+from ..cli_parser import CommandParser, doc_summary
 from ..cli_types import bounded_int, positive_int
 from ..command_failure import run_tool
 from ..state.metrics import peak_memory_mb
@@ -128,7 +128,7 @@ def check_processes_fit(parser: CommandParser, processes: int) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = CommandParser(prog="python -m grpo_engine.tools.parallel_memory",
-                                     description=__doc__.split("\n\n")[0])
+                                     description=doc_summary(__doc__))
     parser.add_argument("--scale", choices=["demo", "wide"], default="demo",
                         help="demo: the built-in 0.1 M-parameter model; wide: a 50 M-parameter one (default: demo)")
     parser.add_argument("--processes", type=bounded_int(2, what="a number of processes"), default=2,

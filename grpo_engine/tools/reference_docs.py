@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..cli_parser import CommandParser
+from ..cli_parser import CommandParser, doc_summary
 from ..command_failure import run_tool
 from ..state.atomic_file import write_atomically
 
@@ -173,7 +173,7 @@ def update(root: Path = ROOT, blocks: Sequence[Block] = BLOCKS) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = CommandParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=COMMAND, description=doc_summary(__doc__))
     parser.add_argument("--check", action="store_true", help="only say which blocks are stale (exit 1 if any)")
     args = parser.parse_args(argv)
     if args.check:

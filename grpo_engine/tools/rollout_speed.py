@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..cli_parser import CommandParser
+from ..cli_parser import CommandParser, doc_summary
 from ..cli_types import multiple_of, positive_int, thread_count_type
 from ..command_failure import run_tool
 
@@ -87,7 +87,7 @@ def timed_rounds(backend, prompts: list[str], repeats: int) -> tuple[int, float]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = CommandParser(prog="python -m grpo_engine.tools.rollout_speed", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m grpo_engine.tools.rollout_speed", description=doc_summary(__doc__))
     parser.add_argument("--prompts", type=positive_int, default=32, help="completions per round (default 32)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="the longest completion (default 64)")
     parser.add_argument("--hidden", type=multiple_of(32), default=256,

@@ -54,12 +54,15 @@ class TokenLevelRoute:
     vocab_shards: bool  # also on a vocabulary shard (the statistics combined over the group per wave)
     torch_compile: bool  # also inside a torch.compile'd graph
     epilogue_only: bool  # only for loss types the kernels' epilogue implements (losses.LossType.epilogue)
+    # also under a caller's TorchDispatchMode (FlopCounterMode, ...; dispatch_modes.py): torch.func inside a custom
+    # op's implementation does not run there
+    dispatch_modes: bool = True
 
 
 # g and e per wave inside the streaming pass, the gradients in the forward: 3 GEMMs. It differentiates the
 # objective with torch.func inside a custom op, which a compiled graph cannot run.
 ONE_PASS = TokenLevelRoute("one_pass", "linear_forward_with_grads", vocab_shards=True, torch_compile=False,
-                           epilogue_only=False)
+                           epilogue_only=False, dispatch_modes=False)
 # the objective fused into the forward kernel's epilogue (kernels/token_objective.py), for its loss types
 EPILOGUE = TokenLevelRoute("epilogue", "linear_grpo_forward", vocab_shards=False, torch_compile=False,
                            epilogue_only=True)
@@ -270,12 +273,13 @@ def auto_candidates(*, kept_sets: bool = False, sharded: bool = False, transform
 
 
 def token_level_route(name: str, config, *, kept_sets: bool = False, sharded: bool = False,
-                      compiling: bool = False, float64: bool = False) -> Optional[TokenLevelRoute]:
+                      compiling: bool = False, float64: bool = False, dispatch_mode: bool = False
+                      ) -> Optional[TokenLevelRoute]:
     """The one decision whether a loss call runs its objective per token inside backend `name`'s streaming pass,
     and how; None: the two-step route. `config` a GRPOLossConfig (None: log-probs, no objective). The objective
     must be a sum of per-token terms (objective.is_token_level); kept-token sets never are fused (their rows never
     touch the whole vocabulary, so there is no logits pass to fuse into); the route must apply to the call (under
-    torch.compile, a vocabulary shard)."""
+    torch.compile, a vocabulary shard, under a caller's TorchDispatchMode)."""
     route = get_backend(name).token_level_route
     # float64 inputs (the oracle) keep float64 throughout: the fused routes evaluate the objective in float32
     if route is None or config is None or kept_sets or float64:
@@ -286,6 +290,9 @@ def token_level_route(name: str, config, *, kept_sets: bool = False, sharded: bo
     if not is_token_level(config) or (compiling and not route.torch_compile) or (sharded and not route.vocab_shards):
         return None
     if route.epilogue_only and get_loss_type(config.loss_type).epilogue is None:
+        return None
+    # a vocabulary shard runs the route outside the custom op (vocab_parallel.py), where torch.func runs under a mode
+    if dispatch_mode and not route.dispatch_modes and not sharded:
         return None
     return route
 

@@ -240,9 +240,20 @@ def test_auto_against_trl_counts_a_pair_only_when_time_and_memory_are_both_lower
 
     pairs = len(roofline.AGAINST_TRL) * 3
     monkeypatch.setitem(roofline_paths.MODELS, "trl", scaled(4))
-    assert f"at {pairs} of {pairs} operation" in roofline.auto_against_trl()
+    text = roofline.auto_against_trl()
+    assert f"at {pairs} of {pairs} operation" in text and text.rstrip().endswith(f": {pairs} of {pairs}.")
     monkeypatch.setitem(roofline_paths.MODELS, "trl", scaled(0.25))
-    assert f"at 0 of {pairs} operation" in roofline.auto_against_trl()
+    text = roofline.auto_against_trl()
+    assert f"at 0 of {pairs} operation" in text and text.rstrip().endswith(f": 0 of {pairs}.")
+
+
+def test_the_backends_counted_as_pending_are_registered_and_not_yet_autos():
+    from grpo_kernels.backends import get_backend
+
+    assert roofline.PENDING_AUTO
+    for name in roofline.PENDING_AUTO:
+        spec = get_backend(name)
+        assert not spec.auto and spec.cost is not None, name
 
 
 def test_docs_kept_token_roofline_block_is_what_the_command_prints():

@@ -94,3 +94,17 @@ def test_a_deleted_working_directory_is_one_line(argv, tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and "current directory is gone" in lines[0], done.stderr
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.integers(-5, 10_000).map(str), st.text(max_size=6)))
+def test_mkl_thread_counts_are_whole_numbers_torch_reads(text):
+    """torch took MKL_NUM_THREADS=abc (or -1) for one thread, silently; a count it reads is accepted."""
+    readable = text.strip().isascii() and text.strip().isdigit() and int(text) >= 1
+    try:
+        check_environment({"MKL_NUM_THREADS": text})
+    except ConfigError as exc:
+        assert not readable, text
+        assert str(exc).startswith("environment variable MKL_NUM_THREADS=") and "\n" not in str(exc)
+    else:
+        assert readable, text

@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grpo_kernels import GRPOLossConfig, grpo_objective
 from grpo_kernels.objective import nanquantile
@@ -173,3 +175,29 @@ def test_from_trl_reads_matching_attribute_names():
     config = GRPOLossConfig.from_trl(TRLArgs())
     assert (config.loss_type, config.beta, config.epsilon, config.epsilon_high_value, config.temperature) == (
         "grpo", 0.04, 0.3, 0.28, 0.9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.fixed_dictionaries({}, optional={"loss_type": st.sampled_from(["grpo", "dapo", "bnpo"]),
+                                                  "beta": st.sampled_from([0.0, 0.04, 0.5]),
+                                                  "epsilon": st.sampled_from([0.1, 0.3]),
+                                                  "temperature": st.sampled_from([0.7, 1.3])}),
+       unrelated=st.dictionaries(st.sampled_from(["learning_rate", "output_dir", "seed"]), st.integers(0, 9)),
+       carrier=st.sampled_from(["object", "dict"]))
+def test_from_trl_reads_an_object_or_a_mapping_and_refuses_one_with_none_of_the_names(values, unrelated, carrier):
+    """TRL's arguments as an object or as a mapping (GRPOConfig.to_dict(), a loaded YAML) give the same config; one
+    holding none of GRPOConfig's names (a dict read by attribute, None, the wrong object) is refused, not read as
+    the defaults."""
+    given = {**unrelated, **values}
+    source = type("TRLArgs", (), given)() if carrier == "object" else given
+    if not values:
+        with pytest.raises(TypeError, match=r"^GRPOLossConfig.from_trl takes a trl.GRPOConfig.*has none of them$"):
+            GRPOLossConfig.from_trl(source)
+        return
+    assert GRPOLossConfig.from_trl(source) == GRPOLossConfig(**values)
+
+
+@pytest.mark.parametrize("source", [None, 0.04, "dapo", [("beta", 0.04)]])
+def test_from_trl_refuses_what_is_no_set_of_arguments(source):
+    with pytest.raises(TypeError, match="has none of them"):
+        GRPOLossConfig.from_trl(source)

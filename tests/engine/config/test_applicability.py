@@ -101,3 +101,19 @@ def test_the_defaults_and_the_demo_say_nothing():
     assert inapplicable_settings(load_config(), load_config()) == []
     demo = load_config(preset=DEMO_PRESET)
     assert inapplicable_settings(demo, load_config(preset=DEMO_PRESET)) == []
+
+
+def test_the_built_in_model_without_the_preset_says_nothing_and_a_named_model_is_compared_with_the_schema_alone():
+    # A config built in Python for the built-in model (load_config without the demo's preset, as the tests and a
+    # script do) is at the schema's defaults: nothing is "set" there. The preset's values count only where it applies.
+    from grpo_engine.run_setup import run_defaults
+
+    plain = load_config()
+    assert inapplicable_settings(plain, *run_defaults(plain)) == []
+    demo = load_config(preset=DEMO_PRESET)
+    assert inapplicable_settings(demo, *run_defaults(demo)) == []
+    idle = build({"run.warm_start_steps": 0, "run.warm_start_target": 0.5})
+    assert [note.split(" ")[0] for note in inapplicable_settings(idle, *run_defaults(idle))] == []  # the preset's
+    named = build({"data.path": "org/train", "model.name_or_path": "org/model", "run.warm_start_target": 0.5})
+    assert [note.split(" ")[0] for note in inapplicable_settings(named, *run_defaults(named))] == \
+        ["run.warm_start_target"]

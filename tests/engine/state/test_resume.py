@@ -181,3 +181,34 @@ def test_a_fresh_run_writes_over_nothing_it_did_not_write(small_overrides, tmp_p
     (run_dir / "base_model").mkdir()
     (run_dir / "base_model" / "config.json").write_text("{}")
     assert start_point(config, run_dir, announce=False) is None
+
+
+@pytest.mark.slow
+def test_a_checkpoint_saved_before_a_setting_existed_resumes_as_it_ran(small_overrides):
+    # A checkpoint of an engine without optim.master_weights: its config.yaml lacks the key (its manifest written
+    # over that file), its optimizer is torch's AdamW. The resume says which value the run trained as, and goes on
+    # with it.
+    import yaml
+
+    from grpo_engine.state.saved_settings import ADDED_SETTINGS
+
+    earlier = ADDED_SETTINGS["optim.master_weights"]
+    overrides = {**small_overrides, "run.max_steps": 2, "run.save_steps": 2, "optim.master_weights": earlier}
+    train(load_config(overrides=overrides))
+    run_dir = Path(overrides["run.output_dir"])
+    (saved,) = ckpt.list_checkpoints(run_dir)
+    tree = yaml.safe_load((saved / ckpt.CONFIG_FILE).read_text())
+    del tree["optim"]["master_weights"]
+    (saved / ckpt.CONFIG_FILE).write_text(yaml.safe_dump(tree, sort_keys=False))
+    ckpt.write_manifest(saved)
+    assert not ckpt.checkpoint_problems(saved)
+
+    resumed = {**overrides, "run.max_steps": 3, "run.resume": "latest"}
+    del resumed["optim.master_weights"]  # the default now
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(f"optim.master_weights (saved {earlier!r}, now 'auto')")
+                       + ".*" + re.escape(f"--optim.master_weights {earlier}")):
+        train(load_config(overrides=resumed))
+    train(load_config(overrides={**resumed, "optim.master_weights": earlier}))
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(line)]
+    assert steps == [1, 2, 3]

@@ -3,7 +3,8 @@ without one of its settings (saved by an earlier version) is refused in one line
 Before, each was a "changed option" with None on the other side, and the advice to resume with the saved values was
 a dead end: `--run.colour red` is an unknown flag, `--optim.padding_free null` a value the setting does not take.
 Settings that may change on resume may be missing (data.max_prompt_chars, added later); loss.params' keys are
-values, not settings."""
+values, not settings. A setting added since (ADDED_SETTINGS) may be missing too: the run it records trained as the
+value that does what the engine did before it, which the resume then compares as the saved value."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from grpo_engine.config import config_yaml, leaf_keys, load_config
 from grpo_engine.state.checkpoint_error import CheckpointError
 from grpo_engine.state.resume import MAY_CHANGE_ON_RESUME, changed_options
+from grpo_engine.state.saved_settings import ADDED_SETTINGS
 
 KEYS = st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True)
-FIXED = sorted(set(leaf_keys()) - set(MAY_CHANGE_ON_RESUME))
+FIXED = sorted(set(leaf_keys()) - set(MAY_CHANGE_ON_RESUME) - set(ADDED_SETTINGS))
 
 
 def _saved(overrides: dict | None = None) -> tuple[dict, object]:
@@ -73,3 +75,18 @@ def test_settings_that_may_change_may_be_missing_and_loss_params_are_values(remo
     for key in removed:
         _remove(tree, key)
     assert changed_options(yaml.safe_dump(tree, sort_keys=False), config, "ckpt/config.yaml") == {}
+
+
+@pytest.mark.parametrize("key", sorted(ADDED_SETTINGS))
+def test_a_setting_added_since_the_checkpoint_was_saved_resumes_as_the_earlier_engine_ran(key):
+    earlier = ADDED_SETTINGS[key]
+    tree, config = _saved({key: earlier})
+    _remove(tree, key)
+    assert changed_options(yaml.safe_dump(tree, sort_keys=False), config, "ckpt/config.yaml") == {}
+    tree, default = _saved()
+    now = yaml.safe_load(config_yaml(default))
+    for part in key.split("."):
+        now = now[part]
+    assert now != earlier  # the default differs: the resume must say which value the run trained with
+    _remove(tree, key)
+    assert changed_options(yaml.safe_dump(tree, sort_keys=False), default, "ckpt/config.yaml") == {key: (earlier, now)}
