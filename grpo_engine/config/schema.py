@@ -175,15 +175,15 @@ def _is_hub_read(name: Optional[str]) -> bool:
 DATASET_DICT_FILE = "dataset_dict.json"
 
 
-def _has_splits(name: Optional[str]) -> bool:
+def has_splits(name: Optional[str]) -> bool:
     """Whether a data setting names a dataset with splits: a Hub dataset, or a local DatasetDict directory."""
     return _is_hub_read(name) or (name is not None and (user_path(name) / DATASET_DICT_FILE).is_file())
 
 
 def read_when_split(key: str) -> ReadWhen:
-    """Read when the data location setting `key` names a dataset with splits (_has_splits)."""
+    """Read when the data location setting `key` names a dataset with splits (has_splits)."""
     return ReadWhen(f"{key} a Hub id or a DatasetDict directory (datasets.save_to_disk)",
-                    lambda c: _has_splits(value_at(c, key)), {key: "org/name"}, {key: None})
+                    lambda c: has_splits(value_at(c, key)), {key: "org/name"}, {key: None})
 
 
 def read_when_hub(*keys: str) -> ReadWhen:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from grpo_engine.config import load_config
 from grpo_engine.config.applicability import inapplicable_settings
 from grpo_engine.data.prompts import DataError, load_prompt_rows
+from grpo_engine.tools.eval_settings import unread_eval_flags
 
 datasets = pytest.importorskip("datasets")
 
@@ -46,3 +47,7 @@ def test_the_split_settings_are_read_for_a_dataset_dict_directory(tmp_path):
     config = load_config(overrides=overrides)
     notes = inapplicable_settings(config, load_config(overrides={}))
     assert not [note for note in notes if "split" in note], notes
+    # `grpo-engine eval --data DIR --data.eval_split validation` reads it too (a file's split it does not)
+    assert unread_eval_flags(["data.eval_split"], config, True, str(tmp_path / "splits")) == []
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1+1="}\n')
+    assert len(unread_eval_flags(["data.eval_split"], config, True, str(tmp_path / "d.jsonl"))) == 1
