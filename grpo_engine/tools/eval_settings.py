@@ -37,7 +37,7 @@ _NEVER_READ = {
 }
 _READ = ("run.seed", "run.device", "run.eval_num_samples")
 _SAMPLING = ("rollout.temperature", "rollout.top_p", "rollout.top_k")
-_HUB_DATA = ("data.eval_split", "data.config")
+_HUB_DATA = ("data.config",)  # data.eval_split: read for a DatasetDict directory too
 _BUILTIN_TASK = ("data.builtin_max_operand", "data.builtin_eval_size")
 _DATA_FILE = ("data.max_prompt_chars",)
 
