@@ -10,7 +10,7 @@ fail later on any of these:
   rollout.top_k below it;
 - every prompt, as rendered (chat template, system prompt), is text the tokenizer can encode (no lone UTF-16
   surrogate: not Unicode, which a tokenizer's UTF-8 encoder refuses; no character it has no token for, which it
-  would read as its UNK token) and has at least one token;
+  would read as its UNK token) and has at least one token that is not a special token;
 - the longest prompt in tokens (truncated to data.max_prompt_length) plus rollout.max_new_tokens fits the
   model's positions, the packing budget (optim.max_tokens_per_micro_batch) and vLLM's rollout.vllm.max_model_len;
 - (the seeds: run.seed's domain is the schema's; a backend that derives more seeds from it checks them in its
@@ -108,6 +108,13 @@ def prompt_lengths(prompts: Sequence[str], tokenizer: Any, source: str) -> list[
     empty = next((row for row, ids in enumerate(encoded) if not ids), None)
     if empty is not None:
         raise PreflightError(f"{source} row {empty}: the prompt is empty after tokenization ({prompts[empty]!r:.60})")
+    # A text prompt is taken as written, its special tokens included; one of nothing else (`<pad>`, `<eos><eos>`)
+    # gives the model no text to answer: it trained on a prompt of padding, silently.
+    special = set(getattr(tokenizer, "all_special_ids", None) or ())
+    markup = next((row for row, ids in enumerate(encoded) if special and set(ids) <= special), None)
+    if markup is not None:
+        raise PreflightError(f"{source} row {markup}: the prompt is only the tokenizer's special tokens "
+                             f"({prompts[markup]!r:.60}), no text for the model to answer; fix or drop the row")
     for row, (text, ids) in enumerate(zip(prompts, encoded)):
         unknown = unknown_text(tokenizer, text, ids)
         if unknown is not None:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from ..rollout.registry import VLLM_INSTALL_HINT, rollout_backend  # noqa: F401 (VLLM_INSTALL_HINT: re-exported)
 from .errors import ConfigError, describe
-from .schema import MAX_SEED, SHARED_SETTINGS, EngineConfig, is_hub_id, user_path
+from .schema import MAX_SEED, SHARED_SETTINGS, EngineConfig, is_hub_id, local_data_path, user_path
 from .strict_yaml import dump_yaml, parse_yaml, read_yaml
 
 
@@ -70,7 +70,7 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
         # A Hub id stays an id unless a file of that name stands next to the YAML file. A blank value stays as
         # written, for the schema to refuse as the flag's is: joined, `path: ''` named the YAML file's directory.
         local = isinstance(value, str) and value.strip() != "" and not user_path(value).is_absolute()
-        if local and (not is_hub_id(value) or (base / value).exists()):
+        if local and (not is_hub_id(value) or (base / value).exists() or local_data_path(value)):
             resolved[key] = str(base / value)
     return {**data, "data": resolved}
 

@@ -117,10 +117,27 @@ def _model_location(name: str) -> str:
     return name
 
 
+# The suffixes of data files (and of the archives they come in): a Hub repository's name does not end in one.
+DATA_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv", ".txt", ".arrow", ".gz", ".bz2", ".xz",
+                      ".zst", ".zip", ".tar")
+
+
+def local_data_path(name: str) -> Optional[str]:
+    """Why `name`, shaped like ORG/NAME, is a local path all the same, or None: it ends in a data file's suffix.
+    `data/trian.jsonl` (a typo) was read as a Hub id, and the run failed on the network or the Hub cache, never
+    saying the file was not there. (A name under a local directory may still be an id: `org/` can be anything.)"""
+    suffix = next((s for s in DATA_FILE_SUFFIXES if name.lower().endswith(s)), None)
+    return None if suffix is None else f"a name ending in {suffix} is a file's, not a Hub dataset id's"
+
+
 def _data_location(name: str) -> str:
     _local_through_a_link(name)
-    if not user_path(name).exists() and not is_hub_id(name):
-        raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
+    if not user_path(name).exists():
+        local = local_data_path(name) if is_hub_id(name) else None
+        if local is not None:
+            raise ValueError(f"expected an existing file or directory, and there is none by that name ({local})")
+        if not is_hub_id(name):
+            raise ValueError("expected an existing file or directory, or a Hub dataset id ORG/NAME")
     return name
 
 
@@ -152,6 +169,21 @@ ALL_LINEAR = "all-linear"
 def _is_hub_read(name: Optional[str]) -> bool:
     """Whether a model / data setting names a Hub repository (rather than a local path)."""
     return name is not None and not user_path(name).exists() and is_hub_id(name)
+
+
+# What datasets.save_to_disk writes at the top of a DatasetDict directory: a local dataset with splits.
+DATASET_DICT_FILE = "dataset_dict.json"
+
+
+def has_splits(name: Optional[str]) -> bool:
+    """Whether a data setting names a dataset with splits: a Hub dataset, or a local DatasetDict directory."""
+    return _is_hub_read(name) or (name is not None and (user_path(name) / DATASET_DICT_FILE).is_file())
+
+
+def read_when_split(key: str) -> ReadWhen:
+    """Read when the data location setting `key` names a dataset with splits (has_splits)."""
+    return ReadWhen(f"{key} a Hub id or a DatasetDict directory (datasets.save_to_disk)",
+                    lambda c: has_splits(value_at(c, key)), {key: "org/name"}, {key: None})
 
 
 def read_when_hub(*keys: str) -> ReadWhen:
@@ -339,10 +371,10 @@ class DataConfig(Section):
         None, description="prompts for evaluation before / after / every run.eval_steps (same forms)")
     config: Annotated[Optional[str], read_when_hub("data.path", "data.eval_path")] = Field(
         None, description="a Hub dataset's configuration (GSM8K: main); null: its only or default one")
-    split: Annotated[str, read_when_hub("data.path")] = Field(
-        "train", description="the split of a Hub dataset path to train on")
-    eval_split: Annotated[str, read_when_hub("data.eval_path")] = Field(
-        "test", description="the split of a Hub dataset eval_path to evaluate on")
+    split: Annotated[str, read_when_split("data.path")] = Field(
+        "train", description="the split of a Hub dataset path (or a DatasetDict directory) to train on")
+    eval_split: Annotated[str, read_when_split("data.eval_path")] = Field(
+        "test", description="the split of a Hub dataset eval_path (or a DatasetDict directory) to evaluate on")
     prompt_column: str = Field("prompt", description="the column holding the prompt text or chat messages")
     system_prompt: Optional[str] = Field(
         None, json_schema_extra=FREE_TEXT, description="when set, a plain-text prompt becomes [system, user] chat messages and the chat template "

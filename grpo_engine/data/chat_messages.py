@@ -9,6 +9,9 @@ naming the file, the row, the message and what was expected.
 
 from __future__ import annotations
 
+import ast
+import json
+import unicodedata
 from typing import Any, Optional
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -54,6 +57,59 @@ def messages_problem(messages: list[Any]) -> Optional[str]:
         if problem:
             return f"message {index} {problem}"
     return None
+
+
+# What shows nothing: spaces and separators (Z*), control characters (Cc: tab, newline) and format characters (Cf:
+# U+200B zero-width space, U+FEFF, U+2060 word joiner): a prompt of only these reads as blank to a person, and the
+# model gets a turn with nothing to answer.
+_INVISIBLE = ("Zs", "Zl", "Zp", "Cc", "Cf")
+BLANK = "only whitespace or invisible characters such as U+200B"
+
+
+def visible(text: str) -> bool:
+    """Whether `text` holds a character that shows (str.strip keeps U+200B, U+FEFF, U+2060)."""
+    return any(unicodedata.category(character) not in _INVISIBLE for character in text)
+
+
+def conversation_problem(messages: list[dict[str, Any]]) -> Optional[str]:
+    """What makes well-formed messages (messages_problem found none) no prompt to answer, in a few words, or None:
+    a user message with no visible text (the model answers a blank turn), a system message last (TRL refuses it: no
+    turn to answer and no assistant message to continue), or a blank assistant message last (a prefill of nothing)."""
+    for index, message in enumerate(messages):
+        if message["role"] == "user" and not visible(content_text(message["content"])):
+            return f"message {index} (user) is empty ({BLANK}); write its text or drop the row"
+    last = len(messages) - 1
+    if messages and messages[-1]["role"] == "system":
+        return (f"its last message ({last}) is a system message, which leaves the model nothing to answer; end it "
+                f"with a user or tool message (or an assistant message for the model to continue)")
+    if continues_final_message(messages) and not visible(content_text(messages[-1]["content"])):
+        return (f"its last message ({last}) is an assistant message with no visible text, which the model would "
+                f"continue as its answer; drop it, and the model answers the turn before")
+    return None
+
+
+def messages_written_as_text(text: str) -> Optional[str]:
+    """How a text prompt encodes a list of chat messages ('JSON', 'a Python list'), or None. A messages column saved
+    through a table (pandas' to_csv, a Parquet export of str() of each list) reaches the data as text; the model
+    was trained on its brackets, quotes and role names as the prompt, silently."""
+    stripped = text.strip()
+    if not (stripped.startswith("[") and stripped.endswith("]") and "role" in stripped):
+        return None
+    for kind, parse in (("JSON", json.loads), ("a Python list (str() of one)", ast.literal_eval)):
+        try:
+            value = parse(stripped)
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not that kind of text
+            continue
+        if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+            return kind
+    return None
+
+
+def continues_final_message(messages: list[dict[str, Any]]) -> bool:
+    """Whether the model continues the last message (an assistant message: a prefilled start of the answer), as
+    TRL renders it (continue_final_message), rather than starting a turn of its own after it (a generation
+    prompt after a user or tool message)."""
+    return bool(messages) and messages[-1].get("role") == "assistant"
 
 
 def own_system_message_rows(rows: list[dict[str, Any]], column: str) -> list[int]:
@@ -105,12 +161,14 @@ def special_token_as_text(messages: list[Any], system_prompt: Optional[str],
 def dropped_user_message(messages: list[Any], rendered: Any) -> Optional[str]:
     """The user message whose text (stripped: templates trim) a chat template's output lacks, in a few words, or
     None. A template that ignores the messages (renders a fixed header) or only the first of them trained every
-    prompt on the same text, silently. Only user turns: templates may rightly drop other roles' parts (the
-    reasoning of earlier assistant turns; data.system_prompt has its own check)."""
+    prompt on the same text, silently. Only user turns, and a final assistant message the model is to continue:
+    templates may rightly drop other roles' parts (the reasoning of earlier assistant turns; data.system_prompt has
+    its own check)."""
     if not isinstance(rendered, str):
         return "any text (it returned no string)"
+    continued = len(messages) - 1 if continues_final_message(messages) else None
     for index, message in enumerate(messages):
         text = content_text(message.get("content")).strip() if isinstance(message, dict) else ""
-        if text and message.get("role") == "user" and text not in rendered:
-            return f"the text of message {index} (user, {text!r:.40})"
+        if text and (message.get("role") == "user" or index == continued) and text not in rendered:
+            return f"the text of message {index} ({message.get('role')}, {text!r:.40})"
     return None

@@ -15,13 +15,14 @@ from typing import Any, Optional
 
 from transformers import PreTrainedTokenizerBase
 
-from ..config import is_hub_id
+from ..config.schema import DATASET_DICT_FILE, is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import (content_text, dropped_user_message, messages_problem, special_token_as_text,
-                            unused_system_prompt)
-from .row_values import RowValueError, check_row_values, strict_json_hooks
+from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem,
+                            dropped_user_message, messages_problem, messages_written_as_text, special_token_as_text,
+                            unused_system_prompt, visible)
+from .row_values import RowValueError, check_column_names, check_row_values, strict_json_hooks
 
 
 _log = logging.getLogger(__name__)
@@ -32,8 +33,9 @@ class DataError(ValueError):
 
 
 def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "train") -> list[dict[str, Any]]:
-    """All rows of a .jsonl/.json file, a .parquet file, a directory written by `datasets.save_to_disk`, or the
-    split `hub_split` (configuration `hub_config`) of a Hub dataset id ORG/NAME."""
+    """All rows of a .jsonl/.json file, a .parquet file, a directory written by `datasets.save_to_disk` (the split
+    `hub_split` of a DatasetDict), or the split `hub_split` (configuration `hub_config`) of a Hub dataset id
+    ORG/NAME."""
     source = Path(path).expanduser()
     if not source.exists() and is_hub_id(path):
         rows = load_hub_dataset(path, hub_config, hub_split)
@@ -45,8 +47,8 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
     elif source.is_dir() and not any((source / marker).is_file() for marker in _DATASETS_DIR_MARKERS):
         rows = _load_shards(source)
     elif source.is_dir():
-        rows = _load_datasets_dir(source)
-    elif source.suffix in _FILE_FORMATS:
+        rows = _load_datasets_dir(source, hub_split)
+    elif file_format(source) is not None:
         rows = _load_file(source)
     else:
         raise DataError(f"dataset {path!r}: unsupported format (use .jsonl, .json, .parquet, a directory of such "
@@ -55,18 +57,25 @@ def load_rows(path: str, hub_config: Optional[str] = None, hub_split: str = "tra
         raise DataError(f"dataset {path!r} is empty")
     try:
         check_row_values(rows, path)
+        check_column_names(rows, path)
     except RowValueError as exc:
         raise DataError(str(exc)) from None
     return rows
 
 
-_FILE_FORMATS = (".jsonl", ".json", ".parquet")
+# Each data file's format by its suffix, in any case (Windows tools write DATA.JSONL); .ndjson is JSONL's other name.
+_FILE_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
+
+
+def file_format(path: Path) -> Optional[str]:
+    """'jsonl', 'json' or 'parquet' by `path`'s suffix (any case), or None for a file of no format read here."""
+    return _FILE_FORMATS.get(path.suffix.lower())
 # What datasets.save_to_disk writes at a directory's top (a Dataset, a DatasetDict).
-_DATASETS_DIR_MARKERS = ("state.json", "dataset_dict.json")
+_DATASETS_DIR_MARKERS = ("state.json", DATASET_DICT_FILE)
 
 
 def _load_file(source: Path) -> list[dict[str, Any]]:
-    if source.suffix != ".parquet":
+    if file_format(source) != "parquet":
         return _load_json(source)
     try:
         import pyarrow.parquet as pq
@@ -79,11 +88,14 @@ def _load_shards(source: Path) -> list[dict[str, Any]]:
     """A directory of data files of one format (`part-0.parquet`, `part-1.parquet`, ... as Spark or a sharded
     export writes them), read in name order as one dataset; anything else in it is named, not skipped."""
     files = sorted(p for p in source.iterdir() if not p.name.startswith((".", "_")))
-    formats = {p.suffix for p in files if p.is_file()}
-    others = [p.name for p in files if not p.is_file() or p.suffix not in _FILE_FORMATS]
+    formats = {file_format(p) for p in files if p.is_file()}
+    others = [p.name for p in files if not p.is_file() or file_format(p) is None]
     if not files or others or len(formats) != 1:
         found = (f"it holds {', '.join(others[:3])}" if others else
-                 f"it mixes {', '.join(sorted(formats))}" if files else "it is empty")
+                 f"it mixes {', '.join(sorted('.' + kind for kind in formats))}" if files else "it is empty")
+        if (source / "README.md").is_file():  # a dataset card: `huggingface-cli download --local-dir` wrote it
+            found += (" (a copy of a Hub dataset repository, by its README.md: name its Hub id ORG/NAME, or the data "
+                      "file or directory of files inside it to read)")
         raise DataError(f"dataset directory {str(source)!r} is neither a datasets directory (save_to_disk) nor a "
                         f"directory of .jsonl, .json or .parquet files of one format: {found}")
     for file in files:
@@ -130,7 +142,7 @@ def _load_json(source: Path) -> list[dict[str, Any]]:
     if packed:
         raise DataError(f"{source}: the file is {packed}, not text; unpack it and name the {source.suffix} file "
                         f"inside")
-    if source.suffix == ".json" and _starts_an_array(source):
+    if file_format(source) == "json" and _starts_an_array(source):
         try:
             text = _utf8(read_bounded_bytes(source, DATA_LINE_BYTES, "a JSON dataset read whole"), source, 1)
         except FileBoundError as exc:
@@ -220,7 +232,9 @@ def _utf8(data: bytes, source: Path, first_line: int) -> str:
                         f"save the file as UTF-8") from None
 
 
-def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
+def _load_datasets_dir(source: Path, split: str) -> list[dict[str, Any]]:
+    """A saved Dataset, or the split `split` of a saved DatasetDict: its "train" split was read for every setting,
+    so an evaluation on data.eval_split "test" of a DatasetDict directory scored the training rows, silently."""
     try:
         import datasets
     except ImportError as exc:
@@ -228,9 +242,10 @@ def _load_datasets_dir(source: Path) -> list[dict[str, Any]]:
                         f"pip install datasets") from exc
     loaded = datasets.load_from_disk(str(source))
     if isinstance(loaded, datasets.DatasetDict):
-        if "train" not in loaded:
-            raise DataError(f"{source}: a DatasetDict without a 'train' split (splits: {list(loaded)})")
-        loaded = loaded["train"]
+        if split not in loaded:
+            raise DataError(f"{source}: a DatasetDict without a {split!r} split (splits: {', '.join(loaded)}); name "
+                            f"one with data.split (data.eval_split for data.eval_path)")
+        loaded = loaded[split]
     return loaded.to_list()
 
 
@@ -240,8 +255,8 @@ def load_prompt_rows(path: str, column: str, max_prompt_chars: Optional[int], hu
     `system_prompt` (data.system_prompt) is not added to are said in a warning."""
     rows = load_rows(path, hub_config, hub_split)
     check_prompt_column(rows, column, path)
+    check_prompt_lengths(rows, column, path, max_prompt_chars)  # first: what reads a prompt whole reads a bounded one
     check_prompts_present(rows, column, path)
-    check_prompt_lengths(rows, column, path, max_prompt_chars)
     unused = unused_system_prompt(rows, column, f"dataset {path!r}") if system_prompt is not None else None
     if unused:
         _log.warning(f"warning: {unused}")
@@ -256,12 +271,21 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
         if not isinstance(prompt, (str, list)):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) must be a string or a list of "
                             f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
-        problem = messages_problem(prompt) if isinstance(prompt, list) else None
+        problem = None
+        if isinstance(prompt, list):  # messages without any text are "empty", said below
+            problem = messages_problem(prompt) or (prompt_chars(prompt) and conversation_problem(prompt))
         if problem:
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is a list of chat messages, and "
                             f"{problem}")
-        if not prompt_chars(prompt) or (isinstance(prompt, str) and not prompt.strip()):
+        if not prompt_chars(prompt):
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty")
+        if isinstance(prompt, str) and not visible(prompt):
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty ({BLANK})")
+        encoded = messages_written_as_text(prompt) if isinstance(prompt, str) else None
+        if encoded:
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is text holding a list of chat "
+                            f"messages written as {encoded}, which the model would read as brackets and quotes; "
+                            f"store the list itself (a JSON array of {{'role', 'content'}} objects)")
 
 
 def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) -> None:
@@ -315,17 +339,23 @@ def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt
         why = "data.system_prompt is set" if isinstance(prompt, str) else "the prompt is a list of chat messages"
         raise DataError(f"{why}, which needs a tokenizer with a chat template, and the model's tokenizer has none "
                         f"(chat_template.jinja or tokenizer_config.json's chat_template)")
-    try:
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
-        raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:160]})") from None
+    continued = continues_final_message(messages)  # TRL's rendering: the model goes on with a prefilled answer
+    # A prefill is looked for whole first: transformers' own refusal of one the template drops names no message.
+    rendered = _chat_template_text(tokenizer, messages, add_generation_prompt=not continued)
     dropped = dropped_user_message(messages, rendered)
     if dropped:
         raise DataError(f"the model's chat template renders these messages without {dropped}, so the model would "
                         f"never see it; fix the template (chat_template.jinja or tokenizer_config.json's "
                         f"chat_template)")
-    return rendered
+    return _chat_template_text(tokenizer, messages, continue_final_message=True) if continued else rendered
+
+
+def _chat_template_text(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], **options: bool) -> Any:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
+        raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:160]})") from None
 
 
 def render_prompts(rows: list[dict[str, Any]], column: str, tokenizer: PreTrainedTokenizerBase,

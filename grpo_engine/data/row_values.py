@@ -12,6 +12,7 @@ directory) with the row and column.
 from __future__ import annotations
 
 import math
+import unicodedata
 from numbers import Integral, Real
 from typing import Any, Callable, Optional
 
@@ -103,3 +104,29 @@ def check_row_values(rows: list[dict[str, Any]], source: str) -> None:
             if problem:
                 raise RowValueError(f"dataset {source!r} row {i} column {str(column)[:60]!r} {problem}; fix or drop "
                                     f"that row")
+
+
+def check_column_names(rows: list[dict[str, Any]], source: str) -> None:
+    """No two column names that are the same text in another Unicode normalization (`é` as U+00E9 in some rows,
+    as e + U+0301 in others, as editors and platforms write it): they look the same in every message, and a reward
+    function reading one met rows without it, or the prompt of one row was another's column. RowValueError
+    naming both, with the rows they are first in."""
+    first_row: dict[str, int] = {}
+    by_form: dict[str, str] = {}
+    for i, row in enumerate(rows):
+        for column in row:
+            if column in first_row:
+                continue
+            first_row[column] = i
+            form = unicodedata.normalize("NFC", column)
+            other = by_form.setdefault(form, column)
+            if other != column:
+                raise RowValueError(
+                    f"dataset {source!r}: the columns {other!r} (row {first_row[other]}) and {column!r} (row {i}) are "
+                    f"the same name in other Unicode normalizations ({_code_points(other)} and "
+                    f"{_code_points(column)}); write the name one way (NFC)")
+
+
+def _code_points(text: str, limit: int = 12) -> str:
+    shown = " ".join(f"U+{ord(c):04X}" for c in text[:limit] if not c.isascii())
+    return shown or "ASCII"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..config import EngineConfig, is_hub_id
+from ..config.schema import has_splits
 
 # Why eval does not read a key (the longest matching prefix of the key decides)
 _NEVER_READ = {
@@ -36,7 +37,7 @@ _NEVER_READ = {
 }
 _READ = ("run.seed", "run.device", "run.eval_num_samples")
 _SAMPLING = ("rollout.temperature", "rollout.top_p", "rollout.top_k")
-_HUB_DATA = ("data.eval_split", "data.config")
+_HUB_DATA = ("data.config",)  # data.eval_split: read for a DatasetDict directory too
 _BUILTIN_TASK = ("data.builtin_max_operand", "data.builtin_eval_size")
 _DATA_FILE = ("data.max_prompt_chars",)
 
@@ -47,6 +48,8 @@ def _why_unread(key: str, greedy: bool, data_path: Optional[str]) -> Optional[st
     if greedy and key in _SAMPLING:
         return "eval decodes greedily with one sample: add --sample or --num-samples K to sample"
     hub = data_path is not None and not Path(data_path).expanduser().exists() and is_hub_id(data_path)
+    if key == "data.eval_split" and not has_splits(data_path):  # a DatasetDict directory's split is read too
+        return "the evaluation data is neither a Hub dataset nor a DatasetDict directory"
     if key in _HUB_DATA and not hub:
         return "the evaluation data is not a Hub dataset"
     if key in _BUILTIN_TASK and data_path is not None:
