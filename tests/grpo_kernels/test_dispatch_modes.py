@@ -88,9 +88,14 @@ def test_a_dispatch_mode_around_the_call_changes_no_loss_and_no_gradient(backend
        entry=st.sampled_from(["loss", "module", "logprobs"]), grads=st.booleans(), seed=st.integers(0, 2**16))
 def test_flop_counter_mode_counts_the_reference_matmuls_on_every_backend(backend, config, entry, grads, seed):
     """The head's FLOPs as the reference's plain matmuls count them (2 N H V forward, as much again per gradient),
-    whichever backend runs the step: the fused ones' recomputation is not model work."""
-    p = make_problem(seed, B=2, T=4, H=16, V=40, device=device_of(backend))
+    whichever backend runs the step: the fused ones' recomputation is not model work. The bias gradient's column
+    sums are the one difference a backend may show: the waves of whole sequences take them as a matrix-vector
+    product (q^T g, 2 N V: a 1 / H of one head matmul), the reference as a sum, which FlopCounterMode does not count."""
+    B, T, H, V = 2, 4, 16, 40
+    p = make_problem(seed, B=B, T=T, H=H, V=V, device=device_of(backend))
     _, reference = _run("flop_counter", entry, "reference", CONFIGS[config], p, grads)
     _, counted = _run("flop_counter", entry, backend, CONFIGS[config], p, grads)
     assert reference.get_total_flops() > 0
-    assert counted.get_total_flops() == reference.get_total_flops()
+    bias_sums = 2 * B * T * V if grads and p.bias is not None else 0
+    assert counted.get_total_flops() - reference.get_total_flops() in (0, bias_sums), \
+        (counted.get_flop_counts(), reference.get_flop_counts())
