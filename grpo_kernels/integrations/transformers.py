@@ -36,7 +36,7 @@ from ..backends import check_backend_name
 from ..head import LogitTransform
 from ..messages import shown
 from ..scalars import require_bool
-from .forward_call import as_keywords, check_head_call, require_head_fn
+from .forward_call import as_keywords, check_batch_inputs, check_head_call, require_head_fn
 from .lm_head import backbone, check_loaded, logit_transform, output_head
 from .sharding import call_with_full_head
 from .wrappers import causal_lm
@@ -195,6 +195,7 @@ class PatchedForward:
         check_head_call(kwargs, return_logprobs, lm_head_fn)
         logit_transform(model)  # the config as it is now (a value set since patching is refused before any work)
         check_loaded(output_head(model))  # the head as it is now (replaced or loaded since patching)
+        check_batch_inputs(model, kwargs)  # after the head: a model never loaded is named as such, not its inputs
         last_hidden_state = run_backbone(model, kwargs)
         if lm_head_fn is not None:
             return HeadFnOutput(head_output=run_head(model, last_hidden_state, lm_head_fn),
