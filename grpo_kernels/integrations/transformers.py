@@ -32,7 +32,7 @@ from transformers.utils import ModelOutput
 
 from ..api import linear_logprobs_named
 from ..argument_names import LOGPROB_NAMES
-from ..backends import check_backend_name
+from ..backends import AUTO, check_backend_name, refuse_unsupported
 from ..head import LogitTransform
 from ..messages import shown
 from ..scalars import require_bool
@@ -210,6 +210,15 @@ def _patch(model: nn.Module) -> Optional[PatchedForward]:
     return patch if isinstance(patch, PatchedForward) and patch.model is model else None
 
 
+def check_backend_serves(model: nn.Module, backend: str) -> None:
+    """An explicit backend that cannot run this model's head (a logit transform its registry entry does not take) is
+    refused when patching, as the API refuses it before any work; it was refused at the first call, after the
+    backbone had run (under TRL, after the first generation). Read at each call too: the config may change."""
+    transform = logit_transform(model)
+    if backend != AUTO:
+        refuse_unsupported(backend, transformed=not transform.is_identity)
+
+
 def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bool = False) -> nn.Module:
     """Give `model.forward` the `return_logprobs=True` and `lm_head_fn=` modes (in place; returns `model`).
 
@@ -221,7 +230,7 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     check_backend_name(backend)  # the registry as it is now: a backend registered after import is taken
     require_bool("lm_head_fp32", lm_head_fp32)
     lm = causal_lm(model)
-    logit_transform(lm)
+    check_backend_serves(lm, backend)
     backbone(lm)
     output_head(lm)
     setattr(lm, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=lm_head_fp32))
