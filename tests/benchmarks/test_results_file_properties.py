@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -121,3 +123,30 @@ def test_out_naming_a_results_file_is_refused_and_the_file_kept(tmp_path, capsys
     path.write_text(json.dumps(VALID))
     outcome, lines, _ = _run([str(path), "--out", str(path), "--no-plots"], capsys)
     assert _refused_in_one_line(outcome, lines, "--out") and json.loads(path.read_text()) == VALID
+
+
+README_TEXT = "# r\n<!-- benchmarks:begin -->\n<!-- benchmarks:end -->\n"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pair=st.sampled_from([("--out", "--plots"), ("--out", "--update-readme")]),  # --plots a file: its type
+       spelling=st.sampled_from(["same", "dot", "parent", "symlink"]), readme_first=st.booleans())
+def test_two_output_options_naming_one_path_are_refused_before_anything_is_written(pair, spelling, readme_first,
+                                                                                  tmp_path, capsys):
+    # Before: the report was written to the path, then drawing the plots there failed (FileExistsError), or the
+    # README's update silently left --out unwritten
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))  # one directory per example
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(VALID))
+    target = tmp_path / "shared.md"
+    if "--update-readme" in pair:
+        target.write_text(README_TEXT)
+    spelt = {"same": str(target), "dot": str(tmp_path / "." / target.name),
+             "parent": str(tmp_path / "sub" / ".." / target.name), "symlink": str(tmp_path / "link.md")}[spelling]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.md").symlink_to(target)
+    first, second = pair if readme_first else pair[::-1]
+    before = target.read_text() if target.exists() else None
+    outcome, lines, _ = _run([str(results), first, str(target), second, spelt], capsys)
+    assert _refused_in_one_line(outcome, lines, second) and "give each its own" in lines[0], (outcome, lines)
+    assert (target.read_text() if target.exists() else None) == before
