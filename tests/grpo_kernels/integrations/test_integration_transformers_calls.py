@@ -94,16 +94,21 @@ BAD_CALLS = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None)
-@given(bad=BAD_CALLS)
-def test_a_bad_head_mode_call_is_refused_by_one_line_before_the_backbone(model, bad):
-    kwargs, name = _bad_call(*bad)
+def _refused_before_the_backbone(model, kwargs: dict, name: str) -> None:
+    """The head-mode call refused by one line starting with `name`, the backbone never run."""
     model.backbone_calls.clear()
     with pytest.raises((TypeError, ValueError)) as caught:
         model(**kwargs)
     message = str(caught.value)
     assert message.startswith(name) and "\n" not in message, message
     assert model.backbone_calls == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(bad=BAD_CALLS)
+def test_a_bad_head_mode_call_is_refused_by_one_line_before_the_backbone(model, bad):
+    kwargs, name = _bad_call(*bad)
+    _refused_before_the_backbone(model, kwargs, name)
 
 
 def _faulty_batch_input(mode: str, given: str, fault: tuple) -> tuple[dict, str]:
@@ -157,12 +162,7 @@ def test_a_batch_input_that_does_not_fit_the_batch_or_the_model_is_refused_namin
     kwargs, name = _faulty_batch_input(mode, given_as, fault)
     if fault[0] == "labels" and mode != "return_logprobs":
         return  # lm_head_fn takes no labels
-    model.backbone_calls.clear()
-    with pytest.raises((TypeError, ValueError)) as caught:
-        model(**kwargs)
-    message = str(caught.value)
-    assert message.startswith(name) and "\n" not in message, message
-    assert model.backbone_calls == []
+    _refused_before_the_backbone(model, kwargs, name)
 
 
 @pytest.mark.parametrize("positions", ["none", "one row", "every row"])
