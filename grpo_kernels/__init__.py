@@ -20,7 +20,7 @@ _EXPORTS = {
     "FusedLinearGRPOLoss": "module",
     "fused_linear_grpo_loss": "api",
     "grpo_loss_from_logits": "api",
-    "grpo_objective": "objective",
+    "grpo_objective": "objective_entry",
     "LMHead": "head",
     "LogitTransform": "head",
     "linear_logprobs": "api",
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from .config import GRPOLossConfig
     from .losses import LossParam, TermInputs, register_loss_type, unregister_loss_type
     from .module import FusedLinearGRPOLoss
-    from .objective import GRPOLossOutput, grpo_objective
+    from .objective import GRPOLossOutput
+    from .objective_entry import grpo_objective
 
 
 def __getattr__(name: str) -> Any:

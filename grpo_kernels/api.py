@@ -20,7 +20,7 @@ from .head import LMHead, LogitTransform
 from .keywords import accepted_keywords, refuse_unknown_keywords
 from .layout import TokenLayout
 from .messages import shown
-from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, grpo_objective, on_policy_token_level,
+from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, objective_loss, on_policy_token_level,
                         token_inputs, token_metrics)
 from .second_order import deterministic_refusal_asked, refuse_forward_ad
 from .torchscript import outside_torchscript
@@ -336,7 +336,7 @@ def fused_linear_grpo_loss_named(
             importance_ratio, num_items_in_batch, workspace_bytes)
     elif route is None:  # the two-step route: statistics, the objective by autograd, gradients from g and e
         logps, entropy = _row_logprobs(backend, hidden_rows, head, target_rows, workspace_bytes, kept_rows)
-        loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
+        loss, metrics = objective_loss(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
                                        config, old_logps=old_logps, ref_logps=ref_logps,
                                        importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
     else:  # the objective per token inside the streaming pass, evaluated once

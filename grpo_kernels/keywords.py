@@ -24,6 +24,12 @@ def accepted_keywords(function: Callable) -> Optional[tuple[str, ...]]:
     return tuple(p.name for p in parameters if p.name != "self" and p.kind in by_keyword)
 
 
+def closest_name(name: str, accepted: Iterable[str], cutoff: float = 0.6) -> Optional[str]:
+    """The accepted name `name` most likely meant (a typo of it), or None."""
+    close = difflib.get_close_matches(name, tuple(accepted), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def refuse_unknown_keywords(owner: str, accepted: Optional[Iterable[str]], given: Mapping[str, object]) -> None:
     """TypeError naming the first keyword of `given` that is not `accepted` (None: any is), and the closest
     accepted one."""
@@ -32,10 +38,10 @@ def refuse_unknown_keywords(owner: str, accepted: Optional[Iterable[str]], given
     accepted = tuple(accepted)
     for name in given:
         if name not in accepted:
-            close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+            close = closest_name(name, accepted)
             listed = ", ".join(accepted)
             listed = listed if len(listed) <= LISTED_CHARACTERS else listed[:LISTED_CHARACTERS - 3] + "..."
-            hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {listed}"
+            hint = f"; did you mean {close!r}?" if close else f"; it takes {listed}"
             raise TypeError(f"{owner}() got an unexpected keyword argument {name!r:.60}{hint}")
 
 

@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import inspect
 import warnings
-from typing import Optional
+from typing import Iterable, Optional
 
 import torch
 
@@ -22,7 +22,7 @@ from .backends import check_backend_name
 from .backends.sharded_head import check_process_group
 from .config import GRPOLossConfig, LossConfigWarning, check_setting
 from .losses import get_loss_type, loss_param_aliases
-from .keywords import keywords_checked, refuse_unknown_keywords
+from .keywords import closest_name, keywords_checked, refuse_unknown_keywords
 from .messages import shown
 from .scalars import integer_value
 from .torchscript import refuse_scripting
@@ -128,6 +128,17 @@ class FusedLinearGRPOLoss(torch.nn.Module):
     # written for it reads and sets them (a KL coefficient annealed between steps). Here each is read from the
     # config and the options, and set through the constructor's own checks, the config rebuilt; before, setting
     # one was silently ignored (a plain attribute no forward read) and reading one failed.
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # A new attribute named like a setting (a typo, `loss_fn.bta = 0.0`, or GRPOLossConfig's name of one the
+        # module calls otherwise, `loss_fn.epsilon` for epsilon_low) was a plain attribute no forward reads: the
+        # loss kept the old value without a word. Any other new attribute is the caller's own, set as usual.
+        if not name.startswith("_") and not hasattr(self, name):
+            meant = _meant_setting(name, self._signature.parameters)
+            if meant is not None:
+                raise AttributeError(f"{type(self).__name__} has no setting {name!r:.60}, so setting it would change "
+                                     f"nothing the loss reads; did you mean {meant!r}?")
+        super().__setattr__(name, value)
 
     @property
     def config(self) -> GRPOLossConfig:
@@ -310,6 +321,15 @@ def _constructor_arguments(config: GRPOLossConfig) -> dict[str, object]:
     arguments = {liger_name.get(f.name, f.name): getattr(config, f.name) for f in dataclasses.fields(config)
                  if "setting" in f.metadata}
     return {**arguments, "loss_params": dict(config.loss_params)}
+
+
+def _meant_setting(name: str, settings: Iterable[str]) -> Optional[str]:
+    """The module's setting `name` stands for: GRPOLossConfig's name of one (epsilon: epsilon_low), or the
+    setting it is a typo of (closer than keyword typos need: an attribute of the caller's own may be near one)."""
+    liger_name = {ours: liger for liger, ours in LIGER_NAMES.items()}
+    if name in liger_name:
+        return liger_name[name]
+    return closest_name(name, settings, cutoff=0.8)
 
 
 def _argument_attribute(name: str) -> property:

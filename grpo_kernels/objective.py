@@ -191,7 +191,7 @@ def per_token_loss(
     return loss, ratio, kl
 
 
-def grpo_objective(
+def objective_loss(
     logps: torch.Tensor,
     entropy: torch.Tensor,
     completion_mask: torch.Tensor,
@@ -202,13 +202,8 @@ def grpo_objective(
     importance_ratio: Optional[torch.Tensor] = None,
     num_items_in_batch: Optional[torch.Tensor | float | int] = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Scalar GRPO loss and its metrics from per-token log-probs and entropies.
-
-    logps, entropy: [B, T] float (differentiable). completion_mask: [B, T] in {0, 1}. advantages: [B] or
-    [B, T]. old_logps / ref_logps / importance_ratio ([B, T] or [B, 1]): no gradient. num_items_in_batch:
-    the dapo/cispo/vespo denominator (active tokens of the whole generation batch divided by the number
-    of processes); the local token count when None.
-    """
+    """`grpo_objective` (objective_entry.py) on inputs already checked: the API's routes call this, inside torch.func
+    transforms and compiled graphs too."""
     lp = logps
     m = completion_mask.to(lp.dtype)
     A = (advantages[:, None] if advantages.dim() == 1 else advantages).to(lp.dtype)
@@ -430,7 +425,7 @@ def grpo_loss_output(logps: torch.Tensor, entropy: torch.Tensor, completion_mask
                      importance_ratio: Optional[torch.Tensor], num_items_in_batch, config: GRPOLossConfig
                      ) -> GRPOLossOutput:
     """grpo_objective packaged as the entry points return it."""
-    loss, metrics = grpo_objective(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
+    loss, metrics = objective_loss(logps, entropy, completion_mask, advantages, config, old_logps=old_logps,
                                    ref_logps=ref_logps, importance_ratio=importance_ratio,
                                    num_items_in_batch=num_items_in_batch)
     # padded positions report log-prob 0, as the padding-free paths (which never compute them) do

@@ -19,7 +19,7 @@ from .backends import AUTO, auto_candidates, get_backend, implementation
 from .config import GRPOLossConfig
 from .head import LMHead
 from .layout import TokenLayout
-from .objective import grpo_objective, sequence_waves_apply
+from .objective import objective_loss, sequence_waves_apply
 
 
 def _applies(backend: str, config: GRPOLossConfig, head: LMHead, hidden: torch.Tensor, *, kept_sets: bool,
@@ -95,7 +95,7 @@ def sequence_level_in_waves(backend: str, waves: list[tuple[int, int]], hidden_r
         spread[:r1] = entropy
         with torch.enable_grad():
             lp = layout.to_grid(rows).requires_grad_()
-            loss, _ = grpo_objective(lp, layout.to_grid(spread), layout.mask, advantages, config, **objective_inputs)
+            loss, _ = objective_loss(lp, layout.to_grid(spread), layout.mask, advantages, config, **objective_inputs)
             (grad,) = torch.autograd.grad(loss, lp)
         return layout.per_row(grad)[r0:r1]
 
@@ -107,7 +107,7 @@ def sequence_level_in_waves(backend: str, waves: list[tuple[int, int]], hidden_r
         logps, entropy, _, grad_hidden, grad_weight, grad_bias = implementation(
             backend, workspace_bytes).linear_forward_with_sequence_grads(
             hidden_rows.detach(), plain_head, target_rows, waves, wave_grads, needs_hidden_grad, needs_weight_grad)
-        loss, metrics = grpo_objective(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
+        loss, metrics = objective_loss(layout.to_grid(logps), layout.to_grid(entropy), layout.mask, advantages,
                                        config, **objective_inputs)
     loss = ops.attach_grads(backend, loss, hidden_rows, head, or_empty(grad_hidden, hidden_rows),
                             or_empty(grad_weight, hidden_rows), or_empty(grad_bias, hidden_rows))

@@ -391,6 +391,39 @@ def _check_per_token(name: str, value: object, shapes: tuple[tuple[int, ...], ..
     return value
 
 
+def check_objective_inputs(logps: object, entropy: object, completion_mask: object, advantages: object,
+                           config: object, old_logps: Optional[object], ref_logps: Optional[object],
+                           importance_ratio: Optional[object], num_items_in_batch: Optional[object]
+                           ) -> GRPOLossConfig:
+    """`grpo_objective`'s inputs, called directly, by their metadata (its values are the caller's, as the API's
+    are checked before its routes call it). Called directly it checked nothing: a mask or advantages of another
+    shape failed in a broadcast inside torch, a dict config or a missing ref_logps with beta != 0 as an
+    AttributeError naming neither. The config to compute with (None: the defaults, as the API takes it)."""
+    config = check_config(config)
+    lp = _require_tensor("logps", logps)
+    _require_float("logps", lp)
+    if lp.dim() != 2:
+        raise ValueError(f"logps must be [B, T], got {list(lp.shape)}")
+    (B, T), device = tuple(lp.shape), lp.device
+    for name, value in (("entropy", entropy), ("completion_mask", completion_mask)):
+        value = _require_tensor(name, value)
+        if tuple(value.shape) != (B, T):
+            raise ValueError(f"{name} must have logps' shape [B, T]={[B, T]}, got {list(value.shape)}")
+        _require_device(name, value, device, "logps")
+    _require_float("entropy", entropy)
+    if completion_mask.dtype not in _MASK_DTYPES:
+        raise TypeError(f"completion_mask must be a bool, integer or float tensor, got {completion_mask.dtype}")
+    _check_per_token("advantages", advantages, ((B,), (B, T)), device, anchor="logps")
+    for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
+        if value is not None:
+            _check_per_token(name, value, ((B, T), (B, 1)), device, anchor="logps")
+    if config.beta != 0.0 and ref_logps is None:
+        raise ValueError("config.beta != 0 needs ref_logps (the reference model's per-token log-probs)")
+    if num_items_in_batch is not None:
+        _check_num_items("num_items_in_batch", num_items_in_batch, check_values=False)
+    return config
+
+
 def check_packed_inputs(n_tokens: int, n_sequences: int, device: torch.device, advantages: object,
                         old_logps: Optional[object], ref_logps: Optional[object], importance_ratio: Optional[object],
                         names: ArgumentNames = LOSS_NAMES) -> None:

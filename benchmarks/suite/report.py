@@ -426,6 +426,13 @@ def _report(argv: Optional[list[str]]) -> int:
     if args.out and any(os.path.realpath(args.out) == os.path.realpath(path) for path in args.results):
         parser.error(f"argument --out: {args.out!r} is a results file given to read; writing the report there "
                      f"would replace it")
+    # Two options naming one path: the report was written, then the plots failed on it (or replaced it)
+    written = [(f"--{name.replace('_', '-')}", value) for name in ("out", "plots", "update_readme")
+               if (value := getattr(args, name))]
+    for index, (option, path) in enumerate(written):
+        for other, other_path in written[:index]:
+            if os.path.realpath(path) == os.path.realpath(other_path):
+                parser.error(f"argument {option}: {path!r} is the path {other} writes; give each its own")
     if args.readme or args.update_readme:
         if args.update_readme:
             update_readme(args.update_readme, readme_block(runs))

@@ -15,14 +15,20 @@ from typing import Any
 
 from grpo_engine.state.bounded_read import FileBoundError, read_bounded_bytes
 
-from .cases import REGIMES
+from .cases import LOSS_CASES, OPERATIONS, REGIMES
+from .paths import PATHS, ROUTED
+from .shapes import DTYPES
 
 MAX_RESULTS_BYTES = 256 << 20  # a full GPU run is a few MB
 
 # What each case of this suite records in extra_info (tests/suite: bench_* fixtures), by type.
 CASE_TEXT = ("path", "operation", "config", "regime", "head", "dtype")
-# Text the report orders by a fixed list, so a value outside it has no place in the tables (others it leaves out)
-CASE_CHOICES = {"regime": REGIMES}
+# Text the report and the calibration look up in a fixed list: a value outside it has no place in the tables. Only
+# the regime was checked before; a path or operation outside its list silently dropped the case's row (the
+# reference's, taking every speedup with it), a config outside it became a section of its own, and a dtype outside
+# it failed in the calibration's cost model. "-" is the config of the cases that have none (log-probs, the floor).
+CASE_CHOICES = {"regime": REGIMES, "path": (*ROUTED, *PATHS, "floor"), "operation": OPERATIONS,
+                "config": ("-", *LOSS_CASES), "dtype": tuple(DTYPES)}
 CASE_COUNTS = ("hidden", "vocab", "tokens")
 OPTIONAL_COUNTS = ("flops", "peak_extra_bytes")
 OPTIONAL_NUMBERS = ("mean_entropy", "cuda_event_median_ms")

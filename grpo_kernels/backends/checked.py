@@ -11,6 +11,7 @@ and run unwrapped: nothing here costs them anything.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import torch
@@ -85,15 +86,24 @@ class CheckedBackend:
         if not torch.compiler.is_compiling():  # the values: the inputs were checked finite at the boundary
             logps, entropy, lse = result
             inside = (targets >= 0) & (targets < head.weight.shape[0])
+            slack = LOGP_SLACK * (1 + lse.abs())
+            # An entropy is of a softmax over the head's V rows (this shard's, for a sharded head): in [0, log V].
+            # Outside it (a negated or a summed-not-averaged entropy) the entropy metric and the entropy bonus's
+            # gradient were wrong without a word, as a log-prob above 0 was.
+            log_vocab = math.log(head.weight.shape[0])
             finite = torch.stack([torch.isfinite(x).all() for x in result])
-            above = (inside & (logps > LOGP_SLACK * (1 + lse.abs()))).any()
-            finite, above = finite.tolist(), bool(above)
+            above = (inside & (logps > slack)).any()
+            outside = ((entropy < -slack) | (entropy > log_vocab + slack)).any()
+            finite, above, outside = finite.tolist(), bool(above), bool(outside)
             for name, ok in zip(("logps", "entropy", "lse"), finite):
                 if not ok:
                     self._refuse(method, f"returned NaN or infinite {name} from finite inputs")
             if above:
                 self._refuse(method, "returned log-probs above 0 (a log-probability is at most 0; a negative "
                                      "log-likelihood has the opposite sign)")
+            if outside:
+                self._refuse(method, f"returned entropies outside [0, log V] = [0, {log_vocab:.4g}] (V = "
+                                     f"{head.weight.shape[0]} head rows: the entropy of a softmax over them)")
         return result
 
     def linear_backward(self, grad_logps: torch.Tensor, grad_entropy: Optional[torch.Tensor], hidden: torch.Tensor,

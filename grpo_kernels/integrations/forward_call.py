@@ -5,7 +5,10 @@ Found by probing (each failed only after the whole backbone had run, or never): 
 reported missing; positional arguments past the fifth reached the backbone, whose forward orders them differently
 (a CausalLM's sixth is `labels`, its backbone's `use_cache`); unbatched [T] input_ids and labels failed inside
 attention; a non-callable `lm_head_fn` failed as "'str' object is not callable"; `logits_to_keep` was silently
-ignored, every position being scored.
+ignored, every position being scored. The other batch inputs likewise (`check_batch_inputs`): input_ids past the
+embedding's rows failed as an IndexError naming nothing (a device-side assert on CUDA), an inputs_embeds of another
+width or position_ids of another length failed inside the backbone, labels on the meta device inside the head, and
+an attention_mask of another shape was silently not applied: the log-probs of an unmasked batch.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 from torch import nn
 
 from ..messages import shown
+from ..validation import check_optional_tensors, check_targets, require_data
 
 # Keyword arguments that shape the model's own logits; the head modes score the positions the labels select.
 LOGIT_SELECTING_KWARGS = ("logits_to_keep", "num_logits_to_keep")
@@ -76,6 +80,49 @@ def check_labels(labels: Any, batch_shape: Optional[tuple[int, ...]]) -> None:
                                                                      and tuple(labels.shape) != batch_shape):
         got = list(labels.shape) if isinstance(labels, torch.Tensor) else shown(labels)
         raise ValueError(f"labels must be a tensor of shape {wanted} (same as input_ids), got {got}")
+
+
+def _require_data(name: str, value: Any) -> None:
+    """None, or a dense tensor with values (not meta): the head modes index and read every batch input."""
+    check_optional_tensors(**{name: value})
+    if value is not None:
+        require_data(name, value)
+
+
+def _check_batch_input_shapes(kwargs: dict, batch_shape: tuple[int, ...]) -> None:
+    """attention_mask [B, T] (or a 4-D [B, heads, T, T'] mask), position_ids [..., T] with B or 1 rows."""
+    (batch, length), mask, positions = batch_shape, kwargs.get("attention_mask"), kwargs.get("position_ids")
+    if mask is not None and not (tuple(mask.shape) == batch_shape or (mask.dim() == 4 and mask.shape[0] == batch
+                                                                        and mask.shape[2] == length)):
+        raise ValueError(f"attention_mask must have shape {list(batch_shape)} (same as the inputs) or be a 4-D "
+                         f"[{batch}, heads, {length}, keys] mask, got {list(mask.shape)}")
+    if positions is not None and (positions.dim() < 1 or positions.shape[-1] != length
+                                  or (positions.dim() >= 2 and positions.shape[-2] not in (1, batch))):
+        raise ValueError(f"position_ids must have shape [{batch}, {length}] (or [1, {length}]), got "
+                         f"{list(positions.shape)}")
+
+
+def check_batch_inputs(model: nn.Module, kwargs: dict) -> None:
+    """The backbone's batch inputs in a head mode (after check_head_call), as the labels are checked: dense tensors
+    with values, of the inputs' [B, T], input_ids within the input embedding's rows and inputs_embeds of its width
+    (when the model says them)."""
+    for name in ("input_ids", "inputs_embeds", "attention_mask", "position_ids", "labels"):
+        _require_data(name, kwargs.get(name))
+    _, batch_shape = _batch_shape(kwargs)
+    if batch_shape is None:
+        return
+    _check_batch_input_shapes(kwargs, batch_shape)
+    try:
+        embedding = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # a model that does not say its embedding: ids go unchecked
+        embedding = None
+    rows, width = getattr(embedding, "num_embeddings", None), getattr(embedding, "embedding_dim", None)
+    input_ids, embeds = kwargs.get("input_ids"), kwargs.get("inputs_embeds")
+    if input_ids is not None and isinstance(rows, int):
+        check_targets("input_ids", input_ids, batch_shape, rows, input_ids.device)
+    if embeds is not None and isinstance(width, int) and embeds.shape[-1] != width:
+        raise ValueError(f"inputs_embeds must be [{', '.join(map(str, batch_shape))}, {width}] (the input "
+                         f"embedding's width), got {list(embeds.shape)}")
 
 
 def _keeps_every_logit(value: Any) -> bool:

@@ -32,11 +32,11 @@ from transformers.utils import ModelOutput
 
 from ..api import linear_logprobs_named
 from ..argument_names import LOGPROB_NAMES
-from ..backends import check_backend_name
+from ..backends import AUTO, check_backend_name, refuse_unsupported
 from ..head import LogitTransform
 from ..messages import shown
 from ..scalars import require_bool
-from .forward_call import as_keywords, check_head_call, require_head_fn
+from .forward_call import as_keywords, check_batch_inputs, check_head_call, require_head_fn
 from .lm_head import backbone, check_loaded, logit_transform, output_head
 from .sharding import call_with_full_head
 from .wrappers import causal_lm
@@ -195,6 +195,7 @@ class PatchedForward:
         check_head_call(kwargs, return_logprobs, lm_head_fn)
         logit_transform(model)  # the config as it is now (a value set since patching is refused before any work)
         check_loaded(output_head(model))  # the head as it is now (replaced or loaded since patching)
+        check_batch_inputs(model, kwargs)  # after the head: a model never loaded is named as such, not its inputs
         last_hidden_state = run_backbone(model, kwargs)
         if lm_head_fn is not None:
             return HeadFnOutput(head_output=run_head(model, last_hidden_state, lm_head_fn),
@@ -209,6 +210,15 @@ def _patch(model: nn.Module) -> Optional[PatchedForward]:
     return patch if isinstance(patch, PatchedForward) and patch.model is model else None
 
 
+def check_backend_serves(model: nn.Module, backend: str) -> None:
+    """An explicit backend that cannot run this model's head (a logit transform its registry entry does not take) is
+    refused when patching, as the API refuses it before any work; it was refused at the first call, after the
+    backbone had run (under TRL, after the first generation). Read at each call too: the config may change."""
+    transform = logit_transform(model)
+    if backend != AUTO:
+        refuse_unsupported(backend, transformed=not transform.is_identity)
+
+
 def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bool = False) -> nn.Module:
     """Give `model.forward` the `return_logprobs=True` and `lm_head_fn=` modes (in place; returns `model`).
 
@@ -220,7 +230,7 @@ def patch_causal_lm(model: nn.Module, *, backend: str = "auto", lm_head_fp32: bo
     check_backend_name(backend)  # the registry as it is now: a backend registered after import is taken
     require_bool("lm_head_fp32", lm_head_fp32)
     lm = causal_lm(model)
-    logit_transform(lm)
+    check_backend_serves(lm, backend)
     backbone(lm)
     output_head(lm)
     setattr(lm, _SETTINGS_ATTR, HeadSettings(backend=backend, lm_head_fp32=lm_head_fp32))

@@ -27,7 +27,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..backends import check_backend_name
-from .transformers import head_logit_transform, patch_causal_lm
+from .transformers import check_backend_serves, head_logit_transform, patch_causal_lm
+from .wrappers import causal_lm
 from .trl_loss import fused_compute_loss, fused_path_blocker
 
 # The seams above are TRL internals: only versions whose `_compute_loss` was checked line by line are accepted.
@@ -61,12 +62,17 @@ _ORIGINALS_ATTR = "_grpo_kernels_original_methods"
 _REPORTED_ATTR = "_grpo_kernels_reported_blockers"
 
 
-def _kernel_model(trainer: Any, model: torch.nn.Module) -> torch.nn.Module:
-    """Patch (once) the *ForCausalLM inside the accelerator / PEFT wrappers of `model`."""
+def _inner_model(trainer: Any, model: torch.nn.Module) -> torch.nn.Module:
+    """The *ForCausalLM inside the accelerator / PEFT wrappers of `model`."""
     inner = trainer.accelerator.unwrap_model(model)
     if hasattr(inner, "get_base_model"):  # PEFT: the adapters wrap the causal LM
         inner = inner.get_base_model()
-    return patch_causal_lm(inner, backend=getattr(trainer, _BACKEND_ATTR),
+    return inner
+
+
+def _kernel_model(trainer: Any, model: torch.nn.Module) -> torch.nn.Module:
+    """Patch (once) the *ForCausalLM inside the accelerator / PEFT wrappers of `model`."""
+    return patch_causal_lm(_inner_model(trainer, model), backend=getattr(trainer, _BACKEND_ATTR),
                            lm_head_fp32=bool(trainer.args.cast_lm_head_to_fp32))
 
 
@@ -137,6 +143,8 @@ def patch_grpo_trainer(trainer_or_class: Union[GRPOTrainer, type], backend: str 
     cls = trainer_or_class if is_class else type(trainer_or_class)
     if not issubclass(cls, GRPOTrainer):
         raise TypeError(f"trainer_or_class must be a trl.GRPOTrainer (subclass or instance), got {cls.__name__}")
+    if not is_class:  # the model is known: a backend that cannot run its head refused now, not at the first step
+        check_backend_serves(causal_lm(_inner_model(trainer_or_class, trainer_or_class.model)), backend)
     setattr(trainer_or_class, _BACKEND_ATTR, backend)
     if _ORIGINALS_ATTR in vars(trainer_or_class):
         return trainer_or_class

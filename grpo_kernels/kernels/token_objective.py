@@ -2,8 +2,8 @@
 its derivative g = w * dL/dlp, plus the KL and clip flags for the metrics.
 
 It transcribes the loss types of `grpo_kernels.losses` that name an `Epilogue` id, inside
-`grpo_kernels.objective.grpo_objective` (the spec), for token-level importance weights, including torch's
-gradient conventions at ties (min of equal terms splits the gradient in half; clamp passes it at the bounds),
+`grpo_kernels.objective.objective_loss` (the spec; `grpo_objective` to callers), for token-level importance weights,
+including torch's gradient conventions at ties (min of equal terms splits the gradient in half; clamp passes it at the bounds),
 and is tested against that spec through the whole loss. The clip flags are `objective.clip_flags`'s (TRL 1.16:
 after the delta cap)."""
 

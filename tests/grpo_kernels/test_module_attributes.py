@@ -5,17 +5,21 @@ constructor with that value (its checks, its message, the module unchanged on a 
 Before: setting `module.beta = 0.0` (a KL coefficient annealed between steps, as code written for Liger does) was a
 plain attribute that forward never read, so the loss kept the old coefficient silently; reading one failed
 (AttributeError); `module.use_ref_model = "no"` was taken as true; `module.config = {...}` failed inside forward.
+A misspelt setting (`module.bta = 0.0`) or GRPOLossConfig's name for one the module calls otherwise
+(`module.epsilon` for `epsilon_low`) became a plain attribute that nothing read, silently.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
+import re
 import warnings
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig
@@ -89,3 +93,42 @@ def test_a_module_pickled_when_its_settings_were_plain_attributes_loads_with_the
     loaded.__setstate__(state)
     assert loaded.config == module.config and loaded.beta == 0.2 and loaded.use_ref_model is False
     assert loaded.backend == "torch" and loaded.compiled is True and loaded.chunk_size == 1
+
+
+def _misspelt(name: str, how: str, at: int) -> str:
+    """`name` with one slip: a letter dropped or typed twice, at a drawn place."""
+    at %= len(name)
+    return name[:at] + name[at + 1:] if how == "drop" else name[:at + 1] + name[at:]
+
+
+@settings(max_examples=80, deadline=None, derandomize=DERANDOMIZE)
+@given(name=st.sampled_from(NAMES), how=st.sampled_from(["drop", "double"]), at=st.integers(0, 40),
+       start=st.sampled_from(STARTS))
+def test_a_misspelt_setting_set_as_an_attribute_is_refused_naming_the_setting(name, how, at, start):
+    # Before: a plain attribute no forward read, the loss keeping the old value without a word
+    module = _built(**start)
+    typo = _misspelt(name, how, at)
+    assume(not hasattr(module, typo) and not typo.startswith("_"))
+    before = _state(module)
+    with pytest.raises(AttributeError) as refused:
+        setattr(module, typo, 0.5)
+    message = str(refused.value)
+    assert message.startswith(f"FusedLinearGRPOLoss has no setting {typo!r}") and "\n" not in message, message
+    assert re.search(r"did you mean '(\w+)'\?$", message).group(1) in NAMES, message
+    assert _state(module) == before and typo not in vars(module)
+
+
+@pytest.mark.parametrize("config_name", sorted(set(f.name for f in dataclasses.fields(GRPOLossConfig))
+                                                - set(NAMES)))
+def test_a_grpo_loss_config_name_the_module_calls_otherwise_is_refused_naming_the_modules(config_name):
+    module = FusedLinearGRPOLoss()
+    with pytest.raises(AttributeError, match=r"; did you mean '(\w+)'\?$") as refused:
+        setattr(module, config_name, 0.3)  # TRL's `epsilon` for Liger's `epsilon_low`: ignored before
+    assert re.search(r"'(\w+)'\?$", str(refused.value)).group(1) in NAMES
+
+
+@pytest.mark.parametrize("own", ["backbone_calls", "step", "history", "logger", "ema_decay", "my_scale"])
+def test_an_attribute_of_the_callers_own_is_set_as_on_any_module(own):
+    module = FusedLinearGRPOLoss()
+    setattr(module, own, [1])
+    assert getattr(module, own) == [1] and module.config == FusedLinearGRPOLoss().config

@@ -5,7 +5,8 @@ linear_backward can return the wrong thing, and an error it raises, drawn afresh
 Before: a [N, 1] or short result failed in a reshape or a broadcast inside torch, a 2-tuple in an unpacking, a view
 of an input in the custom op's aliasing check, another device in a copy; NaN statistics gave a NaN loss and a
 negative log-likelihood in place of the log-prob a wrong one, silently; a gradient returned as None left `.grad`
-None (nothing trained) without a word.
+None (nothing trained) without a word; an entropy outside [0, log V] (negated, or summed) gave a wrong entropy
+metric and entropy-bonus gradient, silently.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def _forward_faults():
         "view_of_hidden": (replace(0, lambda x, h: h[:, 0]), r"returned logps in the memory of one of its inputs"),
         "nan": (replace(0, lambda x, h: x * float("nan")), r"returned NaN or infinite logps from finite inputs"),
         "negative_log_likelihood": (replace(0, lambda x, h: -x), r"returned log-probs above 0"),
+        # an entropy is of a softmax over the V = 40 head rows, in [0, log 40]: negated, or summed over rows
+        "negated_entropy": (replace(1, lambda x, h: -x - 0.01), r"returned entropies outside \[0, log V\]"),
+        "entropy_past_log_v": (replace(1, lambda x, h: x + 3.7), r"returned entropies outside \[0, log V\] = "
+                                                                  r"\[0, 3.689\]"),
     }
 
 

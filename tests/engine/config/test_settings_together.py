@@ -14,7 +14,7 @@ from grpo_engine.config.applicability import inapplicable_settings
 from grpo_engine.config.schema import MAX_SEED
 from grpo_engine.run_setup import lr_lambda
 from grpo_kernels.losses import BUILTIN_LOSS_TYPES
-from grpo_kernels.objective import grpo_objective
+from grpo_kernels import grpo_objective
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*importance_sampling_level=:UserWarning")
 

@@ -7,15 +7,19 @@ Tolerances as in test_integration_transformers.py / test_integration_trl_loss.py
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import subprocess
 import sys
 
 import plugin_backend
 import pytest
 import torch
-from integration_models import tiny_causal_lm
+from integration_models import TRANSFORMED_FAMILIES, tiny_causal_lm
 from repo_paths import ROOT
 
+from grpo_kernels import routing
+from grpo_kernels.backends import BACKENDS, register_backend
 from grpo_kernels.integrations import transformers as transformers_integration  # imported before registering
 
 
@@ -57,6 +61,38 @@ def test_patch_grpo_trainer_takes_a_backend_registered_after_import(tmp_path):
         assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
         with pytest.raises(ValueError, match="kernel_backend must be one of"):
             GRPOKernelsTrainer(model=None, kernel_backend=name + "_not_registered")
+
+
+@pytest.fixture
+def without_transforms():
+    """The plugin registered as a backend whose entry takes no logit transform."""
+    spec = dataclasses.replace(plugin_backend.SPEC, name="plugin_no_transforms", logit_transforms=False)
+    register_backend(spec)
+    yield spec.name
+    BACKENDS.pop(spec.name, None)
+    routing._cached_route.cache_clear()
+
+
+@pytest.mark.parametrize("family", ["gemma2", "cohere", "granite", "llama"])
+def test_a_backend_that_cannot_run_the_models_head_is_refused_when_patching(without_transforms, family, tmp_path):
+    # Before: patched, then refused at the first call after the backbone had run (under TRL: after generating)
+    model = tiny_causal_lm(family)
+    if family not in TRANSFORMED_FAMILIES:  # an identity head: taken
+        assert transformers_integration.is_patched(transformers_integration.patch_causal_lm(
+            model, backend=without_transforms))
+        return
+    refusal = rf"^backend='{without_transforms}' does not support a logit_transform other than the identity "
+    with pytest.raises(ValueError, match=refusal):
+        transformers_integration.patch_causal_lm(model, backend=without_transforms)
+    assert not transformers_integration.is_patched(model)
+    if family == "gemma2" and importlib.util.find_spec("trl") is not None:  # the same through a trainer instance
+        import trl
+        from integration_models import tiny_grpo_trainer
+
+        from grpo_kernels.integrations.trl import patch_grpo_trainer
+        trainer = tiny_grpo_trainer(trl.GRPOTrainer, model, tmp_path / "refused")
+        with pytest.raises(ValueError, match=refusal):
+            patch_grpo_trainer(trainer, backend=without_transforms)
 
 
 @pytest.mark.slow

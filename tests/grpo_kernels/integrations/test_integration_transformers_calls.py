@@ -7,6 +7,8 @@ not callable" after the whole backbone; logits_to_keep was silently ignored; a h
 weight @ h + bias (an nn.Linear subclass with its own forward, a quantized or custom module) gave log-probs of
 logits the model never computes; a head that does not fit the hidden size was called "sharded"; a head never loaded
 (meta) failed as "Tensor.item() cannot be called on meta tensors"; shifted_label_logprobs given a [T, H] state failed as an IndexError.
+The other batch inputs (input_ids past the embedding, inputs_embeds of another width, an attention_mask or
+position_ids of another shape, meta tensors) failed inside the backbone or the head, or were silently not applied.
 """
 
 from __future__ import annotations
@@ -92,16 +94,89 @@ BAD_CALLS = st.one_of(
 )
 
 
-@settings(max_examples=30, deadline=None)
-@given(bad=BAD_CALLS)
-def test_a_bad_head_mode_call_is_refused_by_one_line_before_the_backbone(model, bad):
-    kwargs, name = _bad_call(*bad)
+def _refused_before_the_backbone(model, kwargs: dict, name: str) -> None:
+    """The head-mode call refused by one line starting with `name`, the backbone never run."""
     model.backbone_calls.clear()
     with pytest.raises((TypeError, ValueError)) as caught:
         model(**kwargs)
     message = str(caught.value)
     assert message.startswith(name) and "\n" not in message, message
     assert model.backbone_calls == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(bad=BAD_CALLS)
+def test_a_bad_head_mode_call_is_refused_by_one_line_before_the_backbone(model, bad):
+    kwargs, name = _bad_call(*bad)
+    _refused_before_the_backbone(model, kwargs, name)
+
+
+def _faulty_batch_input(mode: str, given: str, fault: tuple) -> tuple[dict, str]:
+    """(keyword arguments of a head-mode call with one batch input at fault, the argument the refusal must name)."""
+    input_ids, labels = _batch()
+    batch, length = input_ids.shape
+    name, kind, size = fault
+    kwargs = dict(attention_mask=torch.ones_like(input_ids), position_ids=torch.arange(length)[None])
+    if given == "inputs_embeds":
+        kwargs["inputs_embeds"] = torch.randn(batch, length, HIDDEN)
+    else:
+        kwargs["input_ids"] = input_ids
+    kwargs.update(dict(labels=labels, return_logprobs=True) if mode == "return_logprobs"
+                  else dict(lm_head_fn=lambda h, w, b: h.sum()))
+    if kind == "meta":
+        name = given if name == "inputs" else name
+        kwargs[name] = (kwargs[name] if name in kwargs else labels).to("meta")
+    elif kind == "length":  # a mask or positions of another batch's length
+        kwargs[name] = torch.ones(batch, length + size, dtype=torch.long) if name == "attention_mask" else \
+            torch.arange(length + size)[None]
+    elif kind == "rows":  # of another batch size (positions may be shared: one row)
+        kwargs[name] = torch.ones(batch + size, length, dtype=torch.long) if name == "attention_mask" else \
+            torch.arange(length).repeat(batch + size, 1)
+    elif kind == "id":  # a token id past the embedding or below 0 (another tokenizer's, a -100 label)
+        name = given
+        if given == "inputs_embeds":  # the same fault for embeddings: another model's width
+            width = 1 + abs(size) % (2 * HIDDEN)
+            kwargs[name] = torch.randn(batch, length, width + (width == HIDDEN))
+        else:
+            kwargs[name] = input_ids.clone().index_fill_(1, torch.tensor([size % length]), VOCAB_SIZE + size
+                                                         if size >= 0 else size)
+    return kwargs, name
+
+
+BATCH_INPUT_FAULTS = st.one_of(
+    st.tuples(st.sampled_from(["attention_mask", "position_ids"]), st.just("length"),
+              st.integers(-6, 6).filter(bool)),
+    st.tuples(st.sampled_from(["attention_mask", "position_ids"]), st.just("rows"), st.integers(1, 4)),
+    st.tuples(st.just("inputs"), st.just("id"), st.integers(-200, 1000)),
+    st.tuples(st.sampled_from(["inputs", "attention_mask", "position_ids", "labels"]), st.just("meta"), st.none()),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(mode=st.sampled_from(["return_logprobs", "lm_head_fn"]), given_as=st.sampled_from(["input_ids", "inputs_embeds"]),
+       fault=BATCH_INPUT_FAULTS)
+def test_a_batch_input_that_does_not_fit_the_batch_or_the_model_is_refused_naming_it_before_the_backbone(
+        model, mode, given_as, fault):
+    # Before: ids past the embedding failed as an IndexError naming nothing, another width or positions' length
+    # inside the backbone, meta labels inside the head, and a mask of another shape was silently not applied
+    kwargs, name = _faulty_batch_input(mode, given_as, fault)
+    if fault[0] == "labels" and mode != "return_logprobs":
+        return  # lm_head_fn takes no labels
+    _refused_before_the_backbone(model, kwargs, name)
+
+
+@pytest.mark.parametrize("positions", ["none", "one row", "every row"])
+def test_the_batch_inputs_transformers_takes_give_the_plain_logprobs(model, positions):
+    input_ids, labels = _batch()
+    batch, length = input_ids.shape
+    given = {"none": {}, "one row": dict(position_ids=torch.arange(length)[None]),
+             "every row": dict(position_ids=torch.arange(length).repeat(batch, 1))}[positions]
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=torch.ones_like(input_ids), labels=labels, return_logprobs=True, **given)
+        four_d = model(input_ids, attention_mask=torch.zeros(batch, 1, length, length), labels=labels,
+                       lm_head_fn=lambda h, w, b: h.sum())  # a 4-D mask of transformers' own form is its business
+    torch.testing.assert_close(out.logps, logits_path_logps(model, input_ids, labels), atol=LOGP_ATOL, rtol=0)
+    assert torch.isfinite(four_d.head_output)
 
 
 def test_positional_arguments_the_forward_cannot_bind_are_refused_by_name(model):
