@@ -116,3 +116,18 @@ def test_a_command_line_path_of_an_impossible_form_is_one_line_naming_its_argume
     # --config: the command line's length check names the flag, the config reader's form check the config file
     named = ("--config", "config file") if where == "--config" else (where.split()[-1],)
     assert any(name in lines[0] for name in named) and "expected a path" in lines[0], (where, lines)
+
+
+@settings(max_examples=20, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command=st.sampled_from([["train"], ["eval", "--model", "org/name"]]),
+       blank=st.text(st.sampled_from(" \t\n\u00a0\u3000"), max_size=3))
+def test_a_blank_config_path_is_one_line_naming_it(command, blank, tmp_path, monkeypatch, capsys):
+    """`--config ""` (a variable left unset in a script) was read as the path '.', "config file '.' is a
+    directory"; it is refused as blank text, as every text setting is."""
+    from grpo_engine.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--config", blank]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and f"config file {blank!r}: expected the path of a YAML file" in lines[0], lines
