@@ -139,3 +139,48 @@ def test_a_run_that_diverges_keeps_its_last_good_checkpoint_to_resume_from(small
     saved = list_checkpoints(config.run.output_dir)
     assert [path.name for path in saved] == ["checkpoint-000001"] and not nonfinite_weights(saved[0])
     assert resolve_resume("latest", config.run.output_dir).path == saved[0]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(exponent=st.floats(-4, 36))
+@example(exponent=0.0)  # lr 1: the weights' norm 17-fold, finite; trained on from wrecked weights before
+@example(exponent=30.0)  # the warm start's weight decay flips the weights' signs: refused as the schema's rule
+def test_the_warm_starts_steps_are_checked_as_the_updates_are(exponent, monkeypatch):
+    """The demo's supervised warm start is an AdamW loop of its own, before step 1. Its learning rate went unchecked:
+    run.warm_start_learning_rate 1e30 (or 1, wrecked but finite) ended at step 1 as "the model's forward gave NaN or
+    inf hidden states ... although its weights are finite", naming no setting. Now the schema bounds it by the warm
+    start's weight decay, as optim.weight_decay bounds optim.learning_rate, and each warm-start step is judged as an
+    update's is: stopped exactly when it grows the weights' norm past MAX_STEP_GROWTH-fold, naming the setting."""
+    from grpo_engine.config import ConfigError
+    from grpo_engine.config.schema import WARM_START_WEIGHT_DECAY
+    from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
+    from grpo_engine.data.warm_start import supervised_warm_start
+
+    lr = 10.0 ** exponent
+    if lr * WARM_START_WEIGHT_DECAY > 1:
+        with pytest.raises(ConfigError, match=r"^run.warm_start_learning_rate x the warm start's AdamW weight decay"):
+            load_config(overrides={"run.warm_start_learning_rate": lr})
+        return
+    load_config(overrides={"run.warm_start_learning_rate": lr})
+    norms = []
+    real_step = torch.optim.AdamW.step
+
+    def measured(self, *args, **kwargs):
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        out = real_step(self, *args, **kwargs)
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
+    tokenizer = build_char_tokenizer()
+    try:
+        supervised_warm_start(build_tiny_model(tokenizer, 0), tokenizer, ["1+1=", "2+3="], ["\\boxed{2}", "\\boxed{5}"],
+                              1, lr, 2, 0, CPU, backend="torch")
+        stopped = None
+    except DivergedUpdateError as exc:
+        stopped = str(exc)
+    before, after = norms
+    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    if stopped:
+        assert "\n" not in stopped and "warm-start step 1" in stopped and \
+            "Lower run.warm_start_learning_rate" in stopped and "optim.learning_rate" not in stopped, stopped
