@@ -19,8 +19,8 @@ from ..config import is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import (content_text, dropped_user_message, messages_problem, special_token_as_text,
-                            unused_system_prompt)
+from .chat_messages import (content_text, dropped_message, messages_problem, missing_assistant_turn,
+                            special_token_as_text, unused_system_prompt)
 from .row_values import RowValueError, check_row_values, strict_json_hooks
 
 
@@ -320,11 +320,17 @@ def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt
     except Exception as exc:  # jinja's syntax errors, a template's raise_exception("..."): any type, one line
         raise DataError(f"the model's chat template cannot render these messages ({type(exc).__name__}: "
                         f"{' '.join(str(exc).split())[:160]})") from None
-    dropped = dropped_user_message(messages, rendered)
+    dropped = dropped_message(messages, rendered)
     if dropped:
         raise DataError(f"the model's chat template renders these messages without {dropped}, so the model would "
                         f"never see it; fix the template (chat_template.jinja or tokenizer_config.json's "
                         f"chat_template)")
+    unanswered = missing_assistant_turn(messages, rendered)
+    if unanswered:
+        raise DataError(f"the model's chat template ends the prompt with the text of {unanswered} and opens no "
+                        f"assistant turn after it (it ignores add_generation_prompt), so the model would continue "
+                        f"that message instead of answering it; fix the template (chat_template.jinja or "
+                        f"tokenizer_config.json's chat_template)")
     return rendered
 
 
