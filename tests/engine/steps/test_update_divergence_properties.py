@@ -8,6 +8,7 @@ run trained on noise without a word."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import pytest
 import torch
@@ -45,6 +46,35 @@ def weights_norm(parameters) -> float:
     return math.sqrt(sum(float(p.detach().double().square().sum()) for p in parameters))
 
 
+def measure_adamw_steps(monkeypatch) -> list[float]:
+    """The trained weights' norm before and after each AdamW step from now on, in the list returned."""
+    norms: list[float] = []
+    real_step = torch.optim.AdamW.step
+
+    def measured(self, *args, **kwargs):
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        out = real_step(self, *args, **kwargs)
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
+    return norms
+
+
+def judged_step(monkeypatch, lr: float, take_step) -> tuple[Optional[str], float, float]:
+    """(the DivergedUpdateError's line or None, the weights' norm before and after) of one AdamW step taken by
+    `take_step`, asserting it stopped exactly when the step grew the norm past MAX_STEP_GROWTH-fold."""
+    norms = measure_adamw_steps(monkeypatch)
+    try:
+        take_step()
+        stopped = None
+    except DivergedUpdateError as exc:
+        stopped = str(exc)
+    before, after = norms
+    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    return stopped, before, after
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(exponent=st.integers(-4, 36), max_grad_norm=st.sampled_from([0.0, 1.0]),
        weight_decay=st.sampled_from([0.0, 0.01]))
@@ -73,23 +103,7 @@ def test_a_step_stops_exactly_when_it_grows_the_weights_past_the_bound(lr, tiny_
     """Below WEIGHT_LIMIT the weights stay finite: the step is judged by what it did to them (their norm grown more
     than MAX_STEP_GROWTH-fold), measured here around the real step. Before, lr 1e3 trained on silently: the policy's
     output turned uniform and its gradient 0 for every later step."""
-    norms = []
-    real_step = torch.optim.AdamW.step
-
-    def measured(self, *args, **kwargs):
-        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
-        out = real_step(self, *args, **kwargs)
-        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
-        return out
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
-    try:
-        one_adamw_step(tiny_model_dir, lr, 1.0, 0.0)
-        stopped = None
-    except DivergedUpdateError as exc:
-        stopped = str(exc)
-    before, after = norms
-    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    stopped, before, after = judged_step(monkeypatch, lr, lambda: one_adamw_step(tiny_model_dir, lr, 1.0, 0.0))
     if stopped:
         assert "\n" not in stopped and f"norm {after / before:.3g}-fold" in stopped and \
             "Lower optim.learning_rate" in stopped, stopped
@@ -162,25 +176,10 @@ def test_the_warm_starts_steps_are_checked_as_the_updates_are(exponent, monkeypa
             load_config(overrides={"run.warm_start_learning_rate": lr})
         return
     load_config(overrides={"run.warm_start_learning_rate": lr})
-    norms = []
-    real_step = torch.optim.AdamW.step
-
-    def measured(self, *args, **kwargs):
-        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
-        out = real_step(self, *args, **kwargs)
-        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
-        return out
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
     tokenizer = build_char_tokenizer()
-    try:
-        supervised_warm_start(build_tiny_model(tokenizer, 0), tokenizer, ["1+1=", "2+3="], ["\\boxed{2}", "\\boxed{5}"],
-                              1, lr, 2, 0, CPU, backend="torch")
-        stopped = None
-    except DivergedUpdateError as exc:
-        stopped = str(exc)
-    before, after = norms
-    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    stopped, _, _ = judged_step(monkeypatch, lr, lambda: supervised_warm_start(
+        build_tiny_model(tokenizer, 0), tokenizer, ["1+1=", "2+3="], ["\\boxed{2}", "\\boxed{5}"], 1, lr, 2, 0, CPU,
+        backend="torch"))
     if stopped:
         assert "\n" not in stopped and "warm-start step 1" in stopped and \
             "Lower run.warm_start_learning_rate" in stopped and "optim.learning_rate" not in stopped, stopped
