@@ -8,7 +8,11 @@ accident (`$(cat file)`), which made a run directory whose name printed over two
 command substitution left unexpanded (`$HOME/runs`, `${DATA}/train.jsonl`, `$(date)`): a config file, or a flag in
 single quotes, reaches the engine without a shell expanding it, and `run.output_dir: $HOME/runs/x` made a directory
 named `$HOME` in the working directory. A path of that form that exists as written is taken (a file may have a `$` in
-its name).
+its name). The same holds for the family's other members: a backquoted command (`` `date +%F` ``, the older spelling
+of `$(...)`), and characters that a terminal shows as nothing or as a line break although they are no control
+character: Unicode's format characters (a zero-width space, a byte-order mark, a soft hyphen, the
+bidirectional marks and overrides that print a name backwards) and its line and paragraph separators (U+2028, U+2029):
+pasted from a web page or a chat, they made a directory no one could type or see the name of.
 """
 
 from __future__ import annotations
@@ -20,17 +24,26 @@ from typing import Optional
 
 from ..state.path_limits import limits_at
 
-# What a POSIX shell expands: $NAME, ${...}, $(...); the first found is named.
-_SHELL_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\()")
+# What a POSIX shell expands: $NAME, ${...}, $(...) and its older form `...`; the first found is named.
+_SHELL_EXPANSION = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[^}]*\}?|\()|`[^`]*`")
+# Unicode categories a path's character may not be: controls (Cc), invisible format characters (Cf) and the line and
+# paragraph separators (Zl, Zp), none of which a person types into a path on purpose. The zero-width non-joiner and
+# joiner (U+200C, U+200D) are format characters that Persian and Indic words and emoji sequences are written with.
+_WRITTEN_FORMAT = {"\u200c", "\u200d"}
+_UNSEEN_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format character",
+                      "Zl": "a line separator", "Zp": "a paragraph separator"}
 
 
 def path_form_problem(name: str) -> Optional[str]:
     """What keeps `name` (~ expanded as the shell does) from being a path, as "a path ..." the caller prefixes with
     "expected", or None. The bounds are those of the filesystem the path is (or would be) on (path_limits.limits_at:
     pathconf, else POSIX's usual 255 and 4096), applied to the path as the system call receives it."""
-    control = next((char for char in name if unicodedata.category(char) == "Cc"), None)
+    control = next((char for char in name
+                    if unicodedata.category(char) in _UNSEEN_CATEGORIES and char not in _WRITTEN_FORMAT), None)
     if control is not None:
-        return f"a path without control characters ({control!r} at character {name.index(control)})"
+        kind = _UNSEEN_CATEGORIES[unicodedata.category(control)]
+        return (f"a path without control characters or invisible ones ({control!r} at character "
+                f"{name.index(control)}: {kind}, U+{ord(control):04X})")
     expanded = os.path.expanduser(name)
     name_max, path_max = limits_at(expanded)
     encoded = os.fsencode(expanded)
@@ -42,7 +55,7 @@ def path_form_problem(name: str) -> Optional[str]:
                 f"{len(longest):,})")
     shell = _SHELL_EXPANSION.search(name)
     if shell is not None and not _exists_as_written(name, shell.end()):
-        return (f"a path with no shell expansion in it ({shell.group()!r} at character {shell.start()}: the engine "
+        return (f"a path with no shell expansion in it ({shell.group()[:40]!r} at character {shell.start()}: the engine "
                 f"expands only ~, and a config file or a quoted flag reaches it with no shell to expand the rest)")
     return None
 

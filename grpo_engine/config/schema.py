@@ -696,6 +696,11 @@ class OptimConfig(Section):
         return self
 
 
+# The weight decay of the demo's supervised warm start (torch's AdamW default, written out: data/warm_start.py uses
+# this one), which bounds run.warm_start_learning_rate as optim.weight_decay bounds optim.learning_rate.
+WARM_START_WEIGHT_DECAY = 0.01
+
+
 class RunConfig(Section):
     output_dir: FilePath = Field(
         "runs/grpo", description="run directory: metrics.jsonl, samples.jsonl, config.yaml, checkpoints/")
@@ -744,6 +749,16 @@ class RunConfig(Section):
         3e-3, description="AdamW LR of the supervised warm start")
     warm_start_target: Annotated[Fraction, WARM_START] = Field(
         1.0, description="the warm start stops early once the mean probability of the reference answers reaches this")
+
+    @model_validator(mode="after")
+    def _warm_start_decay_shrinks_weights(self) -> "RunConfig":
+        # OptimConfig's rule for the warm start's own AdamW: past 1 the decay flips every weight's sign each step
+        if self.warm_start_learning_rate * WARM_START_WEIGHT_DECAY > 1:
+            raise ValueError(f"run.warm_start_learning_rate x the warm start's AdamW weight decay "
+                             f"({WARM_START_WEIGHT_DECAY}) must be at most 1 (AdamW multiplies every weight by 1 - "
+                             f"their product each step), got {self.warm_start_learning_rate!r}: at most "
+                             f"{1 / WARM_START_WEIGHT_DECAY:g}")
+        return self
 
 
 class EngineConfig(Section):

@@ -5,15 +5,25 @@ through failed later, naming something else: `http://host:8000/v1` (the OpenAI c
 `/v1/v1/models`; a query or fragment swallowed the paths; `http://user:pass@host` failed to resolve the host
 `user`; a port past 65535 or not a number was a connection error after the model had loaded. A server listed twice
 was given every weight push twice and, under NCCL, joined the transfer group twice, which then never formed.
+The same holds for the whole family of each: any API path the engine adds itself (an endpoint's URL pasted from a
+curl example, `.../v1/completions`, `.../health`), and any two spellings of one server's address (an IPv6 address
+written out or compressed, a host name with the DNS root's trailing dot, an internationalised name in Unicode or in
+its ASCII form).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import urlsplit
 
 EXPECTED = "expected a server's base URL, http://HOST:PORT"
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# The top-level endpoints of vLLM's OpenAI server that the engine asks for or that a user may copy from its docs; a
+# base URL ending in one (or holding a /v1 segment anywhere) is an endpoint's URL, to which the client adds its own.
+_API_ENDPOINTS = {"v1", "health", "ping", "version", "metrics", "tokenize", "detokenize", "docs", "openapi.json",
+                  "collective_rpc", "reset_prefix_cache", "get_world_size", "invocations", "pooling", "score",
+                  "rerank", "classify"}
 
 
 def server_url(url: str) -> str:
@@ -34,19 +44,39 @@ def server_url(url: str) -> str:
         port = -1
     if not parts.hostname or port == 0 or port == -1 or parts.netloc.endswith(":"):
         raise ValueError(f"{EXPECTED}, with a host and a port from 1 to 65535")
-    path = parts.path.rstrip("/")
-    if path.lower().endswith("/v1"):
-        raise ValueError(f"{EXPECTED}, without the API's /v1, which the engine adds itself (here "
-                         f"{url[:len(url) - len(parts.path)] + path[:-3]})")
+    segments = [segment for segment in parts.path.split("/") if segment]
+    lowered = [segment.lower() for segment in segments]
+    cut = lowered.index("v1") if "v1" in lowered else (
+        len(segments) - 1 if segments and lowered[-1] in _API_ENDPOINTS else None)
+    if cut is not None:
+        api = "/".join(segments[cut:])
+        base = url[:len(url) - len(parts.path)] + "".join("/" + segment for segment in segments[:cut])
+        what = "the API's /v1" if api.lower() == "v1" else f"an API path (/{api})"
+        raise ValueError(f"{EXPECTED}, without {what}, which the engine adds itself (here {base})")
     return url.rstrip("/")
 
 
 def server_key(url: str) -> tuple[str, str, int, str]:
     """What makes two spellings of a URL the same server: the host's case, a default port and a trailing slash do
-    not."""
+    not, nor does the spelling of its address (server_host)."""
     parts = urlsplit(url)
-    return (parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS[parts.scheme.lower()],
-            parts.path.rstrip("/"))
+    return (parts.scheme.lower(), server_host(parts.hostname or ""),
+            parts.port or DEFAULT_PORTS[parts.scheme.lower()], parts.path.rstrip("/"))
+
+
+def server_host(host: str) -> str:
+    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
+    (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the ASCII form
+    that DNS sends (IDNA: `bücher` is `xn--bcher-kva`)."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        pass
+    name = host.rstrip(".").lower()
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError:  # a name IDNA cannot encode (a label past 63 characters): the lookup fails on it anyway
+        return name
 
 
 def distinct_servers(urls: list[str]) -> list[str]:

@@ -270,6 +270,9 @@ def parse_yaml(text: str, source: str) -> Any:
 
 def read_yaml(path: str | Path) -> dict:
     """A config file's mapping of sections."""
+    if isinstance(path, str) and not path.strip():
+        # blank text, refused as every text setting refuses it: as a Path, '' is '.', named as "a directory"
+        raise ConfigError(f"config file {path!r}: expected the path of a YAML file, got blank text")
     path = Path(path)
     source = f"config file {str(path)!r}"
     problem = path_form_problem(str(path))

@@ -158,17 +158,31 @@ def special_token_as_text(messages: list[Any], system_prompt: Optional[str],
     return None
 
 
-def dropped_user_message(messages: list[Any], rendered: Any) -> Optional[str]:
-    """The user message whose text (stripped: templates trim) a chat template's output lacks, in a few words, or
-    None. A template that ignores the messages (renders a fixed header) or only the first of them trained every
-    prompt on the same text, silently. Only user turns, and a final assistant message the model is to continue:
-    templates may rightly drop other roles' parts (the reasoning of earlier assistant turns; data.system_prompt has
-    its own check)."""
+def dropped_message(messages: list[Any], rendered: Any) -> Optional[str]:
+    """The user or system message whose text (stripped: templates trim) a chat template's output lacks, or a final
+    assistant message the model is to continue, in a few words, or None. A template that ignores the messages
+    (renders a fixed header) or only the first of them trained every prompt on the same text, silently; one that
+    skips the system role dropped data.system_prompt (the run's instructions) as silently. Other assistant turns
+    are not judged: templates may rightly drop their parts (the reasoning of earlier turns)."""
     if not isinstance(rendered, str):
         return "any text (it returned no string)"
     continued = len(messages) - 1 if continues_final_message(messages) else None
     for index, message in enumerate(messages):
         text = content_text(message.get("content")).strip() if isinstance(message, dict) else ""
-        if text and (message.get("role") == "user" or index == continued) and text not in rendered:
+        if text and (message.get("role") in ("user", "system") or index == continued) and text not in rendered:
             return f"the text of message {index} ({message.get('role')}, {text!r:.40})"
+    return None
+
+
+def missing_assistant_turn(messages: list[Any], rendered: str) -> Optional[str]:
+    """The last message, in a few words, when what the template rendered for generation ends with its text: the
+    template opened no assistant turn after it (it ignores add_generation_prompt), so the model would write more of
+    that message, not an answer to it; or None. A final assistant message is continued on purpose
+    (continues_final_message): its text ends the prompt."""
+    if continues_final_message(messages):
+        return None
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    text = content_text(last.get("content")).strip()
+    if text and rendered.rstrip().endswith(text):
+        return f"message {len(messages) - 1} ({last.get('role')}, {text[-40:]!r})"
     return None

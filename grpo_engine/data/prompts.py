@@ -19,8 +19,8 @@ from ..config.schema import DATASET_DICT_FILE, is_hub_id
 from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
-from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem,
-                            dropped_user_message, messages_problem, messages_written_as_text, special_token_as_text,
+from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem, dropped_message,
+                            messages_problem, messages_written_as_text, missing_assistant_turn, special_token_as_text,
                             unused_system_prompt, visible)
 from .row_values import RowValueError, check_column_names, check_row_values, strict_json_hooks
 
@@ -342,11 +342,17 @@ def render_prompt(prompt: Any, tokenizer: PreTrainedTokenizerBase, system_prompt
     continued = continues_final_message(messages)  # TRL's rendering: the model goes on with a prefilled answer
     # A prefill is looked for whole first: transformers' own refusal of one the template drops names no message.
     rendered = _chat_template_text(tokenizer, messages, add_generation_prompt=not continued)
-    dropped = dropped_user_message(messages, rendered)
+    dropped = dropped_message(messages, rendered)
     if dropped:
         raise DataError(f"the model's chat template renders these messages without {dropped}, so the model would "
                         f"never see it; fix the template (chat_template.jinja or tokenizer_config.json's "
                         f"chat_template)")
+    unanswered = missing_assistant_turn(messages, rendered)
+    if unanswered:
+        raise DataError(f"the model's chat template ends the prompt with the text of {unanswered} and opens no "
+                        f"assistant turn after it (it ignores add_generation_prompt), so the model would continue "
+                        f"that message instead of answering it; fix the template (chat_template.jinja or "
+                        f"tokenizer_config.json's chat_template)")
     return _chat_template_text(tokenizer, messages, continue_final_message=True) if continued else rendered
 
 

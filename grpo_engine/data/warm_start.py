@@ -19,9 +19,12 @@ from transformers import PreTrainedTokenizerBase
 
 from grpo_kernels import linear_logprobs
 
+from ..config.schema import WARM_START_WEIGHT_DECAY
 from ..model.loading import HiddenStatePolicy, with_lm_head
 from ..rollout.base import RolloutBatch, mask_after_eos
 from ..steps.logprobs import completion_hidden_states
+from ..steps.update_checks import (WARM_START_STEP, check_update_finite, check_update_size, weight_limit,
+                                   weight_sizes)
 
 
 def teacher_forced_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str], targets: list[str],
@@ -65,7 +68,10 @@ def supervised_warm_start(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
     if not 0.0 < target <= 1.0:
         raise ValueError(f"warm start target must be in (0, 1], got {target}")
     policy = HiddenStatePolicy(lm).train()
-    optimizer = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=learning_rate)
+    trained = [p for p in lm.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=learning_rate, weight_decay=WARM_START_WEIGHT_DECAY)
+    largest, norm = weight_sizes(None, trained)
+    limit = weight_limit(largest)
     every_prompt = teacher_forced_batch(tokenizer, prompts, targets, device)
     order = random.Random(seed)
     losses: list[float] = []
@@ -75,9 +81,16 @@ def supervised_warm_start(lm: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
         batch = teacher_forced_batch(tokenizer, [prompts[i] for i in rows], [targets[i] for i in rows], device)
         loss = -target_logprobs(policy, batch, backend).sum() / batch.completion_mask.sum()
         loss.backward()
+        grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in trained if p.grad is not None]))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        # the RL update's checks on the weights RL starts from: a learning rate that wrecks them stops here, naming
+        # run.warm_start_learning_rate, not at step 1 as a NaN forward of a model whose weights look finite
+        largest, norm_after = weight_sizes(None, trained)
+        check_update_finite(largest, limit, len(losses), learning_rate, 0.0, grad_norm, WARM_START_STEP)
+        check_update_size(norm, norm_after, len(losses), learning_rate, grad_norm, WARM_START_STEP)
+        norm = norm_after
         if len(losses) % check_every == 0 or len(losses) == steps:
             probability = reference_answer_probability(policy, every_prompt, backend)
     return WarmStartResult(losses, probability)

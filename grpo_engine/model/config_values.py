@@ -131,3 +131,25 @@ def config_values_problem(values: dict[str, Any], where: str = "") -> Optional[s
     if problem is None and isinstance(values.get("text_config"), dict):
         return config_values_problem(values["text_config"], f"{where}text_config.")
     return None if problem is None else where + problem
+
+
+# A layer kind of `layer_types` -> the setting of the built configuration its attention reads the window from.
+LAYER_WINDOWS = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+
+
+def layer_kinds_problem(config: Any) -> Optional[str]:
+    """What keeps the configuration transformers built (`config`, after its own defaults and rules: Qwen2 drops
+    `sliding_window` unless `use_sliding_window` is true) from running each layer its `layer_types` names, or None: a
+    windowed layer with no window ("sliding_attention" with sliding_window null failed at the first forward, deep in
+    transformers' cache, "TypeError: 'NoneType' object cannot be interpreted as an integer")."""
+    for part in (config, getattr(config, "text_config", None)):
+        kinds = getattr(part, "layer_types", None) or []
+        for layer, kind in enumerate(kinds):
+            setting = LAYER_WINDOWS.get(kind)
+            window = getattr(part, setting, None) if setting else 1
+            if not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
+                hint = (" (qwen2 keeps sliding_window only with use_sliding_window true)"
+                        if getattr(part, "use_sliding_window", None) is False else "")
+                return (f"layer_types: layer {layer} is {kind!r}, which needs {setting} (a whole number >= 1), but "
+                        f"the configuration has {window!r}{hint}; set it, or make the layer 'full_attention'")
+    return None

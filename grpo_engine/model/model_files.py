@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from ..data.row_values import RowValueError, strict_json_hooks
-from .config_values import config_values_problem
+from .config_values import config_values_problem, layer_kinds_problem
 from .generation_file import (GenerationSettings, TokenIdSettings, TokenizerSettings, settings_problem,
                               vocab_size_of)
 from ..state.bounded_read import FileBoundError, read_bounded_bytes, parse_json, special_file_kind
@@ -71,10 +71,13 @@ def check_model_files(directory: Path) -> None:
         from transformers import AutoConfig
 
         try:
-            AutoConfig.from_pretrained(directory)
+            config = AutoConfig.from_pretrained(directory)
         except Exception as exc:  # transformers' and huggingface_hub's validation errors, of several types
             raise ModelFileError(f"{directory / 'config.json'} is not a configuration transformers accepts "
                                  f"({_one_line(exc)})") from None
+        problem = layer_kinds_problem(config)  # read from what transformers built: its defaults and rules applied
+        if problem:
+            raise ModelFileError(f"{directory / 'config.json'}: {problem}")
 
 
 def _json_object(path: Path) -> dict:

@@ -8,7 +8,9 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - the random number generators (Python's `random`, NumPy's global one, torch's CPU and initialised CUDA
   generators) are restored: a function that draws numbers, or seeds them, leaves the training trajectory as it
   was, so a run scores and trains the same with or without that draw;
-- the working directory, the environment variables, the umask and the signal handlers;
+- the working directory, the environment variables, the umask, the signal handlers and the interval timers (a
+  timer it arms, `signal.alarm` or `setitimer`, is disarmed: its signal came later, mid-training, and stopped the
+  run as a SIGALRM from outside would, naming no function);
 - torch's global switches: grad mode, default dtype, default device, thread counts, deterministic-algorithms
   mode, anomaly detection, float32 matmul precision, the TF32 / cuDNN flags, autocast (on, its dtype, its cache)
   and torch.nn.Module's global hooks (register_module_forward_hook and its kin);
@@ -79,6 +81,24 @@ def _restore_signal_handlers(saved: dict[int, Any]) -> None:
                 signal.signal(signum, handler)
             except (OSError, ValueError):
                 pass
+
+
+# The process's interval timers (signal.alarm is ITIMER_REAL's): each ends in a signal whose default ends the run.
+_TIMERS = {name: getattr(signal, name) for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
+           if hasattr(signal, name)}
+
+
+def _armed_timers() -> set[str]:
+    return {name for name, which in _TIMERS.items() if signal.getitimer(which)[0] > 0}
+
+
+def _disarm_new_timers(armed_before: set[str]) -> list[str]:
+    """Disarms every interval timer armed since `armed_before` was read (one armed before is left as it runs: its
+    remaining time cannot be put back exactly, and it is not the call's); their names."""
+    new = sorted(_armed_timers() - armed_before)
+    for name in new:
+        signal.setitimer(_TIMERS[name], 0)
+    return new
 
 
 def _restore_environment(saved: dict[str, str]) -> None:
@@ -239,6 +259,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
     umask = os.umask(0o022)
     os.umask(umask)
     handlers = _signal_handlers()
+    timers = _armed_timers()
     streams = (sys.stdout, sys.stderr, sys.stdin)
     fds = [_fileno(stream) for stream in streams]
     recursion_limit = sys.getrecursionlimit()
@@ -259,6 +280,10 @@ def _process_state(changed: list[str]) -> Iterator[None]:
         if _signal_handlers() != handlers:
             changed.append("changed signal handlers; the engine put it back")
         _restore_signal_handlers(handlers)
+        armed = _disarm_new_timers(timers)
+        if armed:
+            changed.append(f"armed an interval timer ({', '.join(armed)}: signal.alarm / setitimer); the engine "
+                           f"disarmed it")
         if (sys.stdout, sys.stderr, sys.stdin) != streams:
             changed.append("changed sys.stdout / sys.stderr / sys.stdin; the engine put it back")
         sys.stdout, sys.stderr, sys.stdin = (_reopened(stream, fd, changed) for stream, fd in zip(streams, fds))

@@ -6,9 +6,18 @@ stays the one to resume from."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from accelerate import Accelerator
+
+# The settings a check names: the RL update's by default, the demo's supervised warm start's (same optimizer, same
+# failure) when it runs the checks on its own steps.
+# (what a step is called, the learning rate's setting, what became of the weights)
+RL_STEP = ("step", "optim.learning_rate",
+           "the run stops without saving these weights, so the last checkpoint stays the one to resume from")
+WARM_START_STEP = ("warm-start step", "run.warm_start_learning_rate",
+                   "the run stops before its first step, with nothing of these weights saved")
 
 
 class DivergedUpdateError(FloatingPointError):
@@ -32,11 +41,12 @@ WEIGHT_LIMIT = 1e6
 MAX_STEP_GROWTH = 10.0
 
 
-def weight_sizes(accelerator: Accelerator, parameters: list[torch.Tensor]) -> tuple[float, float]:
+def weight_sizes(accelerator: Optional[Accelerator], parameters: list[torch.Tensor]) -> tuple[float, float]:
     """(largest |weight|, L2 norm) of `parameters` over every process; the largest is inf if any weight is NaN or
     inf. One fused reduction per process and, with several processes (FSDP / TP shards, DDP replicas), one
     all-reduce, so every process takes the same branch. DDP replicas count each weight once per process, which
-    scales the norm and leaves its ratios (check_update_size) as they are."""
+    scales the norm and leaves its ratios (check_update_size) as they are. No accelerator: this process's weights
+    only (the warm start, which the main process runs alone)."""
     local = [getattr(p, "to_local", lambda: p)().detach() for p in parameters]  # a DTensor's shard: this rank's
     local = [t for t in local if t.numel()]
     if local:
@@ -45,7 +55,7 @@ def weight_sizes(accelerator: Accelerator, parameters: list[torch.Tensor]) -> tu
     else:
         peak, squares = torch.zeros(()), torch.zeros((), dtype=torch.float64)
     peak = torch.nan_to_num(peak, nan=math.inf)  # an all-reduce max may drop a NaN; inf it keeps
-    if accelerator.num_processes > 1:
+    if accelerator is not None and accelerator.num_processes > 1:
         device = accelerator.device
         peak = accelerator.reduce(peak.reshape(1).to(device), "max")
         squares = accelerator.reduce(squares.reshape(1).to(device), "sum")
@@ -57,7 +67,7 @@ def weight_limit(largest: float) -> float:
     return max(WEIGHT_LIMIT, 1e3 * largest)
 
 
-def _gradient_advice(max_grad_norm: float, grad_norm: float) -> str:
+def _gradient_advice(max_grad_norm: float, grad_norm: float, setting: str) -> str:
     """What to change, by what the step saw: a gradient already inf or NaN is an overflow in the forward or the
     backward, which no learning rate causes and clipping turns into NaN; else the learning rate is too large."""
     if not math.isfinite(grad_norm):
@@ -65,11 +75,11 @@ def _gradient_advice(max_grad_norm: float, grad_norm: float) -> str:
                 f"backward, not the learning rate; train in float32 (model.dtype) or find what overflows")
     clip = (f" (optim.max_grad_norm {max_grad_norm:g} bounds the gradient, not the step)" if max_grad_norm > 0 else
             ", and set optim.max_grad_norm > 0 (it is 0: the gradient is not clipped)")
-    return f"Lower optim.learning_rate{clip}"
+    return f"Lower {setting}{clip}" if setting == RL_STEP[1] else f"Lower {setting}"
 
 
 def check_update_finite(largest: float, limit: float, step: int, lr: float, max_grad_norm: float,
-                        grad_norm: float) -> None:
+                        grad_norm: float, phase: tuple[str, str, str] = RL_STEP) -> None:
     """Raises DivergedUpdateError when the optimizer step just taken left a trained weight non-finite or past
     `limit` (weight_limit's; `largest` is weight_sizes' after the step), naming the step and the settings that let
     it."""
@@ -77,20 +87,20 @@ def check_update_finite(largest: float, limit: float, step: int, lr: float, max_
         return
     held = "NaN or inf" if not math.isfinite(largest) else f"{largest:.3g}"
     raise DivergedUpdateError(
-        f"the optimizer step at step {step} diverged: a trained weight is now {held} (the gradient norm was "
-        f"{grad_norm:.3g}, the learning rate {lr:g}); the run stops without saving these weights, so the last "
-        f"checkpoint stays the one to resume from. {_gradient_advice(max_grad_norm, grad_norm)}")
+        f"the optimizer step at {phase[0]} {step} diverged: a trained weight is now {held} (the gradient norm was "
+        f"{grad_norm:.3g}, the learning rate {lr:g}); {phase[2]}. "
+        f"{_gradient_advice(max_grad_norm, grad_norm, phase[1])}")
 
 
-def check_update_size(norm_before: float, norm_after: float, step: int, lr: float, grad_norm: float) -> None:
+def check_update_size(norm_before: float, norm_after: float, step: int, lr: float, grad_norm: float,
+                      phase: tuple[str, str, str] = RL_STEP) -> None:
     """Raises DivergedUpdateError when the optimizer step just taken grew the trained weights' L2 norm more than
     MAX_STEP_GROWTH-fold: finite weights, but noise of the learning rate's size (see MAX_STEP_GROWTH). Weights
     whose norm was 0 (nothing to compare with) are not judged."""
     if norm_before <= 0 or norm_after <= MAX_STEP_GROWTH * norm_before:
         return
     raise DivergedUpdateError(
-        f"the optimizer step at step {step} wrecked the weights: it grew the trained weights' norm "
+        f"the optimizer step at {phase[0]} {step} wrecked the weights: it grew the trained weights' norm "
         f"{norm_after / norm_before:.3g}-fold in one step (the learning rate {lr:g}, the gradient norm "
         f"{grad_norm:.3g}; AdamW moves every weight by about the learning rate, here far more than the weights' own "
-        f"size), so the policy would sample noise from now on; the run stops without saving these weights, so the "
-        f"last checkpoint stays the one to resume from. Lower optim.learning_rate")
+        f"size), so the policy would sample noise from now on; {phase[2]}. Lower {phase[1]}")

@@ -1,6 +1,8 @@
 """Property test of the FORM of every path setting (the schema's PathSetting keys: run.output_dir, run.resume,
 data.path, model.name_or_path, ...), as a YAML file or a flag gives it: a name with a control character in it (NUL,
-a line break, a tab, an escape, C1 controls), a name longer than a file system's 255 bytes, a path longer than its
+a line break, a tab, an escape, C1 controls) or a character that shows as nothing or as a line break (Unicode's
+format characters: a zero-width space, a bidirectional override, a byte-order mark; its line and paragraph
+separators), a name longer than a file system's 255 bytes, a path longer than its
 4095. Each is refused when the config loads, in one line naming the key, before anything looks for the file;
 any other name of a legal form is not refused for its form. Before, NUL and line breaks were taken (a run directory
 named over two lines), and an over-long name failed at the first look with "OSError: File name too long", naming
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,9 +22,14 @@ from setting_kinds import path_keys
 
 DERANDOMIZE = bool(os.environ.get("CI"))
 NAME_MAX_BYTES, PATH_MAX_BYTES = 255, 4095  # Linux's and macOS's bounds on a file name and a whole path
-CONTROLS = [chr(c) for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))]
-# a name's characters: ASCII, accented and wide letters (2-4 bytes in UTF-8), and a control character now and then
-NAME_CHARS = st.one_of(st.sampled_from("abcxyz019_-."), st.sampled_from("éü漢字🙂"), st.sampled_from(CONTROLS))
+# every character of Unicode's control (Cc), format (Cf) and line / paragraph separator (Zl, Zp) categories but the
+# zero-width non-joiner and joiner, which Persian and Indic words and emoji sequences are written with
+WRITTEN_FORMAT = "\u200c\u200d"
+CONTROLS = [chr(c) for c in range(0x110000)
+            if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp") and chr(c) not in WRITTEN_FORMAT]
+# a name's characters: ASCII, accented and wide letters (2-4 bytes in UTF-8), joiners, and an unseen one now and then
+NAME_CHARS = st.one_of(st.sampled_from("abcxyz019_-."), st.sampled_from("éü漢字🙂می" + WRITTEN_FORMAT),
+                       st.sampled_from(CONTROLS))
 
 
 @st.composite
@@ -130,3 +138,18 @@ def test_a_value_read_as_an_option_is_named(value, capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "required: run_dir" in err, err
     assert "was read as an option" in err and "grpo-engine plot -- VALUE" in err, err
+
+
+@settings(max_examples=20, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command=st.sampled_from([["train"], ["eval", "--model", "org/name"]]),
+       blank=st.text(st.sampled_from(" \t\n\u00a0\u3000"), max_size=3))
+def test_a_blank_config_path_is_one_line_naming_it(command, blank, tmp_path, monkeypatch, capsys):
+    """`--config ""` (a variable left unset in a script) was read as the path '.', "config file '.' is a
+    directory"; it is refused as blank text, as every text setting is."""
+    from grpo_engine.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--config", blank]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and f"config file {blank!r}: expected the path of a YAML file" in lines[0], lines

@@ -1,12 +1,15 @@
-"""rollout.server.urls: a URL the HTTP client would mistake (the OpenAI clients' /v1 base, a query or fragment,
+"""rollout.server.urls: a URL the HTTP client would mistake (the OpenAI clients' /v1 base or any API path the engine
+adds itself, such as an endpoint's URL pasted from a curl example, `.../v1/completions`, `.../health`; a query or fragment,
 user:password@, no host, a port 0, past 65535 or not a number, an IPv6 literal left open) and a server listed twice
-in two spellings (the host's case, a default port, a trailing slash) are one line naming the setting when the
+in two spellings (the host's case, a default port, a trailing slash, an IPv6 address written out, a name with the
+DNS root's trailing dot, an internationalised name in its ASCII form) are one line naming the setting when the
 config loads. Before: each passed the schema and failed later naming something else (GET /v1/v1/models 404, the host
 `user` not found, a connection error after the model loaded), and a server listed twice took every weight push
 twice. Well-formed URLs (a path prefix, https, an IPv6 literal) load as written, less a trailing slash."""
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 import pytest
@@ -15,7 +18,10 @@ from hypothesis import given, settings, strategies as st
 from grpo_engine.config import ConfigError, load_config
 
 HOSTS = st.from_regex(r"\A[a-z][a-z0-9-]{0,12}(\.[a-z][a-z0-9-]{0,8}){0,2}\Z") | st.sampled_from(
-    ["127.0.0.1", "10.0.0.2", "[::1]", "[fe80::1]"])
+    ["127.0.0.1", "10.0.0.2", "[::1]", "[fe80::1]", "[2001:db8::8:800:200c:417a]", "bücher.example", "例え.jp"])
+# What the engine adds to a base URL itself: the OpenAI API under /v1 and the server's own endpoints.
+API_PATHS = st.sampled_from(["/v1", "/V1", "/v1/completions", "/v1/models", "/v1/chat/completions", "/health",
+                             "/metrics", "/collective_rpc", "/reset_prefix_cache", "/version"])
 
 
 @st.composite
@@ -43,7 +49,7 @@ def mistaken_urls(draw) -> str:
     host_port = rest.split("/")[0]
     kind = draw(st.sampled_from(["v1", "query", "fragment", "credentials", "port", "no host", "open ipv6"]))
     if kind == "v1":
-        return url + draw(st.sampled_from(["/v1", "/v1/", "/V1"]))
+        return url + draw(API_PATHS) + draw(st.sampled_from(["", "/"]))
     if kind == "query":
         return url + "?" + draw(st.sampled_from(["", "x=1", "api_key=k"]))
     if kind == "fragment":
@@ -71,10 +77,20 @@ def test_a_url_the_client_would_mistake_is_one_line_naming_it(url, index):
 
 
 @settings(max_examples=100, deadline=None)
-@given(url=base_urls(), respell=st.sets(st.sampled_from(["case", "port", "slash"]), min_size=1), other=base_urls())
+@given(url=base_urls(), respell=st.sets(st.sampled_from(["case", "port", "slash", "address"]), min_size=1),
+       other=base_urls())
 def test_a_server_listed_twice_is_named(url, respell, other):
     parts = urlsplit(url)
-    netloc = parts.netloc.upper() if "case" in respell else parts.netloc  # a host name has no case
+    netloc = parts.netloc
+    if "address" in respell:  # another spelling of the same address, which DNS or the socket reads as the same
+        host = parts.hostname
+        try:
+            address = ipaddress.ip_address(host)
+            spelled = f"[{address.exploded}]" if address.version == 6 else host
+        except ValueError:
+            spelled = (host.encode("idna").decode() if not host.isascii() else host) + "."
+        netloc = spelled + netloc[netloc.rindex("]") + 1 if "]" in netloc else len(host):]
+    netloc = netloc.upper() if "case" in respell else netloc  # a host name has no case
     if "port" in respell and parts.port is None:
         netloc += ":80" if parts.scheme == "http" else ":443"
     twice = f"{parts.scheme}://{netloc}{parts.path}" + "/" * ("slash" in respell)

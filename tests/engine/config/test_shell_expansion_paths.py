@@ -1,5 +1,5 @@
 """Every path setting (the schema's PathSetting keys), the --config file and the tools' path flags refuse a path
-with a shell expansion left in it ($NAME, ${NAME}, $(command)) that names nothing as written: a config file or a flag
+with a shell expansion left in it ($NAME, ${NAME}, $(command), `command`) that names nothing as written: a config file or a flag
 in single quotes reaches the engine with no shell to expand it. Before, `run.output_dir: $HOME/runs/x` was taken and
 the run wrote into a directory named `$HOME` under the working directory (data.path said only "expected an existing
 file"). A path with a `$` that exists as written is taken: a file may have one in its name."""
@@ -17,8 +17,12 @@ from grpo_engine.config.strict_yaml import read_yaml
 from setting_kinds import path_keys
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+# every form a POSIX shell expands: a variable, a braced parameter, a command in $(...) or in backquotes (its older
+# spelling, which the first guard missed: `date` made a directory of that name)
+COMMANDS = st.from_regex(r"[a-z]{1,6}( [-+%A-Za-z0-9]{1,6}){0,2}", fullmatch=True)
 EXPANSIONS = st.one_of(NAMES.map(lambda n: f"${n}"), NAMES.map(lambda n: f"${{{n}}}"),
-                       st.sampled_from(["$(date +%F)", "${HOME:-/tmp}", "$(pwd)"]))
+                       COMMANDS.map(lambda c: f"$({c})"), COMMANDS.map(lambda c: f"`{c}`"),
+                       st.sampled_from(["$(date +%F)", "${HOME:-/tmp}", "$(pwd)", "`date +%F`"]))
 PARTS = st.from_regex(r"[a-z0-9_.-]{1,8}", fullmatch=True).filter(lambda part: part not in (".", ".."))
 
 

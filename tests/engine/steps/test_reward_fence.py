@@ -30,6 +30,8 @@ def process_state() -> dict:
     return {
         "cwd": os.getcwd(), "environ": dict(os.environ), "umask": umask,
         "signals": {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)},
+        "timers": [signal.getitimer(which)[0] > 0 for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL,
+                                                                 signal.ITIMER_PROF)],
         "python_rng": random.getstate(), "numpy_rng": repr(np.random.get_state()),
         "torch_rng": torch.get_rng_state().tolist(), "dtype": torch.get_default_dtype(),
         "grad": torch.is_grad_enabled(), "threads": torch.get_num_threads(),

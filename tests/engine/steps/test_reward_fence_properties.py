@@ -40,6 +40,10 @@ MEDDLES = {
     "drop env": ("os.environ.pop('HOME', None)", "HOME"),
     "umask": ("os.umask(0o077)", "the umask"),
     "signal": ("signal.signal(signal.SIGUSR2, lambda *a: None)", "signal handlers"),
+    # a timer whose signal comes later, mid-training (SIGALRM, SIGVTALRM, SIGPROF: each stopped the run as if sent)
+    "alarm timer": ("signal.alarm(3600)", "ITIMER_REAL"),
+    "cpu timer": ("signal.setitimer(signal.ITIMER_PROF, 3600, 3600)", "ITIMER_PROF"),
+    "virtual timer": ("signal.setitimer(signal.ITIMER_VIRTUAL, 3600)", "ITIMER_VIRTUAL"),
     "recursion": ("sys.setrecursionlimit(sys.getrecursionlimit() + 7)", "the recursion limit"),
     "logging": ("logging.disable(logging.CRITICAL)", "logging's disable level"),
     "stdout": ("sys.stdout = io.StringIO()", "sys.stdout / sys.stderr / sys.stdin"),
@@ -111,8 +115,9 @@ def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, a
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     owner = f"reward module '{name}'" if at_import else "reward function 'score'"
     expected = [MEDDLES[m][1] for m in chosen if MEDDLES[m][1] is not None]
-    kinds = {MEDDLES[m][1] if m.endswith(" hook") else "environment" if m.endswith(" env") else m
-             for m in chosen if MEDDLES[m][1] is not None}  # one line names every variable, every hook
+    kinds = {MEDDLES[m][1] if m.endswith(" hook") else "environment" if m.endswith(" env") else
+             "timers" if m.endswith(" timer") else m
+             for m in chosen if MEDDLES[m][1] is not None}  # one line names every variable, hook and timer
     assert len(lines) == len(kinds), lines  # one line per kind of change
     for words in expected:
         assert any(line.startswith(f"warning: {owner}") and words in line for line in lines), (words, lines)

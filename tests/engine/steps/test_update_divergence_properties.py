@@ -8,6 +8,7 @@ run trained on noise without a word."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import pytest
 import torch
@@ -45,6 +46,35 @@ def weights_norm(parameters) -> float:
     return math.sqrt(sum(float(p.detach().double().square().sum()) for p in parameters))
 
 
+def measure_adamw_steps(monkeypatch) -> list[float]:
+    """The trained weights' norm before and after each AdamW step from now on, in the list returned."""
+    norms: list[float] = []
+    real_step = torch.optim.AdamW.step
+
+    def measured(self, *args, **kwargs):
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        out = real_step(self, *args, **kwargs)
+        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
+    return norms
+
+
+def judged_step(monkeypatch, lr: float, take_step) -> tuple[Optional[str], float, float]:
+    """(the DivergedUpdateError's line or None, the weights' norm before and after) of one AdamW step taken by
+    `take_step`, asserting it stopped exactly when the step grew the norm past MAX_STEP_GROWTH-fold."""
+    norms = measure_adamw_steps(monkeypatch)
+    try:
+        take_step()
+        stopped = None
+    except DivergedUpdateError as exc:
+        stopped = str(exc)
+    before, after = norms
+    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    return stopped, before, after
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(exponent=st.integers(-4, 36), max_grad_norm=st.sampled_from([0.0, 1.0]),
        weight_decay=st.sampled_from([0.0, 0.01]))
@@ -73,23 +103,7 @@ def test_a_step_stops_exactly_when_it_grows_the_weights_past_the_bound(lr, tiny_
     """Below WEIGHT_LIMIT the weights stay finite: the step is judged by what it did to them (their norm grown more
     than MAX_STEP_GROWTH-fold), measured here around the real step. Before, lr 1e3 trained on silently: the policy's
     output turned uniform and its gradient 0 for every later step."""
-    norms = []
-    real_step = torch.optim.AdamW.step
-
-    def measured(self, *args, **kwargs):
-        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
-        out = real_step(self, *args, **kwargs)
-        norms.append(weights_norm(p for group in self.param_groups for p in group["params"]))
-        return out
-
-    monkeypatch.setattr(torch.optim.AdamW, "step", measured)
-    try:
-        one_adamw_step(tiny_model_dir, lr, 1.0, 0.0)
-        stopped = None
-    except DivergedUpdateError as exc:
-        stopped = str(exc)
-    before, after = norms
-    assert (stopped is not None) == (after > MAX_STEP_GROWTH * before), (lr, after / before, stopped)
+    stopped, before, after = judged_step(monkeypatch, lr, lambda: one_adamw_step(tiny_model_dir, lr, 1.0, 0.0))
     if stopped:
         assert "\n" not in stopped and f"norm {after / before:.3g}-fold" in stopped and \
             "Lower optim.learning_rate" in stopped, stopped
@@ -139,3 +153,33 @@ def test_a_run_that_diverges_keeps_its_last_good_checkpoint_to_resume_from(small
     saved = list_checkpoints(config.run.output_dir)
     assert [path.name for path in saved] == ["checkpoint-000001"] and not nonfinite_weights(saved[0])
     assert resolve_resume("latest", config.run.output_dir).path == saved[0]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(exponent=st.floats(-4, 36))
+@example(exponent=0.0)  # lr 1: the weights' norm 17-fold, finite; trained on from wrecked weights before
+@example(exponent=30.0)  # the warm start's weight decay flips the weights' signs: refused as the schema's rule
+def test_the_warm_starts_steps_are_checked_as_the_updates_are(exponent, monkeypatch):
+    """The demo's supervised warm start is an AdamW loop of its own, before step 1. Its learning rate went unchecked:
+    run.warm_start_learning_rate 1e30 (or 1, wrecked but finite) ended at step 1 as "the model's forward gave NaN or
+    inf hidden states ... although its weights are finite", naming no setting. Now the schema bounds it by the warm
+    start's weight decay, as optim.weight_decay bounds optim.learning_rate, and each warm-start step is judged as an
+    update's is: stopped exactly when it grows the weights' norm past MAX_STEP_GROWTH-fold, naming the setting."""
+    from grpo_engine.config import ConfigError
+    from grpo_engine.config.schema import WARM_START_WEIGHT_DECAY
+    from grpo_engine.data.demo_task import build_char_tokenizer, build_tiny_model
+    from grpo_engine.data.warm_start import supervised_warm_start
+
+    lr = 10.0 ** exponent
+    if lr * WARM_START_WEIGHT_DECAY > 1:
+        with pytest.raises(ConfigError, match=r"^run.warm_start_learning_rate x the warm start's AdamW weight decay"):
+            load_config(overrides={"run.warm_start_learning_rate": lr})
+        return
+    load_config(overrides={"run.warm_start_learning_rate": lr})
+    tokenizer = build_char_tokenizer()
+    stopped, _, _ = judged_step(monkeypatch, lr, lambda: supervised_warm_start(
+        build_tiny_model(tokenizer, 0), tokenizer, ["1+1=", "2+3="], ["\\boxed{2}", "\\boxed{5}"], 1, lr, 2, 0, CPU,
+        backend="torch"))
+    if stopped:
+        assert "\n" not in stopped and "warm-start step 1" in stopped and \
+            "Lower run.warm_start_learning_rate" in stopped and "optim.learning_rate" not in stopped, stopped
