@@ -90,12 +90,13 @@ def test_flop_counter_mode_counts_the_reference_matmuls_on_every_backend(backend
     """The head's FLOPs as the reference's plain matmuls count them (2 N H V forward, as much again per gradient),
     whichever backend runs the step: the fused ones' recomputation is not model work. The bias gradient's column
     sums are the one difference a backend may show: the waves of whole sequences take them as a matrix-vector
-    product (q^T g, 2 N V: a 1 / H of one head matmul), the reference as a sum, which FlopCounterMode does not count."""
+    product (q^T g over the N rows through the head, 2 N V: a 1 / H of one head matmul), the reference as a sum, which FlopCounterMode does not count."""
     B, T, H, V = 2, 4, 16, 40
     p = make_problem(seed, B=B, T=T, H=H, V=V, device=device_of(backend))
     _, reference = _run("flop_counter", entry, "reference", CONFIGS[config], p, grads)
     _, counted = _run("flop_counter", entry, backend, CONFIGS[config], p, grads)
     assert reference.get_total_flops() > 0
-    bias_sums = 2 * B * T * V if grads and p.bias is not None else 0
+    head_rows = int((p.completion_mask != 0).sum())  # the rows through the head: padding is dropped (layout.py)
+    bias_sums = 2 * head_rows * V if grads and p.bias is not None else 0
     assert counted.get_total_flops() - reference.get_total_flops() in (0, bias_sums), \
         (counted.get_flop_counts(), reference.get_flop_counts())
