@@ -18,9 +18,10 @@ run on a GPU yet):
     over two runs at each shape.
 
 (d) the persistent forward's Hopper tiles and pipeline (benchmarks.triton_check.persistent_variants: the table's
-    entry, a stage shorter, one-warpgroup tiles two programs an SM, a wider tile) timed on the no-grad log-probs at S1-S3 against one
-    torch.mm GEMM, each variant's log-probs checked against the table's: which entry the table should hold, and
-    whether a second program an SM hides the epilogue's exponentials (issue 35's <= 1.15x).
+    entry, a stage shorter, one-warpgroup tiles two programs an SM, a wider tile, the table's tile warp-specialized)
+    timed on the no-grad log-probs at S1-S3 against one torch.mm GEMM, each variant's log-probs checked against
+    the table's: which entry the table should hold, and whether a second program an SM or a warpgroup loading
+    ahead hides the epilogue's exponentials (issue 35's <= 1.15x).
 
     python -m benchmarks.triton_check          # (a)-(c); exit status 1 if a check fails
     python -m benchmarks.triton_check --parts d
@@ -240,20 +241,24 @@ def persistent_variants() -> tuple[KernelConfig, ...]:
     one warpgroup a program (128 threads; 64 x 128 or 128 x 64 tiles, 75-99 KiB of shared memory at 3-4 stages):
     those run two an SM, one's epilogue exponentials beside the other's wgmma, the overlap the cost model does not
     credit (cost_model/triton_tma.py). Beside them the table's tile a stage shorter, and the 128 x 256 tile that
-    spills (568 B a thread): whether its halved hidden-row reloads pay for the spills. Every entry splits the
-    vocabulary every 2048 columns, as the table's does."""
+    spills (568 B a thread): whether its halved hidden-row reloads pay for the spills. Last, the table's tile under
+    triton's Hopper warp specialisation (4 warps a warpgroup: one warpgroup issues the TMA loads ahead through the
+    epilogues, two consumers fold half the rows each; compiled for sm_90a here under both tritons: setmaxnreg, 168
+    registers a thread, no spills, 99 KiB of shared memory at 3 stages). Every entry splits the vocabulary every
+    2048 columns, as the table's does."""
     table = GPU_CONFIGS["sm90"]["persistent"][SIXTEEN_BIT]
     split = table.block_v * table.split_tiles
 
-    def entry(block_n, block_v, warps, stages, per_sm=1):
+    def entry(block_n, block_v, warps, stages, per_sm=1, warp_specialize=False):
         return KernelConfig(block_n, block_v, table.block_k, num_warps=warps, num_stages=stages,
-                            split_tiles=split // block_v, programs_per_sm=per_sm)
+                            split_tiles=split // block_v, programs_per_sm=per_sm, warp_specialize=warp_specialize)
     return (table, entry(128, 128, 8, 3), entry(64, 128, 4, 3, per_sm=2), entry(64, 128, 4, 4, per_sm=2),
-            entry(128, 64, 4, 4, per_sm=2), entry(128, 256, 8, 3))
+            entry(128, 64, 4, 4, per_sm=2), entry(128, 256, 8, 3), entry(128, 128, 4, 4, warp_specialize=True))
 
 
 def describe(config: KernelConfig) -> str:
-    return (f"{config.block_n} x {config.block_v} x {config.block_k}, {config.num_warps} warps, {config.num_stages} "
+    return (f"{config.block_n} x {config.block_v} x {config.block_k}, {config.num_warps} warps"
+            f"{' a warpgroup, warp-specialized' * config.warp_specialize}, {config.num_stages} "
             f"stages, {config.programs_per_sm} program{'s' * (config.programs_per_sm > 1)} an SM")
 
 
@@ -301,7 +306,7 @@ def _table(rows) -> None:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = CommandParser(prog="python -m benchmarks.triton_check", description=doc_summary(__doc__))
     parser.add_argument("--parts", default="abc", type=_parts,
-                        help="which parts to run, in order (default abc; d, the tile sweep, apart: it compiles six "
+                        help="which parts to run, in order (default abc; d, the tile sweep, apart: it compiles seven "
                              "builds)")
     parts = parser.parse_args(argv).parts
     if not torch.cuda.is_available():

@@ -99,20 +99,28 @@ def _flags_text(flags: dict) -> str:
 
 
 def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict], linear: bool, has_blocks=True,
-             fixed: dict | None = None, hot_path: bool = False):
+             fixed: dict | None = None, hot_path: bool = False, config: KernelConfig | None = None):
     """fixed: constexprs every variant sets, not shown in the variant's name; hot_path: CompileTarget's (Hopper
-    builds only)."""
-    config = GPU_CONFIGS[arch][table][dtype_class(dtype == "fp32")]
+    builds only); config: another entry than the table's (a tile sweep's candidate)."""
+    config = config or GPU_CONFIGS[arch][table][dtype_class(dtype == "fp32")]
     for flags in variants:
         constexprs = dict(flags, **(fixed or {}))
         if linear:
             constexprs.update(UPCAST=False, PRECISION="ieee" if dtype == "fp32" else "tf32")
-        blocks = dict(config.blocks)
+        blocks = config.launch_options(interpreted=True)  # the blocks and the flags the entry sets
         if not has_blocks:
             blocks.pop("BLOCK_V")
         constexprs.update(blocks)
         yield CompileTarget(kernel, table, arch, dtype, _flags_text(flags), config, tuple(constexprs.items()),
                             tensor_cores=linear and dtype != "fp32", hot_path=hot_path and arch == "sm90")
+
+
+def persistent_forward_target(config: KernelConfig, dtype: str = "bf16", **flags) -> CompileTarget:
+    """The Hopper build of persistent_forward.py's kernel under `config` (a tile sweep's candidate, e.g.
+    benchmarks/triton_check.persistent_variants) with the constexpr `flags` given (HAS_BIAS, SOFTCAP, STORE_CHUNK)."""
+    flags = dict(dict(HAS_BIAS=False, SOFTCAP=False, STORE_CHUNK=False), **flags)
+    return next(_targets("_persistent_stats_kernel", "persistent", "sm90", dtype, [flags], True,
+                         fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True, config=config))
 
 
 def _grid(**choices) -> list[dict]:

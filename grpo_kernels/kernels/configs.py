@@ -48,6 +48,12 @@ class KernelConfig:
     # persistent kernels only: programs launched per streaming multiprocessor (1: one resident program each; 2 lets
     # one program's epilogue run beside another's tensor-core loop where registers and shared memory hold two)
     programs_per_sm: int = 1
+    # persistent_forward.py only: triton's Hopper warp specialisation of the vocabulary-tile loop (a warpgroup
+    # issuing the TMA loads, two consumer warpgroups each computing half of the tile's rows and folding them in its
+    # epilogue, registers rebalanced by setmaxnreg). Triton builds it so only at num_warps 4 (the consumer
+    # warpgroup's size); at 8 the flag changes nothing. A candidate of the tile sweep, not a table entry until a
+    # GPU times it.
+    warp_specialize: bool = False
     # constexprs the kernel takes for its block shape
     blocks: dict = field(init=False, compare=False, repr=False)
 
@@ -59,9 +65,10 @@ class KernelConfig:
 
     def launch_options(self, interpreted: bool) -> dict:
         """Keyword arguments of a kernel launch: the blocks, plus warps and stages on a GPU."""
+        flags = {"WARP_SPECIALIZE": True} if self.warp_specialize else {}
         if interpreted:
-            return dict(self.blocks)
-        return dict(self.blocks, num_warps=self.num_warps, num_stages=self.num_stages)
+            return dict(self.blocks, **flags)
+        return dict(self.blocks, **flags, num_warps=self.num_warps, num_stages=self.num_stages)
 
 
 # A table's entries: "forward" the partial-statistics kernel of both linear forwards (log-probs and the GRPO

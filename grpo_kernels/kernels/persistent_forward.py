@@ -81,7 +81,7 @@ def _persistent_stats_kernel(
     programs,
     HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr, STORE_CHUNK: tl.constexpr, UPCAST: tl.constexpr,
     PRECISION: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP: tl.constexpr,
+    GROUP: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
 ):
     hidden_desc, weight_desc = operand_descriptors(hidden_ptr, weight_ptr, N, V, H, stride_hidden, stride_weight,
                                                    BLOCK_N, BLOCK_V, BLOCK_K)
@@ -93,7 +93,7 @@ def _persistent_stats_kernel(
                                                                         split_width, BLOCK_N, GROUP)
         n0 = block * BLOCK_N
         run_max, sum_exp, sum_exp_z, target_z = online_softmax_init(BLOCK_N)
-        for v0 in range(v_start, v_end, BLOCK_V):
+        for v0 in tl.range(v_start, v_end, BLOCK_V, warp_specialize=WARP_SPECIALIZE):
             acc = descriptor_tile_dot(hidden_desc, weight_desc, n0, v0, H, UPCAST, PRECISION, BLOCK_N, BLOCK_V,
                                       BLOCK_K)
             cols = v0 + tl.arange(0, BLOCK_V)
