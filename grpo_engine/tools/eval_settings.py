@@ -15,8 +15,10 @@ from typing import Any, Iterable, Optional
 from ..config import EngineConfig, is_hub_id
 from ..config.schema import has_splits
 
-# Why eval does not read a key (the longest matching prefix of the key decides)
-_NEVER_READ = {
+# Every leaf key of the schema is either read by eval (READ_BY_EVAL; some only in the circumstances _why_unread
+# names) or never, with the reason (NEVER_READ_BY_EVAL: the longest matching prefix of the key decides); a test holds
+# the two to cover the schema exactly, so a setting added to it must be placed here.
+NEVER_READ_BY_EVAL = {
     "optim.": "eval trains nothing",
     "loss.": "eval trains nothing",
     "run.": "of the run section eval reads only run.seed, run.device and run.eval_num_samples",
@@ -32,18 +34,29 @@ _NEVER_READ = {
     "rollout.server.": "eval generates with Hugging Face generate on --model itself",
     "rollout.max_staleness": "eval generates with Hugging Face generate on --model itself",
     "rollout.importance_sampling": "eval trains nothing",
+    "rollout.importance_sampling_cap": "eval trains nothing",
+    "rewards.weights": "eval reports each reward's own mean, unweighted (accuracy by the first reward's scores)",
+    "rewards.scale_rewards": "eval computes no advantages",
     "rollout.replay_kept_tokens": "eval trains nothing",
     "rollout.mask_truncated_completions": "eval trains nothing (its metrics count every completion)",
 }
-_READ = ("run.seed", "run.device", "run.eval_num_samples")
 _SAMPLING = ("rollout.temperature", "rollout.top_p", "rollout.top_k")
 _HUB_DATA = ("data.config",)  # data.eval_split: read for a DatasetDict directory too
 _BUILTIN_TASK = ("data.builtin_max_operand", "data.builtin_eval_size")
 _DATA_FILE = ("data.max_prompt_chars",)
+READ_BY_EVAL = frozenset({
+    "model.name_or_path", "model.revision", "model.dtype", "model.attn_implementation",
+    "data.path", "data.eval_path", "data.eval_split", "data.prompt_column", "data.system_prompt",
+    "data.max_prompt_length", *_HUB_DATA, *_BUILTIN_TASK, *_DATA_FILE,
+    "rollout.max_new_tokens", "rollout.repetition_penalty", "rollout.sample_padded_vocab", *_SAMPLING,
+    "rewards.functions", "rewards.answer_column", "rewards.math_correct", "rewards.math_wrong",
+    "rewards.math_no_answer", "rewards.length_cache", "rewards.timeout_seconds",
+    "run.seed", "run.device", "run.eval_num_samples",
+})
 
 
 def _why_unread(key: str, greedy: bool, data_path: Optional[str]) -> Optional[str]:
-    if key in _READ:
+    if key in READ_BY_EVAL and key not in (*_SAMPLING, *_HUB_DATA, *_BUILTIN_TASK, *_DATA_FILE, "data.eval_split"):
         return None
     if greedy and key in _SAMPLING:
         return "eval decodes greedily with one sample: add --sample or --num-samples K to sample"
@@ -56,8 +69,17 @@ def _why_unread(key: str, greedy: bool, data_path: Optional[str]) -> Optional[st
         return "the evaluation data is a file, not the built-in task"
     if key in _DATA_FILE and data_path is None:
         return "the built-in task is scored, not a file"
-    prefixes = [prefix for prefix in _NEVER_READ if key == prefix or prefix.endswith(".") and key.startswith(prefix)]
-    return _NEVER_READ[max(prefixes, key=len)] if prefixes else None
+    return never_read_reason(key)
+
+
+def never_read_reason(key: str) -> Optional[str]:
+    """Why eval never reads `key` (NEVER_READ_BY_EVAL's longest prefix of it), or None (READ_BY_EVAL's keys: the
+    run section's seed, device and sample count under "run.")."""
+    if key in READ_BY_EVAL:
+        return None
+    prefixes = [prefix for prefix in NEVER_READ_BY_EVAL
+                if key == prefix or prefix.endswith(".") and key.startswith(prefix)]
+    return NEVER_READ_BY_EVAL[max(prefixes, key=len)] if prefixes else None
 
 
 def unread_eval_flags(keys: Iterable[str], config: EngineConfig, greedy: bool,

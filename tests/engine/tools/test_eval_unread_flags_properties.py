@@ -22,6 +22,7 @@ FLAGS = {
     "data.prompt_column": ("prompt", "always"), "optim.learning_rate": ("0.1", "never"), "loss.beta": ("0.1", "never"),
     "run.seed": ("3", "always"), "run.max_steps": ("5", "never"), "rollout.num_generations": ("4", "never"),
     "model.lora.enabled": ("true", "never"), "rewards.math_correct": ("2.0", "always"),
+    "rewards.scale_rewards": ("none", "never"), "rollout.importance_sampling_cap": ("3.0", "never"),
 }
 
 
@@ -46,3 +47,19 @@ def test_each_flag_eval_does_not_read_is_named(flags, sampling, data_file, tiny_
     read_when = {"always": True, "never": False, "sampling": sampling != "no", "builtin": not data_file,
                  "file": data_file}
     assert said == {flag for flag in flags if not read_when[FLAGS[flag][1]]}, (argv, said)
+
+
+def test_every_setting_is_placed_read_or_never_read_by_eval():
+    """Each leaf key of the schema is either read by eval (READ_BY_EVAL) or never, with a reason
+    (NEVER_READ_BY_EVAL), not both: a setting added to the schema fails here until placed. Before, keys eval ignores
+    (`--rewards.weights`, `--rewards.scale_rewards`, `--rollout.importance_sampling_cap`) fell between the two lists
+    and were taken without a word."""
+    from grpo_engine.config import EngineConfig
+    from grpo_engine.config.applicability import declared_conditions
+    from grpo_engine.tools.eval_settings import NEVER_READ_BY_EVAL, READ_BY_EVAL, never_read_reason
+
+    keys = [key for key, _ in declared_conditions(EngineConfig)]
+    unplaced = [key for key in keys if key not in READ_BY_EVAL and never_read_reason(key) is None]
+    assert unplaced == [], f"neither read by eval nor given a reason: {unplaced}"
+    assert READ_BY_EVAL <= set(keys), f"not settings of the schema: {sorted(READ_BY_EVAL - set(keys))}"
+    assert not READ_BY_EVAL & set(NEVER_READ_BY_EVAL), "read and never read"
