@@ -314,13 +314,22 @@ def _attach_setup_context(ctx, inputs, output) -> None:
     ctx.backend = inputs[7]
 
 
+def _is_batched(grad: torch.Tensor) -> bool:
+    """Whether `grad` holds a batch of upstream gradients behind a 0-d face: autograd's is_grads_batched (the
+    legacy Batched dispatch key) or a torch.func vmap level."""
+    return torch._C._functorch.is_legacy_batchedtensor(grad) or torch._C._functorch.is_functorch_wrapped_tensor(grad)
+
+
 def _attach_backward(ctx, grad_loss):
     # The gradients were computed for an upstream gradient of 1; the backward only scales them, in place: the
     # saved tensors become the gradients, so no second [V, H] copy exists (autograd takes them over as .grad).
     # A graph kept for another backward (retain_graph=True) keeps them as they are and scales a copy: autograd
     # would copy them into .grad then anyway, since the graph still holds them.
     refuse_second_order(ctx.backend)
-    in_place = not graph_is_kept()
+    # A batched upstream gradient (autograd.grad(..., is_grads_batched=True), jacobian(vectorize=True)) is a vmap
+    # tensor holding one gradient a batch entry: the saved gradients cannot be scaled into in place (vmap refused
+    # the mul_ deep in autograd); out of place, each entry gets its own scaled copy.
+    in_place = not graph_is_kept() and not _is_batched(grad_loss)
 
     def scaled(x: torch.Tensor, needed: bool) -> Optional[torch.Tensor]:
         if not (needed and _computed(x)):

@@ -46,10 +46,14 @@ def _require_tensor(name: str, x: object) -> torch.Tensor:
 
 
 def _refuse_traced(name: str, x: torch.Tensor) -> None:
-    """A tensor of a torch.func transform (vmap, grad, jacrev, ...) or a FakeTensor outside torch.compile: the
-    loss's custom autograd functions are not functorch-aware (torch.func.grad failed in autograd, vmap at a data
-    pointer, each in torch's words) and its checks read values a FakeTensor has not got (a
-    DataDependentOutputException). Refused alike on every backend, before any work."""
+    """A tensor of a torch.func transform (vmap, grad, jacrev, ...), a FakeTensor or any other tensor subclass
+    that overrides __torch_dispatch__ (TwoTensor, a DTensor outside the head, torchao's wrappers), outside
+    torch.compile: the loss's custom autograd functions are not functorch-aware (torch.func.grad failed in autograd,
+    vmap at a data pointer, each in torch's words), its checks read values a FakeTensor has not got (a
+    DataDependentOutputException), and a wrapper subclass failed in the finiteness scan's .tolist() or at the
+    kernels' storage access, or came back as the subclass on one backend only. Refused alike on every backend,
+    before any work; a plain subclass (nn.Parameter's, a __torch_function__ one) is a tensor like any other. A
+    vocabulary-sharded DTensor head is unwrapped to its shard before this check (backends/sharded_head.py)."""
     if torch._C._functorch.is_functorch_wrapped_tensor(x):
         raise TypeError(f"{name} is a tensor of a torch.func transform (vmap, grad, jacrev, ...), which the fused "
                         f"loss does not run under; call it outside the transform (a per-example loss: pass the batch "
@@ -57,6 +61,10 @@ def _refuse_traced(name: str, x: torch.Tensor) -> None:
     if isinstance(x, FakeTensor):
         raise TypeError(f"{name} is a FakeTensor: it has a shape but no values to check or compute with; call the "
                         f"loss on real tensors (torch.compile traces it with fake ones itself)")
+    if type(x).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        raise TypeError(f"{name} is a {type(x).__name__}, a tensor subclass with its own __torch_dispatch__, whose "
+                        f"elements the loss's kernels cannot read; pass a plain torch.Tensor (a DTensor: "
+                        f".full_tensor() or .to_local())")
 
 
 def check_optional_tensors(**named: object) -> None:
@@ -496,6 +504,8 @@ def _check_num_items(name: str, value: object, check_values: bool) -> None:
     """A count: a real number, or a one-element real tensor with values to read (a meta or complex one failed
     inside torch when read), asking no gradient."""
     if isinstance(value, torch.Tensor):
+        if not torch.compiler.is_compiling():  # a wrapper subclass's value is not the number it shows
+            _refuse_traced(name, value)
         _require_constant(name, value)
         bad = (value.numel() != 1 or value.dtype not in _COUNT_DTYPES
                or value.device.type == "meta" or value.layout != torch.strided)

@@ -214,6 +214,28 @@ def test_the_reference_backend_carries_a_forward_mode_tangent_exactly():
     torch.testing.assert_close(tangent, (hidden.grad * direction).sum())
 
 
+# ---- a batch of upstream gradients (autograd.grad(is_grads_batched=True), jacobian(vectorize=True)) ------------
+
+@settings(max_examples=30, deadline=None, derandomize=DERANDOMIZE)
+@given(backend=st.sampled_from(BACKENDS), config=st.sampled_from(sorted(CONFIGS)),
+       entry=st.sampled_from(["loss", "module", "logprobs"]),
+       scales=st.lists(st.sampled_from([1.0, -2.5, 0.0, 0.125]), min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_a_batch_of_upstream_gradients_gives_each_its_scaled_gradient(backend, config, entry, scales, seed):
+    """Each entry of a batched backward is the plain gradient times its upstream scale. Before: the one-pass route
+    scaled its saved gradients in place, which vmap refused deep in autograd (aten::mul_ ... more elements)."""
+    p = _problem(backend, seed)
+    hidden, weight = p.hidden.clone().requires_grad_(), p.weight.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the sequence-level combinations TRL warns about
+        loss = _step(entry, backend, CONFIGS[config], p, hidden, weight)
+    plain = torch.autograd.grad(loss, [hidden, weight], retain_graph=True)
+    batched = torch.autograd.grad(loss, [hidden, weight], grad_outputs=torch.tensor(scales, device=loss.device),
+                                  is_grads_batched=True)
+    for got, once in zip(batched, plain):
+        expected = torch.stack([scale * once for scale in scales])
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 # ---- torch.use_deterministic_algorithms(True, warn_only=True) -----------------------------------------------------
 
 @pytest.fixture()

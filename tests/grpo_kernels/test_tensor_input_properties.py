@@ -22,6 +22,7 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
+from torch.testing._internal.two_tensor import TwoTensor
 
 import grpo_kernels
 from grpo_kernels import FusedLinearGRPOLoss, GRPOLossConfig, fused_linear_grpo_loss, grpo_loss_from_logits, \
@@ -299,6 +300,8 @@ def faulty_calls(draw, entries=tuple(ENTRIES), kinds=("layout", "dtype", "meta",
         new = x.float().requires_grad_()
     elif kind == "transposed head":
         new = x.T
+    elif kind == "wrapper subclass":  # a __torch_dispatch__ subclass (as DTensor, torchao's): its data unreadable
+        new = TwoTensor(x, x.clone())
     elif kind == "shape":
         how = draw(st.sampled_from(sorted(SHAPES)))
         new = SHAPES[how](x)
@@ -418,4 +421,13 @@ def test_every_tensor_fault_is_answered_as_the_reference_or_refused_naming_the_a
 @settings(max_examples=12, **COMMON)
 @given(case=faulty_calls(entries=("loss", "logprobs", "module"), kinds=("layout", "dtype", "grad")))
 def test_the_triton_kernels_take_every_layout_and_refuse_the_same_faults(backend, case):
+    check_fault(backend, case)
+
+
+# A tensor subclass with its own __torch_dispatch__ (TwoTensor here; DTensor, torchao's wrappers) in place of any
+# tensor argument. Before: the finiteness scan's .tolist() failed ("not supported for tensor subclasses"), the GEMM
+# path failed at the storage, and the torch backend returned the subclass.
+@settings(max_examples=40, **COMMON)
+@given(st.sampled_from(["torch", "gemm"]), faulty_calls(kinds=("wrapper subclass",)))
+def test_a_tensor_subclass_with_its_own_dispatch_is_refused_naming_the_argument(backend, case):
     check_fault(backend, case)
