@@ -25,6 +25,7 @@ from grpo_kernels.integrations.lm_head import logit_transform
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from ..config import ConfigError, LoraConfig, ModelConfig
+from .causal_attention import check_causal_attention
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
 from .model_files import ModelFileError, check_model_files
 from .tensor_parallel import is_tensor_parallel
@@ -194,7 +195,11 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
     check_loaded_weights(path, info)
     if tensor_parallel == 1:  # a sharded model's weights are the same files, checked by the single-process loads
         check_finite_weights(model, path)
-    return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
+    if tensor_parallel > 1 or keep_on_cpu:
+        return model  # TP places its shards itself; a single-process load of the same files checks the attention
+    model = model.to(device)
+    check_causal_attention(model, path, ModelLoadError)
+    return model
 
 
 def check_finite_weights(model: nn.Module, path: str) -> None:
