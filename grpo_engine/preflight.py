@@ -160,13 +160,40 @@ def check_sequences_fit(config: EngineConfig, lengths: list[int], positions: Opt
                 f"data.max_prompt_length (prompts keep their end) or lower rollout.max_new_tokens")
 
 
+def check_lora_targets(config: EngineConfig, model_config: Any) -> None:
+    """model.lora.target_modules against the modules of the model config.json describes (built on the meta
+    device: no weights), as peft will match them."""
+    from .model.lora_targets import lora_targets_problem, model_skeleton
+
+    if not config.model.lora.enabled or model_config is None:
+        return
+    skeleton = model_skeleton(model_config)
+    problem = None if skeleton is None else lora_targets_problem(skeleton, config.model.lora.target_modules)
+    if problem:
+        raise PreflightError(problem)
+
+
+def check_whole_model(base_path: Optional[str]) -> None:
+    """train starts from a whole model: an adapter directory (what a LoRA run's checkpoints hold) was "no
+    config.json: not a Hugging Face model directory" once the run directory was written."""
+    from .model.loading import adapter_base
+
+    base = None if base_path is None else adapter_base(base_path)
+    if base is not None:
+        raise PreflightError(f"model directory {base_path!r} holds LoRA adapters (adapter_config.json), not a whole "
+                             f"model: train starts from their base model ({base!r}), with model.lora.enabled true to "
+                             f"train new adapters; to go on training these, --resume the run that wrote them")
+
+
 def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str]) -> None:
     """Every constraint between settings, data and machine, before any weight loads. `base_path`: the model
     directory (None: the built-in model, built in code later)."""
     from .data.prompts import render_prompts
 
     tokenizer = _tokenizer(base_path)
+    check_whole_model(base_path)
     model_config = model_config_of(base_path, tokenizer)
+    check_lora_targets(config, model_config)
     positions = model_positions(model_config)
     check_tokenizer_vocabulary(tokenizer, model_config, base_path or "the built-in model")
     check_top_k_within_vocabulary(config.rollout, tokenizer, model_config)

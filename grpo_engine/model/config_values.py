@@ -40,7 +40,19 @@ def _dtype(name: Optional[str]) -> Optional[str]:
     return name
 
 
+def _rope_type(name: str) -> str:
+    # transformers validates only the kinds it knows: an unknown one loaded its config with a warning per read and
+    # failed when the model was built ("KeyError: 'bogus'")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    known = ["default", *sorted(ROPE_INIT_FUNCTIONS)]
+    if name not in known:
+        raise ValueError(f"a rotary embedding kind transformers knows ({', '.join(known)})")
+    return name
+
+
 Activation = Annotated[str, AfterValidator(_activation)]
+RopeType = Annotated[str, AfterValidator(_rope_type)]
 DtypeName = Annotated[Optional[str], AfterValidator(_dtype)]
 
 
@@ -50,6 +62,8 @@ class RopeSettings(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     rope_theta: Optional[Positive] = None
+    rope_type: Optional[RopeType] = None
+    type: Optional[RopeType] = None  # rope_scaling's older name for rope_type
     factor: Optional[Positive] = None
     partial_rotary_factor: Optional[Annotated[Number, Field(gt=0, le=1)]] = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -25,7 +26,9 @@ from grpo_kernels.integrations.lm_head import logit_transform
 from grpo_kernels.integrations.sharding import call_with_full_head, is_vocab_parallel_head
 
 from ..config import ConfigError, LoraConfig, ModelConfig
+from .causal_attention import check_causal_attention
 from .limits import SCORED_VOCAB_ATTR, check_loaded_weights
+from .lora_targets import lora_targets_problem
 from .model_files import ModelFileError, check_model_files
 from .tensor_parallel import is_tensor_parallel
 from .tokenizer_files import SpecialTokenError, invented_roles, is_generic, settle_special_tokens
@@ -98,6 +101,19 @@ def check_model_dir(path: str, what: str = "model.name_or_path / --model") -> No
         check_model_files(directory)
     except ModelFileError as exc:
         raise ModelLoadError(f"model directory {path!r}: {exc}") from None
+
+
+def adapter_base(path: str) -> Optional[str]:
+    """The base model a directory of LoRA adapters alone (adapter_config.json, no config.json) names, or "" when it
+    names none; None for any other directory."""
+    directory = Path(path)
+    if (directory / "config.json").is_file() or not (directory / "adapter_config.json").is_file():
+        return None
+    try:
+        base = json.loads((directory / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):  # model_files.py has refused one that cannot be read
+        return ""
+    return base if isinstance(base, str) else ""
 
 
 def _saved_model_within(directory: Path) -> Optional[tuple[str, Path]]:
@@ -194,7 +210,11 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
     check_loaded_weights(path, info)
     if tensor_parallel == 1:  # a sharded model's weights are the same files, checked by the single-process loads
         check_finite_weights(model, path)
-    return model if tensor_parallel > 1 or keep_on_cpu else model.to(device)  # TP places its shards itself
+    if tensor_parallel > 1 or keep_on_cpu:
+        return model  # TP places its shards itself; a single-process load of the same files checks the attention
+    model = model.to(device)
+    check_causal_attention(model, path, ModelLoadError)
+    return model
 
 
 def check_finite_weights(model: nn.Module, path: str) -> None:
@@ -229,6 +249,9 @@ def add_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
         import peft
     except ImportError as exc:
         raise ModelLoadError("model.lora.enabled needs the `peft` package: pip install peft") from exc
+    problem = lora_targets_problem(model, lora.target_modules)  # preflight said it before loading, for train
+    if problem:
+        raise ModelLoadError(problem)
     peft_config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                   target_modules=lora.target_modules, task_type="CAUSAL_LM")
     name_by_absolute_path(model)

@@ -11,7 +11,7 @@ spans lines and which is no OSError or ValueError.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
@@ -75,9 +75,22 @@ def check_model_files(directory: Path) -> None:
         except Exception as exc:  # transformers' and huggingface_hub's validation errors, of several types
             raise ModelFileError(f"{directory / 'config.json'} is not a configuration transformers accepts "
                                  f"({_one_line(exc)})") from None
-        problem = layer_kinds_problem(config)  # read from what transformers built: its defaults and rules applied
+        problem = layer_kinds_problem(config) or causal_lm_problem(config)  # what transformers built: its rules applied
         if problem:
             raise ModelFileError(f"{directory / 'config.json'}: {problem}")
+
+
+def causal_lm_problem(config: object) -> Optional[str]:
+    """Why AutoModelForCausalLM, the engine's loader, has no class for the configuration, or None. The load said it
+    after the run directory was written, in transformers' words cut off inside its list of a few hundred classes."""
+    from transformers import AutoModelForCausalLM
+
+    if type(config) in AutoModelForCausalLM._model_mapping:
+        return None
+    kind = ("an encoder-decoder model" if getattr(config, "is_encoder_decoder", False)
+            else "not a text generation model")
+    return (f"model_type {getattr(config, 'model_type', None)!r} has no causal language model class in transformers "
+            f"(AutoModelForCausalLM), {kind}: the engine trains decoder-only models such as Llama, Qwen2, Mistral")
 
 
 def _json_object(path: Path) -> dict:
