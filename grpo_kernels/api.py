@@ -102,12 +102,12 @@ def _head(hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     """The one LMHead every path below takes: the caller's head arguments, checked, its shard resolved; an explicit
     backend that does not declare what the call needs (its registry entry) is refused here, before any work."""
     transform = check_logit_transform(logit_transform)
-    check_logit_factors(transform, temperature, temperature_name)
+    logit_factor = check_logit_factors(transform, temperature, temperature_name)
     if backend != AUTO:
         refuse_unsupported(backend, kept_sets=kept_token_ids is not None, transformed=not transform.is_identity,
                            compiling=not _checking_values(), deterministic=deterministic_refusal_asked(backend))
     weight, bias, shard = resolve_sharded_head(hidden, weight, bias, process_group, backend)
-    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values(), names=names)
+    check_linear_inputs(hidden, weight, bias, check_finite=_checking_values(), names=names, logit_factor=logit_factor)
     check_backend_dtype(backend, hidden, names.hidden)
     bias = bias_in_weight_dtype(weight, bias)
     return LMHead(weight, bias, temperature, transform, shard)

@@ -86,24 +86,44 @@ def _require_float(name: str, x: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a floating tensor (float32, bfloat16, float16 or float64), got {x.dtype}")
 
 
-def _all_finite(x: torch.Tensor) -> torch.Tensor:
-    """A 0-d bool tensor. max |x| (NaN-propagating) is finite exactly when every element is: one reduction that
+def _largest_magnitude(x: torch.Tensor) -> torch.Tensor:
+    """A 0-d float64 tensor: max |x|, NaN-propagating, so finite exactly when every element is: one reduction that
     reads x once and writes nothing of its size (torch.isfinite(x).all() makes four elementwise passes and a
     boolean copy of x: 2.4 ms of a 19.5 ms log-prob step for S1's head on an H200)."""
     if x.numel() == 0:
-        return torch.ones((), dtype=torch.bool, device=x.device)
+        return torch.zeros((), dtype=torch.float64, device=x.device)
     # A broadcast (stride-0) dimension repeats the same elements: scanned once (an expanded [2**31, H] head is
     # H values, not 2**31 * H to read)
     distinct = x[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in x.stride())]
-    return torch.isfinite(torch.linalg.vector_norm(distinct, float("inf")))
+    return torch.linalg.vector_norm(distinct, float("inf")).double()
 
 
-def _require_finite(**named: torch.Tensor) -> None:
-    """Every named tensor finite; one host sync for all of them, the first bad one named."""
-    finite = torch.stack([_all_finite(x) for x in named.values()]).tolist()
-    for name, ok in zip(named, finite):
-        if not ok:
+def _require_finite(**named: torch.Tensor) -> dict[str, float]:
+    """Every named tensor finite; one host sync for all of them, the first bad one named. Returns each one's
+    largest magnitude."""
+    largest = torch.stack([_largest_magnitude(x) for x in named.values()]).tolist()
+    for name, value in zip(named, largest):
+        if not math.isfinite(value):
             raise ValueError(f"{name} contains NaN or Inf values")
+    return dict(zip(named, largest))
+
+
+def _require_logits_in_range(names: ArgumentNames, hidden: torch.Tensor, largest: dict[str, float],
+                             logit_factor: float) -> None:
+    """Finite inputs whose logits could pass the compute dtype's range: H max|hidden| max|weight| (+ max|bias|) times
+    the head's largest factor bounds every logit (each product, and each partial sum of the float32 accumulation).
+    Past a quarter of the dtype's largest value the logits, or the log-probs and log-ratios taken from them, could
+    overflow: every backend returned NaN log-probs and losses without an error (the float64 reference: finite ones)."""
+    bound = hidden.shape[-1] * largest[names.hidden] * largest[names.weight] + largest.get(names.bias, 0.0)
+    bound *= logit_factor
+    limit = torch.finfo(torch.float64 if hidden.dtype == torch.float64 else torch.float32).max / 4
+    if not bound <= limit:
+        bias = f" + max|{names.bias}|" if names.bias in largest else ""
+        factor = " times the head's largest factor (1 / temperature, logit scale)" if logit_factor != 1 else ""
+        raise ValueError(f"{names.hidden} and {names.weight} are too large for the logits' "
+                         f"{'float64' if hidden.dtype == torch.float64 else 'float32'} range: H x max|{names.hidden}| x "
+                         f"max|{names.weight}|{bias}{factor} = {bound:.3g}, past {limit:.3g} (a quarter of its "
+                         f"largest value, so that log-probs and log-ratios stay finite); scale them down")
 
 
 def require_data(name: str, x: torch.Tensor) -> None:
@@ -253,7 +273,8 @@ def check_logit_transform(transform: object) -> LogitTransform:
 MAX_LOGIT_FACTOR = 1 / MIN_TEMPERATURE
 
 
-def check_logit_factors(transform: LogitTransform, temperature: float, temperature_name: str = "temperature") -> None:
+def check_logit_factors(transform: LogitTransform, temperature: float, temperature_name: str = "temperature"
+                        ) -> float:
     """The constants the kernels multiply the logits by, each at most MAX_LOGIT_FACTOR in magnitude, and the
     soft-cap's outer factor (which the backward divides by) at least its reciprocal."""
     # the head's own constants, as every backend computes them (they read no weight)
@@ -273,11 +294,13 @@ def check_logit_factors(transform: LogitTransform, temperature: float, temperatu
                          f"{temperature_name}={temperature:g} {problem}; keep scale, softcap and their ratios to "
                          f"each other and to the temperature at most {MAX_LOGIT_FACTOR:g} in magnitude, and softcap / "
                          f"temperature at least {1 / MAX_LOGIT_FACTOR:g}")
+    return largest
 
 
 def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], check_finite: bool = True,
-                        names: ArgumentNames = LOSS_NAMES) -> None:
-    """hidden [..., H] and weight [V, H] (and bias [V]) of one float dtype family on one device."""
+                        names: ArgumentNames = LOSS_NAMES, logit_factor: float = 1.0) -> None:
+    """hidden [..., H] and weight [V, H] (and bias [V]) of one float dtype family on one device; with check_finite
+    also finite and within the logits' range once multiplied by `logit_factor` (check_logit_factors' largest)."""
     hidden = _require_tensor(names.hidden, hidden)
     weight = _require_tensor(names.weight, weight)
     _require_float(names.hidden, hidden)
@@ -308,8 +331,9 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
             raise ValueError(f"{names.bias} must have shape [V]=[{weight.shape[0]}], got {list(bias.shape)}")
         _require_device(names.bias, bias, hidden.device, names.hidden)
     if check_finite:
-        _require_finite(**{names.hidden: hidden, names.weight: weight},
-                        **({} if bias is None else {names.bias: bias}))
+        largest = _require_finite(**{names.hidden: hidden, names.weight: weight},
+                                  **({} if bias is None else {names.bias: bias}))
+        _require_logits_in_range(names, hidden, largest, logit_factor)
 
 
 def check_logits(logits: object, check_finite: bool = True) -> None:

@@ -168,12 +168,19 @@ def test_a_non_finite_element_anywhere_is_named_and_the_largest_finite_values_pa
     tensors = {"hidden": torch.randn(5, 7).to(dtype), "weight": torch.randn(11, 7).to(dtype),
                "bias": torch.randn(11).to(dtype)}
     target = tensors[which].view(-1)
-    if near_limit:  # the dtype's largest finite magnitude, both signs: finite, so accepted
+    if near_limit:  # the dtype's largest finite magnitude, both signs: finite, so not refused as NaN or Inf
         target[position % target.numel()] = torch.finfo(dtype).max
         target[(position + 1) % target.numel()] = -torch.finfo(dtype).max
     if bad is not None:
         target[(position + 2) % target.numel()] = bad
         with pytest.raises(ValueError, match=f"^{which} contains NaN or Inf values$"):
+            check_linear_inputs(tensors["hidden"], tensors["weight"], tensors["bias"])
+        return
+    largest = {name: float(t.double().abs().max()) for name, t in tensors.items()}
+    logits_bound = 7 * largest["hidden"] * largest["weight"] + largest["bias"]
+    if logits_bound > torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max / 4:
+        # but logits that large would overflow the dtype the logits are computed in: refused as such
+        with pytest.raises(ValueError, match="^hidden and weight are too large for the logits'"):
             check_linear_inputs(tensors["hidden"], tensors["weight"], tensors["bias"])
     else:
         check_linear_inputs(tensors["hidden"], tensors["weight"], tensors["bias"])
