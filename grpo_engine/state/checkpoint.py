@@ -39,6 +39,7 @@ from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, 
                           weight_files)
 from .run_files import (CHECKPOINT_NAME, CHECKPOINT_PREFIX, STATE_FILE, checkpoint_root, checkpoint_step,  # noqa: F401
                         list_checkpoints)
+from .resume_target import check_resume_target
 from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
@@ -170,12 +171,11 @@ class ResumePoint:
 def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
     """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
     check_checkpoint_entries(run_dir)
+    check_resume_target(resume, run_dir)  # before a partial save it names is removed below
     recover_interrupted_swaps(run_dir)
     stopped = remove_stopped_saves(run_dir)
     if resume != "latest":
         path = Path(resume)
-        if not (path / STATE_FILE).is_file():
-            raise CheckpointError(f"run.resume {resume!r} is not a checkpoint directory (no {STATE_FILE})")
         problems = checkpoint_problems(path)
         if problems:
             raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "
