@@ -54,14 +54,23 @@ SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weight
 
 def remove_checkpoint(path: Path) -> None:
     """Rotation: a checkpoint directory is deleted; a link to one (moved elsewhere by its user) is unlinked, and
-    what it points to is left where the user put it, said in one line."""
+    what it points to is left where the user put it, said in one line. A deletion that fails is a warning: the new
+    checkpoint is saved and the run goes on."""
     if path.is_symlink():
         target = path.resolve()
         path.unlink()
         _log.warning(f"note: {path} was a link to {target}; rotation (run.save_total_limit) removed the link and "
                      f"left {target} where it is")
     else:
-        shutil.rmtree(path)
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            # Housekeeping after a good save: a file another user owns, an immutable or busy one (NFS's .nfsXXXX)
+            # ended a run whose newest checkpoint was saved with an error naming a bare file name.
+            failed = Path(exc.filename).name if exc.filename else "a file"
+            _log.warning(f"warning: rotation (run.save_total_limit) could not remove {path} ({failed}: "
+                         f"{exc.strerror or exc}); the run goes on, and that checkpoint stays, perhaps in part: remove "
+                         f"it yourself")
 
 
 def file_sha256(path: Path) -> str:
