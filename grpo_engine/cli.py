@@ -31,6 +31,7 @@ from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
 from .state.path_limits import check_path_length
 from .state.run_and_data import check_apart_from_data, inputs_of
+from .state.resume_target import check_resume_target
 from .state.run_lock import check_output_dir, check_output_file, check_run_entries, check_writable_dir
 from .tools.bench_options import DESCRIPTION as BENCH_DESCRIPTION
 from .tools.bench_options import build_parser as build_bench_parser
@@ -192,6 +193,7 @@ def _train(args: argparse.Namespace) -> int:
     config = train_config(args)
     check_output_dir(config.run.output_dir)  # before seconds of imports, not after
     check_run_entries(config.run.output_dir)
+    check_resume_target(config.run.resume, config.run.output_dir)
     check_apart_from_data(config.run.output_dir, inputs_of(config.data.path, config.data.eval_path,
                                                            config.model.name_or_path))
     from .state.finished_run import RunFinished

@@ -39,6 +39,7 @@ from .saved_state import (ADAPTER_FILE, check_optimizer_state, check_rng_state, 
                           weight_files)
 from .run_files import (CHECKPOINT_NAME, CHECKPOINT_PREFIX, STATE_FILE, checkpoint_root, checkpoint_step,  # noqa: F401
                         list_checkpoints)
+from .resume_target import check_resume_target
 from .run_lock import check_checkpoint_entries
 from .trainer_state import trainer_state_problem
 from .metrics import save_history
@@ -53,14 +54,23 @@ SHARDED_DIR = "sharded"  # under model.fsdp: every process's shard of the weight
 
 def remove_checkpoint(path: Path) -> None:
     """Rotation: a checkpoint directory is deleted; a link to one (moved elsewhere by its user) is unlinked, and
-    what it points to is left where the user put it, said in one line."""
+    what it points to is left where the user put it, said in one line. A deletion that fails is a warning: the new
+    checkpoint is saved and the run goes on."""
     if path.is_symlink():
         target = path.resolve()
         path.unlink()
         _log.warning(f"note: {path} was a link to {target}; rotation (run.save_total_limit) removed the link and "
                      f"left {target} where it is")
     else:
-        shutil.rmtree(path)
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            # Housekeeping after a good save: a file another user owns, an immutable or busy one (NFS's .nfsXXXX)
+            # ended a run whose newest checkpoint was saved with an error naming a bare file name.
+            failed = Path(exc.filename).name if exc.filename else "a file"
+            _log.warning(f"warning: rotation (run.save_total_limit) could not remove {path} ({failed}: "
+                         f"{exc.strerror or exc}); the run goes on, and that checkpoint stays, perhaps in part: remove "
+                         f"it yourself")
 
 
 def file_sha256(path: Path) -> str:
@@ -170,12 +180,11 @@ class ResumePoint:
 def resolve_resume(resume: str, run_dir: str | Path) -> ResumePoint:
     """The checkpoint to resume from: the given one, which must be intact, or the newest intact one."""
     check_checkpoint_entries(run_dir)
+    check_resume_target(resume, run_dir)  # before a partial save it names is removed below
     recover_interrupted_swaps(run_dir)
     stopped = remove_stopped_saves(run_dir)
     if resume != "latest":
         path = Path(resume)
-        if not (path / STATE_FILE).is_file():
-            raise CheckpointError(f"run.resume {resume!r} is not a checkpoint directory (no {STATE_FILE})")
         problems = checkpoint_problems(path)
         if problems:
             raise CheckpointError(f"checkpoint {path} is damaged: {'; '.join(problems)}. Resume from another one "

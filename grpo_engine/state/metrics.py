@@ -96,7 +96,9 @@ def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
     else is an error naming it. A row the engine did not write as it is (its "step" not an integer >= 0: a hand
     edit such as `"step": "3"`) is left out with a warning naming its line: the checkpoints' history copies hold
     the run's own lines, and a resume keeps the file as it was beside the rebuilt one."""
-    lines = [(number, raw.decode(errors="replace"))
+    # A UTF-8 byte order mark opening a line (an editor saved the log, two such files concatenated) is no part of
+    # its row, as in data files: it made a readable log "not a JSON object" and refused plot and resume.
+    lines = [(number, raw.decode(errors="replace").removeprefix("\ufeff"))
              for number, raw in bounded_lines(path, RUN_LOG_LINE_BYTES, "a line of a run's log") if raw.strip()]
     rows = []
     for index, (number, line) in enumerate(lines):

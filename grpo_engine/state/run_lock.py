@@ -187,11 +187,28 @@ def _holder(fd: int) -> str:
     return os.read(fd, 4096).decode(errors="replace").strip()
 
 
+def _write_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, since "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    os.fsync(fd)
+
+
+def _identity(path: Path) -> Optional[tuple[int, int]]:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class RunLock:
     """The exclusive hold of one run directory by this process."""
 
     def __init__(self, run_dir: Path, fd: int, created: Optional[Path]) -> None:
         self.run_dir, self._fd, self._created = run_dir, fd, created
+        self._directory = _identity(run_dir)  # the directory itself, told apart from its lock file
 
     @classmethod
     def acquire(cls, run_dir: str | Path) -> "RunLock":
@@ -218,23 +235,44 @@ class RunLock:
         if stale:  # a released lock is emptied: text left behind is a run that ended without releasing it
             _log.warning(f"note: {run_dir} was held by a run that ended without releasing it ({stale}); taking it "
                         "over")
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-        os.fsync(fd)
+        _write_holder(fd)
         return cls(run_dir, fd, created)
 
     def in_place(self) -> bool:
-        """Whether the run directory's path still leads to the directory this run holds (its lock file, this one)."""
+        """Whether the run directory's path still leads to the directory this run holds (its lock file, this one; a
+        lock file deleted from that very directory is made and held again)."""
         if self._fd is None:
             return True
         held = os.fstat(self._fd)
         try:
             there = os.stat(self.run_dir / LOCK_FILE)
+        except FileNotFoundError:
+            return self._retake()
         except OSError:
             return False
         return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
+
+    def _retake(self) -> bool:
+        """The lock file alone deleted (a tidy-up, `rm` of a lock thought stale) in the directory this run holds: a
+        new one is made and locked, so a second run is still refused. Before, the run stopped as if its directory
+        had been deleted, losing its steps since the last checkpoint."""
+        if _identity(self.run_dir) != self._directory:
+            return False
+        try:  # O_EXCL: a lock file another run made meanwhile is that run's, never taken over
+            fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        _write_holder(fd)
+        os.close(self._fd)
+        self._fd = fd
+        _log.warning(f"note: {self.run_dir / LOCK_FILE} was deleted while the run trained; made again, the run "
+                     f"holds its directory as before")
+        return True
 
     def moved(self, step: int) -> "RunDirectoryMoved":
         return RunDirectoryMoved(f"the run directory {self.run_dir} was deleted, moved or replaced while the run "
