@@ -31,6 +31,9 @@ def libraries_first() -> None:
         cwd = os.path.realpath(os.getcwd())
     except OSError:  # deleted under the shell: the CLI says so in one line (cli.working_directory_problem)
         return
+    # a checkout run from its own directory keeps it first: the engine came from there, and its loss library must too
+    if os.path.realpath(Path(__file__).resolve().parent.parent) == cwd:
+        return
     here = [entry for entry in sys.path if entry == "" or os.path.realpath(entry) == cwd]
     if here:
         sys.path[:] = [entry for entry in sys.path if entry not in here] + here
