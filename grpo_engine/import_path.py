@@ -14,18 +14,29 @@ import sys
 from pathlib import Path
 
 
+def _is_the_program() -> bool:
+    """Whether this process is the engine's command: `python -m grpo_engine...` (sys.argv[0] is "-m" while runpy
+    imports the package) or the `grpo-engine` script. A program that imports grpo_engine is not."""
+    return sys.argv[:1] == ["-m"] or Path(sys.argv[0] if sys.argv else "").stem == "grpo-engine"
+
+
 def libraries_first() -> None:
-    """When this process is `python -m grpo_engine...` (sys.argv[0] is "-m" while runpy imports the package), moves
-    the working directory's sys.path entry behind the installed libraries. A program that imports grpo_engine keeps
-    its sys.path as it made it."""
-    if sys.argv[:1] != ["-m"] or sys.flags.safe_path:  # -P (or -I): the directory is not on sys.path at all
+    """When this process is the engine's command, moves every sys.path entry that is the working directory behind
+    the installed libraries: the one `python -m` puts first, and one PYTHONPATH names (`PYTHONPATH=.`, a habit from
+    running a project's scripts), which hid them just the same. A program that imports grpo_engine keeps its
+    sys.path as it made it."""
+    if not _is_the_program():
         return
     try:
-        cwd = os.getcwd()
+        cwd = os.path.realpath(os.getcwd())
     except OSError:  # deleted under the shell: the CLI says so in one line (cli.working_directory_problem)
         return
-    if sys.path and sys.path[0] in (cwd, ""):
-        sys.path.append(sys.path.pop(0))
+    # a checkout run from its own directory keeps it first: the engine came from there, and its loss library must too
+    if os.path.realpath(Path(__file__).resolve().parent.parent) == cwd:
+        return
+    here = [entry for entry in sys.path if entry == "" or os.path.realpath(entry) == cwd]
+    if here:
+        sys.path[:] = [entry for entry in sys.path if entry not in here] + here
 
 
 def hidden_file_note(module_name: str, module: object) -> str:

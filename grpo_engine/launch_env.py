@@ -106,6 +106,10 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     # silently trained on one core of many
     "MKL_NUM_THREADS": (_whole_number(1), "CPU threads of torch's MKL and, without OMP_NUM_THREADS, of its pool"),
     "CUDA_VISIBLE_DEVICES": (_visible_devices, "the GPUs CUDA may use"),
+    # huggingface_hub reads these with int() as it is imported: `abc` (or blank) stopped the command with "invalid
+    # literal for int()" naming no variable, and 0 meant its default, silently
+    "HF_HUB_ETAG_TIMEOUT": (_whole_number(1), "seconds huggingface_hub waits for a file's metadata from the Hub"),
+    "HF_HUB_DOWNLOAD_TIMEOUT": (_whole_number(1), "seconds huggingface_hub waits for a download from the Hub"),
     "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "TRANSFORMERS_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "HF_DATASETS_OFFLINE": (_switch, "read the datasets cache only"),

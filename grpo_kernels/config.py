@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal, Mapping, NamedTuple, Optional
 
 from .losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, GSPO_LOSS_TYPE, TRUST_REGION, get_loss_type,
                      loss_param_aliases, validate_loss_params)
-from .keywords import accepted_keywords, refuse_unknown_keywords
+from .keywords import accepted_keywords, closest_name, refuse_unknown_keywords
 from .messages import shown
 from .scalars import finite_real, integer_value, same_value
 
@@ -201,11 +201,36 @@ class GRPOLossConfig:
             given = {name: trl_config[name] for name in names if name in trl_config}
         else:
             given = {name: getattr(trl_config, name) for name in names if hasattr(trl_config, name)}
+        _refuse_misspelt_trl_names(trl_config, names)
         if not given:
             raise TypeError(f"GRPOLossConfig.from_trl takes a trl.GRPOConfig, or an object or mapping with its "
                             f"field names ({', '.join(names[:4])}, ...), got {shown(trl_config)}, which has none of "
                             f"them")
         return cls(**given)
+
+
+def _trl_argument_names() -> frozenset[str]:
+    """The names of TRL's GRPOConfig (its training arguments too), or none where TRL is not installed."""
+    try:
+        import dataclasses
+        from trl import GRPOConfig
+    except Exception:  # TRL is optional (an ImportError, or one of its own dependencies' errors): no names known
+        return frozenset()
+    return frozenset(f.name for f in dataclasses.fields(GRPOConfig))
+
+
+def _refuse_misspelt_trl_names(source: object, names: list[str]) -> None:
+    """TypeError for a key of `source` (a mapping's keys, an object's own attributes) that is a typo of one of our
+    `names` (`epsilon_hgh`) and no argument of TRL's: it was left out, and the setting meant kept its default,
+    silently. Other keys (TRL's learning_rate, output_dir, ...) are TRL's business."""
+    keys = source.keys() if isinstance(source, Mapping) else vars(source) if hasattr(source, "__dict__") else ()
+    close = {key: closest_name(key, names, cutoff=0.8) for key in keys if isinstance(key, str) and key not in names}
+    close = {key: meant for key, meant in close.items() if meant is not None}
+    if close:
+        close = {key: meant for key, meant in close.items() if key not in _trl_argument_names()}
+    for key, meant in close.items():
+        raise TypeError(f"GRPOLossConfig.from_trl: {key!r:.60} is no argument of TRL's GRPOConfig; did you mean "
+                        f"{meant!r}? (it was left out, and {meant} would keep its default)")
 
 
 _dataclass_init = GRPOLossConfig.__init__

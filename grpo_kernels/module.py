@@ -25,7 +25,7 @@ from .losses import get_loss_type, loss_param_aliases
 from .keywords import closest_name, keywords_checked, refuse_unknown_keywords
 from .messages import shown
 from .scalars import integer_value
-from .torchscript import refuse_scripting
+from .torchscript import refuse_scripting, refuse_symbolic_trace
 from .validation import (check_config, check_kept_token_ids, check_linear_inputs, check_loss_inputs,
                          check_optional_tensors, check_targets, check_workspace)
 
@@ -231,6 +231,8 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         `kept_token_ids` [B, T, K]: the sampler's kept-token sets (see `fused_linear_grpo_loss`); reference log-probs
         computed here use them too.
         """
+        refuse_symbolic_trace("FusedLinearGRPOLoss", (_input, lin_weight, selected_token_ids, attention_mask,
+                                                       advantages, ref_per_token_logps))  # before the checks below
         # the reference's inputs, which Liger's semantics may leave unread (use_ref_model=False, beta=0, or
         # ref_per_token_logps beside ref_input): of the kind they must be all the same, before any work
         check_optional_tensors(ref_per_token_logps=ref_per_token_logps, ref_input=ref_input, ref_weight=ref_weight,

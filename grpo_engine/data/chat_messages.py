@@ -61,14 +61,22 @@ def messages_problem(messages: list[Any]) -> Optional[str]:
 
 # What shows nothing: spaces and separators (Z*), control characters (Cc: tab, newline) and format characters (Cf:
 # U+200B zero-width space, U+FEFF, U+2060 word joiner): a prompt of only these reads as blank to a person, and the
-# model gets a turn with nothing to answer.
-_INVISIBLE = ("Zs", "Zl", "Zp", "Cc", "Cf")
-BLANK = "only whitespace or invisible characters such as U+200B"
+# model gets a turn with nothing to answer. Combining marks (Mn, Me: U+034F, the variation selectors U+FE00-U+FE0F)
+# show only on a character before them, and a few letters and symbols are drawn as nothing at all: the Hangul
+# fillers (letters, the usual "invisible name" characters) and the braille blank.
+_INVISIBLE = ("Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Me")
+BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+BLANK = "only whitespace or invisible characters such as U+200B or U+3164"
+
+
+def shows(character: str) -> bool:
+    """Whether one character is drawn as something on its own."""
+    return character not in BLANK_GLYPHS and unicodedata.category(character) not in _INVISIBLE
 
 
 def visible(text: str) -> bool:
-    """Whether `text` holds a character that shows (str.strip keeps U+200B, U+FEFF, U+2060)."""
-    return any(unicodedata.category(character) not in _INVISIBLE for character in text)
+    """Whether `text` holds a character that shows (str.strip keeps U+200B, U+FEFF, U+2060, U+3164)."""
+    return any(map(shows, text))
 
 
 def conversation_problem(messages: list[dict[str, Any]]) -> Optional[str]:
@@ -89,19 +97,40 @@ def conversation_problem(messages: list[dict[str, Any]]) -> Optional[str]:
 
 
 def messages_written_as_text(text: str) -> Optional[str]:
-    """How a text prompt encodes a list of chat messages ('JSON', 'a Python list'), or None. A messages column saved
-    through a table (pandas' to_csv, a Parquet export of str() of each list) reaches the data as text; the model
-    was trained on its brackets, quotes and role names as the prompt, silently."""
+    """How a text prompt encodes chat messages ('JSON', 'a Python list'), or None. A messages column saved through a
+    table (pandas' to_csv, a Parquet export of str() of each list) reaches the data as text; the model was trained on
+    its brackets, quotes and role names as the prompt, silently. One message alone ({'role', 'content'}) and a list
+    passed through json.dumps twice (a JSON string of the JSON text) are the same mistake."""
     stripped = text.strip()
-    if not (stripped.startswith("[") and stripped.endswith("]") and "role" in stripped):
+    if "role" not in stripped:
+        return None
+    if stripped.startswith('"'):  # json.dumps of the JSON text: decoded once, it is the list as text
+        try:
+            inner = json.loads(stripped)
+        except ValueError:
+            return None
+        kind = messages_written_as_text(inner) if isinstance(inner, str) and inner.strip() != stripped else None
+        return f"{kind}, itself in a JSON string" if kind else None
+    if stripped[:1] + stripped[-1:] not in ("[]", "{}"):
         return None
     for kind, parse in (("JSON", json.loads), ("a Python list (str() of one)", ast.literal_eval)):
         try:
             value = parse(stripped)
         except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not that kind of text
             continue
+        if isinstance(value, dict) and "role" in value and "content" in value:  # one message
+            return f"{kind.split(' (')[0].replace('list', 'dict')} (one message)"
         if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
             return kind
+    return None
+
+
+def message_written_as_text(messages: list[dict[str, Any]]) -> Optional[str]:
+    """The first message whose text is itself chat messages as text (messages_written_as_text), in a few words."""
+    for index, message in enumerate(messages):
+        kind = messages_written_as_text(content_text(message["content"]))
+        if kind:
+            return f"message {index} ({message['role']}) holds chat messages written as {kind} as its text"
     return None
 
 

@@ -20,7 +20,7 @@ from ..hub import load_hub_dataset
 from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines, parse_json, read_bounded_bytes,
                                   special_file_kind)
 from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem, dropped_message,
-                            messages_problem, messages_written_as_text, missing_assistant_turn, special_token_as_text,
+                            message_written_as_text, messages_problem, messages_written_as_text, missing_assistant_turn, special_token_as_text,
                             unused_system_prompt, visible)
 from .row_values import RowValueError, check_column_names, check_row_values, strict_json_hooks
 
@@ -273,7 +273,8 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
                             f"{{'role', 'content'}} messages, got {type(prompt).__name__} {prompt!r:.60}")
         problem = None
         if isinstance(prompt, list):  # messages without any text are "empty", said below
-            problem = messages_problem(prompt) or (prompt_chars(prompt) and conversation_problem(prompt))
+            problem = messages_problem(prompt) or (prompt_chars(prompt) and (conversation_problem(prompt)
+                                                                             or message_written_as_text(prompt)))
         if problem:
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is a list of chat messages, and "
                             f"{problem}")
@@ -283,8 +284,8 @@ def check_prompts_present(rows: list[dict[str, Any]], column: str, source: str) 
             raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is empty ({BLANK})")
         encoded = messages_written_as_text(prompt) if isinstance(prompt, str) else None
         if encoded:
-            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is text holding a list of chat "
-                            f"messages written as {encoded}, which the model would read as brackets and quotes; "
+            raise DataError(f"dataset {source!r} row {i}: the prompt ({column!r}) is text holding chat messages "
+                            f"written as {encoded}, which the model would read as brackets and quotes; "
                             f"store the list itself (a JSON array of {{'role', 'content'}} objects)")
 
 

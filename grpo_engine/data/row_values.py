@@ -16,6 +16,8 @@ import unicodedata
 from numbers import Integral, Real
 from typing import Any, Callable, Optional
 
+from .chat_messages import shows
+
 # Python reads integers of at most this many digits (sys.get_int_max_str_digits' default); past it json raises a
 # ValueError that names no file.
 MAX_INT_DIGITS = 4300
@@ -106,9 +108,15 @@ def check_row_values(rows: list[dict[str, Any]], source: str) -> None:
                                     f"that row")
 
 
+def shown_name(column: str) -> str:
+    """How a column name reads on screen: its NFKC form (U+00E9 and e + U+0301, fullwidth letters) without
+    characters that show nothing (U+200B, U+FEFF) and without spaces at either end."""
+    return "".join(c for c in unicodedata.normalize("NFKC", column) if shows(c) or c.isspace()).strip()
+
+
 def check_column_names(rows: list[dict[str, Any]], source: str) -> None:
-    """No two column names that are the same text in another Unicode normalization (`é` as U+00E9 in some rows,
-    as e + U+0301 in others, as editors and platforms write it): they look the same in every message, and a reward
+    """No two column names that read the same (`é` as U+00E9 in some rows, as e + U+0301 in others, as editors and
+    platforms write it; `answer` and `answer ` or `ans\u200bwer`): they look the same in every message, and a reward
     function reading one met rows without it, or the prompt of one row was another's column. RowValueError
     naming both, with the rows they are first in."""
     first_row: dict[str, int] = {}
@@ -118,15 +126,15 @@ def check_column_names(rows: list[dict[str, Any]], source: str) -> None:
             if column in first_row:
                 continue
             first_row[column] = i
-            form = unicodedata.normalize("NFC", column)
-            other = by_form.setdefault(form, column)
+            other = by_form.setdefault(shown_name(column), column)
             if other != column:
                 raise RowValueError(
-                    f"dataset {source!r}: the columns {other!r} (row {first_row[other]}) and {column!r} (row {i}) are "
-                    f"the same name in other Unicode normalizations ({_code_points(other)} and "
-                    f"{_code_points(column)}); write the name one way (NFC)")
+                    f"dataset {source!r}: the columns {other!r} (row {first_row[other]}) and {column!r} (row {i}) read "
+                    f"as the same name, in other Unicode normalizations or with invisible characters or spaces "
+                    f"({_code_points(other)} and {_code_points(column)}); write the name one way (NFC, nothing around "
+                    f"it)")
 
 
 def _code_points(text: str, limit: int = 12) -> str:
-    shown = " ".join(f"U+{ord(c):04X}" for c in text[:limit] if not c.isascii())
+    shown = " ".join(f"U+{ord(c):04X}" for c in text[:limit] if not c.isascii() or c.isspace())
     return shown or "ASCII"

@@ -97,14 +97,16 @@ def test_a_deleted_working_directory_is_one_line(argv, tmp_path):
 
 
 @settings(max_examples=150, deadline=None)
-@given(text=st.one_of(st.integers(-5, 10_000).map(str), st.text(max_size=6)))
-def test_mkl_thread_counts_are_whole_numbers_torch_reads(text):
-    """torch took MKL_NUM_THREADS=abc (or -1) for one thread, silently; a count it reads is accepted."""
+@given(text=st.one_of(st.integers(-5, 10_000).map(str), st.text(max_size=6)),
+       name=st.sampled_from(["MKL_NUM_THREADS", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"]))
+def test_whole_numbers_the_libraries_read_are_whole_numbers(text, name):
+    """torch took MKL_NUM_THREADS=abc (or -1) for one thread, silently; huggingface_hub's import stopped on
+    HF_HUB_ETAG_TIMEOUT=abc with "invalid literal for int()" naming nothing. A count each reads is accepted."""
     readable = text.strip().isascii() and text.strip().isdigit() and int(text) >= 1
     try:
-        check_environment({"MKL_NUM_THREADS": text})
+        check_environment({name: text})
     except ConfigError as exc:
         assert not readable, text
-        assert str(exc).startswith("environment variable MKL_NUM_THREADS=") and "\n" not in str(exc)
+        assert str(exc).startswith(f"environment variable {name}=") and "\n" not in str(exc)
     else:
         assert readable, text

@@ -1,5 +1,6 @@
 """The engine under the interpreter's own options and surroundings: `python -OO` (no docstrings), warnings made
-errors (`-W error`, `-X dev`, PYTHONWARNINGS), `python -m` from a directory holding files named as modules, and
+errors (`-W error`, `-X dev`, PYTHONWARNINGS), `python -m` (or the script, with PYTHONPATH naming the directory)
+from a directory holding files named as modules, and
 `-S` (no site-packages)."""
 
 import ast
@@ -21,7 +22,7 @@ PACKAGES = ("grpo_engine", "grpo_kernels", "benchmarks")
 
 def _run(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
 def test_no_program_reads_a_docstring_at_run_time():
@@ -65,14 +66,27 @@ def test_warnings_made_errors_leave_no_traceback_at_exit(options, env, tmp_path)
 IMPORTED_LATER = ("yaml", "pydantic", "difflib", "calendar", "email", "uuid", "decimal", "csv", "tokenize", "numbers")
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(IMPORTED_LATER), as_package=st.booleans())
-def test_a_working_directorys_file_does_not_hide_a_library(name, as_package, tmp_path_factory):
+# How the working directory comes onto sys.path besides `python -m`'s own entry: PYTHONPATH naming it (`.`, or its
+# full path), before the engine's path (which hid the libraries before, for -m and the script alike)
+ON_THE_PATH = {"-m only": lambda cwd: [], "PYTHONPATH=.": lambda cwd: ["."], "PYTHONPATH=cwd": lambda cwd: [str(cwd)]}
+# The `grpo-engine` script as pip writes it (named so; its own directory, not the working one, is first on sys.path)
+SCRIPT = "import sys\nfrom grpo_engine.cli import main\nsys.exit(main())\n"
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(IMPORTED_LATER), as_package=st.booleans(), on_the_path=st.sampled_from(sorted(ON_THE_PATH)),
+       script=st.booleans())
+def test_a_working_directorys_file_does_not_hide_a_library(name, as_package, on_the_path, script, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("project")
     file = cwd / name / "__init__.py" if as_package else cwd / f"{name}.py"
     file.parent.mkdir(exist_ok=True)
     file.write_text("raise SystemExit('the working directory\\'s file was imported')\n")
-    result = _run(["-m", "grpo_engine", "train", "--help"], cwd)
+    program = ["-m", "grpo_engine"]
+    if script:
+        program = [str(tmp_path_factory.mktemp("bin") / "grpo-engine")]
+        Path(program[0]).write_text(SCRIPT)
+    python_path = os.pathsep.join([*ON_THE_PATH[on_the_path](cwd), str(ROOT)])
+    result = _run([*program, "train", "--help"], cwd, env={"PYTHONPATH": python_path})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage: grpo-engine train" in result.stdout
 

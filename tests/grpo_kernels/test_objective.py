@@ -1,6 +1,7 @@
 """The spec itself, checked by hand on small cases whose answers are worked out in the comments."""
 
 import math
+import types
 
 import pytest
 import torch
@@ -195,6 +196,35 @@ def test_from_trl_reads_an_object_or_a_mapping_and_refuses_one_with_none_of_the_
             GRPOLossConfig.from_trl(source)
         return
     assert GRPOLossConfig.from_trl(source) == GRPOLossConfig(**values)
+
+
+def _trl_names() -> set[str]:
+    try:
+        import dataclasses
+        from trl import GRPOConfig
+    except ImportError:  # the oldest stack has no TRL
+        return set()
+    return {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
+# TRL's own arguments of GRPOConfig near a setting's name (entropy_coef_min) are not typos: drawn where TRL has them
+UNRELATED = ["learning_rate", "output_dir", "seed", *sorted({"entropy_coef_min"} & _trl_names())]
+FROM_TRL_NAMES = ["loss_type", "beta", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "temperature",
+                  "max_completion_length", "entropy_coef", "top_entropy_quantile"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(FROM_TRL_NAMES), at=st.integers(0, 30), carrier=st.sampled_from(["dict", "namespace"]),
+       unrelated=st.dictionaries(st.sampled_from(UNRELATED), st.integers(0, 9)))
+def test_from_trl_refuses_a_misspelt_name_naming_it(name, at, carrier, unrelated):
+    """A key one letter short of a setting's name (`epsilon_hgh`) in a mapping or a plain namespace was left out, and
+    the setting kept its default, silently; it is refused naming the key. TRL's own other names are not."""
+    typo = name[:at % len(name)] + name[at % len(name) + 1:]
+    given = {**unrelated, "beta": 0.04, typo: 0.5}
+    source = given if carrier == "dict" else types.SimpleNamespace(**given)
+    with pytest.raises(TypeError, match=rf"^GRPOLossConfig.from_trl: '{typo}' is no argument .*did you mean '"):
+        GRPOLossConfig.from_trl(source)
+    assert GRPOLossConfig.from_trl({**unrelated, "beta": 0.04}) == GRPOLossConfig(beta=0.04)
 
 
 @pytest.mark.parametrize("source", [None, 0.04, "dapo", [("beta", 0.04)]])

@@ -3,7 +3,9 @@ entry and the ways that do capture the loss, before any work.
 
 Before: torch.jit.script failed inside TorchScript's frontend ("Compiled functions can't take variable number of
 arguments ...", "Expected a single top-level function: .../module.py:312"), and torch.jit.trace failed deep inside the
-input checks with "AssertionError: Expected bool, got <class 'torch.Tensor'>"."""
+input checks with "AssertionError: Expected bool, got <class 'torch.Tensor'>". torch.fx.symbolic_trace (of the module,
+or of a function calling an entry point) failed in the input checks naming an input the caller passed as a tensor
+("ref_per_token_logps must be a torch.Tensor, got Proxy"); it is refused the same way."""
 
 from __future__ import annotations
 
@@ -52,3 +54,14 @@ def test_tracing_through_an_entry_point_is_refused_naming_it(entry):
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
 def test_the_same_call_outside_torchscript_still_runs(entry):
     assert torch.isfinite(ENTRIES[entry][1](P.hidden, P.weight)).all()
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_symbolic_tracing_an_entry_point_is_refused_naming_it(entry):
+    """The module is traced itself (FX traces a module's calls of modules it does not own as errors of its own), a
+    function through a function calling it (symbolic_trace takes tensors only, not the functions' options)."""
+    entry_point, call = ENTRIES[entry]
+    with pytest.raises(RuntimeError) as exc:
+        torch.fx.symbolic_trace(entry_point if isinstance(entry_point, torch.nn.Module) else call)
+    _one_line(exc, entry)
+    assert "symbolic_trace" in str(exc.value)

@@ -1,6 +1,7 @@
 """A prompt the model can answer: text that shows, and chat messages whose last turn is one to answer or continue.
 
 Before, a text prompt of zero-width characters (U+200B, U+FEFF, U+2060: `str.strip` keeps them) loaded as a prompt,
+and so did one of Hangul fillers (U+3164), the braille blank or a lone combining mark,
 and so did chat messages whose user message was blank or whose last message was a system message: the model
 answered a turn with nothing in it. A prompt ending with an assistant message (a prefilled start of the answer) got
 a generation prompt after it, so the model started a new turn instead of continuing the prefill as TRL renders it.
@@ -21,6 +22,9 @@ SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[Heal
 
 # What shows nothing, written out here rather than taken from the code under test.
 INVISIBLE = " \t\n\r\x0b\x0c\u00a0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000\u200b\u200c\u200d\u2060\ufeff\u00ad"
+# ... and letters, symbols and marks drawn as nothing: the Hangul fillers, the braille blank, the combining grapheme
+# joiner and variation selectors alone (these loaded as prompts before)
+INVISIBLE += "\u115f\u1160\u3164\uffa0\u2800\u034f\ufe0f\ufe00\u0301"
 SHOWN = "ab1+=?é中"
 BLANK_TEXT = st.text(alphabet=INVISIBLE, min_size=1, max_size=6)
 SHOWN_TEXT = st.builds(lambda before, char, after: before + char + after, st.text(alphabet=INVISIBLE, max_size=3),

@@ -15,7 +15,11 @@ SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Heal
 
 MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
                                  "content": st.text(alphabet="ab 1+?'\"[]{}", min_size=1, max_size=8)})
-ENCODINGS = {"JSON": json.dumps, "a Python list": str}
+# how the messages became text -> the words the refusal names it by; one message alone and a list through json.dumps
+# twice loaded as text prompts before
+ENCODINGS = {"JSON": json.dumps, "a Python list": str, "JSON (one message)": lambda m: json.dumps(m[0]),
+             "a Python dict (one message)": lambda m: str(m[0]),
+             "JSON, itself in a JSON string": lambda m: json.dumps(json.dumps(m))}
 PADDING = st.sampled_from(["", " ", "\n", " \n "])
 # Text a prompt may be that starts and ends with a bracket, or names a role, and is no list of messages.
 PLAIN = st.one_of(st.lists(st.integers(), min_size=1).map(str), st.just("[role] Answer the question."),
@@ -32,12 +36,13 @@ def _load(tmp_path, prompts: list[str]):
 
 @SETTINGS
 @given(messages=st.lists(MESSAGE, min_size=1, max_size=3), encoding=st.sampled_from(sorted(ENCODINGS)),
-       padding=PADDING, plain=st.lists(PLAIN, max_size=2))
+       padding=PADDING, plain=st.lists(PLAIN, max_size=2), in_a_message=st.booleans())
 def test_messages_written_as_text_are_refused_naming_the_row_and_the_encoding(messages, encoding, padding, plain,
-                                                                              tmp_path):
+                                                                              in_a_message, tmp_path):
+    """The text is the prompt, or the text of a user message of a chat prompt (a nested export)."""
     encoded = padding + ENCODINGS[encoding](messages) + padding
     try:
-        _load(tmp_path, [*plain, encoded])
+        _load(tmp_path, [*plain, [{"role": "user", "content": encoded}] if in_a_message else encoded])
     except DataError as exc:
         message = str(exc)
         assert "\n" not in message and f" row {len(plain)}: " in message, message
