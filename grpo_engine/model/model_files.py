@@ -78,6 +78,11 @@ def check_model_files(directory: Path) -> None:
         problem = layer_kinds_problem(config) or causal_lm_problem(config)  # what transformers built: its rules applied
         if problem:
             raise ModelFileError(f"{directory / 'config.json'}: {problem}")
+        from .weight_files import weight_files_problem  # it reads WEIGHT_INDEXES from here
+
+        problem = weight_files_problem(directory, config)
+        if problem:
+            raise ModelFileError(problem)
 
 
 def causal_lm_problem(config: object) -> Optional[str]:
