@@ -16,8 +16,6 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from .model_files import WEIGHT_INDEXES
-
 # safetensors' dtype names of floating types: anything else (I8, U8, I32, I64, BOOL, ...) in a weight of a model
 # without quantization_config is an integer where the model computes in floats
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4")
@@ -30,7 +28,7 @@ def weight_files(directory: Path) -> list[Path]:
     if single.is_file():
         return [single]
     index = directory / "model.safetensors.index.json"
-    if not index.is_file() or WEIGHT_INDEXES[index.name] != single.name:
+    if not index.is_file():
         return []
     shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
     return [directory / shard for shard in shards]
