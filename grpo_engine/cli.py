@@ -288,9 +288,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .state.plot import check_plot_output, plot_run
+    from .state.plot import check_plot_output, plot_run, plot_run_dir
 
     _check_input_paths(("plot RUN_DIR", args.run_dir))
+    args.run_dir = plot_run_dir(args.run_dir)
     if not args.output and Path(args.run_dir).is_dir():  # RUN_DIR/curves.png: writable, before the plot is drawn
         check_writable_dir(args.run_dir, "plot RUN_DIR")
     if args.output:

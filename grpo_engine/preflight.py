@@ -19,6 +19,7 @@ fail later on any of these:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .config import EngineConfig, RolloutConfig
@@ -178,6 +179,13 @@ def check_whole_model(base_path: Optional[str]) -> None:
     config.json: not a Hugging Face model directory" once the run directory was written."""
     from .model.loading import adapter_base
 
+    if base_path is not None and all((Path(base_path) / name).is_file() for name in ("config.json",
+                                                                                   "adapter_config.json")):
+        # transformers then loads the base model adapter_config.json names with its adapters, not the weights here:
+        # it failed once the run directory was written ("No such file ... adapter_model.safetensors")
+        raise PreflightError(f"model directory {base_path!r} holds a whole model (config.json) and an "
+                             f"adapter_config.json, which transformers would load in its place (LoRA adapters on "
+                             f"the base model it names): move adapter_config.json out of the model directory")
     base = None if base_path is None else adapter_base(base_path)
     if base is not None:
         raise PreflightError(f"model directory {base_path!r} holds LoRA adapters (adapter_config.json), not a whole "

@@ -12,7 +12,9 @@ its name). The same holds for the family's other members: a backquoted command (
 of `$(...)`), and characters that a terminal shows as nothing or as a line break although they are no control
 character: Unicode's format characters (a zero-width space, a byte-order mark, a soft hyphen, the
 bidirectional marks and overrides that print a name backwards) and its line and paragraph separators (U+2028, U+2029):
-pasted from a web page or a chat, they made a directory no one could type or see the name of.
+pasted from a web page or a chat, they made a directory no one could type or see the name of. Likewise a name that
+starts or ends with white space (`--output-dir "runs/a "`, a quoted YAML value with a trailing space), unless it
+exists as written: the run trained into a directory whose name showed no sign of the space.
 """
 
 from __future__ import annotations
@@ -53,10 +55,26 @@ def path_form_problem(name: str) -> Optional[str]:
     if len(longest) > name_max:
         return (f"a path whose every name is at most {name_max} bytes (the system's bound; one here has "
                 f"{len(longest):,})")
+    padded = _padded_name(name)
+    if padded is not None and not _exists_as_written(name, padded + 1):
+        return (f"a path whose names neither start nor end with white space (character {padded} is "
+                f"{name[padded]!r}: a quoting or paste accident made a directory named with it, which `ls` shows as "
+                f"if it were not there)")
     shell = _SHELL_EXPANSION.search(name)
     if shell is not None and not _exists_as_written(name, shell.end()):
         return (f"a path with no shell expansion in it ({shell.group()[:40]!r} at character {shell.start()}: the engine "
                 f"expands only ~, and a config file or a quoted flag reaches it with no shell to expand the rest)")
+    return None
+
+
+def _padded_name(name: str) -> Optional[int]:
+    """The index of a white-space character (a space, a tab, a no-break space) opening or closing one of the names
+    of path `name`, or None."""
+    start = 0
+    for part in name.split("/"):
+        if part and (part[0].isspace() or part[-1].isspace()):
+            return start if part[0].isspace() else start + len(part) - 1
+        start += len(part) + 1
     return None
 
 

@@ -19,6 +19,7 @@ from ..data.row_values import RowValueError, strict_json_hooks
 from .config_values import config_values_problem, layer_kinds_problem
 from .generation_file import (GenerationSettings, TokenIdSettings, TokenizerSettings, settings_problem,
                               vocab_size_of)
+from .weight_files import weight_files_problem
 from ..state.bounded_read import FileBoundError, read_bounded_bytes, parse_json, special_file_kind
 
 # What the loaders open in a model directory, by name or by suffix.
@@ -78,6 +79,9 @@ def check_model_files(directory: Path) -> None:
         problem = layer_kinds_problem(config) or causal_lm_problem(config)  # what transformers built: its rules applied
         if problem:
             raise ModelFileError(f"{directory / 'config.json'}: {problem}")
+        problem = weight_files_problem(directory, config)
+        if problem:
+            raise ModelFileError(problem)
 
 
 def causal_lm_problem(config: object) -> Optional[str]:

@@ -28,6 +28,18 @@ def image_formats() -> dict[str, str]:
     return FigureCanvasBase.get_supported_filetypes()
 
 
+def plot_run_dir(named: str) -> str:
+    """The run directory `plot RUN_DIR` draws: RUN_DIR itself, or the directory of the metrics.jsonl named in its
+    place (before, ".../metrics.jsonl/metrics.jsonl does not exist"); another file is refused naming its directory."""
+    path = Path(named).expanduser()
+    if path.is_dir() or not path.exists():
+        return named
+    if path.name == "metrics.jsonl" and path.is_file():
+        return str(path.parent)
+    raise ValueError(f"plot RUN_DIR {named!r} is a file, not a run directory: name the directory that holds "
+                     f"metrics.jsonl ({str(path.parent)!r}?)")
+
+
 def check_plot_output(output: str | Path) -> None:
     """The file `plot --output` names is an image of a format matplotlib writes, by its suffix (none: PNG).
     matplotlib refused another only once the metrics had been read and drawn, in a message naming no option; a

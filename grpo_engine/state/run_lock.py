@@ -28,6 +28,7 @@ except ImportError:  # Windows: no flock; runs there are not protected against a
 from .bounded_read import special_file_kind
 from .path_limits import check_path_length
 from .run_files import CHECKPOINT_NAME, MANIFEST, has_progress, remove_own_start
+from .umask import umask_problem
 
 LOCK_FILE = ".grpo-engine.lock"
 
@@ -62,7 +63,11 @@ def check_output_dir(path: str | Path, key: str = OUTPUT_KEY) -> None:
     loop of links, or inside another run's checkpoints/ or base_model/."""
     check_path_length(path, key, room=len(str(RUN_DIRECTORY_DEEPEST)) + 1, room_for="the run's checkpoint files")
     resolved(path, key)
+    problem = umask_problem(key)
+    if problem:
+        raise RunDirectoryError(problem)
     check_writable_dir(path, key)
+    _check_lock_file_opens(Path(path) / LOCK_FILE)
     checkpoints = Path(path) / "checkpoints"
     if checkpoints.is_dir():  # a link to another disk, perhaps read-only: found at the first save, after its steps
         check_writable_dir(checkpoints, f"the checkpoints/ of {key}")
@@ -182,6 +187,44 @@ def check_not_a_run_file(path: str | Path, key: str, may_replace: tuple[str, ...
     check_not_inside_a_run(path, key)
 
 
+def _check_lock_file_opens(lock: Path) -> None:
+    """A run directory's lock file this user cannot open for writing (another user's, or made immutable) is one line
+    naming the directory and its owner, before any work: it was a raw PermissionError after the imports."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return  # made when the run takes the directory
+    except PermissionError as exc:
+        raise RunDirectoryError(_lock_file_refusal(lock, exc)) from None
+    except OSError:
+        return  # a special file: check_run_entries names it
+    os.close(fd)
+
+
+def _lock_file_refusal(lock: Path, exc: OSError) -> str:
+    import errno
+
+    try:
+        uid = lock.stat().st_uid
+    except OSError:
+        uid = None
+    owner = "another user" if uid is None else _user(uid)
+    why = (f"it is marked immutable or append-only (lsattr shows it; chattr -i {lock} removes the mark)"
+           if exc.errno == errno.EPERM else
+           f"it belongs to {owner} and this user ({_user(os.getuid())}) may not write it; run as its owner")
+    return (f"the run directory {lock.parent} is held by its lock file {lock.name}, which this process cannot open "
+            f"({exc.strerror}): {why}, or choose another --output-dir")
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"user id {uid}"
+
+
 def _holder(fd: int) -> str:
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, 4096).decode(errors="replace").strip()
@@ -219,7 +262,10 @@ class RunLock:
                 break
             created = directory
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError as exc:  # made unopenable between the check and here
+            raise RunDirectoryError(_lock_file_refusal(run_dir / LOCK_FILE, exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
