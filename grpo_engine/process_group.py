@@ -75,8 +75,8 @@ def check_rank_unique() -> None:
     whole run while the other failed with gloo's raw text, or took the first one's place in the middle of a collective.
     Each process counts its rank once in the group's store; the second to count it stops, naming the variable."""
     store_of = getattr(torch.distributed.distributed_c10d, "_get_default_store", None)
-    if store_of is None:  # a torch without it: the duplicate still fails, in lost_process's words
-        return
+    if store_of is None or not torch.distributed.is_initialized():  # no store to count in: the duplicate still
+        return  # fails, in lost_process's words
     env = os.environ
     rank = torch.distributed.get_rank()
     # a torchrun restart (--max-restarts) joins the same agent store again: the count is per attempt

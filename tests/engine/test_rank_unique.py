@@ -19,6 +19,7 @@ def test_the_second_process_to_join_as_a_rank_is_refused_naming_it(ranks, restar
     joined: set[int] = set()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch.distributed.distributed_c10d, "_get_default_store", lambda: store)
+        patch.setattr(torch.distributed, "is_initialized", lambda: True)
         patch.setenv("WORLD_SIZE", "8")
         if restart is None:
             patch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
@@ -41,6 +42,7 @@ def test_a_torchrun_restart_joins_the_same_store_as_a_new_attempt(monkeypatch):
     """torchrun --max-restarts starts every rank again on the agent's store, which keeps its keys."""
     store = torch.distributed.HashStore()
     monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store", lambda: store)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "get_rank", lambda: 1)
     for attempt in ("0", "1", "2"):
         monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", attempt)
