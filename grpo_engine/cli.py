@@ -444,8 +444,12 @@ def _command(argv: Optional[Sequence[str]]) -> int:
         return 2
     except TrainingInterrupted as exc:
         output_dir = exc.checkpoint.parent.parent
+        # a launched run resumes only with as many processes (check_saved_processes): the plain command's hint,
+        # followed under torchrun, started one process and was refused
+        world = os.environ.get("WORLD_SIZE", "1")
+        launcher = f", under the same launcher with {world} processes" if world.isdigit() and int(world) > 1 else ""
         print(f"grpo-engine train: {exc}. Continue with: grpo-engine train --resume --output-dir {output_dir} "
-              f"(and the same options)", file=sys.stderr)
+              f"(and the same options{launcher})", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         print(f"grpo-engine {args.command}: interrupted; a training run continues from its last checkpoint with "

@@ -18,12 +18,16 @@ from typing import Any, Mapping, Optional, Sequence
 from .config import ConfigError, EngineConfig
 from .lost_process import outlast_the_launchers_stop
 from .state import checkpoint as ckpt
+from .state.run_lock import LOCK_FILE
 from .steps.rewards import NamedReward, code_fingerprint
 
 # Settings that may rightly differ between processes: a host's CPU count, and who draws the (main process's) bar.
 PER_PROCESS_SETTINGS = frozenset({"run.num_threads", "run.progress_bar"})
 # The packages whose versions shape the computation; another version on one host computes something else.
 PACKAGES = ("torch", "transformers", "accelerate", "triton", "peft", "grpo-kernels")
+# The run directory's item: process 0 and every other must read and write one directory.
+RUN_DIRECTORY = ("run directory (run.output_dir: one directory every process reaches, on a filesystem the hosts share; "
+                 "a relative path is read from each process's working directory)")
 _ENDS = 1 << 20  # bytes read at each end of a model file: a safetensors header and the first and last weights
 
 
@@ -68,11 +72,13 @@ def package_version(name: str) -> Optional[str]:
 
 
 def launch_fingerprint(config: EngineConfig, model_dir: Optional[str], data: Mapping[str, Mapping[str, Any]],
-                       resume: Optional[str], rewards: Sequence[NamedReward] = ()) -> dict[str, str]:
+                       resume: Optional[str], rewards: Sequence[NamedReward] = (),
+                       run_dir: Optional[Path] = None) -> dict[str, str]:
     """What must agree, by the name a message gives it, in the order a difference is reported: settings, data,
-    reward code, model files, resume point, packages. `model_dir`: the model's local directory (None: built in);
-    `data`: the rows' fingerprints of run_setup ("train", "eval"); `resume`: resume_label's; `rewards`: the
-    loaded reward functions, whose user code is compared by its files' names and contents."""
+    reward code, model files, run directory, resume point, packages. `model_dir`: the model's local directory (None:
+    built in); `data`: the rows' fingerprints of run_setup ("train", "eval"); `resume`: resume_label's; `rewards`:
+    the loaded reward functions, whose user code is compared by its files' names and contents; `run_dir`: the run
+    directory, which process 0 holds (run_lock) before the processes join."""
     items = {f"setting {key}": repr(value) for key, value in flat_settings(config).items()}
     for part in ("train", "eval"):
         if part in data:
@@ -85,11 +91,28 @@ def launch_fingerprint(config: EngineConfig, model_dir: Optional[str], data: Map
         # caches at different paths agree
         for file in sorted(p for p in Path(model_dir).iterdir() if p.is_file() and not p.name.startswith(".")):
             items[f"model file {file.name}"] = file_digest(file)
+    if run_dir is not None:
+        items[RUN_DIRECTORY] = run_directory_label(run_dir)
     items["resume point"] = resume or "none (a fresh start)"
     items["python"] = sys.version.split()[0]
     for package in PACKAGES:
         items[f"package {package}"] = package_version(package) or "not installed"
     return items
+
+
+def run_directory_label(run_dir: Path) -> str:
+    """The run directory as this process sees it: whom its lock file names. Process 0 wrote its own pid, host and
+    start time there before the processes joined, so a process that sees anything else reaches another directory:
+    a relative run.output_dir read from another working directory, or a path on each host's own disk. Before, such a
+    run went on until a process missed a file another had written (the demo's base_model/, a checkpoint)."""
+    try:
+        with (run_dir / LOCK_FILE).open("rb") as lock:
+            holder = lock.read(4096).decode(errors="replace").strip()
+    except FileNotFoundError:
+        return "no such directory" if not run_dir.is_dir() else "a directory no run holds"
+    except OSError as exc:
+        return f"an unreadable directory ({exc.strerror or exc})"
+    return f"a directory held by {holder}" if holder else "a directory no run holds"
 
 
 def resume_label(resume: Optional[str], run_dir: Path) -> str:

@@ -97,8 +97,10 @@ def _gloo_cause(text: str) -> str:
 def lost_process_error(exc: BaseException, timeout_s: float, run_dir: str,
                        settle_s: float = _SETTLE_S) -> Optional[ProcessGroupError]:
     """The one-line error for a collective that failed because another process went away; None for any other."""
-    if not _processes or not is_peer_failure(exc):
+    if not is_peer_failure(exc):
         return None
+    if not _processes:
+        return _lost_while_meeting(exc)
     from .state.checkpoint import list_checkpoints  # the run's, as this process sees its directory
 
     timed_out = "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower()
@@ -118,6 +120,18 @@ def lost_process_error(exc: BaseException, timeout_s: float, run_dir: str,
         f"process {_rank()} of WORLD_SIZE={len(_processes)} lost {who}: {cause} "
         f"(gloo: {_gloo_cause(str(exc))}); the run stopped, {last}: continue with --resume under the same launcher "
         f"once every process can run")
+
+
+def _lost_while_meeting(exc: BaseException) -> ProcessGroupError:
+    """A peer lost in the first collective, before the processes were recorded: gloo's raw text reached the user
+    (a process started by hand with another WORLD_SIZE, or a second process given the same RANK, joined and then
+    never answered or dropped out). What a launch of hand-set variables must hold is said instead."""
+    env = os.environ
+    return ProcessGroupError(
+        f"process {_rank()} of WORLD_SIZE={env.get('WORLD_SIZE', '?')} lost another process while the processes met, "
+        f"before any work (gloo: {_gloo_cause(str(exc))}): every process must be started with the same WORLD_SIZE, "
+        f"MASTER_ADDR and MASTER_PORT and a RANK of its own from 0 to WORLD_SIZE - 1 (torchrun and accelerate launch "
+        f"set them), and none may stop on its own error (its message, or the launcher's report, says which)")
 
 
 def outlast_the_launchers_stop() -> None:

@@ -18,6 +18,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
 
+from .config import ConfigError
 from .rendezvous_log import quiet_store_retries
 
 
@@ -49,7 +50,7 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
     try:
         timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))
         with quiet:
-            return Accelerator(cpu=cpu, kwargs_handlers=[timeout])
+            accelerator = Accelerator(cpu=cpu, kwargs_handlers=[timeout])
     except Exception as exc:  # noqa: BLE001 - torch's store and rendezvous errors have no common class but this
         if not joining:
             raise
@@ -63,6 +64,28 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
     finally:
         if note is not None:
             note.cancel()
+    if joining:
+        check_rank_unique()
+    return accelerator
+
+
+def check_rank_unique() -> None:
+    """ConfigError in a process that joined with a RANK another process of the launch already took. Processes started
+    by hand (a script that computes RANK wrongly, a line pasted twice) joined both: rank 0 and one of them trained as a
+    whole run while the other failed with gloo's raw text, or took the first one's place in the middle of a collective.
+    Each process counts its rank once in the group's store; the second to count it stops, naming the variable."""
+    store_of = getattr(torch.distributed.distributed_c10d, "_get_default_store", None)
+    if store_of is None or not torch.distributed.is_initialized():  # no store to count in: the duplicate still
+        return  # fails, in lost_process's words
+    env = os.environ
+    rank = torch.distributed.get_rank()
+    # a torchrun restart (--max-restarts) joins the same agent store again: the count is per attempt
+    key = f"grpo-engine/rank-taken/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{rank}"
+    if store_of().add(key, 1) > 1:
+        raise ConfigError(f"environment variable RANK={rank}: another process of this launch (WORLD_SIZE="
+                          f"{env.get('WORLD_SIZE', '?')} at {env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}) "
+                          f"joined as rank {rank} already; give every process a RANK of its own from 0 to WORLD_SIZE - 1 "
+                          f"(torchrun and accelerate launch do)")
 
 
 def _say_waiting(timeout_s: float) -> None:

@@ -294,7 +294,7 @@ def setup_run(config: EngineConfig) -> Run:
                                         else "of the built-in task")
     if launched():  # every process starts from the same settings, files, checkpoint and packages, before any work
         check_processes_agree(launch_fingerprint(config, base_path, data, resume_label(config.run.resume, run_dir),
-                                                 rewards))
+                                                 rewards, run_dir))
     resume_point = start_point(config, run_dir, announce=accelerator.is_main_process, data=data,
                                processes=accelerator.num_processes)
     resume_from = None if resume_point is None else resume_point.path

@@ -214,3 +214,36 @@ def test_a_launch_whose_processes_differ_stops_on_every_process_naming_it(case, 
     assert all(line.startswith(f"the processes of this launch disagree on {name}: ") and "process 0 has " in line
                and "process 1 has " in line for line in refusals), refusals
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
+
+
+HOLDERS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=80).filter(
+    lambda text: text.strip() != "")
+
+
+@settings(max_examples=40, deadline=None)
+@given(holder=HOLDERS, other=st.one_of(st.none(), st.just(""), HOLDERS), shape=st.sampled_from(["file", "dir", "gone"]))
+def test_processes_that_reach_other_run_directories_are_named(holder, other, shape, tmp_path_factory):
+    """Process 0 holds the run directory (its lock file names it) before the processes join; a process that reads
+    another directory (a relative path from another working directory, a path on its own host's disk) sees another
+    holder, no lock file or no directory. Before, the run went on until that process missed a file (the demo's
+    base_model/), with a message about the model."""
+    from grpo_engine.launch_agreement import RUN_DIRECTORY
+    from grpo_engine.state.run_lock import LOCK_FILE
+
+    root = tmp_path_factory.mktemp("hosts")
+    held, elsewhere = root / "host0" / "out", root / "host1" / "out"
+    held.mkdir(parents=True)
+    (held / LOCK_FILE).write_text(holder + "\n")
+    if shape != "gone":
+        elsewhere.mkdir(parents=True)
+        if shape == "file" and other is not None:
+            (elsewhere / LOCK_FILE).write_text(other)
+    config = config_from_dict({})
+    mine, same, theirs = (launch_fingerprint(config, None, {}, None, run_dir=path) for path in (held, held, elsewhere))
+    assert first_disagreement([mine, same]) is None
+    agrees = shape == "file" and other is not None and other.strip() == holder.strip()
+    message = first_disagreement([mine, theirs])
+    assert (message is None) == agrees
+    if message is not None:
+        assert message.startswith(f"the processes of this launch disagree on {RUN_DIRECTORY}: ") and "\n" not in message
+        assert "process 0 has a directory held by " in message and "process 1 has " in message

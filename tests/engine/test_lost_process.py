@@ -160,3 +160,21 @@ def test_under_torchrun_the_launchers_stop_does_not_cut_the_line_short(under_tor
         assert (signal.getsignal(signal.SIGTERM) is signal.SIG_IGN) == under_torchrun
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@settings(max_examples=25, deadline=None)
+@given(file=GLOO_FILES, cause=CAUSES, port=st.integers(1024, 65535), ms=st.integers(1000, 10**7),
+       rank=st.integers(0, 7), world=st.integers(2, 9))
+def test_a_process_lost_before_the_processes_were_recorded_is_one_line(file, cause, port, ms, rank, world,
+                                                                         tmp_path_factory):
+    """The first collective (where the processes record each other) failed with gloo's raw text: a process started by
+    hand with another WORLD_SIZE, or a second process given the same RANK, joined and then never answered or left."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lost_process, "_processes", [])
+        patch.setenv("WORLD_SIZE", str(world))
+        patch.setenv("RANK", str(rank))
+        error = lost_process_error(_gloo_error(file, cause, port, ms), 60.0, str(tmp_path_factory.mktemp("run")))
+    message = str(error)
+    assert error is not None and "\n" not in message and "GLHF" not in message and ".cc:" not in message, message
+    assert message.startswith(f"process {rank} of WORLD_SIZE={world} lost another process while the processes met")
+    assert "the same WORLD_SIZE" in message and "a RANK of its own" in message, message
