@@ -140,8 +140,11 @@ def first_disagreement(fingerprints: Sequence[Mapping[str, str]]) -> Optional[st
         holders: dict[str, list[int]] = {}
         for rank, value in enumerate(values):
             holders.setdefault(value, []).append(rank)
+        texts = [_short(value) for value in holders]
+        if len(set(texts)) < len(texts):  # values apart only in spacing or past the cut: each whole, as a literal
+            texts = [repr(value) for value in holders]
         shown = "; ".join(f"process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-                          f"{'have' if len(ranks) > 1 else 'has'} {_short(value)}" for value, ranks in holders.items())
+                          f"{'have' if len(ranks) > 1 else 'has'} {text}" for text, ranks in zip(texts, holders.values()))
         return (f"the processes of this launch disagree on {name}: {shown}; every process must start from the same "
                 f"flags, config file, model, data, reward code, checkpoint and packages (a multi-node launch reads "
                 f"each host's own copies)")
