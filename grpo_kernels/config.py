@@ -78,6 +78,11 @@ class LossSetting:
 # (and holds no value below 1.4e-45: 1e-300 is 0 there), so at 1e-40 every backend's log-probs were NaN (triton's
 # loss finite beside them). From 1e-30 up, logits of magnitude up to 1e8 stay finite.
 MIN_TEMPERATURE = 1e-30
+# The largest temperature, its mirror: the kernels multiply the logits by 1 / temperature, and below 1e-30 (the
+# smallest factor the soft-cap's check takes too) every logit up to 1e8 in magnitude becomes less than 1e-22, which
+# exp rounds to exactly 1 in float32: the samples are uniform whatever the model says and the loss has no gradient
+# (3e38 trained nothing, silently).
+MAX_TEMPERATURE = 1 / MIN_TEMPERATURE
 
 
 def setting(default: Any, help: str, **declaration: Any) -> Any:
@@ -128,7 +133,7 @@ class GRPOLossConfig:
     importance_sampling_level: Literal["token", "sequence"] = setting(
         "token", "importance ratio per token or per sequence (GSPO)")
     temperature: float = setting(1.0, "the temperature the completions were sampled at (the log-probs are taken "
-                                      "at it)", ge=MIN_TEMPERATURE)
+                                      "at it)", ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     max_completion_length: Optional[int] = setting(512, "the longest completion: the fixed normaliser of the "
                                                         "loss types that divide by it (dr_grpo)", ge=1)
     use_bias_correction_kl: bool = setting(True, "weight the KL by the importance ratio (off-policy correction; "

@@ -13,7 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .argument_names import LOSS_NAMES, ArgumentNames
-from .config import MIN_TEMPERATURE, GRPOLossConfig, warn_at_caller
+from .config import MAX_TEMPERATURE, MIN_TEMPERATURE, GRPOLossConfig, warn_at_caller
 from .losses import get_loss_type, validate_loss_params
 from .head import IDENTITY, LMHead, LogitTransform
 from .messages import shown
@@ -374,6 +374,9 @@ def check_temperature(temperature: object) -> float:
     if real is None or real < MIN_TEMPERATURE:
         raise ValueError(f"temperature must be a finite number > 0 (at least {MIN_TEMPERATURE:g}: float32 logits "
                          f"divided by less overflow), got {shown(temperature)}")
+    if real > MAX_TEMPERATURE:
+        raise ValueError(f"temperature must be at most {MAX_TEMPERATURE:g} (float32 logits divided by more round to "
+                         f"0: uniform samples, no gradient), got {shown(temperature)}")
     return real
 
 

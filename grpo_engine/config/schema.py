@@ -25,7 +25,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
+from grpo_kernels.config import MAX_TEMPERATURE, MIN_TEMPERATURE, GRPOLossConfig, LossSetting
 from grpo_kernels.losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, TRUST_REGION, get_loss_type, loss_param_aliases,
                                  loss_type_names)
 
@@ -467,14 +467,16 @@ class RolloutConfig(Section):
     max_new_tokens: PositiveInt = Field(
         256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "
                          "(dr_grpo)")
-    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)] = Field(
         1.0, description="sampling temperature; the loss's log-probs are computed at the same one (at least "
-                         "1e-30: float32 logits divided by less overflow)")
+                         "1e-30: float32 logits divided by less overflow; at most 1e30: divided by more they round "
+                         "to 0, uniform samples and no gradient)")
     top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
     top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
     # At least the smallest temperature, for the temperature's reason: generate divides the logits by it, and a
-    # subnormal penalty (1e-320) made them infinite, a traceback from torch.multinomial at the first step.
-    repetition_penalty: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+    # subnormal penalty (1e-320) made them infinite, a traceback from torch.multinomial at the first step. At most
+    # the largest temperature, for its reason: a repeated token's logit divided by more is 0, whatever it was.
+    repetition_penalty: Annotated[float, Field(ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)] = Field(
         1.0, description="transformers' repetition penalty in generate (1: off)")
     replay_kept_tokens: Annotated[bool, ReadWhen(
         "rollout.top_p < 1 or rollout.top_k > 0", lambda c: c.rollout.top_p < 1 or c.rollout.top_k > 0,
