@@ -19,6 +19,7 @@ from .losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, GSPO_LOSS_TYPE, TRUST_REGIO
                      loss_param_aliases, validate_loss_params)
 from .keywords import accepted_keywords, refuse_unknown_keywords
 from .messages import shown
+from .read_only_params import ReadOnlyParams
 from .scalars import finite_real, integer_value, same_value
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -158,7 +159,8 @@ class GRPOLossConfig:
                 checked = _check_setting(f.name, value, hints[f.name], declaration)
                 if checked is not value:  # a numpy scalar, Fraction or Decimal: stored as the builtin it reads as
                     object.__setattr__(self, f.name, checked)
-        object.__setattr__(self, "loss_params", validate_loss_params(self.loss_type, self.loss_params))
+        params = validate_loss_params(self.loss_type, self.loss_params)
+        object.__setattr__(self, "loss_params", ReadOnlyParams.of(params))
         if loss.aggregation.reads_max_completion_length and self.max_completion_length is None:
             raise ValueError(f"loss_type={self.loss_type!r} needs max_completion_length (its fixed normaliser)")
         self._warn_like_trl(loss)
@@ -173,7 +175,7 @@ class GRPOLossConfig:
             warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
                             f"sequence by its length; GSPO uses loss_type={GSPO_LOSS_TYPE!r}")
 
-    def __hash__(self) -> int:  # loss_params is a dict (what asdict, JSON and YAML write); hash its items
+    def __hash__(self) -> int:  # loss_params is a (read-only) dict, as asdict, JSON and YAML write it: hash its items
         return hash(tuple((f.name, tuple(sorted(self.loss_params.items())) if f.name == "loss_params"
                            else getattr(self, f.name)) for f in fields(self)))
 
