@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 
 from grpo_engine.model.update_precision import UNCHANGED_SHARE, check_update_precision
 
-ACCELERATOR = Accelerator(cpu=True)
+
+
+def accelerator() -> Accelerator:
+    """Made per check: a test elsewhere in the same worker may reset accelerate's shared state, which a module-level
+    Accelerator then lacks (AttributeError: no attribute `num_processes`)."""
+    return Accelerator(cpu=True)
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 OVERSIZED = "of the trained weights themselves"
 
@@ -25,7 +30,7 @@ OVERSIZED = "of the trained weights themselves"
 def said(caplog, parameters, lr: float, dtype: str, float32_steps: bool = False) -> list[str]:
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="grpo_engine"):
-        check_update_precision(ACCELERATOR, parameters, lr, 1e-8, dtype, float32_steps=float32_steps)
+        check_update_precision(accelerator(), parameters, lr, 1e-8, dtype, float32_steps=float32_steps)
     return [record.getMessage() for record in caplog.records]
 
 
