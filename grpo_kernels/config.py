@@ -19,6 +19,7 @@ from .losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, GSPO_LOSS_TYPE, TRUST_REGIO
                      loss_param_aliases, validate_loss_params)
 from .keywords import accepted_keywords, closest_name, refuse_unknown_keywords
 from .messages import shown
+from .read_only_params import ReadOnlyParams
 from .scalars import finite_real, integer_value, same_value
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -78,6 +79,11 @@ class LossSetting:
 # (and holds no value below 1.4e-45: 1e-300 is 0 there), so at 1e-40 every backend's log-probs were NaN (triton's
 # loss finite beside them). From 1e-30 up, logits of magnitude up to 1e8 stay finite.
 MIN_TEMPERATURE = 1e-30
+# The largest temperature, its mirror: the kernels multiply the logits by 1 / temperature, and below 1e-30 (the
+# smallest factor the soft-cap's check takes too) every logit up to 1e8 in magnitude becomes less than 1e-22, which
+# exp rounds to exactly 1 in float32: the samples are uniform whatever the model says and the loss has no gradient
+# (3e38 trained nothing, silently).
+MAX_TEMPERATURE = 1 / MIN_TEMPERATURE
 
 
 def setting(default: Any, help: str, **declaration: Any) -> Any:
@@ -128,7 +134,7 @@ class GRPOLossConfig:
     importance_sampling_level: Literal["token", "sequence"] = setting(
         "token", "importance ratio per token or per sequence (GSPO)")
     temperature: float = setting(1.0, "the temperature the completions were sampled at (the log-probs are taken "
-                                      "at it)", ge=MIN_TEMPERATURE)
+                                      "at it)", ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     max_completion_length: Optional[int] = setting(512, "the longest completion: the fixed normaliser of the "
                                                         "loss types that divide by it (dr_grpo)", ge=1)
     use_bias_correction_kl: bool = setting(True, "weight the KL by the importance ratio (off-policy correction; "
@@ -153,7 +159,8 @@ class GRPOLossConfig:
                 checked = _check_setting(f.name, value, hints[f.name], declaration)
                 if checked is not value:  # a numpy scalar, Fraction or Decimal: stored as the builtin it reads as
                     object.__setattr__(self, f.name, checked)
-        object.__setattr__(self, "loss_params", validate_loss_params(self.loss_type, self.loss_params))
+        params = validate_loss_params(self.loss_type, self.loss_params)
+        object.__setattr__(self, "loss_params", ReadOnlyParams.of(params))
         if loss.aggregation.reads_max_completion_length and self.max_completion_length is None:
             raise ValueError(f"loss_type={self.loss_type!r} needs max_completion_length (its fixed normaliser)")
         self._warn_like_trl(loss)
@@ -168,7 +175,7 @@ class GRPOLossConfig:
             warn_at_caller(f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} weights each "
                             f"sequence by its length; GSPO uses loss_type={GSPO_LOSS_TYPE!r}")
 
-    def __hash__(self) -> int:  # loss_params is a dict (what asdict, JSON and YAML write); hash its items
+    def __hash__(self) -> int:  # loss_params is a (read-only) dict, as asdict, JSON and YAML write it: hash its items
         return hash(tuple((f.name, tuple(sorted(self.loss_params.items())) if f.name == "loss_params"
                            else getattr(self, f.name)) for f in fields(self)))
 

@@ -25,7 +25,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import MIN_TEMPERATURE, GRPOLossConfig, LossSetting
+from grpo_kernels.config import MAX_TEMPERATURE, MIN_TEMPERATURE, GRPOLossConfig, LossSetting
 from grpo_kernels.losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, TRUST_REGION, get_loss_type, loss_param_aliases,
                                  loss_type_names)
 
@@ -110,10 +110,25 @@ def _path_form(name: str) -> str:
     return name
 
 
+def local_directory_path(name: str, what: str) -> Optional[str]:
+    """Why `name`, shaped like ORG/NAME and naming nothing here, is a local path all the same, or None: its first
+    component is a directory here. `data/my_data` (a directory of shards not made yet, a typo) was read as the Hub
+    dataset `my_data` of an organisation `data`, and the run failed on the network, never saying the path was not
+    there. (A Hub id whose organisation is also a directory's name here is taken for a path: name its files.)"""
+    first = name.split("/", 1)[0]
+    if not user_path(first).is_dir():
+        return None
+    return f"{first}/ is a directory here, so this is a path in it, not {what}"
+
+
 def _model_location(name: str) -> str:
     _local_through_a_link(name)
     if not user_path(name).is_dir() and not is_hub_id(name):
         raise ValueError("expected a local model directory or a Hub id ORG/NAME")
+    local = None if user_path(name).exists() else local_directory_path(name, "a Hub model id")
+    if local is not None:
+        raise ValueError(f"expected a local model directory or a Hub id ORG/NAME, and there is no directory by that "
+                         f"name ({local})")
     return name
 
 
@@ -133,7 +148,7 @@ def local_data_path(name: str) -> Optional[str]:
 def _data_location(name: str) -> str:
     _local_through_a_link(name)
     if not user_path(name).exists():
-        local = local_data_path(name) if is_hub_id(name) else None
+        local = (local_data_path(name) or local_directory_path(name, "a Hub dataset id")) if is_hub_id(name) else None
         if local is not None:
             raise ValueError(f"expected an existing file or directory, and there is none by that name ({local})")
         if not is_hub_id(name):
@@ -467,14 +482,16 @@ class RolloutConfig(Section):
     max_new_tokens: PositiveInt = Field(
         256, description="the longest completion; also the fixed normaliser of the loss types that divide by it "
                          "(dr_grpo)")
-    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+    temperature: Annotated[float, Field(ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)] = Field(
         1.0, description="sampling temperature; the loss's log-probs are computed at the same one (at least "
-                         "1e-30: float32 logits divided by less overflow)")
+                         "1e-30: float32 logits divided by less overflow; at most 1e30: divided by more they round "
+                         "to 0, uniform samples and no gradient)")
     top_p: Fraction = Field(1.0, description="nucleus sampling (1: off)")
     top_k: NonNegativeInt = Field(0, description="top-k sampling (0: off)")
     # At least the smallest temperature, for the temperature's reason: generate divides the logits by it, and a
-    # subnormal penalty (1e-320) made them infinite, a traceback from torch.multinomial at the first step.
-    repetition_penalty: Annotated[float, Field(ge=MIN_TEMPERATURE)] = Field(
+    # subnormal penalty (1e-320) made them infinite, a traceback from torch.multinomial at the first step. At most
+    # the largest temperature, for its reason: a repeated token's logit divided by more is 0, whatever it was.
+    repetition_penalty: Annotated[float, Field(ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)] = Field(
         1.0, description="transformers' repetition penalty in generate (1: off)")
     replay_kept_tokens: Annotated[bool, ReadWhen(
         "rollout.top_p < 1 or rollout.top_k > 0", lambda c: c.rollout.top_p < 1 or c.rollout.top_k > 0,

@@ -8,7 +8,10 @@ was given every weight push twice and, under NCCL, joined the transfer group twi
 The same holds for the whole family of each: any API path the engine adds itself (an endpoint's URL pasted from a
 curl example, `.../v1/completions`, `.../health`), and any two spellings of one server's address (an IPv6 address
 written out or compressed, a host name with the DNS root's trailing dot, an internationalised name in Unicode or in
-its ASCII form).
+its ASCII form). Nor may the machine itself be listed twice under two of its loopback names: `localhost`,
+`127.0.0.1`, `[::1]`, `[::ffff:127.0.0.1]` and the wildcard `0.0.0.0` / `[::]` (which a client's connect reaches the
+local host by) all reach a server on this machine that listens on them, named without any lookup (the loopback names
+resolve from the system's hosts file, never by DNS), so one of them listed beside another is the same server.
 """
 
 from __future__ import annotations
@@ -64,14 +67,23 @@ def server_key(url: str) -> tuple[str, str, int, str]:
             parts.port or DEFAULT_PORTS[parts.scheme.lower()], parts.path.rstrip("/"))
 
 
+# The spellings of "this machine" that a connect reaches a local server by, whatever the system's hosts file holds
+# beyond them: vLLM listens on 0.0.0.0 (every address, IPv4) by default, which each of these reaches. Another
+# 127.x address is left its own host: a server may bind 127.0.0.2 alone.
+LOCAL_HOST = "localhost"
+_LOCAL_ADDRESSES = {ipaddress.ip_address(a) for a in ("127.0.0.1", "::1", "0.0.0.0", "::", "::ffff:127.0.0.1")}
+
+
 def server_host(host: str) -> str:
     """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
     (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the ASCII form
-    that DNS sends (IDNA: `bücher` is `xn--bcher-kva`)."""
+    that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is `localhost`."""
     try:
-        return ipaddress.ip_address(host).compressed
+        address = ipaddress.ip_address(host)
     except ValueError:
         pass
+    else:
+        return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
     name = host.rstrip(".").lower()
     try:
         return name.encode("idna").decode("ascii")
@@ -85,6 +97,7 @@ def distinct_servers(urls: list[str]) -> list[str]:
     for index, url in enumerate(urls):
         first = seen.setdefault(server_key(url), index)
         if first != index:
+            local = " (both name this machine)" if server_key(url)[1] == LOCAL_HOST else ""
             raise ValueError(f"each server once (it would be given every weight push twice), but [{index}] {url} is "
-                             f"the server of [{first}] {urls[first]}")
+                             f"the server of [{first}] {urls[first]}{local}")
     return urls

@@ -1,5 +1,6 @@
 """What a dataset row may hold, whatever file format it came from: the values of JSON (text, finite numbers,
-true / false, null, lists, objects with text keys). Checked once, when the rows load, so that no reader (the
+true / false, null, lists, objects with text keys); nothing else (Parquet's bytes, dates, times and decimals reached
+reward functions as the Python objects pyarrow gives, which a reward written for JSON's values does not expect). Checked once, when the rows load, so that no reader (the
 prompt renderer, a reward function, the checkpoint's data fingerprint) meets a value it would take silently for
 another: a NaN answer that math_accuracy scores as "wrong", an infinity from `1e400`, a lone UTF-16 surrogate
 (`"\\ud800"`, valid JSON but not Unicode) that the tokenizer refuses deep inside, or that no file can be written with.
@@ -83,8 +84,9 @@ def value_problem(value: Any) -> Optional[str]:
                 return f"holds {problem}"
         elif isinstance(item, bool) or item is None:
             continue
-        elif isinstance(item, Real) and not _finite(item):
-            return f"holds {str(item)[:40]}, not a finite number (write null for a missing value)"
+        elif isinstance(item, Real):
+            if not _finite(item):
+                return f"holds {str(item)[:40]}, not a finite number (write null for a missing value)"
         elif isinstance(item, dict):
             for key in item:
                 if not isinstance(key, str):
@@ -95,6 +97,11 @@ def value_problem(value: Any) -> Optional[str]:
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
+        else:  # Parquet's bytes, dates, times and decimals; any other object a datasets directory holds
+            kind = type(item)
+            name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+            return (f"holds a {name} value ({str(item)[:40]}), not one of JSON's (text, a number, true / false, null, "
+                    f"a list, an object): store that column as text or numbers")
     return None
 
 

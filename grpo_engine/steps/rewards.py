@@ -131,12 +131,12 @@ _FRAC = re.compile(r"\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
 
 def normalize_answer(answer: str) -> str:
     """Drop the notation that does not change a value: $, spacing, \\text{}, \\left/\\right, units words."""
-    text = answer.strip()
-    text = _TEXT_WRAPPER.sub(r"\1", text)
+    text = _TEXT_WRAPPER.sub(r"\1", answer.strip())
     for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "^\\circ", "^{\\circ}", "\\%", "%"):
         text = text.replace(token, "")
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    text = re.sub(r"\s+", "", text).rstrip(".")
+    # A trailing backslash is a LaTeX space (`\ `) or line break (`\\`) that a strip cut short (`5\ ` is 5).
+    text = re.sub(r"\s+", "", text).rstrip(".\\")
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", text):  # 1,234 -> 1234
         text = text.replace(",", "")
     return text
@@ -154,6 +154,8 @@ def _as_number(text: str) -> Optional[Fraction]:
 
 def answers_match(predicted: str, gold: str) -> bool:
     pred, ref = normalize_answer(predicted), normalize_answer(gold)
+    if not pred or not ref:  # notation alone (`$ $`, `\text{}`) is no value: it matches nothing, itself neither
+        return False
     if pred == ref:
         return True
     pred_num, ref_num = _as_number(pred), _as_number(ref)
@@ -190,7 +192,10 @@ def make_math_accuracy(correct: float, wrong: float, no_answer: float, answer_co
             gold = reference_answer(answer)
             # `x = 5` answers 5. A blank reference ('', '#### ', '\\boxed{}', 'x =') is no answer, as null is: before,
             # every completion of its row scored wrong, and evaluation data without answers read as accuracy 0.0.
+            # So is one of notation alone (`$ $`, `\text{}`), which normalizes to nothing: it scored a box of the
+            # same notation correct.
             gold = None if gold is None else gold.rsplit("=", 1)[-1].strip() or None
+            gold = None if gold is None or not normalize_answer(gold) else gold
             boxed = extract_boxed(completion)
             predicted = None if boxed is None else final_answer(boxed)
             if gold is None:

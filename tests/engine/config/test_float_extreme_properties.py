@@ -3,7 +3,8 @@ is refused in one line naming the key, or is a value the engine computes with: w
 weights, AdamW's step, the sampler's logits and the advantages are float32), a divisor of the logits no smaller
 than the smallest temperature, a weight decay that shrinks the weights. Before: optim.learning_rate 3.5e38 failed
 inside AdamW (34 lines), loss.epsilon 1e308 inside the loss (53 lines), rollout.repetition_penalty 1e-320 in the
-sampler (41 lines), and optim.weight_decay 3.5e38 saved a checkpoint of NaN weights."""
+sampler (41 lines), and optim.weight_decay 3.5e38 saved a checkpoint of NaN weights; rollout.temperature 3e38 was
+taken, and every logit divided by it rounded to 0 (uniform samples, no gradient)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_engine.config import ConfigError, leaf_fields, load_config
-from grpo_kernels.config import MIN_TEMPERATURE
+from grpo_kernels.config import MAX_TEMPERATURE, MIN_TEMPERATURE
 from grpo_kernels.losses import FLOAT32_MAX
 
-EXTREMES = [1e308, -1e308, 3.5e38, -3.5e38, FLOAT32_MAX, 1e-320, 5e-324, -0.0, 1e-45, 2.5]
+EXTREMES = [1e308, -1e308, 3.5e38, -3.5e38, FLOAT32_MAX, 3e38, 1e31, 1e-320, 5e-324, -0.0, 1e-45, 2.5]
 # keys that divide the logits: a subnormal divisor makes them infinite
 DIVISORS = {"rollout.temperature", "rollout.repetition_penalty"}
 
@@ -55,4 +56,5 @@ def test_a_float_key_at_an_extreme_is_refused_naming_it_or_computable(key, value
     assert abs(value) <= FLOAT32_MAX, f"{key}={value!r} accepted past float32's range"
     if key in DIVISORS:
         assert value >= MIN_TEMPERATURE, f"{key}={value!r} accepted: the logits divided by it overflow"
+        assert value <= MAX_TEMPERATURE, f"{key}={value!r} accepted: the logits divided by it all round to 0"
     assert config.optim.learning_rate * config.optim.weight_decay <= 1, overrides
