@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import copy
 import gc
+import locale
 import logging
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import warnings
@@ -48,6 +50,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
+
+from .reward_fence_process import process_tables
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
 
@@ -185,7 +189,25 @@ def _interpreter_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any]
         ("the integer string conversion limit", sys.get_int_max_str_digits, sys.set_int_max_str_digits),
         ("sys.excepthook", lambda: sys.excepthook, lambda hook: setattr(sys, "excepthook", hook)),
         ("threading.excepthook", lambda: threading.excepthook, lambda hook: setattr(threading, "excepthook", hook)),
+        ("sys.unraisablehook", lambda: sys.unraisablehook, lambda hook: setattr(sys, "unraisablehook", hook)),
+        # A reward calling a web API sets it for its own requests: the engine's rollout server and rendezvous
+        # connections then timed out after it.
+        ("the default socket timeout", socket.getdefaulttimeout, socket.setdefaulttimeout),
+        ("the garbage collector's thresholds", gc.get_threshold, lambda limits: gc.set_threshold(*limits)),
+        ("the new threads' stack size", _stack_size, threading.stack_size),
+        ("the C locale", _locale, lambda saved: locale.setlocale(locale.LC_ALL, saved)),
     ]
+
+
+def _stack_size() -> int:
+    """threading.stack_size() without an argument sets the size to 0 as it reads it: set back at once."""
+    size = threading.stack_size()
+    threading.stack_size(size)
+    return size
+
+
+def _locale() -> str:
+    return locale.setlocale(locale.LC_ALL)  # a query: no second argument
 
 
 @contextmanager
@@ -199,6 +221,7 @@ def _switches(changed: list[str], switches: list[tuple[str, Callable[[], Any], C
             now = read()
             if now != value:  # only what changed: setting a default device, even the same, adds a torch mode
                 shown = f" ({value} -> {now})" if isinstance(value, (bool, int, float, str, torch.dtype)) else ""
+                shown = shown if len(shown) <= 80 else ""  # a composite locale: the name of the setting says enough
                 changed.append(f"changed {owner}{name}{shown}; the engine put it back")
                 write(value)
 
@@ -344,6 +367,7 @@ def reward_fence(owner: str = "a reward function") -> Iterator[None]:
             stack.enter_context(_random_state())
             stack.enter_context(_torch_state(changed))
             stack.enter_context(_switches(changed, _interpreter_switches()))
+            stack.enter_context(process_tables(changed))  # innermost: puts back os.chdir & co. the others call
             yield
     finally:
         _say(owner, changed)
