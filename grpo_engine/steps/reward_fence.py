@@ -17,7 +17,10 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
   `disable` level;
 - the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
-  garbage collector, trace / profile functions, switch interval, integer string limit, the exception hooks.
+  garbage collector (on, thresholds), trace / profile functions, switch interval, integer string limit, the exception
+  and unraisable hooks, the default socket timeout, the new threads' stack size, the C locale;
+- what reward_fence_process.py keeps: resource limits, the signal mask, descriptors 0-2, the functions of the modules
+  the engine calls, sys.modules entries, the root and engine loggers; and a forked child returning here is ended.
 
 The same fence stands around the import of a reward module (`module:function`): a module that switches grad mode
 off at import is put back like a call that does. Whatever the fence puts back is said once, in one line naming the
@@ -27,8 +30,8 @@ would keep the process alive after the run ended: the CLI ends the process witho
 naming them), torch's inter-op thread count (settable once per process).
 
 docs/engine.md ("What the engine guarantees") keeps this list for users. What is not fenced: a function can
-still end the process from C (`os._exit`), block in C code past its time limit, or change objects it reaches by
-import (a module's globals, including the engine's); those are the user's to keep.
+still end the process from C (`os._exit`), block in C code past its time limit, or change the data of objects it
+reaches by import (a module's globals, including the engine's); those are the user's to keep.
 """
 
 from __future__ import annotations
