@@ -571,8 +571,8 @@ class RewardsConfig(Section):
     # At most the longest wait threading's timer takes (threading.TIMEOUT_MAX, about 292 years): past it the timer
     # thread died with an OverflowError traceback and the limit silently did not apply.
     timeout_seconds: Optional[Annotated[float, Field(gt=0, le=threading.TIMEOUT_MAX)]] = Field(
-        600.0, description="seconds one call of a reward function (one batch) may take before the run stops naming "
-                           "it (null: no limit)")
+        600.0, description="seconds one call of a reward function (one batch), or the import of its module, may take "
+                           "before the run stops naming it (null: no limit)")
 
     @model_validator(mode="after")
     def _one_weight_per_function(self) -> "RewardsConfig":

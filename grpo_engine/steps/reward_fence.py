@@ -17,7 +17,10 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
   `disable` level;
 - the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
-  garbage collector, trace / profile functions, switch interval, integer string limit, the exception hooks.
+  garbage collector (on, thresholds), trace / profile functions, switch interval, integer string limit, the exception
+  and unraisable hooks, the default socket timeout, the new threads' stack size, the C locale;
+- what reward_fence_process.py keeps: resource limits, the signal mask, descriptors 0-2, the functions of the modules
+  the engine calls, sys.modules entries, the root and engine loggers; and a forked child returning here is ended.
 
 The same fence stands around the import of a reward module (`module:function`): a module that switches grad mode
 off at import is put back like a call that does. Whatever the fence puts back is said once, in one line naming the
@@ -27,18 +30,20 @@ would keep the process alive after the run ended: the CLI ends the process witho
 naming them), torch's inter-op thread count (settable once per process).
 
 docs/engine.md ("What the engine guarantees") keeps this list for users. What is not fenced: a function can
-still end the process from C (`os._exit`), block in C code past its time limit, or change objects it reaches by
-import (a module's globals, including the engine's); those are the user's to keep.
+still end the process from C (`os._exit`), block in C code past its time limit, or change the data of objects it
+reaches by import (a module's globals, including the engine's); those are the user's to keep.
 """
 
 from __future__ import annotations
 
 import copy
 import gc
+import locale
 import logging
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import warnings
@@ -48,6 +53,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
+
+from .reward_fence_process import process_tables
 
 _log = logging.getLogger(__name__)  # grpo_engine/messages.py: how the CLI shows it
 
@@ -185,7 +192,25 @@ def _interpreter_switches() -> list[tuple[str, Callable[[], Any], Callable[[Any]
         ("the integer string conversion limit", sys.get_int_max_str_digits, sys.set_int_max_str_digits),
         ("sys.excepthook", lambda: sys.excepthook, lambda hook: setattr(sys, "excepthook", hook)),
         ("threading.excepthook", lambda: threading.excepthook, lambda hook: setattr(threading, "excepthook", hook)),
+        ("sys.unraisablehook", lambda: sys.unraisablehook, lambda hook: setattr(sys, "unraisablehook", hook)),
+        # A reward calling a web API sets it for its own requests: the engine's rollout server and rendezvous
+        # connections then timed out after it.
+        ("the default socket timeout", socket.getdefaulttimeout, socket.setdefaulttimeout),
+        ("the garbage collector's thresholds", gc.get_threshold, lambda limits: gc.set_threshold(*limits)),
+        ("the new threads' stack size", _stack_size, threading.stack_size),
+        ("the C locale", _locale, lambda saved: locale.setlocale(locale.LC_ALL, saved)),
     ]
+
+
+def _stack_size() -> int:
+    """threading.stack_size() without an argument sets the size to 0 as it reads it: set back at once."""
+    size = threading.stack_size()
+    threading.stack_size(size)
+    return size
+
+
+def _locale() -> str:
+    return locale.setlocale(locale.LC_ALL)  # a query: no second argument
 
 
 @contextmanager
@@ -199,6 +224,7 @@ def _switches(changed: list[str], switches: list[tuple[str, Callable[[], Any], C
             now = read()
             if now != value:  # only what changed: setting a default device, even the same, adds a torch mode
                 shown = f" ({value} -> {now})" if isinstance(value, (bool, int, float, str, torch.dtype)) else ""
+                shown = shown if len(shown) <= 80 else ""  # a composite locale: the name of the setting says enough
                 changed.append(f"changed {owner}{name}{shown}; the engine put it back")
                 write(value)
 
@@ -344,6 +370,7 @@ def reward_fence(owner: str = "a reward function") -> Iterator[None]:
             stack.enter_context(_random_state())
             stack.enter_context(_torch_state(changed))
             stack.enter_context(_switches(changed, _interpreter_switches()))
+            stack.enter_context(process_tables(changed))  # innermost: puts back os.chdir & co. the others call
             yield
     finally:
         _say(owner, changed)

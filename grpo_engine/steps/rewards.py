@@ -32,6 +32,7 @@ import torch
 
 from ..config import RewardsConfig
 from ..import_path import hidden_file_note
+from .reward_exits import InterruptWatch, exit_description, interrupt_watch, is_users_interrupt
 from .reward_fence import fenced_arguments, reward_fence
 from .reward_timeout import RewardTimeout, time_limit
 
@@ -328,9 +329,17 @@ def resolve_function(spec: str, config: RewardsConfig, max_new_tokens: int) -> R
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())
     try:
-        with reward_fence(f"reward module {module_name!r} (imported for {spec!r})"):
+        # The call's time limit holds for the import too: a module that waits at import (on a server, a lock, stdin)
+        # hung the run before its first step with not a line.
+        with interrupt_watch() as watch, reward_fence(f"reward module {module_name!r} (imported for {spec!r})"), \
+                time_limit(config.timeout_seconds, f"the import of reward module {module_name!r}"):
             module = importlib.import_module(module_name)
-    except Exception as exc:  # any error while the user's module runs: one line naming where it happened
+    except RewardTimeout:
+        raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} did not finish importing within "
+                                  f"{config.timeout_seconds:g} s (rewards.timeout_seconds; null for no limit)") from None
+    except BaseException as exc:  # anything while the user's module runs, sys.exit too: one line naming where
+        if is_users_interrupt(exc, watch):
+            raise
         raise RewardFunctionError(f"reward function {spec!r}: cannot import module {module_name!r}: "
                                   f"{import_failure(exc)}") from None
     fn = getattr(module, attr, None)
@@ -395,7 +404,7 @@ _ENGINE_DIR = Path(__file__).resolve().parents[1]
 def import_failure(exc: BaseException) -> str:
     """Where a module's import failed, as `FILE:LINE: Error: message` (the innermost frame of the user's files:
     not importlib's own), or the bare error when no file is known (a module that does not exist)."""
-    message = f"{type(exc).__name__}: {exc}"
+    message = exit_description(exc) or f"{type(exc).__name__}: {exc}"
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
@@ -403,7 +412,9 @@ def import_failure(exc: BaseException) -> str:
               and not Path(f.filename).is_relative_to(_ENGINE_DIR)]  # the engine's call is not where it failed
     if isinstance(exc, ModuleNotFoundError) and not frames:
         return message
-    return f"{frames[-1].filename}:{frames[-1].lineno}: {message}" if frames else message
+    # An exit or an interrupt is the module's own doing at its line, not where a library (argparse) raised it.
+    frame = frames[-1] if isinstance(exc, Exception) else frames[0] if frames else None
+    return f"{frame.filename}:{frame.lineno}: {message}" if frame else message
 
 
 def reward_names(specs: list[str]) -> list[str]:
@@ -515,20 +526,23 @@ def score_completions(rewards: list[NamedReward], prompts: list[str], completion
     n = len(completions)
     table = torch.full((n, len(rewards)), math.nan, dtype=torch.float64)
     for j, reward in enumerate(rewards):
+        watch = InterruptWatch(seen=True)  # until the function is called, a KeyboardInterrupt is a Ctrl-C
         try:
             arguments = fenced_arguments(prompts=prompts, completions=completions, completion_ids=completion_ids,
                                          **columns)
-            with reward_fence(f"reward function {reward.name!r}"), time_limit(reward.timeout, f"reward function {reward.name!r}"):
+            with interrupt_watch() as watch, reward_fence(f"reward function {reward.name!r}"), \
+                    time_limit(reward.timeout, f"reward function {reward.name!r}"):
                 values = reward.fn(**arguments)
         except RewardTimeout:
             raise RewardFunctionError(f"reward function {reward.name!r} did not return within {reward.timeout:g} s "
                                       f"(rewards.timeout_seconds; null for no limit)") from None
-        except SystemExit as exc:
-            raise RewardFunctionError(f"reward function {reward.name!r} called sys.exit({exc.code!r}): a reward "
-                                      f"function returns its scores; it may not end the run") from None
-        except Exception as exc:
-            error = RewardFunctionError(f"reward function {reward.name!r} raised {type(exc).__name__}: {exc}"
-                                        f"{_text_arguments_hint(exc)}")
+        except BaseException as exc:  # sys.exit, its own KeyboardInterrupt, CancelledError: said as an Exception is
+            if is_users_interrupt(exc, watch):
+                raise
+            said = exit_description(exc) or f"raised {type(exc).__name__}: {exc}{_text_arguments_hint(exc)}"
+            error = RewardFunctionError(f"reward function {reward.name!r} {said}")
+            if isinstance(exc, SystemExit):  # its line says all: no traceback, as before
+                raise error from None
             # The user's bug is inside the function: keep its frames, without this caller's.
             error.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
             raise error from exc
@@ -553,6 +567,8 @@ def _returned_scores(name: str, values: Any, n: int, sources: Optional[Sequence[
     `_as_reward`; anything else is one line naming the function, what it returned and what was expected."""
     if isinstance(values, (np.ndarray, torch.Tensor)) and values.ndim == 1:
         values = list(values)
+    elif isinstance(values, (list, tuple)):
+        values = list(values)  # a subclass's __len__ may disagree with what it holds: counted on what is read
     if not isinstance(values, (list, tuple)) or len(values) != n:
         got = f"{len(values)} values" if isinstance(values, (list, tuple)) else shown_value(values)
         raise RewardFunctionError(f"reward function {name!r} must return a list of {n} floats (one per "

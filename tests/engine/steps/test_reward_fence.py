@@ -1,12 +1,19 @@
 """A reward function cannot change what the engine relies on: its arguments, the RNGs, the process's state."""
 
+import builtins
 import gc
+import locale
 import logging
 import os
 import random
+import resource
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -48,6 +55,24 @@ def process_state() -> dict:
                          for name, value in vars(torch.nn.modules.module).items() if name.startswith("_global_")},
         "autocast": [(torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")]
         + [torch.is_autocast_cache_enabled()],
+        **operating_system_state(),
+    }
+
+
+def operating_system_state() -> dict:
+    """What the fence also puts back (reward_fence_process.py and the later interpreter switches), read back."""
+    stack = threading.stack_size()
+    threading.stack_size(stack)  # reading it sets it to 0
+    return {
+        "limits": {name: resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_NOFILE", "RLIMIT_AS")},
+        "signal_mask": signal.pthread_sigmask(signal.SIG_BLOCK, []),
+        "descriptors": [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (0, 1, 2)],
+        "functions": (os.chdir, os.remove, shutil.rmtree, subprocess.Popen, time.time, builtins.exit),
+        "json_module": sys.modules.get("json"),
+        "loggers": [(logger.level, list(logger.handlers), logger.propagate, logger.disabled)
+                    for logger in (logging.getLogger(), logging.getLogger("grpo_engine"))],
+        "socket_timeout": socket.getdefaulttimeout(), "gc_thresholds": gc.get_threshold(),
+        "unraisablehook": sys.unraisablehook, "stack_size": stack, "locale": locale.setlocale(locale.LC_ALL),
     }
 
 

@@ -63,12 +63,34 @@ MEDDLES = {
     "cpu autocast": ("torch.set_autocast_enabled('cpu', True)", "torch's cpu autocast (False -> True)"),
     "autocast dtype": ("torch.set_autocast_dtype('cpu', torch.float16)", "torch's cpu autocast dtype"),
     "autocast cache": ("torch.set_autocast_cache_enabled(False)", "torch's autocast cache flag"),
+    # What the operating system keeps and the modules the engine calls (reward_fence_process.py), and the later
+    # interpreter switches: each outlived the call before.
+    "file limit": ("resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1, "
+                   "resource.getrlimit(resource.RLIMIT_NOFILE)[1]))", "the resource limit RLIMIT_NOFILE"),
+    "signal mask": ("signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])", "the signal mask"),
+    "quiet stderr": ("fd = os.open(os.devnull, os.O_WRONLY); os.dup2(fd, 2); os.close(fd)", "file descriptor 2"),
+    "closed stdout": ("os.close(1)", "file descriptor 1"),
+    "guard chdir": ("os.chdir = None", "functions of modules the engine calls"),  # human-eval's reliability_guard
+    "guard rmtree": ("shutil.rmtree = None; subprocess.Popen = None; builtins.exit = None",
+                     "functions of modules the engine calls"),
+    "frozen clock": ("time.time = lambda: 0.0", "functions of modules the engine calls"),
+    "blocked module": ("sys.modules['json'] = None", "modules in sys.modules (json)"),
+    "root handler": ("logging.getLogger().addHandler(logging.StreamHandler(io.StringIO())); "  # basicConfig's doing
+                     "logging.getLogger().setLevel(logging.ERROR)", "the root logger"),
+    "engine logger": ("logging.getLogger('grpo_engine').setLevel(logging.CRITICAL)", "the 'grpo_engine' logger"),
+    "socket timeout": ("socket.setdefaulttimeout(0.5)", "the default socket timeout"),
+    "gc thresholds": ("gc.set_threshold(0)", "the garbage collector's thresholds"),
+    "unraisablehook": ("sys.unraisablehook = lambda u: None", "sys.unraisablehook"),
+    "stack size": ("threading.stack_size(1 << 20)", "the new threads' stack size"),
+    "locale": ("locale.setlocale(locale.LC_ALL, 'C' if locale.setlocale(locale.LC_ALL) != 'C' else 'C.UTF-8')",
+               "the C locale"),
     "random draws": ("random.random(); numpy.random.rand(); torch.rand(3); torch.manual_seed(5)", None),
     "daemon thread": ("threading.Thread(target=RELEASE.wait, daemon=True).start()", None),
     "non-daemon thread": ("threading.Thread(target=RELEASE.wait, name='scorer-loop').start()",
                           "left 1 thread running that is not a daemon ('scorer-loop')"),
 }
-PREAMBLE = ("import gc, io, logging, os, random, signal, sys, tempfile, threading\nimport numpy, torch\n"
+PREAMBLE = ("import builtins, gc, io, locale, logging, os, random, resource, shutil, signal, socket, subprocess, sys, "
+            "tempfile, threading, time\nimport numpy, torch\n"
             "from test_reward_fence_properties import RELEASE\n")
 COUNTER = itertools.count()
 
@@ -94,6 +116,9 @@ def _module(tmp_path, body: str, at_import: bool) -> str:
        at_import=st.booleans())
 @example(chosen=["forward hook", "backward hook", "cpu autocast"], at_import=False)  # NaN forwards, bf16 training
 @example(chosen=["forward hook", "autocast dtype", "autocast cache"], at_import=True)
+@example(chosen=["guard chdir", "quiet stderr", "signal mask", "file limit", "root handler"], at_import=False)
+@example(chosen=["frozen clock", "blocked module", "engine logger", "locale", "stack size"], at_import=True)
+@example(chosen=["socket timeout", "gc thresholds", "unraisablehook", "closed stdout", "guard rmtree"], at_import=False)
 def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, at_import, tmp_path, monkeypatch,
                                                                       capsys):
     global RELEASE
@@ -115,7 +140,8 @@ def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, a
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     owner = f"reward module '{name}'" if at_import else "reward function 'score'"
     expected = [MEDDLES[m][1] for m in chosen if MEDDLES[m][1] is not None]
-    kinds = {MEDDLES[m][1] if m.endswith(" hook") else "environment" if m.endswith(" env") else
+    kinds = {MEDDLES[m][1] if m.endswith(" hook") or m.startswith("guard ") or m == "frozen clock" else
+             "environment" if m.endswith(" env") else
              "timers" if m.endswith(" timer") else m
              for m in chosen if MEDDLES[m][1] is not None}  # one line names every variable, hook and timer
     assert len(lines) == len(kinds), lines  # one line per kind of change
