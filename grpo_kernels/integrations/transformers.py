@@ -36,7 +36,8 @@ from ..backends import AUTO, check_backend_name, refuse_unsupported
 from ..head import LogitTransform
 from ..messages import shown
 from ..scalars import require_bool
-from .forward_call import as_keywords, check_batch_inputs, check_head_call, require_head_fn
+from .forward_call import (as_keywords, check_batch_inputs, check_head_call, refuse_mistyped_head_keywords,
+                           require_head_fn)
 from .lm_head import backbone, check_loaded, logit_transform, output_head
 from .sharding import call_with_full_head
 from .wrappers import causal_lm
@@ -179,6 +180,11 @@ class PatchedForward:
 
     def __call__(self, *args: Any, return_logprobs: bool = False, lm_head_fn: Optional[HeadFn] = None,
                  temperature: Optional[float] = None, return_entropy: Optional[bool] = None, **kwargs: Any) -> Any:
+        if args and args[0] is self.model:
+            # bound as a method of its own model: accelerate's unwrap_model(keep_fp32_wrapper=False) puts back
+            # MethodType(model.forward, model), and the model then arrived as input_ids
+            args = args[1:]
+        refuse_mistyped_head_keywords(self.model, kwargs)
         require_bool("return_logprobs", return_logprobs)
         if return_entropy is not None:
             require_bool("return_entropy", return_entropy)
@@ -255,6 +261,16 @@ def unpatch_causal_lm(model: nn.Module) -> nn.Module:
     patch = _patch(lm)
     if patch is None:
         raise ValueError(f"{type(lm).__name__} is not patched by grpo_kernels")
+    current = vars(lm).get("forward")
+    if isinstance(current, types.MethodType) and current.__func__ is patch and current.__self__ is lm:
+        current = patch  # the patch bound to its model (accelerate's unwrap_model): still the patch alone
+    if current is not None and current is not patch:
+        # wrapped since patching (accelerate's mixed-precision forward, another library's patch): restoring the
+        # forward the patch replaced silently dropped that wrapper, and its autocast or outputs with it
+        wrapper = getattr(current, "__qualname__", type(current).__name__)
+        raise ValueError(f"{type(lm).__name__}.forward was replaced after patch_causal_lm (by {wrapper:.60}), and "
+                         "unpatching would drop that: remove it first (accelerate: "
+                         "unwrap_model(model, keep_fp32_wrapper=False))")
     if patch.previous is None:
         vars(lm).pop("forward", None)  # the class's own forward was in place: drop the instance attribute
     else:
