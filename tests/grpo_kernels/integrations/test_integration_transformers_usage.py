@@ -189,3 +189,33 @@ def test_unpatching_a_forward_wrapped_since_is_refused_and_accelerates_unwrappin
     unpatch_causal_lm(model)
     assert not is_patched(model) and "forward" not in vars(model)
     torch.testing.assert_close(model(input_ids).logits, plain, atol=0, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def eager_model():
+    """Eager attention: the one that returns attention weights."""
+    return patch_causal_lm(tiny_causal_lm("llama", attn_implementation="eager"), backend="torch")
+
+
+@settings(max_examples=12, deadline=None)
+@given(hidden=st.booleans(), attentions=st.booleans(), return_dict=st.sampled_from([None, True, False]),
+       head_mode=st.sampled_from(["return_logprobs", "lm_head_fn"]))
+def test_the_hidden_states_and_attentions_asked_for_come_back_in_the_head_modes(eager_model, hidden, attentions,
+                                                                                 return_dict, head_mode):
+    """output_hidden_states / output_attentions were taken and their results dropped (no such field came back)."""
+    input_ids, labels = _batch(seed=3)
+    asked = {"output_hidden_states": hidden, "output_attentions": attentions}
+    if return_dict is not None:
+        asked["return_dict"] = return_dict
+    mode = {"labels": labels, "return_logprobs": True} if head_mode == "return_logprobs" else \
+        {"lm_head_fn": lambda h, w, b: None}
+    with torch.no_grad():
+        plain = eager_model(input_ids, output_hidden_states=hidden, output_attentions=attentions)
+        out = eager_model(input_ids, **mode, **asked)
+    for name, wanted in (("hidden_states", hidden), ("attentions", attentions)):
+        if wanted:
+            assert len(out[name]) == len(plain[name])
+            for got, expected in zip(out[name], plain[name]):
+                torch.testing.assert_close(got, expected, atol=0, rtol=0)
+        else:
+            assert out.get(name) is None
