@@ -160,8 +160,8 @@ def run_backbone(model: nn.Module, kwargs: dict) -> tuple[torch.Tensor, dict]:
     BACKBONE_EXTRAS: output_hidden_states=True and output_attentions=True were taken and their results dropped."""
     kwargs = {k: v for k, v in kwargs.items() if k not in _HEAD_ONLY_KWARGS}
     kwargs["use_cache"] = False  # scoring, not generating: no KV cache to keep
-    if "return_dict" in kwargs:  # a head mode returns its own output class: the extras are read by name
-        kwargs["return_dict"] = True
+    if "return_dict" in kwargs or kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
+        kwargs["return_dict"] = True  # a head mode returns its own output class: the extras are read by name
     outputs = backbone(model)(**kwargs)
     if isinstance(outputs, tuple):
         return outputs[0], {}
