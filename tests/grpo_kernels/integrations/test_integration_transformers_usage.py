@@ -19,19 +19,12 @@ import torch
 import torch.nn.utils.prune
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from integration_models import VOCAB_SIZE, logits_path_logps, tiny_causal_lm
+from integration_models import VOCAB_SIZE, labelled_batch, logits_path_logps, tiny_causal_lm
 
 from grpo_kernels.integrations.forward_call import HEAD_MODE_KEYWORDS
 from grpo_kernels.integrations.transformers import is_patched, patch_causal_lm, unpatch_causal_lm
 
 LOGP_ATOL = 2e-5
-
-
-def _batch(seed: int = 0):
-    input_ids = torch.randint(3, VOCAB_SIZE, (2, 7), generator=torch.Generator().manual_seed(seed))
-    labels = input_ids.clone()
-    labels[:, :3] = -100
-    return input_ids, labels
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,7 @@ def test_a_slip_of_a_head_mode_keyword_is_refused_naming_it_before_any_forward(c
     name, typo = slip
     if typo in HEAD_MODE_KEYWORDS:  # a swap of two equal letters
         return
-    input_ids, labels = _batch()
+    input_ids, labels = labelled_batch()
     mode = {"labels": labels, "return_logprobs": True} if head_mode else {}
     calls.clear()
     with pytest.raises(TypeError, match=rf"^LlamaForCausalLM.forward\(\) got an unexpected keyword argument "
@@ -79,7 +72,7 @@ def test_the_keywords_transformers_takes_are_not_taken_for_slips(counted_model):
     from transformers.utils import TransformersKwargs
 
     model, _ = counted_model
-    input_ids, labels = _batch()
+    input_ids, labels = labelled_batch()
     passed = {"output_hidden_states": True, "output_attentions": False, "return_dict": True, "use_cache": False}
     with torch.no_grad():
         plain = model(input_ids, **passed)
@@ -133,7 +126,7 @@ def test_what_the_fused_head_would_not_run_around_the_head_is_refused_by_name(ki
     add(model.lm_head)
     calls = []
     model.model.register_forward_pre_hook(lambda *_: calls.append(1))
-    input_ids, labels = _batch()
+    input_ids, labels = labelled_batch()
     for mode in ({"labels": labels, "return_logprobs": True}, {"lm_head_fn": lambda h, w, b: w}):
         with pytest.raises(TypeError, match=pattern):
             model(input_ids, **mode)
@@ -156,7 +149,7 @@ def test_the_hooks_of_engines_that_only_place_the_weight_are_kept():
         hook.__module__ = owner
         model.lm_head.register_forward_pre_hook(hook)
     patch_causal_lm(model, backend="torch")
-    input_ids, labels = _batch(seed=1)
+    input_ids, labels = labelled_batch(seed=1)
     out = model(input_ids, labels=labels, return_logprobs=True)
     torch.testing.assert_close(out.logps, logits_path_logps(model, input_ids, labels), atol=LOGP_ATOL, rtol=0)
 
@@ -175,7 +168,7 @@ def test_unpatching_a_forward_wrapped_since_is_refused_and_accelerates_unwrappin
     from accelerate.utils import extract_model_from_parallel
 
     model = _wrap_as_accelerate_does(patch_causal_lm(tiny_causal_lm("llama"), backend="torch"))
-    input_ids, labels = _batch(seed=2)
+    input_ids, labels = labelled_batch(seed=2)
     expected = logits_path_logps(model, input_ids, labels)
     with pytest.raises(ValueError, match=r"^LlamaForCausalLM.forward was replaced after patch_causal_lm \(by "
                                          r"convert_outputs_to_fp32.<locals>.forward\), and unpatching would drop"):
@@ -203,7 +196,7 @@ def eager_model():
 def test_the_hidden_states_and_attentions_asked_for_come_back_in_the_head_modes(eager_model, hidden, attentions,
                                                                                  return_dict, head_mode):
     """output_hidden_states / output_attentions were taken and their results dropped (no such field came back)."""
-    input_ids, labels = _batch(seed=3)
+    input_ids, labels = labelled_batch(seed=3)
     asked = {"output_hidden_states": hidden, "output_attentions": attentions}
     if return_dict is not None:
         asked["return_dict"] = return_dict
