@@ -19,12 +19,19 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from ..keywords import closest_name
 from ..messages import shown
 from ..validation import check_optional_tensors, check_targets, require_data
 
 # Keyword arguments that shape the model's own logits; the head modes score the positions the labels select.
 LOGIT_SELECTING_KWARGS = ("logits_to_keep", "num_logits_to_keep")
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+# The patched forward's own keywords. A typo of one (return_logprob=True, lm_head_func=fn, temprature=0.7) went on to
+# the model's forward, whose **kwargs takes any name and ignores it: the plain logits came back, or the temperature /
+# entropy asked for was silently not applied.
+HEAD_MODE_KEYWORDS = ("return_logprobs", "lm_head_fn", "temperature", "return_entropy")
+# As close as a one-letter slip of those; transformers' own keywords (return_loss: 0.77) stay below it.
+_TYPO_CUTOFF = 0.8
 
 
 def as_keywords(model: nn.Module, args: tuple, kwargs: dict) -> dict:
@@ -45,6 +52,17 @@ def as_keywords(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     # warns of renamed arguments (past_key_values) only when they are passed
     given = {p.name: value for p, value in zip(parameters, args) if value is not p.default}
     return {**given, **kwargs}
+
+
+def refuse_mistyped_head_keywords(model: nn.Module, kwargs: dict) -> None:
+    """A keyword the model's forward does not name that is a typo of a head-mode keyword, refused naming the one
+    meant, in every mode (before the plain forward, or the backbone, runs)."""
+    named = inspect.signature(type(model).forward).parameters
+    for name in kwargs:
+        meant = None if name in named else closest_name(name, HEAD_MODE_KEYWORDS, cutoff=_TYPO_CUTOFF)
+        if meant is not None:
+            raise TypeError(f"{type(model).__name__}.forward() got an unexpected keyword argument {name!r:.60}; did "
+                            f"you mean {meant!r}? (the model's own forward would take it and ignore it)")
 
 
 def require_head_fn(name: str, fn: Any) -> None:

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..head import LogitTransform
 from ..validation import require_data
+from .head_hooks import refuse_bypassed_hooks
 
 # Config attributes that multiply the LM head's output, in the order TRL 1.16 reads them: the first one set wins.
 SCALE_ATTRIBUTES = ("logit_scale",  # Cohere, Cohere 2
@@ -115,6 +116,7 @@ def check_linear_head(head: nn.Module) -> None:
         raise TypeError(f"the LM head is a {type(head).__name__}, expected an nn.Linear (or a subclass keeping its "
                         "forward): grpo_kernels computes lm_head.weight @ h + lm_head.bias, which need not be "
                         "this head's output")
+    refuse_bypassed_hooks(head)
     if not weight.is_floating_point():
         raise TypeError(f"lm_head.weight has dtype {str(weight.dtype).removeprefix('torch.')}, expected a floating "
                         "dtype: a quantized head's logits are not lm_head.weight @ h (dequantize it first)")

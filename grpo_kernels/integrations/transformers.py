@@ -36,7 +36,8 @@ from ..backends import AUTO, check_backend_name, refuse_unsupported
 from ..head import LogitTransform
 from ..messages import shown
 from ..scalars import require_bool
-from .forward_call import as_keywords, check_batch_inputs, check_head_call, require_head_fn
+from .forward_call import (as_keywords, check_batch_inputs, check_head_call, refuse_mistyped_head_keywords,
+                           require_head_fn)
 from .lm_head import backbone, check_loaded, logit_transform, output_head
 from .sharding import call_with_full_head
 from .wrappers import causal_lm
@@ -44,6 +45,8 @@ from .wrappers import causal_lm
 IGNORE_INDEX = -100
 _SETTINGS_ATTR = "_grpo_kernels_head_settings"
 _PATCH_ATTR = "_grpo_kernels_patch"  # the PatchedForward in place
+# What the backbone returns when asked (output_hidden_states / output_attentions): the head modes pass it on.
+BACKBONE_EXTRAS = ("hidden_states", "attentions")
 # Keyword arguments of the plain forward that mean nothing to the backbone when the head is replaced.
 _HEAD_ONLY_KWARGS = ("labels", "logits_to_keep", "num_items_in_batch", "shift_labels")
 
@@ -69,6 +72,8 @@ class CausalLMLogprobsOutput(ModelOutput):
     entropy: Optional[torch.Tensor] = None
     label_mask: Optional[torch.Tensor] = None
     last_hidden_state: Optional[torch.Tensor] = None
+    hidden_states: Optional[tuple[torch.Tensor, ...]] = None  # output_hidden_states=True
+    attentions: Optional[tuple[torch.Tensor, ...]] = None  # output_attentions=True
 
 
 @dataclass
@@ -77,6 +82,8 @@ class HeadFnOutput(ModelOutput):
 
     head_output: Any = None
     last_hidden_state: Optional[torch.Tensor] = None
+    hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+    attentions: Optional[tuple[torch.Tensor, ...]] = None
 
 
 def head_compute_dtype(weight: torch.Tensor, hidden: torch.Tensor, lm_head_fp32: bool) -> torch.dtype:
@@ -118,8 +125,10 @@ def run_head(model: nn.Module, hidden: torch.Tensor, fn: HeadFn) -> Any:
 
 
 def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, labels: torch.Tensor,
-                           temperature: float, return_entropy: bool) -> CausalLMLogprobsOutput:
-    """Log-probs (and entropies) of labels[:, 1:] from hidden[:, :-1], only where the label is not -100."""
+                           temperature: float, return_entropy: bool, extras: Optional[dict] = None
+                           ) -> CausalLMLogprobsOutput:
+    """Log-probs (and entropies) of labels[:, 1:] from hidden[:, :-1], only where the label is not -100 (with the
+    backbone's `extras`, run_backbone's)."""
     if not isinstance(last_hidden_state, torch.Tensor) or last_hidden_state.dim() != 3:
         # a [T, H] state was sliced along H and failed as an IndexError naming nothing
         raise ValueError(f"last_hidden_state must be a [B, T, H] tensor, got {shown(last_hidden_state)}")
@@ -143,15 +152,20 @@ def shifted_label_logprobs(model: nn.Module, last_hidden_state: torch.Tensor, la
     # masked_scatter keeps an all-ignored batch connected to the graph (a zero loss still backpropagates).
     scatter = lambda x: x.new_zeros(mask.shape).masked_scatter(mask, x)  # noqa: E731
     return CausalLMLogprobsOutput(logps=scatter(logps), entropy=scatter(entropy) if return_entropy else None,
-                                  label_mask=mask, last_hidden_state=last_hidden_state)
+                                  label_mask=mask, last_hidden_state=last_hidden_state, **(extras or {}))
 
 
-def run_backbone(model: nn.Module, kwargs: dict) -> torch.Tensor:
-    """The backbone's last hidden state, called by keyword (forward_call.as_keywords)."""
+def run_backbone(model: nn.Module, kwargs: dict) -> tuple[torch.Tensor, dict]:
+    """The backbone's last hidden state, called by keyword (forward_call.as_keywords), and what else it returned of
+    BACKBONE_EXTRAS: output_hidden_states=True and output_attentions=True were taken and their results dropped."""
     kwargs = {k: v for k, v in kwargs.items() if k not in _HEAD_ONLY_KWARGS}
     kwargs["use_cache"] = False  # scoring, not generating: no KV cache to keep
+    if "return_dict" in kwargs or kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
+        kwargs["return_dict"] = True  # a head mode returns its own output class: the extras are read by name
     outputs = backbone(model)(**kwargs)
-    return outputs[0] if isinstance(outputs, tuple) else outputs.last_hidden_state
+    if isinstance(outputs, tuple):
+        return outputs[0], {}
+    return outputs.last_hidden_state, {name: getattr(outputs, name, None) for name in BACKBONE_EXTRAS}
 
 
 class PatchedForward:
@@ -179,6 +193,11 @@ class PatchedForward:
 
     def __call__(self, *args: Any, return_logprobs: bool = False, lm_head_fn: Optional[HeadFn] = None,
                  temperature: Optional[float] = None, return_entropy: Optional[bool] = None, **kwargs: Any) -> Any:
+        if args and args[0] is self.model:
+            # bound as a method of its own model: accelerate's unwrap_model(keep_fp32_wrapper=False) puts back
+            # MethodType(model.forward, model), and the model then arrived as input_ids
+            args = args[1:]
+        refuse_mistyped_head_keywords(self.model, kwargs)
         require_bool("return_logprobs", return_logprobs)
         if return_entropy is not None:
             require_bool("return_entropy", return_entropy)
@@ -196,12 +215,12 @@ class PatchedForward:
         logit_transform(model)  # the config as it is now (a value set since patching is refused before any work)
         check_loaded(output_head(model))  # the head as it is now (replaced or loaded since patching)
         check_batch_inputs(model, kwargs)  # after the head: a model never loaded is named as such, not its inputs
-        last_hidden_state = run_backbone(model, kwargs)
+        last_hidden_state, extras = run_backbone(model, kwargs)
         if lm_head_fn is not None:
             return HeadFnOutput(head_output=run_head(model, last_hidden_state, lm_head_fn),
-                                last_hidden_state=last_hidden_state)
+                                last_hidden_state=last_hidden_state, **extras)
         return shifted_label_logprobs(model, last_hidden_state, kwargs["labels"],
-                                      1.0 if temperature is None else temperature, bool(return_entropy))
+                                      1.0 if temperature is None else temperature, bool(return_entropy), extras)
 
 
 def _patch(model: nn.Module) -> Optional[PatchedForward]:
@@ -255,6 +274,16 @@ def unpatch_causal_lm(model: nn.Module) -> nn.Module:
     patch = _patch(lm)
     if patch is None:
         raise ValueError(f"{type(lm).__name__} is not patched by grpo_kernels")
+    current = vars(lm).get("forward")
+    if isinstance(current, types.MethodType) and current.__func__ is patch and current.__self__ is lm:
+        current = patch  # the patch bound to its model (accelerate's unwrap_model): still the patch alone
+    if current is not None and current is not patch:
+        # wrapped since patching (accelerate's mixed-precision forward, another library's patch): restoring the
+        # forward the patch replaced silently dropped that wrapper, and its autocast or outputs with it
+        wrapper = getattr(current, "__qualname__", type(current).__name__)
+        raise ValueError(f"{type(lm).__name__}.forward was replaced after patch_causal_lm (by {wrapper:.60}), and "
+                         "unpatching would drop that: remove it first (accelerate: "
+                         "unwrap_model(model, keep_fp32_wrapper=False))")
     if patch.previous is None:
         vars(lm).pop("forward", None)  # the class's own forward was in place: drop the instance attribute
     else:

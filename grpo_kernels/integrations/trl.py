@@ -27,6 +27,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..backends import check_backend_name
+from .lm_head import output_head
 from .transformers import check_backend_serves, head_logit_transform, patch_causal_lm
 from .wrappers import causal_lm
 from .trl_loss import fused_compute_loss, fused_path_blocker
@@ -74,6 +75,15 @@ def _kernel_model(trainer: Any, model: torch.nn.Module) -> torch.nn.Module:
     """Patch (once) the *ForCausalLM inside the accelerator / PEFT wrappers of `model`."""
     return patch_causal_lm(_inner_model(trainer, model), backend=getattr(trainer, _BACKEND_ATTR),
                            lm_head_fp32=bool(trainer.args.cast_lm_head_to_fp32))
+
+
+def refuse_unservable_model(trainer: Any, backend: str) -> None:
+    """What the first step would refuse, refused when the model is known (patching an instance, building a
+    GRPOKernelsTrainer), not after the first generation: a backend that cannot run the model's logit transform, and
+    a head the fused path cannot compute (a hook around lm_head, an adapter on it, a quantized weight, ...)."""
+    lm = causal_lm(_inner_model(trainer, trainer.model))
+    check_backend_serves(lm, backend)
+    output_head(lm)
 
 
 def _original(trainer: Any, name: str):
@@ -143,8 +153,8 @@ def patch_grpo_trainer(trainer_or_class: Union[GRPOTrainer, type], backend: str 
     cls = trainer_or_class if is_class else type(trainer_or_class)
     if not issubclass(cls, GRPOTrainer):
         raise TypeError(f"trainer_or_class must be a trl.GRPOTrainer (subclass or instance), got {cls.__name__}")
-    if not is_class:  # the model is known: a backend that cannot run its head refused now, not at the first step
-        check_backend_serves(causal_lm(_inner_model(trainer_or_class, trainer_or_class.model)), backend)
+    if not is_class:  # the model is known
+        refuse_unservable_model(trainer_or_class, backend)
     setattr(trainer_or_class, _BACKEND_ATTR, backend)
     if _ORIGINALS_ATTR in vars(trainer_or_class):
         return trainer_or_class
@@ -171,6 +181,7 @@ class GRPOKernelsTrainer(GRPOTrainer):
         check_backend_name(kernel_backend, "kernel_backend")
         self._grpo_kernels_backend = kernel_backend
         super().__init__(*args, **kwargs)
+        refuse_unservable_model(self, kernel_backend)
 
 
 __all__ = ["GRPOKernelsTrainer", "SUPPORTED_TRL_VERSIONS", "check_trl_version", "patch_grpo_trainer"]

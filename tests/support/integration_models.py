@@ -71,6 +71,14 @@ def tiny_grpo_trainer(trainer_class, model, output_dir, peft_config=None, **conf
                          train_dataset=dataset, processing_class=character_tokenizer(), peft_config=peft_config)
 
 
+def labelled_batch(seed: int = 0):
+    """[2, 7] input_ids from the seed and their labels, the first 3 positions (a prompt) -100."""
+    input_ids = torch.randint(3, VOCAB_SIZE, (2, 7), generator=torch.Generator().manual_seed(seed))
+    labels = input_ids.clone()
+    labels[:, :3] = -100
+    return input_ids, labels
+
+
 def logits_path_logps(model, input_ids, labels, **forward_kwargs) -> torch.Tensor:
     """The reference for a patched model's log-probs: log_softmax of its own logits at labels[:, 1:], 0 at -100."""
     with torch.no_grad():

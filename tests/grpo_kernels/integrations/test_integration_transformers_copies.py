@@ -17,20 +17,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from integration_models import VOCAB_SIZE, logits_path_logps, tiny_causal_lm
+from integration_models import labelled_batch, logits_path_logps, tiny_causal_lm
 from process_groups import world_of_one  # noqa: F401  (a fixture)
 from torch import nn
 
 from grpo_kernels.integrations.transformers import is_patched, patch_causal_lm, unpatch_causal_lm
 
 LOGP_ATOL = 2e-5
-
-
-def _batch(seed: int = 0):
-    input_ids = torch.randint(3, VOCAB_SIZE, (2, 7), generator=torch.Generator().manual_seed(seed))
-    labels = input_ids.clone()
-    labels[:, :3] = -100
-    return input_ids, labels
 
 
 def _torch_save_roundtrip(model):
@@ -50,7 +43,7 @@ def test_a_copy_of_a_patched_model_runs_its_own_weights_in_every_mode(how):
     duplicate = COPIES[how](original)
     with torch.no_grad():
         duplicate.lm_head.weight.mul_(-3.0)  # the copy now predicts differently from the original
-    input_ids, labels = _batch()
+    input_ids, labels = labelled_batch()
     assert is_patched(duplicate) and is_patched(original)
     with torch.no_grad():
         plain = duplicate(input_ids).logits
@@ -87,7 +80,7 @@ WRAPPERS = {"peft": _peft, "DataParallel": nn.DataParallel, "module wrapper": _M
 @pytest.mark.parametrize("wrap", sorted(WRAPPERS))
 def test_a_wrapper_has_the_model_inside_patched(wrap):
     wrapper = WRAPPERS[wrap](tiny_causal_lm("qwen2"))
-    input_ids, labels = _batch(seed=1)
+    input_ids, labels = labelled_batch(seed=1)
     expected = logits_path_logps(wrapper, input_ids, labels)
     assert patch_causal_lm(wrapper, backend="torch") is wrapper
     assert is_patched(wrapper)
@@ -100,7 +93,7 @@ def test_a_wrapper_has_the_model_inside_patched(wrap):
 def test_a_distributed_data_parallel_model_is_patched_inside(world_of_one):
     model = tiny_causal_lm("llama")
     ddp = nn.parallel.DistributedDataParallel(model)
-    input_ids, labels = _batch(seed=3)
+    input_ids, labels = labelled_batch(seed=3)
     expected = logits_path_logps(model, input_ids, labels)
     patch_causal_lm(ddp, backend="torch")
     assert is_patched(model)
@@ -119,7 +112,7 @@ def gemma2():
 @given(softcap=st.one_of(st.none(), st.floats(0.25, 50.0)))
 def test_a_logit_transform_set_after_patching_is_applied(gemma2, softcap):
     gemma2.config.final_logit_softcapping = softcap  # Gemma 2's own forward reads it at each call
-    input_ids, labels = _batch(seed=2)
+    input_ids, labels = labelled_batch(seed=2)
     with torch.no_grad():
         out = gemma2(input_ids, labels=labels, return_logprobs=True)
     torch.testing.assert_close(out.logps, logits_path_logps(gemma2, input_ids, labels), atol=LOGP_ATOL, rtol=0)
@@ -130,7 +123,7 @@ def test_a_logit_transform_made_invalid_after_patching_is_refused_before_the_bac
     calls = []
     model.model.register_forward_pre_hook(lambda *_: calls.append(1))
     model.config.final_logit_softcapping = -1.0
-    input_ids, labels = _batch()
+    input_ids, labels = labelled_batch()
     with pytest.raises(ValueError, match=r"^Gemma2ForCausalLM sets config.final_logit_softcapping=-1.0: a soft-cap"):
         model(input_ids, labels=labels, return_logprobs=True)
     assert calls == []

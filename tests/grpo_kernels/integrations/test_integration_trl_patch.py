@@ -54,3 +54,18 @@ def test_multimodal_batches_keep_trl_path():
         args, loss_type, top_entropy_quantile, aux_loss_enabled = None, "dapo", 1.0, False
 
     assert "multimodal" in fused_path_blocker(Stub(), {"pixel_values": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("how", ["patch_grpo_trainer", "GRPOKernelsTrainer"])
+def test_a_head_the_fused_path_cannot_compute_is_refused_with_the_trainer_not_at_the_first_step(tmp_path, how):
+    """A hook around lm_head (which the fused head would not run) was refused only at the first step, after the
+    first generation; the trainer is refused when patched or built, naming the hook."""
+    from integration_models import tiny_causal_lm, tiny_grpo_trainer
+
+    model = tiny_causal_lm("qwen2")
+    model.lm_head.register_forward_hook(lambda module, args, output: output * 0.5)
+    with pytest.raises(TypeError, match=r"^the LM head Linear has a forward hook"):
+        if how == "patch_grpo_trainer":
+            patch_grpo_trainer(tiny_grpo_trainer(trl.GRPOTrainer, model, tmp_path), backend="torch")
+        else:
+            tiny_grpo_trainer(GRPOKernelsTrainer, model, tmp_path)
