@@ -124,18 +124,24 @@ def _module_tables() -> dict[str, dict[str, Any]]:
 def _restore_modules(tables: dict[str, dict[str, Any]], modules: dict[str, Any], changed: list[str]) -> None:
     # An entry removed or set to a non-module (None blocks its import); a module replacing its own entry by another
     # module (a lazy loader) is its own business.
+    current = sys.modules
     replaced = sorted(key for key, module in modules.items()
-                      if isinstance(module, ModuleType) and not isinstance(sys.modules.get(key), ModuleType))
+                      if current.get(key) is not module and isinstance(module, ModuleType)
+                      and not isinstance(current.get(key), ModuleType))
     for key in replaced:
         sys.modules[key] = modules[key]
     names = []
     for name, saved in tables.items():
         namespace = vars(modules[name]) if name in modules else {}
+        if _same_namespace(namespace, saved):
+            continue
         for attribute, value in saved.items():
             # Functions, classes and modules only: a module's data may change by its own use (tempfile.tempdir is
             # set by the first gettempdir()).
             now = namespace.get(attribute, saved)
-            if (callable(value) or isinstance(value, ModuleType)) and now is not value and not _own(name, now):
+            if now is value:  # nearly every name, every call: decided before anything costlier
+                continue
+            if (callable(value) or isinstance(value, ModuleType)) and not _own(name, now):
                 namespace[attribute] = value
                 names.append(f"{name}.{attribute}")
     if replaced:
@@ -144,6 +150,16 @@ def _restore_modules(tables: dict[str, dict[str, Any]], modules: dict[str, Any],
     if names:
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         changed.append(f"replaced functions of modules the engine calls ({shown}); the engine put them back")
+
+
+def _same_namespace(namespace: dict[str, Any], saved: dict[str, Any]) -> bool:
+    """Whether a module's names are all still bound to what they were: one comparison in C, where equal dicts of the
+    same objects compare by identity alone (no value's __eq__ runs); a namespace that differs (or whose differing
+    value cannot be compared) is walked name by name."""
+    try:
+        return len(namespace) == len(saved) and namespace == saved
+    except Exception:  # a value whose comparison raises (a tensor's ambiguous truth value)
+        return False
 
 
 def _own(module_name: str, value: Any) -> bool:
