@@ -12,6 +12,7 @@ are imported only once a command is known to run.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import logging
@@ -40,7 +41,7 @@ from .tools.bench_options import build_parser as build_bench_parser
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     from .config import key_help
 
-    parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
+    parser.add_argument("--config", type=path_text, help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
                                          "run); relative data paths in it are read next to it")
     group = parser.add_argument_group(
         "config keys (any key of the YAML tree; a string key takes VALUE as written, null unsets, numbers, "
@@ -58,18 +59,37 @@ VALUE_OPTIONS = ("--config", "--model", "--data", "--output-dir", "--max-steps",
 OPTIONAL_VALUE_OPTIONS = ("--resume",)
 
 
-def join_flag_values(argv: Sequence[str]) -> list[str]:
+def option_names(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of `parser` and of its subcommands' parsers."""
+    names = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command_parser in action.choices.values():
+                names |= option_names(command_parser)
+    return names
+
+
+@functools.lru_cache(maxsize=1)
+def _every_option() -> frozenset[str]:
+    return frozenset(option_names(build_parser()))
+
+
+def join_flag_values(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> list[str]:
     """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag (and each of
     VALUE_OPTIONS) always takes the next argument as its value, which argparse would take for an option when it
-    starts with '-' (a negative number, a string)."""
+    starts with '-' (a negative number, a string). Not when that argument is itself one of the commands' options
+    (`--run.max_steps --run.seed 3`): its value was left out, which argparse then says naming the flag (before,
+    `serve --model --port 80` served a model named '--port', and train said only "unexpected value '3'"). Such a
+    value is given joined: `--data.system_prompt=--run.seed`."""
     from .config import leaf_keys
 
     flags = {f"--{key}" for key in leaf_keys()} | set(VALUE_OPTIONS)
+    options = option_names(parser) if parser is not None else _every_option()
     joined: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":  # what follows is another program's (serve's vLLM arguments): passed on as written
             return joined + list(argv[i:])
-        if joined and (joined[-1] in flags and arg.startswith("-")
+        if joined and arg.split("=", 1)[0] not in options and (joined[-1] in flags and arg.startswith("-")
                        or joined[-1] in OPTIONAL_VALUE_OPTIONS and arg.startswith("-") and not arg.startswith("--")
                        and arg != "-h"):
             joined[-1] = f"{joined[-1]}={arg}"
@@ -422,7 +442,7 @@ def _command(argv: Optional[Sequence[str]]) -> int:
 
     parser = build_parser()
     try:
-        args, unknown = parser.parse_known_args(join_flag_values(sys.argv[1:] if argv is None else argv))
+        args, unknown = parser.parse_known_args(join_flag_values(sys.argv[1:] if argv is None else argv, parser))
     except CommandLineError as exc:  # said in one line by the parser
         return exc.code
     if unknown:
