@@ -41,7 +41,7 @@ from .tools.bench_options import build_parser as build_bench_parser
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     from .config import key_help
 
-    parser.add_argument("--config", type=path_text, help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
+    parser.add_argument("--config", help="YAML config file (sections: model, data, rollout, rewards, loss, optim, "
                                          "run); relative data paths in it are read next to it")
     group = parser.add_argument_group(
         "config keys (any key of the YAML tree; a string key takes VALUE as written, null unsets, numbers, "
@@ -238,10 +238,14 @@ def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
     leading nowhere (gone, or a loop) is one line naming its option, before any work
     (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
     from .config import ConfigError
+    from .config.path_form import path_form_problem
     from .config.schema import broken_link
 
     for key, path in named:
-        if path:
+        if path and path.strip():  # blank: refused by the config reader as blank text
+            problem = path_form_problem(path)  # before any look: `~nosuchuser/c.yaml` raised pathlib's RuntimeError
+            if problem:
+                raise ConfigError(f"{key} {path!r}: expected {problem}")
             check_path_length(path, key)
             link = broken_link(Path(path).expanduser())  # else "does not exist", naming no link (a loop of links)
             if link is not None:
@@ -337,22 +341,39 @@ def unknown_arguments_message(parser: argparse.ArgumentParser, command: str, unk
     """One line for arguments the command does not take, each flag with the nearest of the command's own (its
     config keys included), as a mistyped YAML key gets: `unknown flag --run.max_step (did you mean
     --run.max_steps?)`."""
-    import difflib
-
     command_parser = next(action.choices[command] for action in parser._actions
                           if isinstance(action, argparse._SubParsersAction))
     options = [option for option in command_parser._option_string_actions if option.startswith("--")]
     parts = []
     for i, arg in enumerate(unknown):
+        if arg == "--":  # argparse leaves every argument after it unread: each was "unknown flag" beside its own name
+            parts.append(f"the arguments after '--' are not read by {command} (only serve passes them on, to vLLM); "
+                         f"remove the '--'")
+            break
         flag = arg.split("=", 1)[0]
         if not flag.startswith("-"):
             previous = unknown[i - 1] if i else ""
             if not (previous.startswith("-") and "=" not in previous):  # else: the unknown flag's own value
                 parts.append(f"unexpected value {arg[:60]!r}")
             continue
-        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
-        parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+        parts.append(_unknown_flag(flag, options))
     return "; ".join(parts) + f" (grpo-engine {command} --help lists every flag)"
+
+
+def _unknown_flag(flag: str, options: list[str]) -> str:
+    """`unknown flag --run.max_step (did you mean --run.max_steps?)`. A flag with a space or tab in it (one argument
+    "--run.max_steps = 3" from a quoted script line) is shown quoted with how to write it: shown bare, its suggestion
+    read the same as the flag. And the match ignores case (--RUN.MAX_STEPS had no suggestion)."""
+    import difflib
+
+    name = flag.split()[0] if flag.strip() else flag
+    if name != flag and name in options:
+        return (f"unknown flag {flag[:60]!r}: a flag's name has no space in it; write {name}=VALUE or {name} VALUE "
+                f"(two arguments)")
+    lowered = {option.lower(): option for option in options}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    shown = repr(flag[:60]) if name != flag else flag
+    return f"unknown flag {shown}" + (f" (did you mean {lowered[close[0]]}?)" if close else "")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

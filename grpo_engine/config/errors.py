@@ -130,4 +130,7 @@ def describe(exc: ValidationError, model: type[BaseModel], moved: dict[str, str]
         if section_model(model, tuple(error["loc"]))[0] == key and _expected(error) not in alternatives:
             alternatives.append(_expected(error))
     value = "" if first["type"] == "missing" else f", got {_shown(first['input'])}"
+    if first["type"] == "string_type" and isinstance(first["input"], (int, float)):
+        # YAML read the text as a number or true / false (a commit `revision: 1234567`, `split: 2024`)
+        value += " (YAML reads it as a number or true / false: quote it, '...', if it is text)"
     return f"{key or 'config'}: expected {' or '.join(alternatives)}{value}"
