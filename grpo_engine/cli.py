@@ -59,32 +59,33 @@ VALUE_OPTIONS = ("--config", "--model", "--data", "--output-dir", "--max-steps",
 OPTIONAL_VALUE_OPTIONS = ("--resume",)
 
 
-def option_names(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option string of `parser` and of its subcommands' parsers."""
+def option_names(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The option strings of `parser` and of the subcommand `argv` names (of every subcommand if it names none)."""
     names = set(parser._option_string_actions)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for command_parser in action.choices.values():
-                names |= option_names(command_parser)
+            named = [action.choices[arg] for arg in argv if arg in action.choices][:1] or action.choices.values()
+            for command_parser in named:
+                names |= option_names(command_parser, ())
     return names
 
 
 @functools.lru_cache(maxsize=1)
-def _every_option() -> frozenset[str]:
-    return frozenset(option_names(build_parser()))
+def _default_parser() -> argparse.ArgumentParser:
+    return build_parser()
 
 
 def join_flag_values(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> list[str]:
     """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag (and each of
     VALUE_OPTIONS) always takes the next argument as its value, which argparse would take for an option when it
-    starts with '-' (a negative number, a string). Not when that argument is itself one of the commands' options
+    starts with '-' (a negative number, a string). Not when that argument is itself one of the command's options
     (`--run.max_steps --run.seed 3`): its value was left out, which argparse then says naming the flag (before,
     `serve --model --port 80` served a model named '--port', and train said only "unexpected value '3'"). Such a
     value is given joined: `--data.system_prompt=--run.seed`."""
     from .config import leaf_keys
 
     flags = {f"--{key}" for key in leaf_keys()} | set(VALUE_OPTIONS)
-    options = option_names(parser) if parser is not None else _every_option()
+    options = option_names(parser if parser is not None else _default_parser(), argv)
     joined: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":  # what follows is another program's (serve's vLLM arguments): passed on as written
