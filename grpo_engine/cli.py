@@ -12,6 +12,7 @@ are imported only once a command is known to run.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import logging
@@ -58,18 +59,38 @@ VALUE_OPTIONS = ("--config", "--model", "--data", "--output-dir", "--max-steps",
 OPTIONAL_VALUE_OPTIONS = ("--resume",)
 
 
-def join_flag_values(argv: Sequence[str]) -> list[str]:
+def option_names(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The option strings of `parser` and of the subcommand `argv` names (of every subcommand if it names none)."""
+    names = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            named = [action.choices[arg] for arg in argv if arg in action.choices][:1] or action.choices.values()
+            for command_parser in named:
+                names |= option_names(command_parser, ())
+    return names
+
+
+@functools.lru_cache(maxsize=1)
+def _default_parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
+def join_flag_values(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> list[str]:
     """`--data.system_prompt "-be brief"` -> `--data.system_prompt=-be brief`: a config flag (and each of
     VALUE_OPTIONS) always takes the next argument as its value, which argparse would take for an option when it
-    starts with '-' (a negative number, a string)."""
+    starts with '-' (a negative number, a string). Not when that argument is itself one of the command's options
+    (`--run.max_steps --run.seed 3`): its value was left out, which argparse then says naming the flag (before,
+    `serve --model --port 80` served a model named '--port', and train said only "unexpected value '3'"). Such a
+    value is given joined: `--data.system_prompt=--run.seed`."""
     from .config import leaf_keys
 
     flags = {f"--{key}" for key in leaf_keys()} | set(VALUE_OPTIONS)
+    options = option_names(parser if parser is not None else _default_parser(), argv)
     joined: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":  # what follows is another program's (serve's vLLM arguments): passed on as written
             return joined + list(argv[i:])
-        if joined and (joined[-1] in flags and arg.startswith("-")
+        if joined and arg.split("=", 1)[0] not in options and (joined[-1] in flags and arg.startswith("-")
                        or joined[-1] in OPTIONAL_VALUE_OPTIONS and arg.startswith("-") and not arg.startswith("--")
                        and arg != "-h"):
             joined[-1] = f"{joined[-1]}={arg}"
@@ -218,10 +239,14 @@ def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
     leading nowhere (gone, or a loop) is one line naming its option, before any work
     (grpo_engine/state/path_limits.py); the config's own paths are checked by its schema."""
     from .config import ConfigError
+    from .config.path_form import path_form_problem
     from .config.schema import broken_link
 
     for key, path in named:
-        if path:
+        if path and path.strip():  # blank: refused by the config reader as blank text
+            problem = path_form_problem(path)  # before any look: `~nosuchuser/c.yaml` raised pathlib's RuntimeError
+            if problem:
+                raise ConfigError(f"{key} {path!r}: expected {problem}")
             check_path_length(path, key)
             link = broken_link(Path(path).expanduser())  # else "does not exist", naming no link (a loop of links)
             if link is not None:
@@ -318,22 +343,39 @@ def unknown_arguments_message(parser: argparse.ArgumentParser, command: str, unk
     """One line for arguments the command does not take, each flag with the nearest of the command's own (its
     config keys included), as a mistyped YAML key gets: `unknown flag --run.max_step (did you mean
     --run.max_steps?)`."""
-    import difflib
-
     command_parser = next(action.choices[command] for action in parser._actions
                           if isinstance(action, argparse._SubParsersAction))
     options = [option for option in command_parser._option_string_actions if option.startswith("--")]
     parts = []
     for i, arg in enumerate(unknown):
+        if arg == "--":  # argparse leaves every argument after it unread: each was "unknown flag" beside its own name
+            parts.append(f"the arguments after '--' are not read by {command} (only serve passes them on, to vLLM); "
+                         f"remove the '--'")
+            break
         flag = arg.split("=", 1)[0]
         if not flag.startswith("-"):
             previous = unknown[i - 1] if i else ""
             if not (previous.startswith("-") and "=" not in previous):  # else: the unknown flag's own value
                 parts.append(f"unexpected value {arg[:60]!r}")
             continue
-        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
-        parts.append(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+        parts.append(_unknown_flag(flag, options))
     return "; ".join(parts) + f" (grpo-engine {command} --help lists every flag)"
+
+
+def _unknown_flag(flag: str, options: list[str]) -> str:
+    """`unknown flag --run.max_step (did you mean --run.max_steps?)`. A flag with a space or tab in it (one argument
+    "--run.max_steps = 3" from a quoted script line) is shown quoted with how to write it: shown bare, its suggestion
+    read the same as the flag. And the match ignores case (--RUN.MAX_STEPS had no suggestion)."""
+    import difflib
+
+    name = flag.split()[0] if flag.strip() else flag
+    if name != flag and name in options:
+        return (f"unknown flag {flag[:60]!r}: a flag's name has no space in it; write {name}=VALUE or {name} VALUE "
+                f"(two arguments)")
+    lowered = {option.lower(): option for option in options}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    shown = repr(flag[:60]) if name != flag else flag
+    return f"unknown flag {shown}" + (f" (did you mean {lowered[close[0]]}?)" if close else "")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -423,7 +465,7 @@ def _command(argv: Optional[Sequence[str]]) -> int:
 
     parser = build_parser()
     try:
-        args, unknown = parser.parse_known_args(join_flag_values(sys.argv[1:] if argv is None else argv))
+        args, unknown = parser.parse_known_args(join_flag_values(sys.argv[1:] if argv is None else argv, parser))
     except CommandLineError as exc:  # said in one line by the parser
         return exc.code
     if unknown:

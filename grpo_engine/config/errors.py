@@ -36,12 +36,50 @@ def unknown_key_message(model: type[BaseModel], path: tuple, moved: dict[str, st
     dotted = f"{parent_key}.{name}" if parent_key else name
     if dotted in moved:
         return f"unknown key {dotted!r}: {moved[dotted]}"
+    placed = _elsewhere_in_tree(model, parent_key, name)
+    if placed:
+        return f"unknown key {dotted!r}: {placed}"
     valid = list(parent.model_fields) if parent is not None else []
     close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
     if close:
         nearest = f"{parent_key}.{close[0]}" if parent_key else close[0]
         return f"unknown key {dotted!r} (did you mean {nearest}?)"
     return f"unknown key {dotted!r} (valid keys{' of ' + parent_key if parent_key else ''}: {', '.join(valid)})"
+
+
+def _keys_of(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted key of the tree under `model`, its sections' included."""
+    keys: list[str] = []
+    for name, field in model.model_fields.items():
+        keys.append(f"{prefix}{name}")
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            keys.extend(_keys_of(field.annotation, f"{prefix}{name}."))
+    return keys
+
+
+def _nested(dotted: str) -> str:
+    parts = dotted.split(".")
+    return "".join(f"{part}: {{" for part in parts[:-1]) + f"{parts[-1]}: ..." + "}" * (len(parts) - 1)
+
+
+def _elsewhere_in_tree(model: type[BaseModel], parent_key: str, name: str) -> str | None:
+    """Where a key written at the wrong place of a config file's tree belongs, or None: a flag's dotted name
+    (`run.max_steps: 3`, `--run.max_steps: 3`) where the file nests (`run: {max_steps: 3}`), or a section's key
+    outside its section (`max_steps: 3` at the top). Said as "unknown key 'run.max_steps'" with the sections'
+    names beside it, the key the user wrote looked valid: it is the name --help lists."""
+    keys = _keys_of(model)
+    written = name.lstrip("-")
+    full = f"{parent_key}.{written}" if parent_key else written
+    target = full if full in keys else written if written in keys else None
+    if "." in written and target is not None:
+        return (f"a config file nests its keys ({_nested(target)}); the dotted name is the flag's (--{target}), not "
+                f"read inside a file")
+    homes = [key for key in keys if key.rsplit(".", 1)[-1] == written and key != full]
+    if homes and "." not in written:
+        sections = " and of ".join(key.rsplit(".", 1)[0] if "." in key else "the top level" for key in homes[:3])
+        return (f"{written} is a key of {sections}, not of {parent_key or 'the top level'}: write it there "
+                f"({_nested(homes[0])})")
+    return None
 
 
 # What a pydantic error type expected, in the words of this project's messages.
@@ -92,4 +130,7 @@ def describe(exc: ValidationError, model: type[BaseModel], moved: dict[str, str]
         if section_model(model, tuple(error["loc"]))[0] == key and _expected(error) not in alternatives:
             alternatives.append(_expected(error))
     value = "" if first["type"] == "missing" else f", got {_shown(first['input'])}"
+    if first["type"] == "string_type" and isinstance(first["input"], (int, float)):
+        # YAML read the text as a number or true / false (a commit `revision: 1234567`, `split: 2024`)
+        value += " (YAML reads it as a number or true / false: quote it, '...', if it is text)"
     return f"{key or 'config'}: expected {' or '.join(alternatives)}{value}"

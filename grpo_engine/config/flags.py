@@ -4,9 +4,7 @@ type of the field it sets, and its help line (meaning and default) from the fiel
 from __future__ import annotations
 
 import json
-import types
-import typing
-from typing import Any, Annotated, Literal
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -14,6 +12,7 @@ from pydantic.fields import FieldInfo
 from .schema import EngineConfig
 from .errors import ConfigError
 from .strict_yaml import parse_yaml
+from .value_kinds import value_kinds
 
 
 def leaf_fields(model: type[BaseModel] = EngineConfig, prefix: str = "") -> dict[str, FieldInfo]:
@@ -32,25 +31,11 @@ def leaf_keys() -> list[str]:
     return list(leaf_fields())
 
 
-def _kinds(annotation: Any) -> set[type]:
-    """The Python types a field's annotation admits at its top level (Annotated and Union unwrapped)."""
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _kinds(typing.get_args(annotation)[0])
-    if origin is Literal:
-        return {type(value) for value in typing.get_args(annotation)}
-    if origin in (typing.Union, types.UnionType):
-        return set().union(*(_kinds(arg) for arg in typing.get_args(annotation)))
-    if annotation is None or annotation is type(None):
-        return {type(None)}
-    return {origin or annotation}
-
-
 def flag_value(key: str, text: str) -> Any:
     """The value `--key TEXT` sets, read as the field's type: a string field takes TEXT as written; `null`
     unsets a field that may be null; anything else (numbers, true/false, [lists], {mappings}) is read as the
     same value in the YAML file would be, then checked by the schema like it."""
-    kinds = _kinds(leaf_fields()[key].annotation)
+    kinds = value_kinds(leaf_fields()[key].annotation)
     if text == "null" and type(None) in kinds:
         return None
     if str in kinds and not (list in kinds and text.lstrip().startswith("[")):
@@ -61,6 +46,8 @@ def flag_value(key: str, text: str) -> Any:
         except ConfigError:
             return text
         return value if isinstance(value, list) else text
+    if not text.strip():  # `--run.max_steps ""`: null to YAML ("got None"), or a tab YAML refused as indentation
+        return text
     value = parse_yaml(text, f"--{key}")
     if isinstance(value, list) and list not in kinds:
         return text  # `-` for a number: refused showing the text typed, not the YAML list it reads as ([None])

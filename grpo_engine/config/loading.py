@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..rollout.registry import VLLM_INSTALL_HINT, rollout_backend  # noqa: F401 (VLLM_INSTALL_HINT: re-exported)
 from .errors import ConfigError, describe
@@ -59,6 +59,23 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def empty_sections_read_empty(data: dict, model: type[BaseModel] = EngineConfig) -> dict:
+    """`data` with each section written with no keys under it (`run:` whose keys are all commented out: YAML's null)
+    as an empty mapping: it sets nothing. It was "run: expected a mapping of keys, got None" (a flag into it,
+    --run.max_steps, already read it as empty); merged as null over a preset, it would have dropped the preset's
+    section."""
+    result = dict(data)
+    for name, field in model.model_fields.items():
+        section = field.annotation
+        if not (isinstance(section, type) and issubclass(section, BaseModel)) or name not in result:
+            continue
+        if result[name] is None:
+            result[name] = {}
+        elif isinstance(result[name], dict):
+            result[name] = empty_sections_read_empty(result[name], section)
+    return result
+
+
 def resolve_data_paths(data: dict, base: Path) -> dict:
     """Relative data paths in a YAML file name files next to it, wherever the command runs from."""
     section = data.get("data")
@@ -80,7 +97,7 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
 def load_config(path: Optional[str | Path] = None, overrides: Optional[dict] = None,
                 preset: Optional[dict] = None) -> EngineConfig:
     """YAML file (optional) + dotted-key overrides, layered over `preset` (optional), then validated."""
-    data = resolve_data_paths(read_yaml(path), Path(path).parent) if path is not None else {}
+    data = resolve_data_paths(empty_sections_read_empty(read_yaml(path)), Path(path).parent) if path is not None else {}
     data = apply_overrides(data, overrides or {})
     config = config_from_dict(deep_merge(preset or {}, data))
     validate_rollout_backend(config)

@@ -47,6 +47,9 @@ def path_form_problem(name: str) -> Optional[str]:
         return (f"a path without control characters or invisible ones ({control!r} at character "
                 f"{name.index(control)}: {kind}, U+{ord(control):04X})")
     expanded = os.path.expanduser(name)
+    home = _home_problem(name, expanded)
+    if home is not None:
+        return home
     name_max, path_max = limits_at(expanded)
     encoded = os.fsencode(expanded)
     if len(encoded) >= path_max:  # PATH_MAX counts the terminating NUL
@@ -76,6 +79,20 @@ def _padded_name(name: str) -> Optional[int]:
             return start if part[0].isspace() else start + len(part) - 1
         start += len(part) + 1
     return None
+
+
+def _home_problem(name: str, expanded: str) -> Optional[str]:
+    """Why a leading `~` or `~user` of `name` names no home directory, or None. Left as written by expanduser, it
+    reached pathlib's expanduser, which raised "RuntimeError: Could not determine home directory." naming nothing
+    (--config, plot's RUN_DIR), or a run directory was refused as "a symbolic link that leads back to itself?"."""
+    if not name.startswith("~") or expanded != name:
+        return None
+    first = name.split("/", 1)[0]
+    if os.path.lexists(first):  # a file or directory named `~x` in the working directory: taken as written
+        return None
+    user = first[1:]
+    whose = f"there is no user {user!r} on this system" if user else "HOME is not set and this user has none"
+    return f"a path whose leading {first} names a home directory ({whose}; ~ alone is your own home)"
 
 
 def _exists_as_written(name: str, end: int) -> bool:

@@ -36,6 +36,7 @@ from .loss_params import check_loss_params
 from ..state.path_limits import PathTooLong, check_path_length
 from .path_form import path_form_problem
 from .server_url import distinct_servers, server_url
+from .value_kinds import value_kinds
 
 # ----------------------------------------------------------------------------------------------- value types
 
@@ -293,8 +294,9 @@ class Section(BaseModel):
         if any(isinstance(text, str) and _lone_surrogate(text) for text in texts):
             raise ValueError("expected Unicode text (it holds a lone UTF-16 surrogate, which no file or tokenizer "
                              "can encode)")
-        if (cls.model_fields[info.field_name].json_schema_extra or {}).get("free_text"):
-            return value
+        field = cls.model_fields[info.field_name]
+        if (field.json_schema_extra or {}).get("free_text") or not {str, list} & value_kinds(field.annotation):
+            return value  # free text, or no text at all: blank text for a number is "expected an integer, got ''"
         if any(isinstance(text, str) and not text.strip() for text in texts):
             raise ValueError("expected a non-empty text (null unsets a key that may be null)")
         return value

@@ -268,6 +268,23 @@ def parse_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: {' '.join(str(exc).split())}") from None
 
 
+# The lines of the other config formats a person may write or copy (TOML, INI, a .env or properties file): a
+# `[section]` header alone on its line, or `key = value`. YAML read them as a list or a line of text, or failed in its
+# parser's words ("expected '<document start>', but found '<scalar>'"), saying nothing of the format.
+# Only the file's first line of content is looked at: further down, such a line may be the text of a YAML value.
+_OTHER_FORMAT_LINE = re.compile(r"[ \t]*(?:\[[A-Za-z_][\w.\- ]*\][ \t]*(?:[#;].*)?|[A-Za-z_][\w.\-]*[ \t]*=(?!=).*)")
+
+
+def _other_format(text: str, source: str) -> ConfigError | None:
+    """The refusal of a config written in TOML or INI rather than YAML, naming its first line, or None."""
+    lines = _LINE_BREAK.split(text)
+    first = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(("#", ";"))), None)
+    if first is None or not _OTHER_FORMAT_LINE.fullmatch(lines[first]):
+        return None
+    return ConfigError(f"{source} line {first + 1}: {lines[first].strip()[:40]!r} is TOML or INI, not YAML; a config "
+                       f"file is YAML: a section's name and a colon (run:), its keys indented below it (  max_steps: 3)")
+
+
 def read_yaml(path: str | Path) -> dict:
     """A config file's mapping of sections."""
     if isinstance(path, str) and not path.strip():
@@ -297,10 +314,16 @@ def read_yaml(path: str | Path) -> dict:
                           "UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"{source} cannot be read: {exc.strerror or exc}") from None
-    data = parse_yaml(text, source)
+    try:
+        data = parse_yaml(text, source)
+    except ConfigError as exc:
+        raise _other_format(text, source) or exc from None
     if data is None:
         return {}
     if not isinstance(data, dict):
+        other = _other_format(text, source)
+        if other is not None:
+            raise other
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(data).__name__}")
     return data
 

@@ -18,7 +18,7 @@ def check_train_flags(flags: Sequence[str], given_by_the_tool: Sequence[str] = (
     does not take, a config it does not load); `given_by_the_tool`: the flags the tool itself adds, checked with
     them."""
     parser = build_parser()
-    args, unknown = parser.parse_known_args(join_flag_values(["train", *given_by_the_tool, *flags]))
+    args, unknown = parser.parse_known_args(join_flag_values(["train", *given_by_the_tool, *flags], parser))
     if unknown:
         raise ConfigError(f"the flags for grpo-engine train: {unknown_arguments_message(parser, 'train', unknown)}")
     try:

@@ -164,3 +164,48 @@ def test_a_bad_environment_variable_stops_every_command_before_any_work(environ,
 ])
 def test_what_the_launchers_and_libraries_set_is_accepted(environ):
     check_environment(environ)
+
+
+# ------------------------------------------------------------------------------------------ forms of the flags
+
+def _other_option(command: str, draw_index: int) -> str:
+    others = [option for c, option, _ in OPTIONS if c == command]
+    return others[draw_index % len(others)]
+
+
+@SETTINGS
+@given(choice=st.sampled_from([(c, o) for c, o, takes_value in OPTIONS if takes_value and o != "--resume"]),
+       index=st.integers(0, 10**6), then=st.sampled_from(["", "=3", " 3"]))
+def test_a_value_left_out_before_another_flag_is_one_line_naming_the_flag(choice, index, then, no_work, capsys):
+    # `--run.max_steps --run.seed 3`: the next flag was taken for the value, then train said only "unexpected value
+    # '3'"; `serve --model --port 80` served a model named '--port'
+    command, option = choice
+    other = _other_option(command, index)
+    argv = [command, *BASELINE[command], option, other + then.replace(" 3", ""), *(["3"] if then == " 3" else [])]
+    outcome, lines = _run(argv, capsys)
+    assert outcome == "2" and len(lines) == 1 and f"argument {option}: expected " in lines[0], (argv, lines)
+    assert "argument" in lines[0].split(f"argument {option}: expected ")[1], (argv, lines)  # one, at least one
+
+
+@SETTINGS
+@given(command=st.sampled_from(["train", "eval", "bench"]), index=st.integers(0, 10**6))
+def test_arguments_after_a_double_dash_are_said_unread(command, index, no_work, capsys):
+    # each was "unknown flag" with itself as the suggestion: "unknown flag --batch-size (did you mean --batch-size?)"
+    option = _other_option(command, index)
+    outcome, lines = _run([command, *BASELINE[command], "--", option, "3"], capsys)
+    assert outcome == "2" and len(lines) == 1 and "after '--' are not read" in lines[0], lines
+
+
+@SETTINGS
+@given(choice=st.sampled_from([(c, o) for c, o, takes_value in OPTIONS if takes_value and c != "serve"]),
+       space=st.sampled_from([" ", "  ", "\t", " = ", " ="]), upper=st.booleans())
+def test_a_flag_with_a_space_or_in_capitals_names_the_flag_meant(choice, space, upper, no_work, capsys):
+    # (serve passes the arguments it does not take on to vLLM, as written)
+    command, option = choice
+    written = option.upper() if upper else option
+    outcome, lines = _run([command, *BASELINE[command], f"{written}{space}3"], capsys)
+    assert outcome == "2" and len(lines) == 1, lines
+    if upper:
+        assert f"did you mean {option}?" in lines[0], lines
+    else:
+        assert f"write {option}=VALUE" in lines[0], lines

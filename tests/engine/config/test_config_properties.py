@@ -8,6 +8,7 @@ function (paths, registries) get theirs below.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import types
@@ -285,6 +286,16 @@ def flag_text(key: str, value: Any) -> str:
 PARSER = build_parser()
 
 
+TRAIN_OPTIONS = set(next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+                    ._option_string_actions)
+
+
+def _a_flags_name(text: str) -> bool:
+    """Whether `text` is itself one of train's flags: given as a value, it is read as the flag whose value was left
+    out, so such a value is given joined (--key=--model)."""
+    return text.split("=", 1)[0] in TRAIN_OPTIONS
+
+
 def from_flags(argv: list[str]):
     args = PARSER.parse_args(join_flag_values(["train", *argv]))
     return load_config(overrides=_overrides(args, {}))
@@ -301,7 +312,9 @@ def _nullable(key: str) -> bool:
 def test_flags_set_what_they_say(overrides):
     # `null` unsets a key that may be null: the one text a string key that may be null does not take as written.
     overrides = {key: value for key, value in overrides.items() if not (value == "null" and _nullable(key))}
-    argv = [part for key, value in overrides.items() for part in (f"--{key}", flag_text(key, value))]
+    argv = [part for key, value in overrides.items()
+            for part in ((f"--{key}={flag_text(key, value)}",) if _a_flags_name(flag_text(key, value))
+                         else (f"--{key}", flag_text(key, value)))]
     # flags say what the same overrides say: both refuse a mix that breaks a rule across keys, else equal configs
     written = accepted_or_named(overrides, lambda: load_config(overrides=overrides))
     config = accepted_or_named(overrides, lambda: from_flags(argv))
@@ -322,7 +335,7 @@ def test_any_flag_text_is_accepted_or_refused_naming_the_key(key, text, capsys):
         return
     except CommandLineError:  # `--` ends the options (serve passes what follows to vLLM): argparse's one line
         line = capsys.readouterr().err.splitlines()[-1]
-        assert f"argument --{key}: expected one argument" in line and text == "--", line
+        assert f"argument --{key}: expected one argument" in line and (text == "--" or _a_flags_name(text)), line
         return
     stored = value_at(config, key)
     if isinstance(stored, str):

@@ -153,3 +153,44 @@ def test_a_blank_config_path_is_one_line_naming_it(command, blank, tmp_path, mon
     assert main([*command, "--config", blank]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and f"config file {blank!r}: expected the path of a YAML file" in lines[0], lines
+
+
+# A user name no system has: letters a person types, prefixed so that no account of the test machine matches.
+NO_USER = st.from_regex(r"nouser[a-z0-9_]{1,12}", fullmatch=True)
+REST = st.lists(st.text(st.sampled_from("abc_.9漢"), min_size=1, max_size=8), max_size=3).map(
+    lambda names: "".join("/" + name for name in names))
+
+
+@settings(max_examples=60, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(path_keys()), user=NO_USER, rest=REST)
+def test_a_home_of_no_user_is_refused_naming_the_key(key, user, rest, tmp_path, monkeypatch):
+    # `~nosuchuser/x`: expanduser leaves it as written; pathlib then raised "RuntimeError: Could not determine home
+    # directory." naming nothing, and a run directory was refused as "a symbolic link that leads back to itself?"
+    monkeypatch.chdir(tmp_path)
+    try:
+        load_config(overrides={key: f"~{user}{rest}"})
+    except ConfigError as exc:
+        assert str(exc).startswith(f"{key}: expected a path whose leading ~{user} names a home directory"), str(exc)
+        return
+    raise AssertionError(f"{key}=~{user}{rest} was taken")
+
+
+@settings(max_examples=40, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from(sorted(CLI_PATHS)), user=NO_USER, rest=REST)
+def test_a_command_line_home_of_no_user_is_one_line_naming_its_argument(where, user, rest, tmp_path, monkeypatch,
+                                                                        capsys):
+    from grpo_engine.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv, _ = CLI_PATHS[where]
+    assert main([*argv, f"~{user}{rest}"]) == 2  # refused by the parser, before any work: nothing to replace
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and where.split()[-1] in lines[0] and f"leading ~{user} names a home" in lines[0], lines
+
+
+def test_a_file_named_like_a_home_is_taken_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "~nouserfile").mkdir()
+    assert load_config(overrides={"run.output_dir": "~nouserfile/run"}).run.output_dir == "~nouserfile/run"

@@ -13,7 +13,7 @@ import pytest
 from setting_kinds import list_keys, path_keys
 
 from grpo_engine.cli import join_flag_values, _overrides, build_parser
-from grpo_engine.config import leaf_fields, load_config
+from grpo_engine.config import ConfigError, leaf_fields, load_config
 from grpo_engine.config.applicability import value_at
 from grpo_engine.config.strict_yaml import dump_yaml
 
@@ -71,8 +71,11 @@ def test_a_run_directory_under_tilde_is_made_in_home_not_in_a_directory_named_ti
     assert not (tmp_path / "~").exists()
 
 
-def test_a_user_without_a_home_is_kept_as_written():
-    assert load_config(overrides={"run.output_dir": "~nosuchuser-here/x"}).run.output_dir == "~nosuchuser-here/x"
+def test_a_user_without_a_home_is_refused_naming_the_key():
+    # kept as written, it was refused when the run started, as "cannot be resolved ... a symbolic link that leads
+    # back to itself?" (test_path_form_properties.py: the rule for every path setting and argument)
+    with pytest.raises(ConfigError, match=r"^run.output_dir: expected a path whose leading ~nosuchuser-here names"):
+        load_config(overrides={"run.output_dir": "~nosuchuser-here/x"})
 
 
 def _one_item(key: str):
