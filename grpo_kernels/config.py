@@ -83,7 +83,7 @@ MIN_TEMPERATURE = 1e-30
 # smallest factor the soft-cap's check takes too) every logit up to 1e8 in magnitude becomes less than 1e-22, which
 # exp rounds to exactly 1 in float32: the samples are uniform whatever the model says and the loss has no gradient
 # (3e38 trained nothing, silently).
-MAX_TEMPERATURE = 1 / MIN_TEMPERATURE
+MAX_TEMPERATURE = 1e30  # written out: 1 / MIN_TEMPERATURE rounds to 9.999999999999999e29, which refused 1e30
 
 
 def setting(default: Any, help: str, **declaration: Any) -> Any:

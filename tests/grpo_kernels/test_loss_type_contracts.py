@@ -91,9 +91,14 @@ def test_a_switch_of_register_loss_type_that_is_not_a_bool_is_refused(flag, valu
 @settings(max_examples=40, deadline=None, derandomize=DERANDOMIZE)
 @given(st.sampled_from(["temperature_pos", "temperature_neg", "not_declared"]),
        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5), st.none(), st.booleans()))
-def test_loss_params_written_after_construction_are_checked_at_the_call(name, value):
+def test_loss_params_written_after_construction_are_refused_and_checked_at_the_call(name, value):
     config = GRPOLossConfig(loss_type="sapo")
-    config.loss_params[name] = value
+    before = dict(config.loss_params)
+    with pytest.raises(TypeError, match="read-only"):  # the config is frozen and hashed by its values
+        config.loss_params[name] = value
+    assert dict(config.loss_params) == before
+    # a mapping put past the frozen dataclass (object.__setattr__) is still checked when the loss runs
+    object.__setattr__(config, "loss_params", {**before, name: value})
     declared = name != "not_declared"
     valid = declared and isinstance(value, float) and 0 < value <= 3.4028234663852886e38
     if valid:

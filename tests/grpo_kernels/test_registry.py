@@ -29,6 +29,8 @@ NOT_BACKEND_NAMES = {
                                                    "globals a checkpoint's files may name",
     ("grpo_engine/launch_agreement.py", "torch"): "the torch package, whose version every process compares",
     ("grpo_engine/launch_agreement.py", "triton"): "the triton package, whose version every process compares",
+    ("grpo_engine/steps/reward_fence_process.py", "torch"): "the torch package, among the modules whose functions "
+                                                             "the reward fence puts back",
 }
 
 
