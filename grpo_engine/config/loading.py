@@ -87,9 +87,7 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
         # A Hub id stays an id unless a file of that name stands next to the YAML file. A blank value stays as
         # written, for the schema to refuse as the flag's is: joined, `path: ''` named the YAML file's directory.
         local = isinstance(value, str) and value.strip() != "" and not user_path(value).is_absolute()
-        # A name under a directory next to the YAML file is a path there too (schema.local_directory_path).
-        if local and (not is_hub_id(value) or (base / value).exists() or local_data_path(value)
-                      or (base / value.split("/", 1)[0]).is_dir()):
+        if local and (not is_hub_id(value) or (base / value).exists() or local_data_path(value)):
             resolved[key] = str(base / value)
     return {**data, "data": resolved}
 

@@ -111,25 +111,10 @@ def _path_form(name: str) -> str:
     return name
 
 
-def local_directory_path(name: str, what: str) -> Optional[str]:
-    """Why `name`, shaped like ORG/NAME and naming nothing here, is a local path all the same, or None: its first
-    component is a directory here. `data/my_data` (a directory of shards not made yet, a typo) was read as the Hub
-    dataset `my_data` of an organisation `data`, and the run failed on the network, never saying the path was not
-    there. (A Hub id whose organisation is also a directory's name here is taken for a path: name its files.)"""
-    first = name.split("/", 1)[0]
-    if not user_path(first).is_dir():
-        return None
-    return f"{first}/ is a directory here, so this is a path in it, not {what}"
-
-
 def _model_location(name: str) -> str:
     _local_through_a_link(name)
     if not user_path(name).is_dir() and not is_hub_id(name):
         raise ValueError("expected a local model directory or a Hub id ORG/NAME")
-    local = None if user_path(name).exists() else local_directory_path(name, "a Hub model id")
-    if local is not None:
-        raise ValueError(f"expected a local model directory or a Hub id ORG/NAME, and there is no directory by that "
-                         f"name ({local})")
     return name
 
 
@@ -149,7 +134,7 @@ def local_data_path(name: str) -> Optional[str]:
 def _data_location(name: str) -> str:
     _local_through_a_link(name)
     if not user_path(name).exists():
-        local = (local_data_path(name) or local_directory_path(name, "a Hub dataset id")) if is_hub_id(name) else None
+        local = local_data_path(name) if is_hub_id(name) else None
         if local is not None:
             raise ValueError(f"expected an existing file or directory, and there is none by that name ({local})")
         if not is_hub_id(name):

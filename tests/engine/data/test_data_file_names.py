@@ -59,14 +59,12 @@ WORD = st.text(alphabet="abcdefgh0123_-", min_size=1, max_size=8).filter(
 
 @st.composite
 def missing_names(draw) -> tuple[str, bool]:
-    """(an ORG/NAME-shaped name that names no file, whether it is a local path all the same: it ends in a data
-    file's suffix, or its ORG is a local directory, `data`)."""
+    """(an ORG/NAME-shaped name that names no file, whether it is a local path all the same)."""
     suffix = draw(st.one_of(st.none(), st.sampled_from(SUFFIXES)))
-    org = draw(st.sampled_from(['data', 'org']))
-    name = f"{org}/{draw(WORD)}"
+    name = f"{draw(st.sampled_from(['data', 'org']))}/{draw(WORD)}"
     if suffix is not None:
         name += _in_any_case(draw, suffix)
-    return name, suffix is not None or org == "data"
+    return name, suffix is not None
 
 
 @SETTINGS
