@@ -525,24 +525,6 @@ def check_loss_inputs(
         raise ValueError(f"config.beta != 0 needs {names.ref_logps} (the reference model's per-token log-probs)")
     if num_items_in_batch is not None:
         _check_num_items(names.num_items_in_batch, num_items_in_batch, check_values)
-    if check_values:
-        _check_completion_lengths(completion_mask, T, config, names.mask)
-
-
-def _check_completion_lengths(mask: torch.Tensor, T: int, config: GRPOLossConfig, mask_name: str) -> None:
-    """A loss type that divides by max_completion_length (dr_grpo) scores no row of more tokens: TRL never makes one
-    (it generates at most that many), and the constant would then be no bound on the tokens summed, a loss of
-    another scale with no error. Read only where a row could be longer (T past the bound): one host sync then."""
-    bound = config.max_completion_length
-    if not get_loss_type(config.loss_type).aggregation.reads_max_completion_length or T <= bound:
-        return
-    lengths = (mask != 0).sum(-1)
-    longest = int(lengths.max()) if lengths.numel() else 0
-    if longest > bound:
-        row = int(lengths.argmax())
-        raise ValueError(f"{mask_name} row {row} scores {longest} tokens, more than max_completion_length={bound}, "
-                         f"which loss_type={config.loss_type!r} divides by (TRL generates at most that many): "
-                         f"truncate the completions to it or raise max_completion_length")
 
 
 def _check_num_items(name: str, value: object, check_values: bool) -> None:

@@ -20,8 +20,6 @@ DERANDOMIZE = bool(os.environ.get("CI"))
 @st.composite
 def problems_and_configs(draw):
     loss_type = draw(st.sampled_from(LOSS_TYPES))
-    shape = dict(B=draw(st.integers(1, 3)), T=draw(st.integers(1, 6)), H=draw(st.integers(1, 24)),
-                 V=draw(st.integers(2, 90)))
     config = GRPOLossConfig(
         loss_type=loss_type,
         beta=draw(st.sampled_from([0.0, 0.04, 0.5])),
@@ -30,12 +28,13 @@ def problems_and_configs(draw):
         delta=draw(st.one_of(st.none(), st.floats(1.05, 3.0))),
         importance_sampling_level=draw(st.sampled_from(["token", "sequence"])),
         temperature=draw(st.sampled_from([1.0, 0.6, 1.3])),
-        # at least the rows' length, as TRL generates them (a longer row is refused: test_fixed_length_bound.py)
-        max_completion_length=draw(st.integers(shape["T"], 12)) if loss_type == "dr_grpo" else None,
+        max_completion_length=draw(st.integers(1, 12)) if loss_type == "dr_grpo" else None,
         use_bias_correction_kl=draw(st.booleans()),
         entropy_coef=draw(st.sampled_from([0.0, 0.02])),
         top_entropy_quantile=draw(st.sampled_from([1.0, 0.5, 0.2])),
     )
+    shape = dict(B=draw(st.integers(1, 3)), T=draw(st.integers(1, 6)), H=draw(st.integers(1, 24)),
+                 V=draw(st.integers(2, 90)))
     problem = make_problem(
         seed=draw(st.integers(0, 10_000)), **shape, with_bias=draw(st.booleans()), with_old=draw(st.booleans()),
         with_ref=True,
