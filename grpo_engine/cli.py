@@ -30,7 +30,7 @@ from .messages import show_messages
 from .standard_streams import guard_output, lost_output, open_closed_streams
 from .state.interrupt import TrainingInterrupted, outlive_the_terminal
 from .state.plot import CURVES as PLOT_CURVES, PLOT_FILE
-from .state.path_limits import check_path_length
+from .state.path_limits import check_path_length, shown as shown_path
 from .state.run_and_data import check_apart_from_data, inputs_of
 from .state.resume_target import check_resume_target
 from .state.run_lock import check_output_dir, check_output_file, check_run_entries, check_writable_dir
@@ -246,7 +246,7 @@ def _check_input_paths(*named: tuple[str, Optional[str]]) -> None:
         if path and path.strip():  # blank: refused by the config reader as blank text
             problem = path_form_problem(path)  # before any look: `~nosuchuser/c.yaml` raised pathlib's RuntimeError
             if problem:
-                raise ConfigError(f"{key} {path!r}: expected {problem}")
+                raise ConfigError(f"{key} {shown_path(path)}: expected {problem}")  # elided: a path past PATH_MAX
             check_path_length(path, key)
             link = broken_link(Path(path).expanduser())  # else "does not exist", naming no link (a loop of links)
             if link is not None:
