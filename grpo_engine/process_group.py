@@ -18,6 +18,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
 
+from . import world_size_agreement
 from .config import ConfigError
 from .rendezvous_log import quiet_store_retries
 
@@ -48,9 +49,13 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
     quiet = quiet_store_retries(f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}") if joining else \
         contextlib.nullcontext()
     try:
-        timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))
+        world_size_agreement.register()
+        group = InitProcessGroupKwargs(init_method=world_size_agreement.INIT_METHOD,
+                                       timeout=timedelta(seconds=timeout_s))
         with quiet:
-            accelerator = Accelerator(cpu=cpu, kwargs_handlers=[timeout])
+            accelerator = Accelerator(cpu=cpu, kwargs_handlers=[group])
+    except ConfigError:  # the launch's settings disagree (world_size_agreement): said in its own words
+        raise
     except Exception as exc:  # noqa: BLE001 - torch's store and rendezvous errors have no common class but this
         if not joining:
             raise
