@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Callable, Optional, Sequence
 
 # The largest count any option takes: what a C int holds, the narrowest integer the libraries below take.
 MAX_COUNT = 2**31 - 1
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 def bounded_int(low: int, high: int = MAX_COUNT, what: str = "an integer") -> Callable[[str], int]:
     """An argparse type: a whole number in [low, high]."""
     def parse(text: str) -> int:
-        try:
-            value = int(text.strip(), 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high:,}, got {text[:40]!r}") from None
+        # ASCII digits only, as the config keys take them: int() also reads '1_0' and other scripts' digits ('５',
+        # '٣'), which a reader of the command line does not see as the number that runs
+        if not _WHOLE_NUMBER.fullmatch(text.strip()):
+            raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high:,}, got {text[:40]!r}")
+        value = int(text.strip(), 10)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high:,}, got {value}")
         return value
