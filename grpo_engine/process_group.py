@@ -63,15 +63,24 @@ def join_processes(cpu: bool, timeout_s: float) -> Accelerator:
         raise ProcessGroupError(
             f"process {env.get('RANK', '?')} of WORLD_SIZE={env['WORLD_SIZE']} could not join the others at "
             f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')} within {timeout_s:g} s "
-            f"(run.distributed_timeout_s): {type(exc).__name__}: {cause}; start every process with the same "
-            f"MASTER_ADDR and MASTER_PORT (torchrun and accelerate launch set them) and check that rank 0's host "
-            f"is reachable on that port") from None
+            f"(run.distributed_timeout_s): {type(exc).__name__}: {cause}; {_join_advice(timeout_s)}") from None
     finally:
         if note is not None:
             note.cancel()
     if joining:
         check_rank_unique()
     return accelerator
+
+
+def _join_advice(timeout_s: float) -> str:
+    where = ("start every process with the same MASTER_ADDR and MASTER_PORT (torchrun and accelerate launch set them) "
+             "and check that rank 0's host is reachable on that port")
+    if timeout_s >= WAIT_NOTE_S:
+        return where
+    # processes of one launch start seconds apart (more while they import torch): a timeout set for a quick failure
+    # in a test ends the join before the others can come, and the address is then not the cause
+    return (f"{timeout_s:g} s may be less than the processes take to start and meet: give run.distributed_timeout_s "
+            f"more (default 1800); otherwise {where}")
 
 
 def check_rank_unique() -> None:

@@ -82,3 +82,15 @@ def test_another_program_on_master_port_is_said_once_without_torchs_retry_logs(t
     notes = [line for line in lines if "not torch's rendezvous store" in line]
     assert len(notes) == 1 and "'HTTP'" in notes[0] and "MASTER_PORT" in notes[0], result.stderr[-3000:]
     assert "frame #" not in result.stderr and "[c10d]" not in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("timeout_s", [0.001, 0.5, 5.0, 19.9])
+def test_a_join_that_fails_within_a_short_timeout_names_the_timeout_before_the_address(timeout_s):
+    """A timeout of milliseconds (set for a quick failure in a test) ended the join before the others could start,
+    and the line blamed MASTER_ADDR / MASTER_PORT alone."""
+    from grpo_engine.process_group import _join_advice
+
+    advice = _join_advice(timeout_s)
+    assert advice.startswith(f"{timeout_s:g} s may be less than the processes take to start and meet")
+    assert "run.distributed_timeout_s" in advice and "MASTER_ADDR" in advice
+    assert _join_advice(1800.0).startswith("start every process with the same MASTER_ADDR")
