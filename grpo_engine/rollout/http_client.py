@@ -136,8 +136,8 @@ class ServerClient:
 
     def _through(self, cause: str) -> str:
         return cause if self.proxy is None else (
-            f"{cause}; through the proxy {shown_proxy(self.proxy)} of the environment's {urlsplit(self.base_url).scheme}"
-            f"_proxy: list the host in NO_PROXY to reach it directly")
+            f"{cause}; through the proxy {shown_proxy(self.proxy)} of the environment's "
+            f"{urlsplit(self.base_url).scheme}_proxy: list the host in NO_PROXY to reach it directly")
 
     def _once(self, method: str, path: str, payload: Optional[dict], timeout_s: float) -> Any:
         data = None if payload is None else json.dumps(payload).encode()

@@ -1,13 +1,13 @@
 """rollout.server.urls: a URL the HTTP client would mistake (the OpenAI clients' /v1 base or any API path the engine
-adds itself, such as an endpoint's URL pasted from a curl example, `.../v1/completions`, `.../health`; a query or fragment,
-user:password@, no host, a port 0, past 65535 or not a number, an IPv6 literal left open; a control character, a
-path outside ASCII or with a % that starts no escape, an API path percent-encoded (/v%31), an IPv6 zone id naming no
-interface of this machine or written %25) and a server listed twice
-in two spellings (the host's case, a default port, a trailing slash, an IPv6 address written out, a name with the
-DNS root's trailing dot, an internationalised name in its ASCII form) are one line naming the setting when the
-config loads. Before: each passed the schema and failed later naming something else (GET /v1/v1/models 404, the host
-`user` not found, a connection error after the model loaded, a UnicodeEncodeError naming nothing), and a server listed twice took every weight push
-twice. Well-formed URLs (a path prefix, https, an IPv6 literal) load as written, less a trailing slash."""
+adds itself, such as an endpoint's URL pasted from a curl example, `.../v1/completions`, `.../health`; a query or
+fragment, user:password@, no host, a port 0, past 65535 or not a number, an IPv6 literal left open; a control
+character, a path outside ASCII or with a % that starts no escape, an API path percent-encoded (/v%31), an IPv6 zone
+id naming no interface of this machine or written %25) and a server listed twice in two spellings (the host's case,
+a default port, a trailing slash, an IPv6 address written out, a name with the DNS root's trailing dot, an
+internationalised name in its ASCII form) are one line naming the setting when the config loads. Before: each passed
+the schema and failed later naming something else (GET /v1/v1/models 404, the host `user` not found, a connection
+error after the model loaded, a UnicodeEncodeError naming nothing), and a server listed twice took every weight
+push twice. Well-formed URLs (a path prefix, https, an IPv6 literal) load as written, less a trailing slash."""
 
 from __future__ import annotations
 

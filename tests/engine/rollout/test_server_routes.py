@@ -34,26 +34,8 @@ PROXY_VARIABLES = ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no
                    "ALL_PROXY"]
 
 
-def routed(answers) -> servers.Behaviour:
-    """A server answering each request with `answers(method, path)`: raw HTTP bytes; it records what it was asked."""
-    def behaviour(conn: socket.socket, stop) -> None:
-        conn.settimeout(5.0)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        method, path = data.split(b"\r\n")[0].decode().split()[:2]
-        behaviour.asked.append((method, path))
-        conn.sendall(answers(method, path))
-    behaviour.asked = []
-    return behaviour
-
-
 def http_answer(status: int, body: bytes = b"", headers: str = "") -> bytes:
-    return (f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{headers}"
-            f"Connection: close\r\n\r\n").encode() + body
+    return servers.response(status, body, headers=headers)
 
 
 def dead_port() -> int:
@@ -101,10 +83,10 @@ def test_a_failure_through_a_proxy_names_it(clean_proxies, variable, credentials
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=20, deadline=None)
 @given(code=st.sampled_from([301, 302, 303, 307, 308]), post=st.booleans(), to_path=st.booleans())
 def test_a_redirect_is_named_not_followed(clean_proxies, code, post, to_path):
-    target = routed(lambda method, path: http_answer(200, MODELS))
+    target = servers.routed(lambda method, path: http_answer(200, MODELS))
     with servers.MisbehavingServer(target) as elsewhere:
         location = elsewhere.url + ("/v1/models" if to_path else "")
-        redirecting = routed(lambda method, path: http_answer(code, b"moved", f"Location: {location}\r\n"))
+        redirecting = servers.routed(lambda method, path: http_answer(code, b"moved", f"Location: {location}\r\n"))
         with servers.MisbehavingServer(redirecting) as server:
             client = ServerClient(server.url, 1.0, 2.0)
             with pytest.raises(ServerRequestError) as raised:
@@ -175,7 +157,8 @@ def test_a_certificate_not_trusted_here_is_said_at_once(clean_proxies, self_sign
 @given(status=st.sampled_from([408, 429]), times=st.integers(1, 2))
 def test_a_throttle_is_retried(clean_proxies, status, times):
     answers = iter([http_answer(status, b"slow down")] * times)
-    with servers.MisbehavingServer(routed(lambda method, path: next(answers, http_answer(200, MODELS)))) as server:
+    throttling = servers.routed(lambda method, path: next(answers, http_answer(200, MODELS)))
+    with servers.MisbehavingServer(throttling) as server:
         assert served_model_name(ServerClient(server.url, 5.0, 2.0)) == "served"
 
 
@@ -186,7 +169,7 @@ def test_a_throttle_is_retried(clean_proxies, status, times):
      "with a str for a int at ['data'][0]['max_model_len']"),
 ])
 def test_a_server_that_is_not_vllms_is_named_at_start(clean_proxies, answers, expected):
-    with servers.MisbehavingServer(routed(answers)) as server:
+    with servers.MisbehavingServer(servers.routed(answers)) as server:
         config = load_config(None, {"rollout.backend": "vllm_server", "rollout.server.urls": [server.url],
                                     "rollout.max_new_tokens": 64})
         with pytest.raises((ConfigError, ValueError)) as raised:
