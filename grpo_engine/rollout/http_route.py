@@ -67,9 +67,16 @@ def redirect_message(code: int, location: Optional[str]) -> str:
             f"rollout.server.urls to the server's own base URL")
 
 
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: a trusted certificate of another host.
+_NAME_MISMATCH = (62, 64)
+
+
 def tls_problem(exc: BaseException) -> Optional[str]:
     """What a TLS failure says to do, or None for an error that is not one: retrying would not change it."""
     reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ssl.SSLCertVerificationError) and reason.verify_code in _NAME_MISMATCH:
+        return (f"its TLS certificate is issued for another name ({reason.verify_message}): write the URL with a host "
+                f"name the certificate names")
     if isinstance(reason, ssl.SSLCertVerificationError):
         return (f"its TLS certificate is not trusted here ({reason.verify_message}): point SSL_CERT_FILE at the "
                 f"CA bundle that signed it")
