@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from typing import Optional, Union
 from urllib.parse import quote, unquote, urlsplit
 
 EXPECTED = "expected a server's base URL, http://HOST:PORT"
@@ -107,15 +108,28 @@ LOCAL_HOST = "localhost"
 _LOCAL_ADDRESSES = {ipaddress.ip_address(a) for a in ("127.0.0.1", "::1", "0.0.0.0", "::", "::ffff:127.0.0.1")}
 
 
-def server_host(host: str) -> str:
-    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
-    (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the ASCII form
-    that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is `localhost`."""
+def host_address(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
+    """The IP address `host` is without a lookup: an IPv6 or dotted IPv4 address, or one of the short IPv4 forms the
+    socket reads as one (`127.1`, `2130706433`, `0x7f.0.0.1` are 127.0.0.1); None for a name."""
     try:
-        address = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host)
     except ValueError:
         pass
-    else:
+    if not re.fullmatch(r"[0-9][0-9a-fA-FxX.]*", host):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def server_host(host: str) -> str:
+    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
+    (`0:0:0:0:0:0:0:1` is `::1`, `127.1` is `127.0.0.1`), a name without the DNS root's trailing dot, in lower case
+    and in the ASCII form that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is
+    `localhost`."""
+    address = host_address(host)
+    if address is not None:
         return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
     name = host.rstrip(".").lower()
     try:

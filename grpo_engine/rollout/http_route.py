@@ -11,23 +11,18 @@ said, with where it points.
 
 from __future__ import annotations
 
-import ipaddress
 import ssl
 import urllib.request
 from typing import Optional
 from urllib.parse import urlsplit
 
-from ..config.server_url import LOCAL_HOST, server_host
+from ..config.server_url import LOCAL_HOST, host_address, server_host
 
 
 def is_this_machine(host: str) -> bool:
-    """A loopback address (any 127.x, ::1) or one of the names server_url takes for this machine."""
-    if server_host(host) == LOCAL_HOST:
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+    """A loopback address (any 127.x in any IPv4 form, ::1) or one of the names server_url takes for this machine."""
+    address = host_address(host)
+    return server_host(host) == LOCAL_HOST or (address is not None and address.is_loopback)
 
 
 def proxy_for(url: str) -> Optional[str]:

@@ -52,7 +52,7 @@ def clean_proxies(monkeypatch):
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=25, deadline=None)
-@given(host=st.sampled_from(["127.0.0.1", "localhost", "LocalHost"]),
+@given(host=st.sampled_from(["127.0.0.1", "localhost", "LocalHost", "127.1", "2130706433", "0x7f.0.0.1"]),
        variable=st.sampled_from(["http_proxy", "HTTP_PROXY"]),
        no_proxy=st.sampled_from([None, "", "example.com", "localhost", "10.0.0.0/8"]),
        live=st.booleans())
