@@ -12,13 +12,20 @@ its ASCII form). Nor may the machine itself be listed twice under two of its loo
 `127.0.0.1`, `[::1]`, `[::ffff:127.0.0.1]` and the wildcard `0.0.0.0` / `[::]` (which a client's connect reaches the
 local host by) all reach a server on this machine that listens on them, named without any lookup (the loopback names
 resolve from the system's hosts file, never by DNS), so one of them listed beside another is the same server.
+Nor may a URL hold what the client cannot send as written: a control character (http.client refused it only at the
+first request, which then counted as a server not answering), a path outside ASCII (a UnicodeEncodeError naming
+nothing) or a % not starting an escape, an API path hidden by percent-encoding (`/v%31` is `/v1` to the server), or an
+IPv6 zone id that names no network interface of this machine (`%25eth0`, RFC 6874's spelling, reached the
+interface `25eth0`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import urlsplit
+import socket
+from typing import Optional, Union
+from urllib.parse import quote, unquote, urlsplit
 
 EXPECTED = "expected a server's base URL, http://HOST:PORT"
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -33,6 +40,8 @@ def server_url(url: str) -> str:
     """The URL without a trailing slash; ValueError in one clause for one the client would mistake."""
     if not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", url):
         raise ValueError(EXPECTED)
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ValueError(f"{EXPECTED}, without control characters")
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an IPv6 literal without its closing bracket
@@ -47,16 +56,41 @@ def server_url(url: str) -> str:
         port = -1
     if not parts.hostname or port == 0 or port == -1 or parts.netloc.endswith(":"):
         raise ValueError(f"{EXPECTED}, with a host and a port from 1 to 65535")
+    _check_path(parts.path)
+    _check_zone(parts.hostname)
     segments = [segment for segment in parts.path.split("/") if segment]
-    lowered = [segment.lower() for segment in segments]
+    lowered = [unquote(segment).lower() for segment in segments]  # as the server reads them
     cut = lowered.index("v1") if "v1" in lowered else (
         len(segments) - 1 if segments and lowered[-1] in _API_ENDPOINTS else None)
     if cut is not None:
         api = "/".join(segments[cut:])
         base = url[:len(url) - len(parts.path)] + "".join("/" + segment for segment in segments[:cut])
-        what = "the API's /v1" if api.lower() == "v1" else f"an API path (/{api})"
+        what = "the API's /v1" if unquote(api).lower() == "v1" else f"an API path (/{api})"
         raise ValueError(f"{EXPECTED}, without {what}, which the engine adds itself (here {base})")
     return url.rstrip("/")
+
+
+def _check_path(path: str) -> None:
+    """A path the client sends as written: ASCII, each % starting an escape %XX."""
+    if not path.isascii():
+        raise ValueError(f"{EXPECTED}, with a path in ASCII (percent-encoded: {quote(path, safe='/%')})")
+    if re.search(r"%(?![0-9A-Fa-f]{2})", path):
+        raise ValueError(f"{EXPECTED}, with % in the path only as an escape %XX (a % itself is %25)")
+
+
+def _check_zone(host: str) -> None:
+    """An IPv6 zone id (fe80::1%eth0) names a network interface of this machine, by name or index."""
+    if "%" not in host:
+        return
+    zone = host.partition("%")[2]
+    try:
+        socket.if_nametoindex(zone)
+    except OSError:
+        if not (zone.isascii() and zone.isdigit()):
+            names = ", ".join(name for _, name in socket.if_nameindex())
+            encoded = " (written %25 in the URL, the % is to be written alone)" if zone.startswith("25") else ""
+            raise ValueError(f"{EXPECTED}, with an IPv6 zone id naming a network interface of this machine ({names}), "
+                             f"not {zone!r}{encoded}") from None
 
 
 def server_key(url: str) -> tuple[str, str, int, str]:
@@ -74,15 +108,28 @@ LOCAL_HOST = "localhost"
 _LOCAL_ADDRESSES = {ipaddress.ip_address(a) for a in ("127.0.0.1", "::1", "0.0.0.0", "::", "::ffff:127.0.0.1")}
 
 
-def server_host(host: str) -> str:
-    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
-    (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the ASCII form
-    that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is `localhost`."""
+def host_address(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
+    """The IP address `host` is without a lookup: an IPv6 or dotted IPv4 address, or one of the short IPv4 forms the
+    socket reads as one (`127.1`, `2130706433`, `0x7f.0.0.1` are 127.0.0.1); None for a name."""
     try:
-        address = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host)
     except ValueError:
         pass
-    else:
+    if not re.fullmatch(r"[0-9][0-9a-fA-FxX.]*", host):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def server_host(host: str) -> str:
+    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
+    (`0:0:0:0:0:0:0:1` is `::1`, `127.1` is `127.0.0.1`), a name without the DNS root's trailing dot, in lower case
+    and in the ASCII form that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is
+    `localhost`."""
+    address = host_address(host)
+    if address is not None:
         return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
     name = host.rstrip(".").lower()
     try:

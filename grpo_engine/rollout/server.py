@@ -63,9 +63,10 @@ def check_servers_up(config: EngineConfig, process_index: int = 0) -> None:
     urls = s.urls if process_index == 0 else [server_urls_for(config, process_index)]
     for url in urls:
         client = ServerClient(url, 0.0, s.request_timeout_s)
-        if not client.is_up():
-            raise ConfigError(f"rollout.server.urls: no vLLM server answers at {url} (GET {url}/health): start one "
-                              f"(grpo-engine serve --model DIR --port PORT) or correct the URL")
+        down = client.down_reason()
+        if down is not None:  # why, too: a TLS failure, a redirect or a proxy is not a server that is not started
+            raise ConfigError(f"rollout.server.urls: no vLLM server answers at {url} (GET {url}/health: {down}): "
+                              f"start one (grpo-engine serve --model DIR --port PORT) or correct the URL")
         check_served_model(client, config, url)
         if config.pushes_lora_adapters() and process_index == 0 and not takes_lora_adapters(client):
             raise ConfigError(f"rollout.server.lora_transfer: the vLLM server at {url} does not load LoRA adapters at "
@@ -78,16 +79,23 @@ def check_served_model(client: ServerClient, config: EngineConfig, url: str) -> 
     a name it does not serve was an HTTP 404 at the first batch, after the weights had been pushed, and a shorter
     --max-model-len an HTTP 400 at the first prompt long enough, hours into a run."""
     s, r = config.rollout.server, config.rollout
-    models = client.read_field(client.get("/v1/models"), "GET /v1/models", "data", kind=list)
+    try:
+        listed = client.get("/v1/models")
+    except ServerRequestError as exc:  # a server that answers /health but is not vLLM's OpenAI server
+        raise ConfigError(f"rollout.server.urls: the server at {url} does not list its models ({exc}): is it a vLLM "
+                          f"server (grpo-engine serve)?") from None
+    models = client.read_field(listed, "GET /v1/models", "data", kind=list)
     names = [m.get("id") for m in models if isinstance(m, dict)]
     if s.model is not None and s.model not in names:
         raise ConfigError(f"rollout.server.model {s.model!r}: the vLLM server at {url} serves {names}: name one of "
                           f"them, or null for the first")
-    entry = models[names.index(s.model)] if s.model is not None else models[0] if models else None
-    limit = entry.get("max_model_len") if isinstance(entry, dict) else None
+    index = names.index(s.model) if s.model is not None else 0 if models else None
+    entry = None if index is None else models[index]
+    limit = None if not isinstance(entry, dict) or entry.get("max_model_len") is None else client.read_field(
+        listed, "GET /v1/models", "data", index, "max_model_len", kind=int)  # "4096" would skip the check
     prompt = config.data.max_prompt_length
     longest = (prompt or 1) + r.max_new_tokens  # without a prompt bound at least one prompt token
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit < longest:
+    if limit is not None and limit < longest:
         needed = ("data.max_prompt_length + rollout.max_new_tokens" if prompt else
                   "a prompt token + rollout.max_new_tokens")
         raise ConfigError(f"rollout.server.urls: the vLLM server at {url} takes sequences up to {limit} tokens "

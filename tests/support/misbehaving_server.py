@@ -1,7 +1,8 @@
 """A local TCP server that accepts HTTP connections and then misbehaves in one chosen way, for the tests of the
 rollout server client's bounds: it never answers, answers bytes that are not HTTP, sends its answer one byte at a
-time, sends an endless body, cuts its body short, or answers 200 with a body that is not what was asked for.
-Each connection is served in its own daemon thread; `close()` stops accepting and drops every connection."""
+time, sends an endless body, cuts its body short, or answers 200 with a body that is not what was asked for;
+`routed` answers by method and path. Each connection is served in its own daemon thread; `close()` stops accepting
+and drops every connection."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from typing import Callable
 Behaviour = Callable[[socket.socket, threading.Event], None]
 
 
-def _read_request(conn: socket.socket) -> None:
+def _read_request(conn: socket.socket) -> bytes:
+    """The request's head (what came before the blank line; less if the client stopped)."""
     conn.settimeout(5.0)
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
         if not chunk:
-            return
+            break
         data += chunk
+    return data
 
 
 def silent(conn: socket.socket, stop: threading.Event) -> None:
@@ -35,10 +38,27 @@ def raw_bytes(payload: bytes) -> Behaviour:
     return behaviour
 
 
+def response(status: int, body: bytes = b"", content_type: str = "application/json", headers: str = "") -> bytes:
+    """A whole HTTP answer; `headers` more header lines, each ending in \\r\\n."""
+    return (f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n{headers}"
+            f"Connection: close\r\n\r\n").encode() + body
+
+
 def answer(status: int, body: bytes, content_type: str = "application/json") -> Behaviour:
-    head = (f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: close\r\n\r\n").encode()
-    return raw_bytes(head + body)
+    return raw_bytes(response(status, body, content_type))
+
+
+def routed(answers: Callable[[str, str], bytes]) -> Behaviour:
+    """Each request answered with `answers(method, path)` (raw bytes); `behaviour.asked` lists what was asked."""
+    def behaviour(conn: socket.socket, stop: threading.Event) -> None:
+        head = _read_request(conn)
+        if not head:
+            return
+        method, path = head.split(b"\r\n")[0].decode().split()[:2]
+        behaviour.asked.append((method, path))
+        conn.sendall(answers(method, path))
+    behaviour.asked = []
+    return behaviour
 
 
 def trickle(payload: bytes, every_s: float) -> Behaviour:

@@ -1,15 +1,18 @@
 """rollout.server.urls: a URL the HTTP client would mistake (the OpenAI clients' /v1 base or any API path the engine
-adds itself, such as an endpoint's URL pasted from a curl example, `.../v1/completions`, `.../health`; a query or fragment,
-user:password@, no host, a port 0, past 65535 or not a number, an IPv6 literal left open) and a server listed twice
-in two spellings (the host's case, a default port, a trailing slash, an IPv6 address written out, a name with the
-DNS root's trailing dot, an internationalised name in its ASCII form) are one line naming the setting when the
-config loads. Before: each passed the schema and failed later naming something else (GET /v1/v1/models 404, the host
-`user` not found, a connection error after the model loaded), and a server listed twice took every weight push
-twice. Well-formed URLs (a path prefix, https, an IPv6 literal) load as written, less a trailing slash."""
+adds itself, such as an endpoint's URL pasted from a curl example, `.../v1/completions`, `.../health`; a query or
+fragment, user:password@, no host, a port 0, past 65535 or not a number, an IPv6 literal left open; a control
+character, a path outside ASCII or with a % that starts no escape, an API path percent-encoded (/v%31), an IPv6 zone
+id naming no interface of this machine or written %25) and a server listed twice in two spellings (the host's case,
+a default port, a trailing slash, an IPv6 address written out, a name with the DNS root's trailing dot, an
+internationalised name in its ASCII form) are one line naming the setting when the config loads. Before: each passed
+the schema and failed later naming something else (GET /v1/v1/models 404, the host `user` not found, a connection
+error after the model loaded, a UnicodeEncodeError naming nothing), and a server listed twice took every weight
+push twice. Well-formed URLs (a path prefix, https, an IPv6 literal) load as written, less a trailing slash."""
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from urllib.parse import urlsplit
 
 import pytest
@@ -42,18 +45,42 @@ def test_a_base_url_loads_as_written(url, slash):
     assert load([url + "/" * slash]).rollout.server.urls == [url]
 
 
+def test_a_zone_id_naming_an_interface_of_this_machine_loads():
+    for index, name in socket.if_nameindex():
+        for zone in (name, str(index)):
+            assert load([f"http://[fe80::1%{zone}]:8000"]).rollout.server.urls == [f"http://[fe80::1%{zone}]:8000"]
+
+
 @st.composite
 def mistaken_urls(draw) -> str:
     url = draw(base_urls())
     scheme, _, rest = url.partition("://")
     host_port = rest.split("/")[0]
-    kind = draw(st.sampled_from(["v1", "query", "fragment", "credentials", "port", "no host", "open ipv6"]))
+    kind = draw(st.sampled_from(["v1", "query", "fragment", "credentials", "port", "no host", "open ipv6", "control",
+                                 "not ascii", "bad escape", "encoded api", "zone"]))
     if kind == "v1":
         return url + draw(API_PATHS) + draw(st.sampled_from(["", "/"]))
     if kind == "query":
         return url + "?" + draw(st.sampled_from(["", "x=1", "api_key=k"]))
     if kind == "fragment":
         return url + "#" + draw(st.sampled_from(["", "x"]))
+    if kind == "control":  # anywhere after the scheme; none that the whitespace check catches already
+        at = draw(st.integers(len(scheme) + 3, len(url)))
+        return url[:at] + chr(draw(st.sampled_from([*range(0, 9), *range(14, 28), 127]))) + url[at:]
+    if kind == "not ascii":
+        return url + "/" + draw(st.text(st.characters(min_codepoint=128, categories=("L", "N", "S")), min_size=1,
+                                        max_size=4))
+    if kind == "bad escape":
+        return url + "/a%" + draw(st.sampled_from(["", "z", "zz", "4", "g1", "%41"]))
+    if kind == "encoded api":  # an API path the server decodes: /v%31 is /v1
+        segment = draw(st.sampled_from(["v1", "health", "metrics"]))
+        at = draw(st.integers(0, len(segment) - 1))
+        return f"{url}/{segment[:at]}%{ord(segment[at]):02{draw(st.sampled_from(['x', 'X']))}}{segment[at + 1:]}"
+    if kind == "zone":  # no interface of this machine, or RFC 6874's %25 spelling of one
+        names = [name for _, name in socket.if_nameindex()]
+        zone = draw(st.sampled_from(["25" + names[0], "no-such-if0", "25" + names[-1]]).filter(
+            lambda z: z not in names))
+        return f"{scheme}://[fe80::1%{zone}]:{draw(st.integers(1, 65535))}"
     if kind == "credentials":
         return f"{scheme}://{draw(st.sampled_from(['u:p@', 'user@', ':@']))}{rest}"
     host = host_port.rsplit(":", 1)[0] if not host_port.endswith("]") else host_port
