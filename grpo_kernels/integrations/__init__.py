@@ -4,6 +4,8 @@
   returns per-token log-probs / entropies (`return_logprobs=True`) instead of logits.
 * `grpo_kernels.integrations.trl.GRPOKernelsTrainer` / `patch_grpo_trainer(trainer)`: TRL's GRPOTrainer with
   its log-probs, loss and metrics from the fused kernels (needs TRL, imported only from that module).
+* `grpo_kernels.integrations.trust_head_hooks("pkg")`: keep the LM-head hooks of a framework that only gathers,
+  moves or casts the head's weight (those of DeepSpeed, FSDP2, accelerate, transformers and TRL are kept already).
 
 The transformers names below are imported on first use: the torch-only modules beside them (lm_head, sharding)
 import without transformers installed.
@@ -14,9 +16,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .head_hooks import trust_head_hooks
+
 _TRANSFORMERS_EXPORTS = ("CausalLMLogprobsOutput", "is_patched", "patch_causal_lm", "unpatch_causal_lm")
 
-__all__ = list(_TRANSFORMERS_EXPORTS)
+__all__ = [*_TRANSFORMERS_EXPORTS, "trust_head_hooks"]
 
 if TYPE_CHECKING:
     from .transformers import CausalLMLogprobsOutput, is_patched, patch_causal_lm, unpatch_causal_lm

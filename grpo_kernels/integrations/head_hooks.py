@@ -18,6 +18,20 @@ from torch import nn
 # embedding); or are TRL's: its cast_lm_head_to_fp32 forward (the integration computes in float32 then, lm_head_fp32)
 # and its activation offloading's hooks (they only turn offloading off around the head).
 TRUSTED_OWNERS = ("deepspeed.", "torch.distributed.", "accelerate.", "transformers.", "trl.")
+# Packages the user named with trust_head_hooks: another framework whose hooks only gather, move or cast the weight
+_trusted_by_user: list[str] = []
+
+
+def trust_head_hooks(*packages: str) -> None:
+    """Keep the hooks and instance forwards on an LM head that `packages` (and their submodules) define: for a
+    framework whose hooks only gather, shard, move or cast the head's weight, as DeepSpeed's and FSDP2's do, which
+    grpo_kernels does itself. Without it such a hook is refused, since a hook that changes the logits or the hidden
+    states would not run under the fused head."""
+    for package in packages:
+        if not isinstance(package, str) or not all(part.isidentifier() for part in package.split(".")):
+            raise ValueError(f"trust_head_hooks: expected a package's dotted name (e.g. 'colossalai'), got "
+                             f"{package!r:.80}")
+    _trusted_by_user.extend(f"{package}." for package in packages if f"{package}." not in _trusted_by_user)
 _HOOK_KINDS = {"_forward_pre_hooks": "forward pre-", "_forward_hooks": "forward ",
                "_backward_pre_hooks": "backward pre-", "_backward_hooks": "backward "}
 
@@ -29,7 +43,13 @@ def _owner(hook: object) -> str:
 
 
 def _trusted(hook: object) -> bool:
-    return _owner(hook).startswith(TRUSTED_OWNERS)
+    return f"{_owner(hook)}.".startswith((*TRUSTED_OWNERS, *_trusted_by_user))
+
+
+def _trust_advice(hook: object) -> str:
+    package = _owner(hook).split(".")[0]
+    return (f"; a framework's hook that only gathers, moves or casts the weight is kept once its package is named: "
+            f"grpo_kernels.integrations.trust_head_hooks({package!r})") if package not in ("__main__", "") else ""
 
 
 def _shown(hook: object) -> str:
@@ -46,10 +66,11 @@ def refuse_bypassed_hooks(head: nn.Module) -> None:
         if hook is not None and not _trusted(hook):
             raise TypeError(f"the LM head {name} has its forward replaced on the instance ({_shown(hook):.60}), which "
                             "grpo_kernels would not call (it computes lm_head.weight @ h + lm_head.bias): restore it "
-                            "(del lm_head.forward)")
+                            f"(del lm_head.forward){_trust_advice(hook)}")
     for attribute, kind in _HOOK_KINDS.items():
         for hook in getattr(head, attribute, {}).values():
             if not _trusted(hook):
                 raise TypeError(f"the LM head {name} has a {kind}hook ({_shown(hook):.60}), which grpo_kernels would "
                                 "not run (it reads lm_head.weight without calling lm_head): remove it; a weight it "
-                                "recomputes belongs in a parametrization (torch.nn.utils.parametrize)")
+                                "recomputes belongs in a parametrization (torch.nn.utils.parametrize)"
+                                f"{_trust_advice(hook)}")

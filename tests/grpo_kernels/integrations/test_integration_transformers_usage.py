@@ -212,3 +212,31 @@ def test_the_hidden_states_and_attentions_asked_for_come_back_in_the_head_modes(
                 torch.testing.assert_close(got, expected, atol=0, rtol=0)
         else:
             assert out.get(name) is None
+
+
+@pytest.mark.parametrize("package", ["colossalai", "megatron.bridge"])
+def test_another_frameworks_hook_is_kept_once_its_package_is_named(package, monkeypatch):
+    """A framework outside the built-in list (its hook only places the weight): refused, naming the call that keeps
+    it; kept once named, for its submodules only; the log-probs are the model's."""
+    from grpo_kernels.integrations import head_hooks, trust_head_hooks
+
+    monkeypatch.setattr(head_hooks, "_trusted_by_user", [])
+    model = tiny_causal_lm("qwen2")
+
+    def hook(module, args):
+        return None
+    hook.__module__ = f"{package}.sharding"
+    model.lm_head.register_forward_pre_hook(hook)
+    with pytest.raises(TypeError, match=rf"trust_head_hooks\('{package.split('.')[0]}'\)"):
+        patch_causal_lm(model, backend="torch")
+    trust_head_hooks(f"{package}x")  # another package whose name starts alike keeps nothing
+    with pytest.raises(TypeError, match="has a forward pre-hook"):
+        patch_causal_lm(model, backend="torch")
+    trust_head_hooks(package)
+    patch_causal_lm(model, backend="torch")
+    input_ids, labels = labelled_batch(seed=2)
+    out = model(input_ids, labels=labels, return_logprobs=True)
+    torch.testing.assert_close(out.logps, logits_path_logps(model, input_ids, labels), atol=LOGP_ATOL, rtol=0)
+    for bad in ("", "two words", 3, "a..b"):
+        with pytest.raises(ValueError, match="^trust_head_hooks: expected a package's dotted name"):
+            trust_head_hooks(bad)
