@@ -1,0 +1,76 @@
+"""Settings each valid, and valid together, under which the run cannot learn what it is set up to: said once at the
+start, where the settings alone decide it (what the step's statistics decide is grpo_engine/state/health.py's).
+
+GRPO learns only from differences between the completions of one prompt: an advantage is a completion's reward
+less its group's mean. Settings that make every completion of a group score the same (a built-in reward whose
+values are all equal, greedy sampling) leave every advantage 0, and a run that clips every gradient below AdamW's
+epsilon scales its steps far under the learning rate; each trained for the whole run without a word. TRL accepts
+all of these, so they are warnings, never refusals.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .schema import EngineConfig
+
+
+def constant_reward_reason(spec: str, config: EngineConfig) -> Optional[str]:
+    """Why the built-in reward `spec` gives every completion of a prompt the same reward under these settings, or
+    None when it can tell completions apart (any function the engine cannot read may)."""
+    r = config.rewards
+    if spec == "math_accuracy" and r.math_correct == r.math_wrong == r.math_no_answer:
+        # a row without a reference answer is left out (None) for each of its completions alike
+        return f"rewards.math_correct, math_wrong and math_no_answer are all {r.math_correct:g}"
+    if spec == "length" and r.length_cache == 0:
+        # DAPO's soft overlong penalty falls over the last length_cache tokens; a completion is never longer than
+        # rollout.max_new_tokens, so with no such tokens every completion scores 0
+        return "rewards.length_cache is 0, so every completion scores 0"
+    return None
+
+
+def constant_reward_notes(config: EngineConfig) -> list[str]:
+    """A line per built-in reward that cannot tell completions apart; one line for the run when no function with a
+    weight can (the weighted sum is then the same for every completion of each prompt)."""
+    from ..steps.rewards import reward_names  # the names the metrics show; imported here: it imports the config
+
+    specs = list(config.rewards.functions)
+    weights = config.rewards.weights or [1.0] * len(specs)
+    names = reward_names(specs)
+    reasons = {name: constant_reward_reason(spec, config) for name, spec in zip(names, specs)}
+    idle = {name: reason if weight else "rewards.weights gives it 0"
+            for name, weight, reason in zip(names, weights, reasons.values()) if reason or not weight}
+    if len(idle) == len(names):
+        said = "; ".join(f"{name!r}: {reason}" for name, reason in idle.items())
+        return [f"no reward function can tell the completions of a prompt apart ({said}): every completion of each "
+                f"prompt gets the same reward, so every advantage is 0 and the run learns nothing from the reward"]
+    return [f"reward function {name!r} gives every completion the same reward ({reason}): it changes no advantage"
+            for (name, reason), weight in zip(reasons.items(), weights) if reason and weight]
+
+
+def sampling_notes(config: EngineConfig) -> list[str]:
+    """Sampling settings that make the completions of a prompt all the same."""
+    r = config.rollout
+    if r.top_k == 1:
+        return [f"rollout.top_k 1 keeps only the most likely token at each step, so the rollout.num_generations "
+                f"({r.num_generations}) completions of a prompt are all the same: they get the same reward (unless "
+                f"a reward function is random) and every advantage is 0; set rollout.top_k 0 (off) or above 1"]
+    return []
+
+
+def update_notes(config: EngineConfig) -> list[str]:
+    """An update that cannot reach the learning rate: AdamW divides each clipped gradient's average by its root
+    mean square plus epsilon, so with every gradient clipped to a norm below epsilon each step is at most
+    max_grad_norm / adam_epsilon of the learning rate (m is an average of values below max_grad_norm)."""
+    o = config.optim
+    if 0 < o.max_grad_norm < o.adam_epsilon:
+        return [f"optim.max_grad_norm {o.max_grad_norm:g} is below optim.adam_epsilon {o.adam_epsilon:g}: every "
+                f"gradient is clipped to a norm under AdamW's epsilon, so the gradient moves a weight by at most "
+                f"{o.max_grad_norm / o.adam_epsilon:.2g} of optim.learning_rate a step; raise optim.max_grad_norm (0: off) "
+                f"or lower optim.adam_epsilon"]
+    return []
+
+
+def degenerate_settings(config: EngineConfig) -> list[str]:
+    """One line per way these settings leave the run unable to learn, for the start of the run."""
+    return constant_reward_notes(config) + sampling_notes(config) + update_notes(config)
