@@ -10,6 +10,7 @@ all of these, so they are warnings, never refusals.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from .schema import EngineConfig
@@ -58,19 +59,51 @@ def sampling_notes(config: EngineConfig) -> list[str]:
     return []
 
 
-def update_notes(config: EngineConfig) -> list[str]:
-    """An update that cannot reach the learning rate: AdamW divides each clipped gradient's average by its root
-    mean square plus epsilon, so with every gradient clipped to a norm below epsilon each step is at most
-    max_grad_norm / adam_epsilon of the learning rate (m is an average of values below max_grad_norm)."""
+# Weight decay that alone leaves less than this share of every weight by the run's end is said: it erases the model
+KEPT_BY_DECAY = 0.5
+
+
+def schedule_sum(config: EngineConfig) -> float:
+    """The sum over the run's optimizer steps of the learning rate's schedule factor (run_setup.lr_lambda), in closed
+    form (a run may have billions of steps): a linear warmup of W steps sums to W / 2; after it, n steps sum to n
+    (constant), or (n + 1) / 2 (linear, and cosine, whose cosines over a half turn sum to 1)."""
+    warmup = config.warmup_steps()
+    after = config.optimizer_steps() - warmup  # at least 1: warmup_ratio < 1
+    return warmup / 2 + (after if config.optim.lr_scheduler_type == "constant" else (after + 1) / 2)
+
+
+def decay_notes(config: EngineConfig) -> list[str]:
+    """AdamW's decoupled weight decay multiplies every weight by 1 - lr x weight_decay each step, whatever the
+    gradient; over the run that leaves at most exp(-weight_decay x the sum of the learning rates) (1 - x <= e^-x)."""
     o = config.optim
-    if 0 < o.max_grad_norm < o.adam_epsilon:
-        return [f"optim.max_grad_norm {o.max_grad_norm:g} is below optim.adam_epsilon {o.adam_epsilon:g}: every "
-                f"gradient is clipped to a norm under AdamW's epsilon, so the gradient moves a weight by at most "
-                f"{o.max_grad_norm / o.adam_epsilon:.2g} of optim.learning_rate a step; raise optim.max_grad_norm (0: off) "
-                f"or lower optim.adam_epsilon"]
-    return []
+    rate = o.learning_rate * o.weight_decay  # at the schedule's peak, factor 1
+    if rate >= 1:  # the schema refuses more than 1
+        return [f"optim.learning_rate {o.learning_rate:g} x optim.weight_decay {o.weight_decay:g} is {rate:g}: AdamW "
+                f"multiplies every weight by 1 - {rate:g} at a step of the full learning rate, zeroing it whatever "
+                f"the gradient; lower optim.weight_decay (TRL's default is 0)"]
+    kept = math.exp(-rate * schedule_sum(config))
+    if kept >= KEPT_BY_DECAY:
+        return []
+    return [f"optim.weight_decay {o.weight_decay:g} at optim.learning_rate {o.learning_rate:g}: AdamW's decay alone "
+            f"leaves at most {kept:.2g} of each weight over the run's {config.optimizer_steps()} optimizer steps "
+            f"(each multiplies it by 1 - learning rate x weight_decay), erasing what the model knew; lower "
+            f"optim.weight_decay (TRL's default is 0)"]
+
+
+def update_notes(config: EngineConfig) -> list[str]:
+    """An update that cannot reach the learning rate. AdamW divides each clipped gradient's average by its root mean
+    square plus epsilon: m is an average of values below max_grad_norm, so each step is at most max_grad_norm /
+    adam_epsilon of the learning rate."""
+    o = config.optim
+    if not 0 < o.max_grad_norm < o.adam_epsilon:
+        return []
+    return [f"optim.max_grad_norm {o.max_grad_norm:g} is below optim.adam_epsilon {o.adam_epsilon:g}: every gradient "
+            f"is clipped to a norm under AdamW's epsilon, so the gradient moves a weight by at most "
+            f"{o.max_grad_norm / o.adam_epsilon:.2g} of optim.learning_rate a step; raise optim.max_grad_norm (0: off) "
+            f"or lower optim.adam_epsilon"]
 
 
 def degenerate_settings(config: EngineConfig) -> list[str]:
     """One line per way these settings leave the run unable to learn, for the start of the run."""
-    return constant_reward_notes(config) + sampling_notes(config) + update_notes(config)
+    return constant_reward_notes(config) + sampling_notes(config) + update_notes(config) + \
+        decay_notes(config)

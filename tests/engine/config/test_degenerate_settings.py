@@ -3,13 +3,16 @@ the warning is exact, each checked against what the rewards, the sampler and Ada
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 from transformers import AutoModelForCausalLM
 
 from grpo_engine.config import apply_overrides, config_from_dict
-from grpo_engine.config.degenerate import degenerate_settings
+from grpo_engine.config.degenerate import KEPT_BY_DECAY, degenerate_settings, schedule_sum
+from grpo_engine.run_setup import lr_lambda
 from grpo_engine.steps.rewards import load_reward_functions
 
 MODEL = {"model.name_or_path": "org/model"}
@@ -123,3 +126,51 @@ def test_a_clip_below_adam_epsilon_is_said_with_the_bound_the_steps_keep(max_gra
     assert largest <= bound * (1 + 1e-6)  # the note's bound holds whatever the gradients
     if said:
         assert f"at most {max_grad_norm / adam_epsilon:.2g} of optim.learning_rate" in said[0]
+
+
+# ---- weight decay that erases the weights whatever the gradient
+
+@settings(max_examples=80, deadline=None)
+@given(max_steps=st.integers(1, 400), iterations=st.integers(1, 3), ratio=st.floats(0, 0.99),
+       kind=st.sampled_from(["constant", "linear", "cosine"]))
+def test_the_schedule_sum_is_the_sum_of_the_schedule(max_steps, iterations, ratio, kind):
+    config = build({"run.max_steps": max_steps, "optim.num_iterations": iterations, "optim.warmup_ratio": ratio,
+                    "optim.lr_scheduler_type": kind})
+    factor = lr_lambda(kind, config.warmup_steps(), config.optimizer_steps())
+    assert math.isclose(schedule_sum(config), sum(factor(t) for t in range(config.optimizer_steps())),
+                        rel_tol=1e-9, abs_tol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lr_exponent=st.floats(-4, 0.5), decay_exponent=st.floats(-3, 2), max_steps=st.integers(1, 60),
+       kind=st.sampled_from(["constant", "linear", "cosine"]), ratio=st.sampled_from([0.0, 0.3]))
+@example(lr_exponent=-2, decay_exponent=2, max_steps=3, kind="constant", ratio=0.0)  # 1e-2 x 100: zeroes at once
+def test_weight_decay_is_said_to_erase_the_weights_exactly_where_a_real_adamw_does(
+        lr_exponent, decay_exponent, max_steps, kind, ratio):
+    lr, decay = 10.0 ** lr_exponent, 10.0 ** decay_exponent
+    assume(lr * decay <= 1)  # a larger product is refused by the schema (test_config_bounds.py)
+    config = build({"optim.learning_rate": lr, "optim.weight_decay": decay, "run.max_steps": max_steps,
+                    "optim.lr_scheduler_type": kind, "optim.warmup_ratio": ratio})
+    said = [note for note in degenerate_settings(config) if "optim.weight_decay" in note]
+    # what AdamW's decay leaves of a weight the gradient never reaches (a gradient of 0), the engine's schedule
+    weight = torch.nn.Parameter(torch.ones(1, dtype=torch.float64))
+    optimizer = torch.optim.AdamW([weight], lr=lr, weight_decay=decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(kind, config.warmup_steps(),
+                                                                       config.optimizer_steps()))
+    flipped = False
+    for _ in range(config.optimizer_steps()):
+        before = float(weight)
+        weight.grad = torch.zeros(1, dtype=torch.float64)
+        optimizer.step()
+        scheduler.step()
+        flipped |= float(weight) * before <= 0
+    kept = abs(float(weight))
+    if lr * decay >= 1:
+        assert flipped and len(said) == 1 and "zeroing it" in said[0]
+    elif said:
+        assert kept < KEPT_BY_DECAY and "leaves at most" in said[0]
+        bound = float(said[0].split("leaves at most ")[1].split(" ")[0])
+        assert kept <= bound * 1.05  # the bound, shown to 2 digits
+    else:
+        # exp(-x / (1 - x)) <= 1 - x: what the decay leaves is at least the bound's value to the power 1 / (1 - rate)
+        assert kept >= KEPT_BY_DECAY ** (1 / (1 - lr * decay)) * (1 - 1e-9)
