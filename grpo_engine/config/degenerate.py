@@ -72,38 +72,34 @@ def schedule_sum(config: EngineConfig) -> float:
     return warmup / 2 + (after if config.optim.lr_scheduler_type == "constant" else (after + 1) / 2)
 
 
-def decay_notes(config: EngineConfig) -> list[str]:
-    """AdamW's decoupled weight decay multiplies every weight by 1 - lr x weight_decay each step, whatever the
-    gradient; over the run that leaves at most exp(-weight_decay x the sum of the learning rates) (1 - x <= e^-x)."""
+def optimizer_notes(config: EngineConfig) -> list[str]:
+    """AdamW settings under which the gradient cannot move the weights, or the decay erases them.
+
+    AdamW divides each clipped gradient's average by its root mean square plus epsilon: m is an average of values
+    below max_grad_norm, so each step is at most max_grad_norm / adam_epsilon of the learning rate. Its decoupled
+    weight decay multiplies every weight by 1 - lr x weight_decay each step, whatever the gradient: over the run
+    that leaves at most exp(-weight_decay x the sum of the learning rates) (1 - x <= e^-x)."""
     o = config.optim
+    notes = []
+    if 0 < o.max_grad_norm < o.adam_epsilon:
+        notes.append(f"optim.max_grad_norm {o.max_grad_norm:g} is below optim.adam_epsilon {o.adam_epsilon:g}: every "
+                     f"gradient is clipped to a norm under AdamW's epsilon, so the gradient moves a weight by at most "
+                     f"{o.max_grad_norm / o.adam_epsilon:.2g} of optim.learning_rate a step; raise "
+                     f"optim.max_grad_norm (0: off) or lower optim.adam_epsilon")
     rate = o.learning_rate * o.weight_decay  # at the schedule's peak, factor 1
-    if rate >= 1:  # the schema refuses more than 1
-        return [f"optim.learning_rate {o.learning_rate:g} x optim.weight_decay {o.weight_decay:g} is {rate:g}: AdamW "
-                f"multiplies every weight by 1 - {rate:g} at a step of the full learning rate, zeroing it whatever "
-                f"the gradient; lower optim.weight_decay (TRL's default is 0)"]
     kept = math.exp(-rate * schedule_sum(config))
-    if kept >= KEPT_BY_DECAY:
-        return []
-    return [f"optim.weight_decay {o.weight_decay:g} at optim.learning_rate {o.learning_rate:g}: AdamW's decay alone "
-            f"leaves at most {kept:.2g} of each weight over the run's {config.optimizer_steps()} optimizer steps "
-            f"(each multiplies it by 1 - learning rate x weight_decay), erasing what the model knew; lower "
-            f"optim.weight_decay (TRL's default is 0)"]
-
-
-def update_notes(config: EngineConfig) -> list[str]:
-    """An update that cannot reach the learning rate. AdamW divides each clipped gradient's average by its root mean
-    square plus epsilon: m is an average of values below max_grad_norm, so each step is at most max_grad_norm /
-    adam_epsilon of the learning rate."""
-    o = config.optim
-    if not 0 < o.max_grad_norm < o.adam_epsilon:
-        return []
-    return [f"optim.max_grad_norm {o.max_grad_norm:g} is below optim.adam_epsilon {o.adam_epsilon:g}: every gradient "
-            f"is clipped to a norm under AdamW's epsilon, so the gradient moves a weight by at most "
-            f"{o.max_grad_norm / o.adam_epsilon:.2g} of optim.learning_rate a step; raise optim.max_grad_norm (0: off) "
-            f"or lower optim.adam_epsilon"]
+    if rate >= 1:  # the schema refuses more than 1
+        notes.append(f"optim.learning_rate {o.learning_rate:g} x optim.weight_decay {o.weight_decay:g} is {rate:g}: "
+                     f"AdamW multiplies every weight by 1 - {rate:g} at a step of the full learning rate, zeroing it "
+                     f"whatever the gradient; lower optim.weight_decay (TRL's default is 0)")
+    elif kept < KEPT_BY_DECAY:
+        notes.append(f"optim.weight_decay {o.weight_decay:g} at optim.learning_rate {o.learning_rate:g}: AdamW's "
+                     f"decay alone leaves at most {kept:.2g} of each weight over the run's {config.optimizer_steps()} "
+                     f"optimizer steps (each multiplies it by 1 - learning rate x weight_decay), erasing what the "
+                     f"model knew; lower optim.weight_decay (TRL's default is 0)")
+    return notes
 
 
 def degenerate_settings(config: EngineConfig) -> list[str]:
     """One line per way these settings leave the run unable to learn, for the start of the run."""
-    return constant_reward_notes(config) + sampling_notes(config) + update_notes(config) + \
-        decay_notes(config)
+    return constant_reward_notes(config) + sampling_notes(config) + optimizer_notes(config)
