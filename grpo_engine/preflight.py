@@ -193,9 +193,26 @@ def check_whole_model(base_path: Optional[str]) -> None:
                              f"train new adapters; to go on training these, --resume the run that wrote them")
 
 
-def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str]) -> None:
+def truncation_note(lengths: list[int], max_prompt_length: Optional[int], prompts: str) -> Optional[str]:
+    """One line saying how many prompts data.max_prompt_length cuts (they keep their end), or None when it cuts
+    none. TRL cuts them without a word; a bound below the prompts' template and question left the model a prompt
+    of its last tokens alone (at 1, every prompt was one token), trained on without a word."""
+    if max_prompt_length is None:
+        return None
+    cut = [row for row, length in enumerate(lengths) if length > max_prompt_length]
+    if not cut:
+        return None
+    longest = max(cut, key=lengths.__getitem__)
+    share = "every one" if len(cut) == len(lengths) else f"{len(cut)} of the {len(lengths)}"
+    return (f"data.max_prompt_length {max_prompt_length} cuts {share} of the {prompts} to their last "
+            f"{max_prompt_length} token{'s' * (max_prompt_length != 1)} (row {longest}: {lengths[longest]} tokens); the model does not see what is "
+            f"cut off, so raise data.max_prompt_length where the question or its instructions come first")
+
+
+def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], base_path: Optional[str]) -> list[str]:
     """Every constraint between settings, data and machine, before any weight loads. `base_path`: the model
-    directory (None: the built-in model, built in code later)."""
+    directory (None: the built-in model, built in code later). Returns the notes for the start of the run: what
+    the data makes of the settings without making the run impossible."""
     from .data.prompts import render_prompts
 
     tokenizer = _tokenizer(base_path)
@@ -206,7 +223,11 @@ def preflight(config: EngineConfig, rows: list[dict], eval_rows: list[dict], bas
     check_tokenizer_vocabulary(tokenizer, model_config, base_path or "the built-in model")
     check_top_k_within_vocabulary(config.rollout, tokenizer, model_config)
     d = config.data
-    for data, source in ((rows, d.path), (eval_rows, d.eval_path)):
+    notes = []
+    for data, source, kind in ((rows, d.path, "training"), (eval_rows, d.eval_path, "evaluation")):
         where = f"dataset {source!r}" if source else "the built-in task"
         prompts = render_prompts(data, d.prompt_column, tokenizer, d.system_prompt, where)
-        check_sequences_fit(config, prompt_lengths(prompts, tokenizer, where), positions, where)
+        lengths = prompt_lengths(prompts, tokenizer, where)
+        check_sequences_fit(config, lengths, positions, where)
+        notes.append(truncation_note(lengths, d.max_prompt_length, f"{kind} prompts of {where}"))
+    return [note for note in notes if note is not None]

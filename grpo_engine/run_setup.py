@@ -20,6 +20,7 @@ from torch import nn
 
 from .config import ConfigError, EngineConfig, config_from_dict, config_yaml, validate
 from .config.applicability import inapplicable_settings
+from .config.degenerate import degenerate_settings
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
 from .data.prompts import PromptSampler, data_fingerprint, load_prompt_rows, render_prompts
 from .data.warm_start import supervised_warm_start
@@ -273,14 +274,17 @@ def setup_run(config: EngineConfig) -> Run:
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
     if accelerator.is_main_process:
-        for message in sampling_warnings(config) + inapplicable_settings(config, *run_defaults(config)):
+        for message in sampling_warnings(config) + inapplicable_settings(config, *run_defaults(config)) + \
+                degenerate_settings(config):
             _log.warning(f"warning: {message}")
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)
     hub_model = config.model.name_or_path
     with world.main_process_first():  # one process downloads a Hub id; the others then find it in the cache
         base_path = None if hub_model is None else resolve_model(hub_model, config.model.revision)
-    preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
+    notes = preflight(config, rows, eval_rows, base_path)  # settings x data x machine, before any weight loads
+    for note in notes if accelerator.is_main_process else []:
+        _log.warning(f"warning: {note}")
     unapplied = None if base_path is None else unapplied_model_sampling(base_path, config.rollout)
     if unapplied and accelerator.is_main_process:
         _log.warning(f"warning: {unapplied}")

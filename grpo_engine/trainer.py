@@ -251,7 +251,7 @@ def log(run: Run, step: int, metrics: dict[str, float], batch: RolloutBatch, rew
     bar.update(1)
     loss_tokens = num_items_per_process(run.accelerator, batch.completion_mask) * run.accelerator.num_processes
     # on every process: a stop it calls for must stop them all
-    messages = run.health.check(step, metrics, loss_tokens=loss_tokens)
+    messages = run.health.check(step, metrics, loss_tokens=loss_tokens, last=step == run.config.run.max_steps)
     if run.accelerator.is_main_process:
         for message in messages:
             tqdm.write(f"warning: {message}", file=sys.stderr)

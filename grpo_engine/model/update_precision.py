@@ -40,7 +40,10 @@ def _local(parameter: torch.Tensor) -> torch.Tensor:
 def unchanged_weights(parameters: list[torch.Tensor], step: float, steps_dtype: Optional[torch.dtype] = None
                       ) -> tuple[int, int]:
     """(weights that a change of `step` either way rounds back to themselves in their own dtype, or in `steps_dtype`
-    where the optimizer steps copies of them in it, weights) of this process's floating-point `parameters`."""
+    where the optimizer steps copies of them in it, weights) of this process's floating-point `parameters`, both
+    counted over the weights that are not 0. Any step moves a weight of 0 (LoRA's B, which starts at 0), but what it
+    moves is a product with the weights beside it, whose own size decides whether it changes anything: counted,
+    LoRA's B made half of a LoRA run's weights "movable" at any learning rate (1e-30 trained nothing, unsaid)."""
     unchanged = total = 0
     for parameter in parameters:
         values = _local(parameter)
@@ -51,9 +54,10 @@ def unchanged_weights(parameters: list[torch.Tensor], step: float, steps_dtype: 
             # Added in float64 and rounded once, as AdamW's float32 arithmetic does: `chunk + step` in float16
             # would round the step to float16 first (2.37e-7 becomes 2.38e-7, a tie that moves half the weights).
             exact = chunk.double()
+            nonzero = chunk != 0
             unchanged += int((((exact + step).to(chunk.dtype) == chunk)
-                              & ((exact - step).to(chunk.dtype) == chunk)).sum())
-        total += values.numel()
+                              & ((exact - step).to(chunk.dtype) == chunk) & nonzero).sum())
+            total += int(nonzero.sum())
     return unchanged, total
 
 
@@ -97,9 +101,9 @@ def check_update_precision(accelerator: Accelerator, parameters: list[torch.Tens
     unchanged, total, outweighed, nonzero = counts.tolist()
     if not accelerator.is_main_process:
         return
-    if total and unchanged > UNCHANGED_SHARE * total:
+    if learning_rate == 0 or (total and unchanged > UNCHANGED_SHARE * total):
         shown = [torch.float32] if float32_steps else dtypes
-        _log.warning(f"warning: {_unchanged_message(learning_rate, unchanged / total, shown, dtype_setting)}")
+        _log.warning(f"warning: {_unchanged_message(learning_rate, unchanged / max(total, 1), shown, dtype_setting)}")
     if nonzero and outweighed > UNCHANGED_SHARE * nonzero:
         _log.warning(f"warning: optim.learning_rate {learning_rate:g} is larger than {outweighed / nonzero:.0%} of "
                      f"the trained weights themselves: AdamW's first steps move every weight by about the learning "
@@ -116,7 +120,7 @@ def _unchanged_message(learning_rate: float, share: float, dtypes: list[torch.dt
               "(model.lora.enabled: its adapters train in float32) or a larger optim.learning_rate" if narrow else
               "use a larger optim.learning_rate")
     return (f"a step of optim.learning_rate {learning_rate:g} rounds back to the same weight for {share:.0%} of the "
-            f"trained weights ({shown}, model.dtype {dtype_setting}): AdamW moves a weight by about the learning "
+            f"trained weights that are not 0 ({shown}, model.dtype {dtype_setting}): AdamW moves a weight by about the learning "
             f"rate per step, less than half the spacing of {shown} numbers near those weights, so they never "
             f"change; {advice}")
 

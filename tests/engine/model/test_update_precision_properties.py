@@ -93,3 +93,21 @@ def test_a_learning_rate_of_0_is_said_once_as_training_nothing(caplog):
     assert said == ("warning: optim.learning_rate is 0: no trained weight can change, so the run samples and scores "
                     "without training")
     assert math.isclose(moved_by_one_adamw_step(parameters, 0.0, 1e-8), 0.0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scale=st.floats(1e-3, 1.0), lr_exponent=st.floats(-40, -2), rank=st.integers(1, 8), seed=st.integers(0, 2**16))
+@example(scale=0.1, lr_exponent=-30, rank=4, seed=0)  # LoRA at a learning rate of 1e-30: A never moves
+def test_weights_at_0_do_not_hide_a_step_that_moves_none_of_the_others(scale, lr_exponent, rank, seed, caplog):
+    """LoRA's B starts at 0, where any step moves it, but what B moves is its product with A, whose own size decides:
+    judged on the weights that are not 0 (counting B, half of a LoRA run's weights, hid a 1e-30 learning rate)."""
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.nn.Parameter(torch.randn(rank, 64, generator=generator) * scale)  # LoRA's A
+    b = torch.nn.Parameter(torch.zeros(64, rank))  # LoRA's B
+    lr, eps = 10.0 ** lr_exponent, 1e-8
+    said = warnings_of(caplog, [a, b], lr, eps, "float32")
+    unchanged_a = 1.0 - moved_by_one_adamw_step([a], lr, eps)
+    if unchanged_a > UNCHANGED_SHARE + 0.05:
+        assert len(said) == 1 and "of the trained weights that are not 0" in said[0], said
+    elif unchanged_a < UNCHANGED_SHARE - 0.05:
+        assert said == [], (unchanged_a, said)
