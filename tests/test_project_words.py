@@ -84,6 +84,7 @@ def test_a_renamed_key_left_in_words_is_named(key, renamed, command):
     ("see grpo_engine/config/schemas.py", "grpo_engine/config/schemas.py"),
     ("run `python -m benchmarks.no_such_tool --x`", "benchmarks.no_such_tool"),  # and the command, below
     ('docs/engine.md ("What the engine promises")', "docs/engine.md 'What the engine promises'"),
+    ('as before (see "Checkpoints and resumes")', "README.md 'Checkpoints and resumes'"),
     ("[the demo](docs/engine.md#the-built-in-demos)", "docs/engine.md#the-built-in-demos"),
     ("`python -m benchmarks.gpu_plan --memory-gb 80`", "python -m benchmarks.gpu_plan --memory-gb"),
 ])

@@ -53,9 +53,10 @@ def project_code_texts() -> list[Text]:
 
 
 def project_texts() -> list[Text]:
-    """The Markdown files whole (their links and section names are in the prose), and the code's string literals."""
+    """The Markdown files whole (their links and section names are in the prose), the examples, and the code's
+    string literals."""
     texts = [(path.relative_to(ROOT).as_posix(), path.read_text()) for path in markdown_files()]
-    return texts + [text for text in project_code_texts() if text[0].endswith(".py") or ".py:" in text[0]]
+    return texts + [text for text in project_code_texts() if not text[0].endswith(".md")]
 
 
 # A command line: `grpo-engine SUBCOMMAND ...` or `python -m MODULE ...`, up to where a shell line or a sentence
@@ -162,8 +163,10 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
-# `docs/engine.md ("What the engine guarantees")`, `docs/math.md, "Advantages"`, and a link `[..](file#anchor)`.
+# `docs/engine.md ("What the engine guarantees")`, `docs/math.md, "Advantages"`, a link `[..](file#anchor)`, and
+# in a Markdown file `see "Checkpoints and resume"`: a section of that file.
 _SECTION_BY_TITLE = re.compile(r"((?:docs/)?[\w-]+\.md)(?:'s)?,? \(?[\"“]([^\"”]+)[\"”]")
+_SECTION_HERE = re.compile(r"[Ss]ee (?:also )?[\"“]([^\"”]+)[\"”]")
 _SECTION_BY_ANCHOR = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
 
 
@@ -172,7 +175,8 @@ def missing_sections(texts: Iterable[Text]) -> list[str]:
     wrong = []
     for where, text in texts:
         source = ROOT / where.split(":")[0]
-        for document, title in _SECTION_BY_TITLE.findall(text):
+        here = [(where, title) for title in _SECTION_HERE.findall(text)] if where.endswith(".md") else []
+        for document, title in _SECTION_BY_TITLE.findall(text) + here:
             path = _document(document, source)
             if path is None or not any(title.lower() in heading.lower() for heading in headings(path)):
                 wrong.append(f"{where}: {document} {title!r}")
