@@ -123,13 +123,22 @@ def python_name_exists(dotted: str) -> bool:
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         if module_exists(".".join(parts[:cut])):
-            value = importlib.import_module(".".join(parts[:cut]))
+            try:
+                value = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:  # an integration whose package is not installed here (trl): its source defines it
+                return cut == len(parts) or parts[cut] in _defined_names(".".join(parts[:cut]))
             for part in parts[cut:]:
                 if not hasattr(value, part):
                     return False
                 value = getattr(value, part)
             return True
     return False
+
+
+def _defined_names(module: str) -> set[str]:
+    tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
+    return {target.id for node in tree.body for target in getattr(node, "targets", [])
+            if isinstance(target, ast.Name)} | {node.name for node in tree.body if hasattr(node, "name")}
 
 
 _PYTHON_NAME = re.compile(rf"(?<![\w/.-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
