@@ -368,10 +368,15 @@ def _unknown_flag(flag: str, options: list[str]) -> str:
     read the same as the flag. And the match ignores case (--RUN.MAX_STEPS had no suggestion)."""
     import difflib
 
+    from .config.flags import home_of
+
     name = flag.split()[0] if flag.strip() else flag
     if name != flag and name in options:
         return (f"unknown flag {flag[:60]!r}: a flag's name has no space in it; write {name}=VALUE or {name} VALUE "
                 f"(two arguments)")
+    home = home_of(name[2:]) if name.startswith("--") and "--loss.params" in options else None
+    if home is not None:  # a setting the schema holds by another key: say which, not the nearest spelling
+        return f"unknown flag {name}: {home}"
     lowered = {option.lower(): option for option in options}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
     shown = repr(flag[:60]) if name != flag else flag

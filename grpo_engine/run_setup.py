@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +20,9 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from .config import ConfigError, EngineConfig, config_from_dict, config_yaml, validate
+from grpo_kernels.config import LossConfigWarning
+
+from .config import ConfigError, EngineConfig, LossConfig, config_from_dict, config_yaml, validate
 from .config.applicability import inapplicable_settings
 from .config.degenerate import degenerate_settings
 from .data.demo_task import addition_problems, build_char_tokenizer, build_tiny_model, reference_completion
@@ -246,6 +250,17 @@ def sampling_warnings(config: EngineConfig) -> list[str]:
     return notes
 
 
+def loss_warnings(config: EngineConfig) -> list[str]:
+    """The kernels' warnings on the loss settings (a combination TRL accepts with a warning: it does not follow the
+    loss type's paper), in the engine's keys: `loss_type='bnpo'` is written `loss.loss_type bnpo` here."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LossConfigWarning)
+        config.loss_config(quiet=False)
+    keys = "|".join(LossConfig.model_fields)
+    return [re.sub(rf"\b({keys})=(['\"]?)([^'\"\s,;]+)\2", r"loss.\1 \3", str(warning.message))
+            for warning in caught if issubclass(warning.category, LossConfigWarning)]
+
+
 def set_thread_count(threads: Optional[int]) -> None:
     """torch's CPU threads: run.num_threads, at most one per CPU this process may run on (more only oversubscribe
     them, and a count in the thousands made OpenMP fail to create its threads or crash the process). Checked on the
@@ -274,8 +289,8 @@ def setup_run(config: EngineConfig) -> Run:
     check_backend(config, device, world.num_processes, world.process_index)  # what the rollout backend cannot do, before any loading
     check_attention(config.model, device)
     if accelerator.is_main_process:
-        for message in sampling_warnings(config) + inapplicable_settings(config, *run_defaults(config)) + \
-                degenerate_settings(config):
+        for message in (loss_warnings(config) + sampling_warnings(config)
+                        + inapplicable_settings(config, *run_defaults(config)) + degenerate_settings(config)):
             _log.warning(f"warning: {message}")
     rewards = load_reward_functions(config.rewards, config.rollout.max_new_tokens)
     rows, eval_rows = _load_data(config, rewards)

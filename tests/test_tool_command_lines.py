@@ -8,59 +8,19 @@ the command's work (hypothesis). Before, plain `int` / `float` took `--repeats 0
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import math
 import os
-import pkgutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import benchmarks
-import grpo_engine.tools
+from command_parsers import captured_parser, command_modules
 from grpo_engine.cli_parser import CommandLineError, CommandParser
 from grpo_engine.config.schema import MAX_SEED
 
-class _Captured(Exception):
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        super().__init__()
-        self.parser = parser
-
-
-def _command_modules() -> list[str]:
-    found = []
-    for package in (benchmarks, grpo_engine.tools):
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            if info.name.endswith("conftest"):
-                continue
-            source = Path(importlib.util.find_spec(info.name).origin).read_text()
-            if "def main(" in source and "Parser(" in source:
-                found.append(info.name)
-    return found
-
-
-def _parser(module_name: str) -> argparse.ArgumentParser:
-    """The parser `main` builds, caught as it starts parsing (nothing of the command runs)."""
-    main = importlib.import_module(module_name).main
-    original = argparse.ArgumentParser.parse_known_args
-
-    def capture(self, *args, **kwargs):
-        raise _Captured(self)
-
-    argparse.ArgumentParser.parse_known_args = capture
-    try:
-        main([]) if inspect.signature(main).parameters else main()
-    except _Captured as caught:
-        return caught.parser
-    finally:
-        argparse.ArgumentParser.parse_known_args = original
-    raise AssertionError(f"{module_name}.main parsed no arguments")
-
-
-MODULES = _command_modules()
-PARSERS = {name: _parser(name) for name in MODULES}
+MODULES = command_modules()
+PARSERS = {name: captured_parser(name) for name in MODULES}
 
 
 def _options() -> list[tuple[str, argparse.Action]]:

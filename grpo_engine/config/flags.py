@@ -4,12 +4,14 @@ type of the field it sets, and its help line (meaning and default) from the fiel
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from .schema import EngineConfig
+from grpo_kernels.losses import loss_param_aliases
+
+from .schema import SHARED_SETTINGS, EngineConfig
 from .errors import ConfigError
 from .strict_yaml import parse_yaml
 from .value_kinds import value_kinds
@@ -67,3 +69,24 @@ def key_help() -> dict[str, str]:
         result[key] = f"{meaning} (default: {_shown(default)})" if meaning else f"(default: {_shown(default)})"
     return result
 
+
+
+def home_of(key: str) -> Optional[str]:
+    """Where the setting a flag `--key` means lives, for a `key` that is no flag but names a setting the schema holds
+    another way, in words naming that flag; None for any other key. The difflib guess for these led elsewhere:
+    `--loss.max_completion_length` to --data.max_prompt_length, `--loss.sapo_temperature_pos` and
+    `--loss.params.temperature_pos` (the name the refusals of loss.params use) to --rollout.temperature."""
+    if key in SHARED_SETTINGS:  # held once, by the rollout's key (the YAML loader says the same)
+        return SHARED_SETTINGS[key]
+    section, _, name = key.partition(".")
+    aliases = loss_param_aliases()
+    if section == "loss" and name in aliases:  # TRL's name of a loss type's own hyper-parameter
+        owner, param = aliases[name]
+        return (f"TRL's {name} is loss.params.{param}, read with loss.loss_type {owner}: "
+                f"--loss.params '{{{param}: VALUE}}'")
+    mapping = next((leaf for leaf, field in leaf_fields().items() if key.startswith(f"{leaf}.")
+                    and dict in value_kinds(field.annotation)), None)
+    if mapping is not None:  # an entry of a key whose value is a mapping: that key's one flag sets them all
+        entry = key[len(mapping) + 1:]
+        return f"{mapping} is one flag taking a mapping: --{mapping} '{{{entry}: VALUE}}'"
+    return None

@@ -18,6 +18,7 @@ import os
 import re
 import threading
 import typing
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
@@ -25,7 +26,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
-from grpo_kernels.config import MAX_TEMPERATURE, MIN_TEMPERATURE, GRPOLossConfig, LossSetting
+from grpo_kernels.config import MAX_TEMPERATURE, MIN_TEMPERATURE, GRPOLossConfig, LossConfigWarning, LossSetting
 from grpo_kernels.losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, TRUST_REGION, get_loss_type, loss_param_aliases,
                                  loss_type_names)
 
@@ -789,12 +790,19 @@ class EngineConfig(Section):
     def prompts_per_step(self, num_processes: int = 1) -> int:
         return self.generation_batch_size(num_processes) // self.rollout.num_generations
 
-    def loss_config(self) -> GRPOLossConfig:
-        """The kernels' loss config: the loss section, with the settings the rollout owns taken from it."""
+    def loss_config(self, quiet: bool = True) -> GRPOLossConfig:
+        """The kernels' loss config: the loss section, with the settings the rollout owns taken from it. Quiet: the
+        kernels' warnings on the combination (TRL's) are said once at the start, in the engine's keys
+        (run_setup.loss_warnings); as Python warnings they named `loss_type='bnpo'`, a file and a line of code,
+        at every validation of the config."""
         own = {f.name: getattr(self.loss, f.name) for f in dataclasses.fields(GRPOLossConfig)
                if f.name in LossConfig.model_fields}
-        return GRPOLossConfig(**own, temperature=self.rollout.temperature,
-                              max_completion_length=self.rollout.max_new_tokens, loss_params=dict(self.loss.params))
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore", LossConfigWarning)
+            return GRPOLossConfig(**own, temperature=self.rollout.temperature,
+                                  max_completion_length=self.rollout.max_new_tokens,
+                                  loss_params=dict(self.loss.params))
 
     def pushes_lora_adapters(self) -> bool:
         """Whether the vllm_server backend sends the servers LoRA adapters rather than whole weights."""

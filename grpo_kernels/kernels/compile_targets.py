@@ -117,7 +117,7 @@ def _targets(kernel: str, table: str, arch: str, dtype: str, variants: list[dict
 
 def persistent_forward_target(config: KernelConfig, dtype: str = "bf16", **flags) -> CompileTarget:
     """The Hopper build of persistent_forward.py's kernel under `config` (a tile sweep's candidate, e.g.
-    benchmarks/triton_check.persistent_variants) with the constexpr `flags` given (HAS_BIAS, SOFTCAP, STORE_CHUNK)."""
+    benchmarks.triton_check.persistent_variants) with the constexpr `flags` given (HAS_BIAS, SOFTCAP, STORE_CHUNK)."""
     flags = dict(dict(HAS_BIAS=False, SOFTCAP=False, STORE_CHUNK=False), **flags)
     return next(_targets("_persistent_stats_kernel", "persistent", "sm90", dtype, [flags], True,
                          fixed=dict(GROUP=PERSISTENT_GROUP_N), hot_path=True, config=config))
