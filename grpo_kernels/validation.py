@@ -448,7 +448,7 @@ def check_objective_inputs(logps: object, entropy: object, completion_mask: obje
     _require_float("entropy", entropy)
     if completion_mask.dtype not in _MASK_DTYPES:
         raise TypeError(f"completion_mask must be a bool, integer or float tensor, got {completion_mask.dtype}")
-    _check_per_token("advantages", advantages, ((B,), (B, T)), device, anchor="logps")
+    _check_per_token("advantages", advantages, ((B,), (B, 1), (B, T)), device, anchor="logps")
     for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
         if value is not None:
             _check_per_token(name, value, ((B, T), (B, 1)), device, anchor="logps")
@@ -474,6 +474,17 @@ def check_packed_inputs(n_tokens: int, n_sequences: int, device: torch.device, a
                      f"be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form", names.hidden)
 
 
+def advantages_per_sequence(advantages: object, batch: object) -> object:
+    """Advantages [B, 1], one per sequence as a column, as [B]: TRL's `_compute_loss` unsqueezes only a 1-d tensor
+    and broadcasts a [B, 1] one over the tokens (a GRPOTrainer subclass may hand either), and Liger's chunked loss
+    takes it alike. Refused before, while both trainers computed the loss. `batch`: the [B, T, ...] tensor whose
+    leading dimension is B (anything else, or another shape of advantages, is left for the checks to name)."""
+    if (isinstance(advantages, torch.Tensor) and isinstance(batch, torch.Tensor) and batch.dim() >= 2
+            and advantages.dim() == 2 and tuple(advantages.shape) == (batch.shape[0], 1)):
+        return advantages[:, 0]
+    return advantages
+
+
 def check_loss_inputs(
     batch_shape: tuple[int, int],
     device: torch.device,
@@ -492,7 +503,8 @@ def check_loss_inputs(
 
     adv = _require_tensor(names.advantages, advantages)
     if tuple(adv.shape) not in ((B,), (B, T)):
-        raise ValueError(f"{names.advantages} must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
+        raise ValueError(f"{names.advantages} must have shape [B]=[{B}], [B, 1]=[{B}, 1] or [B, T]={[B, T]}, got "
+                         f"{list(adv.shape)}")
     _check_per_token(names.advantages, adv, ((B,), (B, T)), device, anchor=names.hidden)
     if check_values:  # only where scored: a padded position's value (a NaN included) is never read
         scored = completion_mask != 0
