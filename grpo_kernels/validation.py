@@ -235,6 +235,28 @@ def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size
         )
 
 
+def ids_where_scored(ids: object, mask: object) -> object:
+    """Token ids with the positions `mask` leaves out set to 0: whatever a caller pads with there (-100, HF's
+    ignore index for labels; a pad id past the head's rows) is never scored, and Liger's chunked loss and TRL take
+    it (only masked positions are read). Before, an id outside [0, V) at a padded position was refused like one at
+    a scored position. Anything that is not a plain dense integer tensor beside a mask of its shape and device is
+    returned as it is, for the checks to name."""
+    if not (_plain(ids) and _plain(mask) and ids.dtype in _INTEGER_DTYPES and mask.dtype in _MASK_DTYPES
+            and ids.shape == mask.shape and ids.device == mask.device and ids.device.type != "meta"):
+        return ids
+    return ids.masked_fill(mask == 0, 0)
+
+
+def _plain(x: object) -> bool:
+    """A dense tensor whose elements this process can read (what _require_tensor and _refuse_traced accept; a
+    compiled graph's inputs are fake tensors by design, and dynamo cannot trace the functorch query)."""
+    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested or x.is_quantized:
+        return False
+    return torch.compiler.is_compiling() or (
+        not isinstance(x, FakeTensor) and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+        and type(x).__torch_dispatch__ is torch.Tensor.__torch_dispatch__)
+
+
 def as_token_ids(ids: object) -> object:
     """Integer token ids (or sequence offsets) of any width (int16, uint8, int32...) as the int64 the gathers and
     torch's index ops take (repeat_interleave has no uint8 kernel); anything else as it is, for the checks to

@@ -122,7 +122,8 @@ def _loss_call(gen, B, T, H, V, loss_type) -> Call:
                      old_logps=[(B, T)], ref_logps=[(B, T)], importance_ratio=[(B, T), (B, 1)], bias=[(V,)],
                      num_items_in_batch=None, kept_token_ids=None),
                 dict(hidden="weight", weight="hidden"),
-                dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored),
+                dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored,
+                     completion_ids=scored),
                 run, V)
 
 
@@ -147,7 +148,8 @@ def _packed_call(gen, B, T, H, V, loss_type) -> Call:
                 dict(completion_ids=[(N,)], completion_mask=[(N,)], advantages=[(S,), (N,)], old_logps=[(N,)],
                      ref_logps=[(N,)], importance_ratio=[(N,)], bias=[(V,)], cu_seqlens=[(S + 1,)]),
                 dict(hidden="weight", weight="hidden"),
-                dict(advantages=sequence_scored, old_logps=scored, ref_logps=scored, importance_ratio=scored),
+                dict(advantages=sequence_scored, old_logps=scored, ref_logps=scored, importance_ratio=scored,
+                     completion_ids=scored),
                 run, V)
 
 
@@ -164,7 +166,7 @@ def _logprobs_call(gen, B, T, H, V, loss_type) -> Call:
 
     return Call(args, dict(hidden=HEAD, weight=HEAD, bias=HEAD, targets=IDS, mask=MASK, kept_token_ids=KEPT),
                 dict(targets=[(B, T)], mask=[(B, T)], bias=[(V,)], kept_token_ids=None),
-                dict(hidden="weight", weight="hidden"), {}, run, V)
+                dict(hidden="weight", weight="hidden"), dict(targets=b["mask"] != 0), run, V)
 
 
 def _logits_call(gen, B, T, H, V, loss_type) -> Call:
@@ -186,7 +188,8 @@ def _logits_call(gen, B, T, H, V, loss_type) -> Call:
                 dict(completion_ids=[(B, T)], completion_mask=[(B, T)], advantages=[(B,), (B, 1), (B, T)],
                      old_logps=[(B, T)], ref_logps=[(B, T)], importance_ratio=[(B, T), (B, 1)],
                      num_items_in_batch=None),
-                {}, dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored),
+                {}, dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored,
+                         completion_ids=scored),
                 run, V)
 
 
@@ -212,7 +215,8 @@ def _module_call(gen, B, T, H, V, loss_type) -> Call:
                 dict(attention_mask=[(B, T)], advantages=[(B,), (B, 1), (B, T)], old_per_token_logps=[(B, T)],
                      vllm_is_ratio=[(B,), (B, 1), (B, T)], bias=[(V,)], ref_bias=[(V,)]),
                 dict(_input="lin_weight", lin_weight="_input", ref_input="ref_weight", ref_weight="ref_input"),
-                dict(advantages=scored.any(-1), old_per_token_logps=scored, vllm_is_ratio=scored),
+                dict(advantages=scored.any(-1), old_per_token_logps=scored, vllm_is_ratio=scored,
+                     selected_token_ids=scored),
                 run, V)
 
 
@@ -314,8 +318,11 @@ def faulty_calls(draw, entries=tuple(ENTRIES), kinds=("layout", "dtype", "meta",
             new = x.clone().flatten()
             if new.numel() == 0:
                 return call, entry, "none", None, AS_REFERENCE
-            new[draw(st.integers(0, new.numel() - 1))] = value
+            index = draw(st.integers(0, new.numel() - 1))
+            new[index] = value
             new = new.view(x.shape)
+            # an id where the mask is 0 is never read (-100, HF's ignore index): taken as Liger and TRL take it
+            expect = REFUSE if bool(call.scored[name].flatten()[index]) else AS_REFERENCE
         elif argument_kind == MASK:
             value = draw(st.sampled_from([2.0, -1.0, 0.5, float("nan"), float("inf")]))
             new = _poison(x, torch.ones_like(x, dtype=torch.bool), value)
