@@ -24,10 +24,11 @@ from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, objective
                         token_inputs, token_metrics)
 from .second_order import deterministic_refusal_asked, refuse_forward_ad
 from .torchscript import outside_torchscript
-from .validation import (advantages_per_sequence, as_token_ids, bias_in_weight_dtype, check_backend_dtype,
-                         check_config, check_cu_seqlens, check_kept_token_ids, check_linear_inputs, check_logit_factors,
-                         check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
-                         check_targets, check_temperature, check_workspace, ids_where_scored, outside_inference_mode)
+from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
+                         check_kept_token_ids, check_linear_inputs, check_logit_factors, check_logit_transform,
+                         check_logits, check_loss_inputs, check_mask, check_packed_inputs, check_targets,
+                         check_temperature, check_workspace, ids_where_scored, outside_inference_mode,
+                         trainer_advantages)
 
 # "auto" or the name of a backend registered when the call is made (grpo_kernels/backends/__init__.py): a str,
 # not a Literal of today's names, since register_backend adds names after import.
@@ -274,8 +275,8 @@ def fused_linear_grpo_loss_named(
                                   names.ref_logps: ref_logps, names.importance_ratio: importance_ratio,
                                   names.num_items_in_batch: num_items_in_batch})
     completion_ids = as_token_ids(ids_where_scored(completion_ids, completion_mask))  # padding's ids: never read
-    if cu_seqlens is None:  # the padded form's [B, 1] advantages (TRL's broadcast) are its [B]
-        advantages = advantages_per_sequence(advantages, hidden)
+    # the padded form's [B, 1] advantages (TRL's broadcast) are its [B]; integer ones are float32 in either form
+    advantages = trainer_advantages(advantages, hidden if cu_seqlens is None else None)
     config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
                                    advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids,
@@ -403,7 +404,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     refuse_forward_ad(backend, logits=logits, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps,
                       importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
     completion_ids = as_token_ids(ids_where_scored(completion_ids, completion_mask))  # padding's ids: never read
-    advantages = advantages_per_sequence(advantages, logits)
+    advantages = trainer_advantages(advantages, logits)
     if isinstance(logits, torch.Tensor):
         check_backend_dtype(backend, logits, "logits")  # a non-tensor: check_logits names it
     if get_backend(backend).materializes_logits:

@@ -11,7 +11,7 @@ import torch
 from .config import GRPOLossConfig
 from .keywords import keywords_checked
 from .objective import objective_loss
-from .validation import advantages_per_sequence, check_objective_inputs
+from .validation import check_objective_inputs, trainer_advantages
 
 
 @keywords_checked
@@ -34,8 +34,8 @@ def grpo_objective(
     of processes); the local token count when None. Inputs of another shape, type or device are one error
     naming them (validation.check_objective_inputs).
     """
+    advantages = trainer_advantages(advantages, logps)  # [B, 1] as [B], integers as float32
     config = check_objective_inputs(logps, entropy, completion_mask, advantages, config, old_logps, ref_logps,
                                     importance_ratio, num_items_in_batch)
-    advantages = advantages_per_sequence(advantages, logps)  # checked as [B], [B, 1] or [B, T]
     return objective_loss(logps, entropy, completion_mask, advantages, config, old_logps, ref_logps,
                           importance_ratio, num_items_in_batch)

@@ -496,14 +496,20 @@ def check_packed_inputs(n_tokens: int, n_sequences: int, device: torch.device, a
                      f"be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form", names.hidden)
 
 
-def advantages_per_sequence(advantages: object, batch: object) -> object:
-    """Advantages [B, 1], one per sequence as a column, as [B]: TRL's `_compute_loss` unsqueezes only a 1-d tensor
-    and broadcasts a [B, 1] one over the tokens (a GRPOTrainer subclass may hand either), and Liger's chunked loss
-    takes it alike. Refused before, while both trainers computed the loss. `batch`: the [B, T, ...] tensor whose
-    leading dimension is B (anything else, or another shape of advantages, is left for the checks to name)."""
-    if (isinstance(advantages, torch.Tensor) and isinstance(batch, torch.Tensor) and batch.dim() >= 2
-            and advantages.dim() == 2 and tuple(advantages.shape) == (batch.shape[0], 1)):
-        return advantages[:, 0]
+def trainer_advantages(advantages: object, batch: object) -> object:
+    """Advantages as TRL's `_compute_loss` and Liger's chunked loss take them, in the forms the checks accept:
+    [B, 1] (one per sequence as a column; TRL unsqueezes only a 1-d tensor and broadcasts it, and a GRPOTrainer
+    subclass may hand either) as [B]; integer advantages (+1 / -1 rewards used as they are; torch's arithmetic makes
+    the loss float) as float32. Both were refused before, while both trainers computed the loss. `batch`: the
+    [B, T, ...] tensor whose leading dimension is B, None for the packed form (anything else, or another shape or
+    dtype of advantages, is left for the checks to name)."""
+    if not isinstance(advantages, torch.Tensor):
+        return advantages
+    if (isinstance(batch, torch.Tensor) and batch.dim() >= 2 and advantages.dim() == 2
+            and tuple(advantages.shape) == (batch.shape[0], 1)):
+        advantages = advantages[:, 0]
+    if advantages.dtype in _INTEGER_DTYPES and _plain(advantages) and advantages.device.type != "meta":
+        advantages = advantages.float()
     return advantages
 
 

@@ -1,8 +1,10 @@
-"""Advantages [B, 1], one per sequence as a column, at every padded entry point: the loss of the same values as [B].
+"""Advantages as trainers hand them, at every padded entry point: [B, 1] (one per sequence as a column) gives the
+loss of the same values as [B], integer advantages the loss of their float values.
 
 TRL's `GRPOTrainer._compute_loss` unsqueezes only a 1-d `advantages` and broadcasts a [B, 1] one over the tokens (a
 GRPOTrainer subclass may hand either), and Liger's chunked loss takes [B, 1] alike. Before, every entry point here
-refused [B, 1] ("advantages must have shape [B] or [B, T]") while both trainers computed the loss."""
+refused [B, 1] ("advantages must have shape [B] or [B, T]") and integer advantages ("must be a floating tensor")
+while both trainers computed the loss."""
 
 from __future__ import annotations
 
@@ -81,3 +83,22 @@ def test_advantages_of_another_column_shape_are_refused_naming_the_accepted_ones
                                                                                        .replace("]", r"\]")):
         fused_linear_grpo_loss(b["hidden"], b["weight"], b["ids"], b["mask"], torch.ones(shape, dtype=torch.float64),
                                backend="torch")
+
+
+@settings(max_examples=40, deadline=None)
+@given(entry=st.sampled_from(["loss", "logits", "objective", "module"]), loss_type=st.sampled_from(LOSS_TYPES),
+       dtype=st.sampled_from([torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]),
+       per_token=st.booleans(), B=st.integers(1, 4), T=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_integer_advantages_give_the_loss_of_their_float_values(entry, loss_type, dtype, per_token, B, T, seed):
+    """+1 / -1 rewards used as advantages as they are: TRL's and Liger's arithmetic makes the loss float."""
+    b = _batch(seed, B, T)
+    low = 0 if dtype == torch.uint8 else -3
+    shape = (B, T) if per_token and entry != "module" else (B,)
+    integers = torch.randint(low, 4, shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = GRPOLossConfig(loss_type=loss_type, max_completion_length=8)
+        expected = _entry(entry, b, integers.to(torch.float32), config)
+        got = _entry(entry, b, integers, config)
+    for value, want in zip(got, expected):
+        torch.testing.assert_close(value, want, rtol=0, atol=0)
