@@ -25,9 +25,10 @@ from .objective import (GRPOLossOutput, TokenInputs, grpo_loss_output, objective
 from .second_order import deterministic_refusal_asked, refuse_forward_ad
 from .torchscript import outside_torchscript
 from .validation import (as_token_ids, bias_in_weight_dtype, check_backend_dtype, check_config, check_cu_seqlens,
-                         check_kept_token_ids, check_linear_inputs, check_logit_factors,
-                         check_logit_transform, check_logits, check_loss_inputs, check_mask, check_packed_inputs,
-                         check_targets, check_temperature, check_workspace, outside_inference_mode)
+                         check_kept_token_ids, check_linear_inputs, check_logit_factors, check_logit_transform,
+                         check_logits, check_loss_inputs, check_mask, check_packed_inputs, check_targets,
+                         check_temperature, check_workspace, ids_where_scored, outside_inference_mode,
+                         trainer_advantages)
 
 # "auto" or the name of a backend registered when the call is made (grpo_kernels/backends/__init__.py): a str,
 # not a Literal of today's names, since register_backend adds names after import.
@@ -183,7 +184,7 @@ def linear_logprobs_named(names: ArgumentNames, hidden: torch.Tensor, weight: to
     hidden, weight, bias, targets, mask, kept_token_ids = outside_inference_mode(
         hidden, weight, bias, targets, mask, kept_token_ids)
     refuse_forward_ad(backend, **{names.hidden: hidden, names.weight: weight, names.bias: bias})
-    targets = as_token_ids(targets)
+    targets = as_token_ids(ids_where_scored(targets, mask))  # a padded position's id is never read
     temperature = check_temperature(temperature)
     head = _head(hidden, weight, bias, temperature, logit_transform, process_group, backend, kept_token_ids, names)
     batch_shape = tuple(hidden.shape[:-1])
@@ -273,7 +274,9 @@ def fused_linear_grpo_loss_named(
                                   names.advantages: advantages, names.old_logps: old_logps,
                                   names.ref_logps: ref_logps, names.importance_ratio: importance_ratio,
                                   names.num_items_in_batch: num_items_in_batch})
-    completion_ids = as_token_ids(completion_ids)
+    completion_ids = as_token_ids(ids_where_scored(completion_ids, completion_mask))  # padding's ids: never read
+    # the padded form's [B, 1] advantages (TRL's broadcast) are its [B]; integer ones are float32 in either form
+    advantages = trainer_advantages(advantages, hidden if cu_seqlens is None else None)
     config = on_policy_token_level(config, on_policy=old_logps is None, importance_ratio=importance_ratio is not None,
                                    advantages_per_sequence=_one_advantage_per_sequence(advantages, cu_seqlens))
     head = _head(hidden, weight, bias, config.temperature, logit_transform, process_group, backend, kept_token_ids,
@@ -400,7 +403,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                                                   ref_logps, importance_ratio, num_items_in_batch)
     refuse_forward_ad(backend, logits=logits, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps,
                       importance_ratio=importance_ratio, num_items_in_batch=num_items_in_batch)
-    completion_ids = as_token_ids(completion_ids)
+    completion_ids = as_token_ids(ids_where_scored(completion_ids, completion_mask))  # padding's ids: never read
+    advantages = trainer_advantages(advantages, logits)
     if isinstance(logits, torch.Tensor):
         check_backend_dtype(backend, logits, "logits")  # a non-tensor: check_logits names it
     if get_backend(backend).materializes_logits:

@@ -27,7 +27,8 @@ from .messages import shown
 from .scalars import integer_value
 from .torchscript import refuse_scripting, refuse_symbolic_trace
 from .validation import (check_config, check_kept_token_ids, check_linear_inputs, check_loss_inputs,
-                         check_optional_tensors, check_targets, check_workspace)
+                         check_optional_tensors, check_targets, check_workspace, ids_where_scored,
+                         trainer_advantages)
 
 
 # Liger's constructor, kept at this boundary: its leading parameters in its order, its names (epsilon_low for
@@ -240,9 +241,11 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         if not isinstance(selected_token_ids, torch.Tensor) or selected_token_ids.dim() != 2:
             raise ValueError(f"selected_token_ids must be a [B, T] tensor, got {shown(selected_token_ids)}")
         B, T = selected_token_ids.shape
+        selected_token_ids = ids_where_scored(selected_token_ids, attention_mask)  # padding's ids (-100): never read
         # Liger documents _input as [B*T, H]; TRL passes [B, T, H]. Accept both.
         hidden = _as_batch_grid("_input", _input, B, T)
         importance_ratio = _per_sequence_or_token_ratio(vllm_is_ratio, B, T)
+        advantages = trainer_advantages(advantages, selected_token_ids)  # [B, 1], integers: as Liger takes them
         if self._computes_reference(ref_per_token_logps, ref_input):
             # the reference pass is a whole head's work: the policy's inputs are checked before it, not after
             self._check_policy_inputs(hidden, lin_weight, bias, selected_token_ids, attention_mask, advantages,

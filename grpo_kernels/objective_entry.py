@@ -11,7 +11,7 @@ import torch
 from .config import GRPOLossConfig
 from .keywords import keywords_checked
 from .objective import objective_loss
-from .validation import check_objective_inputs
+from .validation import check_objective_inputs, trainer_advantages
 
 
 @keywords_checked
@@ -28,12 +28,13 @@ def grpo_objective(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Scalar GRPO loss and its metrics from per-token log-probs and entropies.
 
-    logps, entropy: [B, T] float (differentiable). completion_mask: [B, T] in {0, 1}. advantages: [B] or
-    [B, T]. old_logps / ref_logps / importance_ratio ([B, T] or [B, 1]): no gradient. num_items_in_batch:
+    logps, entropy: [B, T] float (differentiable). completion_mask: [B, T] in {0, 1}. advantages: [B], [B, 1]
+    or [B, T]. old_logps / ref_logps / importance_ratio ([B, T] or [B, 1]): no gradient. num_items_in_batch:
     the dapo/cispo/vespo denominator (active tokens of the whole generation batch divided by the number
     of processes); the local token count when None. Inputs of another shape, type or device are one error
     naming them (validation.check_objective_inputs).
     """
+    advantages = trainer_advantages(advantages, logps)  # [B, 1] as [B], integers as float32
     config = check_objective_inputs(logps, entropy, completion_mask, advantages, config, old_logps, ref_logps,
                                     importance_ratio, num_items_in_batch)
     return objective_loss(logps, entropy, completion_mask, advantages, config, old_logps, ref_logps,

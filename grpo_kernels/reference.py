@@ -15,7 +15,7 @@ from .config import GRPOLossConfig
 from .head import IDENTITY, LMHead, LogitTransform
 from .objective import GRPOLossOutput, grpo_loss_output
 from .validation import (check_config, check_kept_token_ids, check_linear_inputs, check_logit_transform,
-                         check_logits, check_loss_inputs, check_targets)
+                         check_logits, check_loss_inputs, check_targets, ids_where_scored, trainer_advantages)
 
 
 def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
@@ -73,6 +73,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
     config = check_config(config)
     check_logits(logits)
     B, T, V = logits.shape
+    advantages = trainer_advantages(advantages, logits)
+    completion_ids = ids_where_scored(completion_ids, completion_mask)
     check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
     check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)
@@ -94,6 +96,8 @@ def fused_linear_grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, completio
     if hidden.dim() != 3:
         raise ValueError(f"hidden must be [B, T, H], got shape {list(hidden.shape)}")
     B, T, _ = hidden.shape
+    advantages = trainer_advantages(advantages, hidden)
+    completion_ids = ids_where_scored(completion_ids, completion_mask)
     check_targets("completion_ids", completion_ids, (B, T), weight.shape[0], hidden.device)
     check_loss_inputs((B, T), hidden.device, completion_mask, advantages, old_logps, ref_logps,
                       importance_ratio, num_items_in_batch, config)

@@ -235,6 +235,28 @@ def check_targets(name: str, targets: object, shape: tuple[int, ...], vocab_size
         )
 
 
+def ids_where_scored(ids: object, mask: object) -> object:
+    """Token ids with the positions `mask` leaves out set to 0: whatever a caller pads with there (-100, HF's
+    ignore index for labels; a pad id past the head's rows) is never scored, and Liger's chunked loss and TRL take
+    it (only masked positions are read). Before, an id outside [0, V) at a padded position was refused like one at
+    a scored position. Anything that is not a plain dense integer tensor beside a mask of its shape and device is
+    returned as it is, for the checks to name."""
+    if not (_plain(ids) and _plain(mask) and ids.dtype in _INTEGER_DTYPES and mask.dtype in _MASK_DTYPES
+            and ids.shape == mask.shape and ids.device == mask.device and ids.device.type != "meta"):
+        return ids
+    return ids.masked_fill(mask == 0, 0)
+
+
+def _plain(x: object) -> bool:
+    """A dense tensor whose elements this process can read (what _require_tensor and _refuse_traced accept; a
+    compiled graph's inputs are fake tensors by design, and dynamo cannot trace the functorch query)."""
+    if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested or x.is_quantized:
+        return False
+    return torch.compiler.is_compiling() or (
+        not isinstance(x, FakeTensor) and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+        and type(x).__torch_dispatch__ is torch.Tensor.__torch_dispatch__)
+
+
 def as_token_ids(ids: object) -> object:
     """Integer token ids (or sequence offsets) of any width (int16, uint8, int32...) as the int64 the gathers and
     torch's index ops take (repeat_interleave has no uint8 kernel); anything else as it is, for the checks to
@@ -448,7 +470,7 @@ def check_objective_inputs(logps: object, entropy: object, completion_mask: obje
     _require_float("entropy", entropy)
     if completion_mask.dtype not in _MASK_DTYPES:
         raise TypeError(f"completion_mask must be a bool, integer or float tensor, got {completion_mask.dtype}")
-    _check_per_token("advantages", advantages, ((B,), (B, T)), device, anchor="logps")
+    _check_per_token("advantages", advantages, ((B,), (B, 1), (B, T)), device, anchor="logps")
     for name, value in (("old_logps", old_logps), ("ref_logps", ref_logps), ("importance_ratio", importance_ratio)):
         if value is not None:
             _check_per_token(name, value, ((B, T), (B, 1)), device, anchor="logps")
@@ -474,6 +496,23 @@ def check_packed_inputs(n_tokens: int, n_sequences: int, device: torch.device, a
                      f"be [S]=[{S}] (one per sequence) or [N]=[{N}] in the packed form", names.hidden)
 
 
+def trainer_advantages(advantages: object, batch: object) -> object:
+    """Advantages as TRL's `_compute_loss` and Liger's chunked loss take them, in the forms the checks accept:
+    [B, 1] (one per sequence as a column; TRL unsqueezes only a 1-d tensor and broadcasts it, and a GRPOTrainer
+    subclass may hand either) as [B]; integer advantages (+1 / -1 rewards used as they are; torch's arithmetic makes
+    the loss float) as float32. Both were refused before, while both trainers computed the loss. `batch`: the
+    [B, T, ...] tensor whose leading dimension is B, None for the packed form (anything else, or another shape or
+    dtype of advantages, is left for the checks to name)."""
+    if not isinstance(advantages, torch.Tensor):
+        return advantages
+    if (isinstance(batch, torch.Tensor) and batch.dim() >= 2 and advantages.dim() == 2
+            and tuple(advantages.shape) == (batch.shape[0], 1)):
+        advantages = advantages[:, 0]
+    if advantages.dtype in _INTEGER_DTYPES and _plain(advantages) and advantages.device.type != "meta":
+        advantages = advantages.float()
+    return advantages
+
+
 def check_loss_inputs(
     batch_shape: tuple[int, int],
     device: torch.device,
@@ -492,7 +531,8 @@ def check_loss_inputs(
 
     adv = _require_tensor(names.advantages, advantages)
     if tuple(adv.shape) not in ((B,), (B, T)):
-        raise ValueError(f"{names.advantages} must have shape [B]=[{B}] or [B, T]={[B, T]}, got {list(adv.shape)}")
+        raise ValueError(f"{names.advantages} must have shape [B]=[{B}], [B, 1]=[{B}, 1] or [B, T]={[B, T]}, got "
+                         f"{list(adv.shape)}")
     _check_per_token(names.advantages, adv, ((B,), (B, T)), device, anchor=names.hidden)
     if check_values:  # only where scored: a padded position's value (a NaN included) is never read
         scored = completion_mask != 0

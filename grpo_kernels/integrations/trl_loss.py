@@ -10,6 +10,7 @@ follow TRL 1.16's `_compute_loss` line by line; the metric names are TRL's.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -43,6 +44,20 @@ def fused_path_blocker(trainer: Any, inputs: dict) -> Optional[str]:
         return "top_entropy_quantile < 1 on several processes (TRL's quantile is over all processes)"
     if spec.sequence_weight is not None and min(args.vespo_lambda_pos, args.vespo_lambda_neg) < 1e-4:
         return f"{loss_type} lambda < 1e-4 (TRL clamps it)"
+    return _settings_blocker(trainer)
+
+
+def _settings_blocker(trainer: Any) -> Optional[str]:
+    """The trainer's loss settings that GRPOLossConfig refuses but TRL computes with (delta <= 1, a negative
+    beta or epsilon, top_entropy_quantile outside (0, 1], a sapo temperature <= 0, ...): TRL's own loss code runs
+    on them, as it would without the patch. Before, the config refused them at the first step, after the first
+    generation, while TRL trained."""
+    try:
+        with warnings.catch_warnings():  # the config warns again when the fused step builds it
+            warnings.simplefilter("ignore")
+            loss_config(trainer)
+    except (TypeError, ValueError) as exc:
+        return f"loss settings the fused loss does not take ({exc})"
     return None
 
 

@@ -88,8 +88,8 @@ def _compiled_loss(fullgraph: bool):
 @pytest.mark.parametrize("bad, message", [
     (dict(completion_ids=torch.randint(0, 30, (2, 4))), r"completion_ids must have shape \[2, 5\], got \[2, 4\]"),
     (dict(completion_ids=torch.zeros(2, 5)), r"completion_ids must be an integer tensor"),
-    (dict(advantages=torch.randn(3)), r"advantages must have shape \[B\]=\[2\] or \[B, T\]"),
-    (dict(advantages=torch.ones(2, dtype=torch.long)), r"advantages must be a floating tensor"),
+    (dict(advantages=torch.randn(3)), r"advantages must have shape \[B\]=\[2\], \[B, 1\]=\[2, 1\] or \[B, T\]"),
+    (dict(advantages=torch.ones(2, dtype=torch.bool)), r"advantages must be a floating tensor"),
 ])
 def test_shape_and_dtype_checks_run_under_compile(bad, message):
     """Metadata checks hold inside a compiled graph: the same message as in eager (fullgraph=True surfaces it

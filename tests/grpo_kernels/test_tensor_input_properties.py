@@ -32,6 +32,7 @@ from grpo_testing import with_triton_interpreted
 DERANDOMIZE = bool(os.environ.get("CI"))
 BOUNDARY = {"validation.py", "api.py", "module.py", "config.py"}  # where a refusal may come from
 HEAD, CONSTANT, IDS, MASK, COUNT, OFFSETS, KEPT = "head", "constant", "ids", "mask", "count", "offsets", "kept"
+ADVANTAGES = "advantages"
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
           torch.int32, torch.int64, torch.bool, torch.complex64]
 # the dtypes each kind of argument takes (a head argument: the float dtype of its partner, checked apart)
@@ -40,7 +41,10 @@ TAKES = {CONSTANT: {torch.float16, torch.bfloat16, torch.float32, torch.float64}
          MASK: set(DTYPES) - {torch.complex64},
          COUNT: set(DTYPES) - {torch.bool, torch.complex64},
          OFFSETS: {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64},
-         KEPT: {torch.int32, torch.int64}}
+         KEPT: {torch.int32, torch.int64},
+         # integer advantages (+1 / -1 rewards as they are) are taken as TRL and Liger take them, as float32
+         ADVANTAGES: {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+                      torch.int16, torch.int32, torch.int64}}
 
 
 class _Work(TorchFunctionMode):
@@ -116,13 +120,14 @@ def _loss_call(gen, B, T, H, V, loss_type) -> Call:
     run = _loss_run(loss_type)
 
     return Call(args, dict(hidden=HEAD, weight=HEAD, bias=HEAD, completion_ids=IDS, completion_mask=MASK,
-                           advantages=CONSTANT, old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
+                           advantages=ADVANTAGES, old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
                            num_items_in_batch=COUNT, kept_token_ids=KEPT),
-                dict(completion_ids=[(B, T)], completion_mask=[(B, T)], advantages=[(B,), (B, T)],
+                dict(completion_ids=[(B, T)], completion_mask=[(B, T)], advantages=[(B,), (B, 1), (B, T)],
                      old_logps=[(B, T)], ref_logps=[(B, T)], importance_ratio=[(B, T), (B, 1)], bias=[(V,)],
                      num_items_in_batch=None, kept_token_ids=None),
                 dict(hidden="weight", weight="hidden"),
-                dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored),
+                dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored,
+                     completion_ids=scored),
                 run, V)
 
 
@@ -142,12 +147,13 @@ def _packed_call(gen, B, T, H, V, loss_type) -> Call:
     run = _loss_run(loss_type)
 
     return Call(args, dict(hidden=HEAD, weight=HEAD, bias=HEAD, completion_ids=IDS, completion_mask=MASK,
-                           advantages=CONSTANT, old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
+                           advantages=ADVANTAGES, old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
                            cu_seqlens=OFFSETS),
                 dict(completion_ids=[(N,)], completion_mask=[(N,)], advantages=[(S,), (N,)], old_logps=[(N,)],
                      ref_logps=[(N,)], importance_ratio=[(N,)], bias=[(V,)], cu_seqlens=[(S + 1,)]),
                 dict(hidden="weight", weight="hidden"),
-                dict(advantages=sequence_scored, old_logps=scored, ref_logps=scored, importance_ratio=scored),
+                dict(advantages=sequence_scored, old_logps=scored, ref_logps=scored, importance_ratio=scored,
+                     completion_ids=scored),
                 run, V)
 
 
@@ -164,7 +170,7 @@ def _logprobs_call(gen, B, T, H, V, loss_type) -> Call:
 
     return Call(args, dict(hidden=HEAD, weight=HEAD, bias=HEAD, targets=IDS, mask=MASK, kept_token_ids=KEPT),
                 dict(targets=[(B, T)], mask=[(B, T)], bias=[(V,)], kept_token_ids=None),
-                dict(hidden="weight", weight="hidden"), {}, run, V)
+                dict(hidden="weight", weight="hidden"), dict(targets=b["mask"] != 0), run, V)
 
 
 def _logits_call(gen, B, T, H, V, loss_type) -> Call:
@@ -180,13 +186,14 @@ def _logits_call(gen, B, T, H, V, loss_type) -> Call:
                                     a.pop("advantages"), config=_config(loss_type), backend=backend, **a)
         return (out.loss, out.logps), {}
 
-    return Call(args, dict(logits=HEAD, completion_ids=IDS, completion_mask=MASK, advantages=CONSTANT,
+    return Call(args, dict(logits=HEAD, completion_ids=IDS, completion_mask=MASK, advantages=ADVANTAGES,
                            old_logps=CONSTANT, ref_logps=CONSTANT, importance_ratio=CONSTANT,
                            num_items_in_batch=COUNT),
-                dict(completion_ids=[(B, T)], completion_mask=[(B, T)], advantages=[(B,), (B, T)],
+                dict(completion_ids=[(B, T)], completion_mask=[(B, T)], advantages=[(B,), (B, 1), (B, T)],
                      old_logps=[(B, T)], ref_logps=[(B, T)], importance_ratio=[(B, T), (B, 1)],
                      num_items_in_batch=None),
-                {}, dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored),
+                {}, dict(advantages=scored.any(-1), old_logps=scored, ref_logps=scored, importance_ratio=scored,
+                         completion_ids=scored),
                 run, V)
 
 
@@ -207,12 +214,13 @@ def _module_call(gen, B, T, H, V, loss_type) -> Call:
         return (loss,), {}
 
     return Call(args, dict(_input=HEAD, lin_weight=HEAD, bias=HEAD, selected_token_ids=IDS, attention_mask=MASK,
-                           advantages=CONSTANT, old_per_token_logps=CONSTANT, ref_input=HEAD, ref_weight=HEAD,
+                           advantages=ADVANTAGES, old_per_token_logps=CONSTANT, ref_input=HEAD, ref_weight=HEAD,
                            ref_bias=HEAD, vllm_is_ratio=CONSTANT),
-                dict(attention_mask=[(B, T)], advantages=[(B,), (B, T)], old_per_token_logps=[(B, T)],
+                dict(attention_mask=[(B, T)], advantages=[(B,), (B, 1), (B, T)], old_per_token_logps=[(B, T)],
                      vllm_is_ratio=[(B,), (B, 1), (B, T)], bias=[(V,)], ref_bias=[(V,)]),
                 dict(_input="lin_weight", lin_weight="_input", ref_input="ref_weight", ref_weight="ref_input"),
-                dict(advantages=scored.any(-1), old_per_token_logps=scored, vllm_is_ratio=scored),
+                dict(advantages=scored.any(-1), old_per_token_logps=scored, vllm_is_ratio=scored,
+                     selected_token_ids=scored),
                 run, V)
 
 
@@ -269,7 +277,7 @@ def faulty_calls(draw, entries=tuple(ENTRIES), kinds=("layout", "dtype", "meta",
     if kind == "transposed head":
         names = [n for n in names if n.endswith("weight")]  # [V, H] with V != H: its .T cannot pass
     elif kind == "grad":
-        names = [n for n in names if call.kinds[n] in (CONSTANT, MASK, COUNT)]
+        names = [n for n in names if call.kinds[n] in (CONSTANT, ADVANTAGES, MASK, COUNT)]
     elif kind == "shape":
         names = [n for n in names if call.shapes.get(n, ())]
     elif kind == "value":
@@ -314,8 +322,11 @@ def faulty_calls(draw, entries=tuple(ENTRIES), kinds=("layout", "dtype", "meta",
             new = x.clone().flatten()
             if new.numel() == 0:
                 return call, entry, "none", None, AS_REFERENCE
-            new[draw(st.integers(0, new.numel() - 1))] = value
+            index = draw(st.integers(0, new.numel() - 1))
+            new[index] = value
             new = new.view(x.shape)
+            # an id where the mask is 0 is never read (-100, HF's ignore index): taken as Liger and TRL take it
+            expect = REFUSE if bool(call.scored[name].flatten()[index]) else AS_REFERENCE
         elif argument_kind == MASK:
             value = draw(st.sampled_from([2.0, -1.0, 0.5, float("nan"), float("inf")]))
             new = _poison(x, torch.ones_like(x, dtype=torch.bool), value)

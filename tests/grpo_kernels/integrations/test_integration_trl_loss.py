@@ -15,6 +15,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from grpo_testing import config_warning_expected
 from integration_models import TRANSFORMED_FAMILIES, VOCAB_SIZE, tiny_causal_lm, tiny_grpo_trainer
 
@@ -160,6 +162,35 @@ def test_options_on_the_fused_path_match_trl(setup, options):
 def test_options_kept_on_trl_loss_code_match_trl(setup, options):
     # TRL's loss arithmetic on the kernels' log-probs and entropies.
     _compare(setup, options, expect_fused=False)
+
+
+# Settings GRPOLossConfig refuses (its bounds) but TRL's `_compute_loss` computes with: TRL's own loss code runs
+# on them. Before, the config refused them at the first step, after the first generation, while TRL trained.
+OUTSIDE_THE_CONFIG = st.one_of(
+    st.builds(lambda value: dict(delta=value), st.floats(0.5, 1.0)),
+    st.builds(lambda value: dict(beta=value), st.floats(-0.1, -1e-3)),
+    st.builds(lambda value: dict(epsilon_high=value), st.floats(-0.15, -1e-3)),
+    st.builds(lambda value: dict(top_entropy_quantile=value), st.just(0.0) | st.floats(1.01, 3.0)),
+)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(options=OUTSIDE_THE_CONFIG, loss_type=st.sampled_from(["grpo", "bnpo", "dr_grpo", "dapo"]))
+def test_settings_outside_the_fused_config_run_trl_loss_code(setup, options, loss_type):
+    _compare(setup, dict(options, loss_type=loss_type), expect_fused=False)
+
+
+@pytest.mark.parametrize("options", [
+    dict(loss_type="grpo"),
+    dict(loss_type="dapo", importance_sampling_level="sequence", beta=0.04),
+    dict(loss_type="cispo", epsilon_high=1.1),
+    dict(loss_type="vespo"),
+], ids=lambda options: "-".join(f"{k}={v}" for k, v in options.items()))
+def test_advantages_of_one_column_match_trl(setup, options):
+    # TRL unsqueezes only a 1-d `advantages`; a subclass's [B, 1] broadcasts as one value per sequence
+    batch = dict(setup[3])
+    batch["advantages"] = batch["advantages"][:, None]
+    _compare(setup, options, inputs=batch)
 
 
 @pytest.mark.parametrize("options", [
