@@ -1,0 +1,58 @@
+"""The process-wide state train() runs under, set up the same in every host, and the caller's put back after.
+
+train() is called from a notebook's cell or a script's loop, after the caller's own torch settings: before, a
+default dtype of float64 trained other numbers than the terminal's run with the same seed, a default device of
+`meta` or grad mode off (torch.set_grad_enabled(False), inference_mode, no_grad around the call) stopped deep in
+torch, and after the run the caller's next cell found torch's thread count at run.num_threads and the random number
+generators seeded by the run. The run's own settings decide what it computes (model.dtype, run.device,
+run.num_threads, run.seed); the caller's switches are theirs again when train() returns or raises.
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from .steps.reward_fence import _torch_switches  # torch's process-wide switches, each with its reader and writer
+
+# What the run needs of them, whatever the caller set (by the fence's names): the others are the caller's to keep
+# (anomaly detection, deterministic algorithms and matmul precision are how they ask a run to be checked or
+# repeated), and all are put back when the run ends.
+_FOR_THE_RUN: dict[str, Any] = {
+    "grad mode": True,
+    "default dtype": torch.float32,  # the dtype of what the engine creates without naming one
+    "default device": None,  # the run's device is run.device
+    "cpu autocast": False,
+    "cuda autocast": False,
+}
+
+
+@contextmanager
+def run_process_state() -> Iterator[None]:
+    """The body under _FOR_THE_RUN, outside inference mode; torch's switches and the random number generators (
+    Python's, NumPy's global, torch's CPU and initialised CUDA ones) as the caller had them afterwards."""
+    saved = [(name, read, write, read()) for name, read, write in _torch_switches()]
+    python_rng, numpy_rng = random.getstate(), np.random.get_state()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with ExitStack() as stack:
+        stack.enter_context(torch.random.fork_rng(devices=cuda))
+        stack.enter_context(torch.inference_mode(False))
+        try:
+            for name, read, write, value in saved:
+                wanted = _FOR_THE_RUN.get(name, value)
+                if name == "default device":  # read as the CPU when none is set; only a set one is taken off
+                    if value != torch.device("cpu"):
+                        write(wanted)
+                elif name in _FOR_THE_RUN and value != wanted:
+                    write(wanted)
+            yield
+        finally:
+            for name, read, write, value in saved:
+                if read() != value:  # only what changed: setting a default device, even the same, adds a torch mode
+                    write(value)
+            random.setstate(python_rng)
+            np.random.set_state(numpy_rng)
