@@ -11,12 +11,14 @@ run.num_threads, run.seed); the caller's switches are theirs again when train() 
 from __future__ import annotations
 
 import random
+import threading
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 import numpy as np
 import torch
 
+from .config import EngineConfig
 from .steps.reward_fence import _torch_switches  # torch's process-wide switches, each with its reader and writer
 
 # What the run needs of them, whatever the caller set (by the fence's names): the others are the caller's to keep
@@ -56,3 +58,20 @@ def run_process_state() -> Iterator[None]:
                     write(value)
             random.setstate(python_rng)
             np.random.set_state(numpy_rng)
+
+
+def off_main_thread_note(config: EngineConfig) -> str | None:
+    """What a run in another thread than the main one goes without (Python lets only the main thread handle
+    signals): the reward time limit (a SIGUSR1 to the main thread) and the checkpoint a stop signal saves. Said
+    where a setting asks for them; before, a notebook's worker thread trained without them in silence."""
+    if threading.current_thread() is threading.main_thread():
+        return None
+    lost = [f"rewards.timeout_seconds ({config.rewards.timeout_seconds:g} s) is not enforced"
+            if config.rewards.timeout_seconds is not None else "",
+            "a stop signal (Ctrl-C) does not save a checkpoint at the step boundary"
+            if config.run.save_on_interrupt else ""]
+    lost = [item for item in lost if item]
+    if not lost:
+        return None
+    return (f"warning: train() runs in thread {threading.current_thread().name!r}, not the main thread, where "
+            f"alone Python handles signals: {' and '.join(lost)}; call it from the main thread for them")

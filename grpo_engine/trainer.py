@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from .config import EngineConfig
 from .config.loading import config_as_loaded
-from .host_state import run_process_state
+from .host_state import off_main_thread_note, run_process_state
 from .data.prompts import reward_columns
 from .model.finite_forward import NonFiniteForwardError
 from .model.fsdp import reshard
@@ -56,6 +56,9 @@ def train(config: EngineConfig) -> TrainSummary:
     """Train with `config`, checked again as load_config checks it (a config set or built after load may break a
     rule), under the process state every host gets (host_state.py), the caller's put back afterwards."""
     config = config_as_loaded(config)
+    note = off_main_thread_note(config)
+    if note:
+        _log.warning(note)
     with run_process_state():
         return _train(config)
 

@@ -158,3 +158,25 @@ def test_train_under_a_callers_torch_settings_trains_the_terminals_numbers_and_g
         hosted = train(load_config(overrides={**overrides, "run.output_dir": str(tmp_path_factory.mktemp("host"))}))
         assert _same(CallerState.read(), caller.before)
     assert _metrics_rows(hosted.run_dir) == _metrics_rows(plain.run_dir)
+
+
+@pytest.mark.parametrize("timeout, save, said", [(30.0, True, ("rewards.timeout_seconds (30 s)", "Ctrl-C")),
+                                                 (None, True, ("Ctrl-C",)), (5.0, False, ("(5 s)",)),
+                                                 (None, False, ())])
+def test_train_in_another_thread_says_what_it_goes_without(timeout, save, said, small_overrides, monkeypatch, caplog):
+    import threading
+
+    from grpo_engine import trainer
+
+    monkeypatch.setattr(trainer, "_train", lambda config: None)  # what is said before the run is what is tested
+    config = load_config(overrides={**small_overrides, "rewards.timeout_seconds": timeout,
+                                    "run.save_on_interrupt": save})
+    worker = threading.Thread(target=train, args=(config,), name="cell-worker")
+    with caplog.at_level("WARNING", logger="grpo_engine"):
+        worker.start()
+        worker.join()
+        train(config)  # the main thread: nothing to say
+    notes = [r.getMessage() for r in caplog.records if "not the main thread" in r.getMessage()]
+    assert len(notes) == (1 if said else 0), notes
+    if said:
+        assert all(part in notes[0] for part in said) and "\n" not in notes[0] and "'cell-worker'" in notes[0]
