@@ -13,47 +13,53 @@ from __future__ import annotations
 import random
 import threading
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from .config import EngineConfig
-from .steps.reward_fence import _torch_switches  # torch's process-wide switches, each with its reader and writer
 
-# What the run needs of them, whatever the caller set (by the fence's names): the others are the caller's to keep
-# (anomaly detection, deterministic algorithms and matmul precision are how they ask a run to be checked or
-# repeated), and all are put back when the run ends.
-_FOR_THE_RUN: dict[str, Any] = {
-    "grad mode": True,
-    "default dtype": torch.float32,  # the dtype of what the engine creates without naming one
-    "default device": None,  # the run's device is run.device
-    "cpu autocast": False,
-    "cuda autocast": False,
-}
+_KEEP = object()  # the caller's value stays for the run (and is put back if the run changes it)
+
+
+def _switches() -> list[tuple[Callable[[], Any], Callable[[Any], Any], Any]]:
+    """(read, write, the run's value) of each process-wide torch switch the run needs set or changes itself. The
+    others are the caller's to keep (anomaly detection, deterministic algorithms and matmul precision are how they
+    ask a run to be checked or repeated); the reward fence puts back what a reward function changes."""
+    return [
+        (torch.is_grad_enabled, torch.set_grad_enabled, True),
+        (torch.get_default_dtype, torch.set_default_dtype, torch.float32),  # what is made without naming a dtype
+        # read as the CPU when none is set, and the CPU written as none (the run's device is run.device)
+        (torch.get_default_device, _set_default_device, torch.device("cpu")),
+        (torch.get_num_threads, torch.set_num_threads, _KEEP),  # run.num_threads sets it
+        *((partial(torch.is_autocast_enabled, device), partial(torch.set_autocast_enabled, device), False)
+          for device in ("cpu", "cuda")),
+    ]
+
+
+def _set_default_device(device: torch.device) -> None:
+    torch.set_default_device(None if device == torch.device("cpu") else device)
 
 
 @contextmanager
 def run_process_state() -> Iterator[None]:
-    """The body under _FOR_THE_RUN, outside inference mode; torch's switches and the random number generators (
-    Python's, NumPy's global, torch's CPU and initialised CUDA ones) as the caller had them afterwards."""
-    saved = [(name, read, write, read()) for name, read, write in _torch_switches()]
+    """The body under the run's switches (_switches), outside inference mode; the switches and the random number
+    generators (Python's, NumPy's global, torch's CPU and initialised CUDA ones) as the caller had them after."""
+    saved = [(read, write, run, read()) for read, write, run in _switches()]
     python_rng, numpy_rng = random.getstate(), np.random.get_state()
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with ExitStack() as stack:
         stack.enter_context(torch.random.fork_rng(devices=cuda))
         stack.enter_context(torch.inference_mode(False))
         try:
-            for name, read, write, value in saved:
-                wanted = _FOR_THE_RUN.get(name, value)
-                if name == "default device":  # read as the CPU when none is set; only a set one is taken off
-                    if value != torch.device("cpu"):
-                        write(wanted)
-                elif name in _FOR_THE_RUN and value != wanted:
-                    write(wanted)
+            for read, write, run, value in saved:
+                if run is not _KEEP and value != run:
+                    write(run)
             yield
         finally:
-            for name, read, write, value in saved:
+            for read, write, run, value in saved:
                 if read() != value:  # only what changed: setting a default device, even the same, adds a torch mode
                     write(value)
             random.setstate(python_rng)
