@@ -14,6 +14,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import EngineConfig
+from .config.loading import config_as_loaded
+from .host_state import off_main_thread_note, run_process_state
 from .data.prompts import reward_columns
 from .model.finite_forward import NonFiniteForwardError
 from .model.fsdp import reshard
@@ -51,6 +53,17 @@ class TrainSummary:
 
 
 def train(config: EngineConfig) -> TrainSummary:
+    """Train with `config`, checked again as load_config checks it (a config set or built after load may break a
+    rule), under the process state every host gets (host_state.py), the caller's put back afterwards."""
+    config = config_as_loaded(config)
+    note = off_main_thread_note(config)
+    if note:
+        _log.warning(note)
+    with run_process_state():
+        return _train(config)
+
+
+def _train(config: EngineConfig) -> TrainSummary:
     # transformers' loading / saving bars would break up the training bar; the run directory is this run's alone;
     # the process group (torchrun, accelerate launch) ends with the run, however it ends, and a process lost mid-run
     # is named by the others

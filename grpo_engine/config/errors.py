@@ -115,9 +115,10 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def describe(exc: ValidationError, model: type[BaseModel], moved: dict[str, str]) -> str:
-    """One line for the first problem of `exc` (a union's alternatives are joined: 'expected a string or ...')."""
-    errors = exc.errors(include_url=False)
+def describe(exc: ValidationError, model: type[BaseModel], moved: dict[str, str], at: tuple = ()) -> str:
+    """One line for the first problem of `exc` (a union's alternatives are joined: 'expected a string or ...');
+    `at`: where in `model` the validated section sits (an assignment to one section's key)."""
+    errors = [{**error, "loc": (*at, *error["loc"])} for error in exc.errors(include_url=False)]
     first = errors[0]
     path = tuple(first["loc"])
     if first["type"] == "extra_forbidden":

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..rollout.registry import VLLM_INSTALL_HINT, rollout_backend  # noqa: F401 (VLLM_INSTALL_HINT: re-exported)
 from .errors import ConfigError, describe
+from .python_overrides import config_path, dotted_overrides
 from .schema import MAX_SEED, SHARED_SETTINGS, EngineConfig, is_hub_id, local_data_path, user_path
 from .strict_yaml import dump_yaml, parse_yaml, read_yaml
 
@@ -94,12 +95,27 @@ def resolve_data_paths(data: dict, base: Path) -> dict:
 
 def load_config(path: Optional[str | Path] = None, overrides: Optional[dict] = None,
                 preset: Optional[dict] = None) -> EngineConfig:
-    """YAML file (optional) + dotted-key overrides, layered over `preset` (optional), then validated."""
+    """YAML file (optional) + dotted-key overrides, layered over `preset` (optional), then validated. Overrides may
+    also nest (`{"run": {"max_steps": 10}}`: the keys it holds) and hold Python values (python_overrides.py)."""
+    path = config_path(path)
     data = resolve_data_paths(empty_sections_read_empty(read_yaml(path)), Path(path).parent) if path is not None else {}
-    data = apply_overrides(data, overrides or {})
+    data = apply_overrides(data, dotted_overrides(overrides))
     config = config_from_dict(deep_merge(preset or {}, data))
     validate_rollout_backend(config)
     return config
+
+
+def config_as_loaded(config: Any) -> EngineConfig:
+    """`config` checked again as a load checks it: train() is given what the caller holds, which may not be what
+    load_config returned (a dict, a path, a config built with model_construct or model_copy(update=...), which
+    skip validation, or one whose sections were set so that a rule across them no longer holds)."""
+    if not isinstance(config, EngineConfig):
+        raise ConfigError(f"train(config): expected an EngineConfig (load_config(path, overrides) makes one), got "
+                          f"{type(config).__name__}")
+    # warnings=False: a section replaced by a mapping would warn while dumped (an error under -W error)
+    checked = config_from_dict(config.model_dump(warnings=False))
+    validate_rollout_backend(checked)
+    return checked
 
 
 def validate(config: EngineConfig, num_processes: Optional[int] = None) -> None:

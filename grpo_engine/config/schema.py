@@ -22,14 +22,16 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
+                      create_model, field_validator, model_validator)
 
 from grpo_kernels.backends import backend_names
 from grpo_kernels.config import MAX_TEMPERATURE, MIN_TEMPERATURE, GRPOLossConfig, LossConfigWarning, LossSetting
 from grpo_kernels.losses import (DEFAULT_LOSS_TYPE, FLOAT32_MAX, TRUST_REGION, get_loss_type, loss_param_aliases,
                                  loss_type_names)
 
+from .errors import ConfigError, describe, unknown_key_message
+from .plain_values import plain_value
 from .applicability import ReadWhen, read_when_any, read_when_is, read_when_listed, read_when_positive, value_at
 from ..rollout.registry import (DEFAULT_ROLLOUT_BACKEND, ROLLOUT_BACKENDS, backends_with, rollout_backend,
                                 rollout_backend_names)
@@ -267,6 +269,20 @@ class Section(BaseModel):
     infinity; assignments are validated too."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_assignment=True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A key set after load (`config.run.max_steps = -3` in a notebook) is refused in the line a load gives,
+        # naming the dotted key: pydantic's own error was five lines with a link, and a mistyped key a ValueError
+        # naming the class. A Path, a numpy scalar or a tuple is taken as the flags' value (plain_values.py).
+        if name.startswith("_"):
+            return super().__setattr__(name, value)
+        at = section_path(type(self))
+        if name not in type(self).model_fields:
+            raise ConfigError(unknown_key_message(EngineConfig, (*at, name), SHARED_SETTINGS))
+        try:
+            super().__setattr__(name, plain_value(value))
+        except ValidationError as exc:
+            raise ConfigError(describe(exc, EngineConfig, SHARED_SETTINGS, at)) from None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -854,6 +870,21 @@ class EngineConfig(Section):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"loss: {exc}") from None
         return self
+
+
+def section_path(section: type[BaseModel]) -> tuple[str, ...]:
+    """Where a section's class sits in EngineConfig: () for EngineConfig, ("run",), ("model", "lora")."""
+    if not _SECTION_PATHS:
+        def walk(model: type[BaseModel], at: tuple[str, ...]) -> None:
+            _SECTION_PATHS.setdefault(model, at)
+            for name, field in model.model_fields.items():
+                if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                    walk(field.annotation, (*at, name))
+        walk(EngineConfig, ())
+    return _SECTION_PATHS.get(section, ())
+
+
+_SECTION_PATHS: dict[type[BaseModel], tuple[str, ...]] = {}
 
 
 def reads_max_completion_length(loss_type: str) -> bool:

@@ -37,7 +37,7 @@ def test_the_loss_reads_the_rollouts_shared_settings():
     assert (kernel.temperature, kernel.max_completion_length) == (0.5, 40)
     config.rollout.temperature = 0.25  # an assignment is validated, and the loss follows it
     assert config.loss_config().temperature == 0.25
-    with pytest.raises(ValueError, match="temperature\n  Input should be greater than or equal to"):
+    with pytest.raises(ConfigError, match=r"^rollout.temperature: expected a value >= "):  # the one line of a load
         config.rollout.temperature = 0.0
 
 
