@@ -12,12 +12,20 @@ its ASCII form). Nor may the machine itself be listed twice under two of its loo
 `127.0.0.1`, `[::1]`, `[::ffff:127.0.0.1]` and the wildcard `0.0.0.0` / `[::]` (which a client's connect reaches the
 local host by) all reach a server on this machine that listens on them, named without any lookup (the loopback names
 resolve from the system's hosts file, never by DNS), so one of them listed beside another is the same server.
+An address is read as the system's resolver reads it before any lookup: the older IPv4 forms (`127.1`,
+`2130706433`, `0x7f000001`, `0177.0.0.1`), an IPv4 address inside an IPv6 one (`[::ffff:7f00:1]`), a zone
+(`[::1%25lo]`), and a name the hosts file gives an address (`localhost.localdomain`, `ip6-localhost`, the machine's
+own name) are that address.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Union
 from urllib.parse import urlsplit
 
 EXPECTED = "expected a server's base URL, http://HOST:PORT"
@@ -75,20 +83,70 @@ _LOCAL_ADDRESSES = {ipaddress.ip_address(a) for a in ("127.0.0.1", "::1", "0.0.0
 
 
 def server_host(host: str) -> str:
-    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
-    (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the ASCII form
-    that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is `localhost`."""
+    """One spelling of `host` for each address it names without a lookup (host_address): an IP address in its
+    compressed form (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the
+    ASCII form that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is
+    `localhost`."""
     try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
-    name = host.rstrip(".").lower()
-    try:
-        return name.encode("idna").decode("ascii")
+        # IDNA first: it maps a full-width dot (U+FF0E) to the ASCII one whose trailing copy is then cut
+        name = host.lower().encode("idna").decode("ascii").rstrip(".")
     except UnicodeError:  # a name IDNA cannot encode (a label past 63 characters): the lookup fails on it anyway
+        name = host.rstrip(".").lower()
+    address = host_address(name)
+    if address is None:
         return name
+    return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
+
+
+Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+# The file the system's resolver reads names from before DNS (nsswitch's "files"); a test points it elsewhere.
+HOSTS_FILE = Path("/etc/hosts")
+# What C's inet_aton reads as an IPv4 address, and getaddrinfo with it: one to four numbers, decimal, 0x-hex or
+# 0-octal. A name of letters (`deadbeef`, `1e100.net`) is not of this form.
+_NUMERIC_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]*|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]*|[0-9]+)){0,3}")
+
+
+def host_address(host: str) -> Optional[Address]:
+    """The address a URL's host part names before any DNS lookup, as the resolver reads it, or None: an IP address
+    (an IPv4 one inside an IPv6 address is that IPv4 address; a zone is dropped), an older IPv4 form, or a name the
+    hosts file lists."""
+    try:
+        address: Optional[Address] = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        address = _numeric_ipv4(host) or hosts_file_names(HOSTS_FILE).get(host.lower().rstrip("."))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _numeric_ipv4(host: str) -> Optional[ipaddress.IPv4Address]:
+    if not _NUMERIC_IPV4.fullmatch(host):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:  # a part past its range (256.1.1.1): no address, and the connection fails naming it
+        return None
+
+
+@lru_cache(maxsize=4)
+def hosts_file_names(path: Path) -> dict[str, Address]:
+    """Each name of the hosts file (lower case) -> the address of its first line, as the resolver takes it."""
+    names: dict[str, Address] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:  # no hosts file (another platform, a sandbox): names are then told apart as written
+        return names
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        try:
+            address = ipaddress.ip_address(fields[0].split("%")[0])
+        except ValueError:
+            continue
+        for name in fields[1:]:
+            names.setdefault(name.lower().rstrip("."), address)
+    return names
 
 
 def distinct_servers(urls: list[str]) -> list[str]:
