@@ -287,8 +287,9 @@ def _other_format(text: str, source: str) -> ConfigError | None:
     if match is None:
         return None
     kind = "a shell (.env) line" if match["export"] else "TOML or INI"
-    return ConfigError(f"{source} line {first + 1}: {lines[first].strip()[:40]!r} is {kind}, not YAML; a config "
-                       f"file is YAML: a section's name and a colon (run:), its keys indented below it (  max_steps: 3)")
+    return ConfigError(f"{source} line {first + 1}: {lines[first].strip()[:40]!r} is {kind}, not YAML; a "
+                       f"config file is YAML: a section's name and a colon (run:), its keys indented below it "
+                       f"(  max_steps: 3)")
 
 
 # Byte order marks of the wider Unicode encodings an editor may save in ("Unicode" in Windows Notepad is UTF-16 LE),
