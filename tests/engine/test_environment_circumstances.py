@@ -110,3 +110,53 @@ def test_whole_numbers_the_libraries_read_are_whole_numbers(text, name):
         assert str(exc).startswith(f"environment variable {name}=") and "\n" not in str(exc)
     else:
         assert readable, text
+
+
+HUB_SWITCHES = ["HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_TELEMETRY",
+                "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_DISABLE_SYMLINKS", "HF_HUB_DISABLE_XET"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.sampled_from(["1", "true", "Yes", " on", "0", "off", "No", "", "ture", "enabled", "2"]),
+                      st.text(max_size=6)),
+       name=st.sampled_from(HUB_SWITCHES))
+def test_the_hub_switches_take_the_words_huggingface_hub_reads(text, name):
+    """huggingface_hub reads each of its switches as true for 1 / on / yes / true and false for any other word: a
+    typo (`ture`) turned the switch off, silently. The words it means either way are accepted, any other refused."""
+    meant = text.strip().upper() in ("1", "ON", "YES", "TRUE", "", "0", "OFF", "NO", "FALSE")
+    try:
+        check_environment({name: text})
+    except ConfigError as exc:
+        assert not meant, text
+        assert str(exc).startswith(f"environment variable {name}=") and "\n" not in str(exc)
+    else:
+        assert meant, text
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(str), st.integers(-5, 10**12).map(str),
+                      st.sampled_from(["2GB", "1e9 ", "1_000", "", "\uff11"]), st.text(max_size=6)))
+def test_the_datasets_memory_size_is_a_number_datasets_reads(text):
+    """datasets reads HF_DATASETS_IN_MEMORY_MAX_SIZE with float() as it is imported: `2GB` stopped the command with
+    "could not convert string to float" naming no variable. What float() reads as a finite size >= 0 is accepted."""
+    try:
+        readable = 0 <= float(text) < float("inf")
+    except ValueError:
+        readable = False
+    try:
+        check_environment({"HF_DATASETS_IN_MEMORY_MAX_SIZE": text})
+    except ConfigError as exc:
+        assert not readable, text
+        assert str(exc).startswith("environment variable HF_DATASETS_IN_MEMORY_MAX_SIZE=") and "\n" not in str(exc)
+    else:
+        assert readable, text
+
+
+def test_a_datasets_size_it_cannot_read_stops_the_command_in_one_line(tmp_path):
+    """End to end: the command's one line names the variable, before datasets' import could stop it."""
+    done = subprocess.run([sys.executable, "-m", "grpo_engine", "train", "--run.max_steps", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_IN_MEMORY_MAX_SIZE": "2GB"})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("grpo-engine: ") and "HF_DATASETS_IN_MEMORY_MAX_SIZE='2GB'" in lines[0], lines
