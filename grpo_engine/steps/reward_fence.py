@@ -36,6 +36,7 @@ reaches by import (a module's globals, including the engine's); those are the us
 
 from __future__ import annotations
 
+import _signal
 import copy
 import gc
 import locale
@@ -67,13 +68,16 @@ def fenced_arguments(**arguments: Any) -> dict[str, Any]:
     return copy.deepcopy(arguments)
 
 
+# The signals whose handlers are read: every one but those. Read before and after every call through _signal's
+# getsignal, signal.getsignal without its conversion of each handler to an enum (most of this part's cost).
+_SIGNALS = tuple(int(signum) for signum in signal.valid_signals() if signum not in _FIXED_SIGNALS)
+
+
 def _signal_handlers() -> dict[int, Any]:
     handlers = {}
-    for signum in signal.valid_signals():
-        if signum in _FIXED_SIGNALS:
-            continue
+    for signum in _SIGNALS:
         try:
-            handlers[signum] = signal.getsignal(signum)
+            handlers[signum] = _signal.getsignal(signum)
         except (OSError, ValueError):
             continue
     return handlers
@@ -83,7 +87,7 @@ def _restore_signal_handlers(saved: dict[int, Any]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # handlers can be set from the main thread only, so a call elsewhere could not change them
     for signum, handler in saved.items():
-        if handler is not None and signal.getsignal(signum) is not handler:
+        if handler is not None and _signal.getsignal(signum) != handler:
             try:
                 signal.signal(signum, handler)
             except (OSError, ValueError):
@@ -318,7 +322,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
         sys.setrecursionlimit(recursion_limit)
         if logging.root.manager.disable != logging_disabled:
             changed.append("changed logging's disable level; the engine put it back")
-        logging.disable(logging_disabled)
+            logging.disable(logging_disabled)  # only then: it clears every logger's cache (hundreds, transformers')
 
 
 # Threads a fenced call or import left running that are not daemons, each with who started it: the CLI ends the
