@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..config import RewardsConfig
+from ..data.row_values import lookalike_note
 from ..import_path import hidden_file_note
 from .reward_exits import InterruptWatch, exit_description, interrupt_watch, is_users_interrupt
 from .reward_fence import fenced_arguments, reward_fence
@@ -275,7 +276,8 @@ def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]],
             whole = all(column not in row for row in rows)
             where = f"has no {column!r} column" if whole else f"row {missing} has no {column!r} column"
             raise RewardFunctionError(f"dataset {source!r} {where}, which reward function {reward.name!r} "
-                                      f"reads{_column_key(reward)}; columns: {sorted(rows[missing])}")
+                                      f"reads{_column_key(reward)}; columns: {sorted(rows[missing])}"
+                                      f"{lookalike_note(column, rows[missing])}")
         _check_signature(reward, columns, source)  # after the columns it reads: a missing one is the cause
 
 
