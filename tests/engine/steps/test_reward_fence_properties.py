@@ -203,3 +203,24 @@ def test_a_reward_that_closes_a_standard_stream_leaves_it_open(stream, fd):
     assert done.stdout.strip() == "printed after False" and "said after" in done.stderr
     assert f"reward function 'score' closed the stream on file descriptor {fd}; the engine opened it again" \
         in done.stderr
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_reward_that_reconfigures_a_standard_stream_leaves_it_as_it_was(stream):
+    """sys.stdout.reconfigure(encoding='ascii', errors='strict') in a reward outlived the call: the CLI's error
+    handler (backslashreplace) was gone, and the engine's next line holding a non-ASCII character (a prompt, a path)
+    ended the run in UnicodeEncodeError. The stream's encoding, error handler and buffering are put back and said."""
+    code = (f"import sys\nfrom grpo_engine.steps.rewards import NamedReward, score_completions\n"
+            f"sys.{stream}.reconfigure(errors='backslashreplace')\n"
+            f"def score(prompts, completions, **_):\n"
+            f"    sys.{stream}.reconfigure(encoding='ascii', errors='strict', line_buffering=False)\n"
+            f"    return [1.0] * len(completions)\n"
+            f"before = (sys.{stream}.encoding, sys.{stream}.errors)\n"
+            f"score_completions([NamedReward('score', score, 1.0)], ['p'], ['c'], {{}}, [[1]])\n"
+            f"print('after \u00e9', (sys.{stream}.encoding, sys.{stream}.errors) == before, file=sys.{stream})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "after \u00e9 True" in getattr(done, stream), (done.stdout, done.stderr)
+    assert f"reward function 'score' reconfigured sys.{stream} (its encoding, error handler or buffering); the " \
+        f"engine put it back" in done.stderr, done.stderr
