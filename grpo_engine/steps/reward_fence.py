@@ -14,8 +14,8 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - torch's global switches: grad mode, default dtype, default device, thread counts, deterministic-algorithms
   mode, anomaly detection, float32 matmul precision, the TF32 / cuDNN flags, autocast (on, its dtype, its cache)
   and torch.nn.Module's global hooks (register_module_forward_hook and its kin);
-- `sys.stdout` / `sys.stderr` / `sys.stdin` (and what `reconfigure` changes of them), the warnings filters, the recursion limit and logging's global
-  `disable` level;
+- `sys.stdout` / `sys.stderr` / `sys.stdin` (and what `reconfigure` changes of them), the warnings filters, the
+  recursion limit and logging's global `disable` level;
 - the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
   garbage collector (on, thresholds), trace / profile functions, switch interval, integer string limit, the exception
   and unraisable hooks, the default socket timeout, the new threads' stack size, the C locale;
