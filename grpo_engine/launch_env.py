@@ -39,6 +39,16 @@ def _whole_number(low: int, high: Optional[int] = None) -> Callable[[str], Optio
     return problem
 
 
+def _byte_count(text: str) -> Optional[str]:
+    # datasets reads it with float() as it is imported: `2GB` stopped the command with "could not convert string to
+    # float" naming no variable
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    return None if 0 <= value < float("inf") else "a number of bytes >= 0, such as 2e9 (0: off)"
+
+
 def _thread_counts(text: str) -> Optional[str]:
     # OpenMP takes a comma-separated list, one count per nesting level
     parts = text.split(",")
@@ -113,6 +123,14 @@ ENVIRONMENT: dict[str, tuple[Callable[[str], Optional[str]], str]] = {
     "HF_HUB_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "TRANSFORMERS_OFFLINE": (_switch, "read the Hugging Face cache only"),
     "HF_DATASETS_OFFLINE": (_switch, "read the datasets cache only"),
+    "HF_DATASETS_IN_MEMORY_MAX_SIZE": (_byte_count, "the largest dataset datasets keeps in memory"),
+    # huggingface_hub's other switches, read as its offline one: any word but 1 / on / yes / true meant false, silently
+    **{name: (_switch, meaning) for name, meaning in (
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "huggingface_hub's download progress bars off"),
+        ("HF_HUB_DISABLE_TELEMETRY", "huggingface_hub's usage reports off"),
+        ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "huggingface_hub sends the saved token only when asked"),
+        ("HF_HUB_DISABLE_SYMLINKS", "the Hugging Face cache without symbolic links"),
+        ("HF_HUB_DISABLE_XET", "downloads without the Xet protocol"))},
 }
 
 # (rank variable, count variable): a rank is below its count.

@@ -230,7 +230,7 @@ def _refuse_misspelt_trl_names(source: object, names: list[str]) -> None:
     """TypeError for a key of `source` (a mapping's keys, an object's own attributes) that is a typo of one of our
     `names` (`epsilon_hgh`) and no argument of TRL's: it was left out, and the setting meant kept its default,
     silently. Other keys (TRL's learning_rate, output_dir, ...) are TRL's business."""
-    keys = source.keys() if isinstance(source, Mapping) else vars(source) if hasattr(source, "__dict__") else ()
+    keys = source.keys() if isinstance(source, Mapping) else _attribute_names(source)
     close = {key: closest_name(key, names, cutoff=0.8) for key in keys if isinstance(key, str) and key not in names}
     close = {key: meant for key, meant in close.items() if meant is not None}
     if close:
@@ -238,6 +238,13 @@ def _refuse_misspelt_trl_names(source: object, names: list[str]) -> None:
     for key, meant in close.items():
         raise TypeError(f"GRPOLossConfig.from_trl: {key!r:.60} is no argument of TRL's GRPOConfig; did you mean "
                         f"{meant!r}? (it was left out, and {meant} would keep its default)")
+
+
+def _attribute_names(source: object) -> set[str]:
+    """The names an object answers getattr with, as from_trl reads it: its own attributes and the public names of its
+    class too (a dataclass with __slots__ has no __dict__, a property lives on the class: a typo there was missed)."""
+    own = set(vars(source)) if hasattr(source, "__dict__") else set()
+    return own | {name for name in dir(source) if not name.startswith("_")}
 
 
 _dataclass_init = GRPOLossConfig.__init__

@@ -24,10 +24,18 @@ def accepted_keywords(function: Callable) -> Optional[tuple[str, ...]]:
     return tuple(p.name for p in parameters if p.name != "self" and p.kind in by_keyword)
 
 
+def _spelling(name: str) -> str:
+    # the forms a name takes on its way through a config file, a command line or a dict of keywords: capitals
+    # (RETURN_LOGPROBS was as far from return_logprobs as any other word), hyphens, spaces around it
+    return name.strip().lower().replace("-", "_")
+
+
 def closest_name(name: str, accepted: Iterable[str], cutoff: float = 0.6) -> Optional[str]:
-    """The accepted name `name` most likely meant (a typo of it), or None."""
-    close = difflib.get_close_matches(name, tuple(accepted), n=1, cutoff=cutoff)
-    return close[0] if close else None
+    """The accepted name `name` most likely meant (a typo of it, in any case, with hyphens for underscores), or
+    None."""
+    by_spelling = {_spelling(each): each for each in accepted}
+    close = difflib.get_close_matches(_spelling(name), tuple(by_spelling), n=1, cutoff=cutoff)
+    return by_spelling[close[0]] if close else None
 
 
 def refuse_unknown_keywords(owner: str, accepted: Optional[Iterable[str]], given: Mapping[str, object]) -> None:

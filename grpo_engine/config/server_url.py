@@ -17,6 +17,10 @@ first request, which then counted as a server not answering), a path outside ASC
 nothing) or a % not starting an escape, an API path hidden by percent-encoding (`/v%31` is `/v1` to the server), or an
 IPv6 zone id that names no network interface of this machine (`%25eth0`, RFC 6874's spelling, reached the
 interface `25eth0`).
+An address is read as the system's resolver reads it before any lookup: the older IPv4 forms (`127.1`,
+`2130706433`, `0x7f000001`, `0177.0.0.1`), an IPv4 address inside an IPv6 one (`[::ffff:7f00:1]`), a zone
+(`[::1%lo]`), and a name the hosts file gives an address (`localhost.localdomain`, `ip6-localhost`, the machine's
+own name) are that address.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from functools import lru_cache
+from pathlib import Path
 from typing import Optional, Union
 from urllib.parse import quote, unquote, urlsplit
 
@@ -108,34 +114,71 @@ LOCAL_HOST = "localhost"
 _LOCAL_ADDRESSES = {ipaddress.ip_address(a) for a in ("127.0.0.1", "::1", "0.0.0.0", "::", "::ffff:127.0.0.1")}
 
 
-def host_address(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
-    """The IP address `host` is without a lookup: an IPv6 or dotted IPv4 address, or one of the short IPv4 forms the
-    socket reads as one (`127.1`, `2130706433`, `0x7f.0.0.1` are 127.0.0.1); None for a name."""
+def server_host(host: str) -> str:
+    """One spelling of `host` for each address it names without a lookup (host_address): an IP address in its
+    compressed form (`0:0:0:0:0:0:0:1` is `::1`), a name without the DNS root's trailing dot, in lower case and in the
+    ASCII form that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is
+    `localhost`."""
     try:
-        return ipaddress.ip_address(host)
+        # IDNA first: it maps a full-width dot (U+FF0E) to the ASCII one whose trailing copy is then cut
+        name = host.lower().encode("idna").decode("ascii").rstrip(".")
+    except UnicodeError:  # a name IDNA cannot encode (a label past 63 characters): the lookup fails on it anyway
+        name = host.rstrip(".").lower()
+    address = host_address(name)
+    if address is None:
+        return name
+    return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
+
+
+Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+# The file the system's resolver reads names from before DNS (nsswitch's "files"); a test points it elsewhere.
+HOSTS_FILE = Path("/etc/hosts")
+# What C's inet_aton reads as an IPv4 address, and getaddrinfo with it: one to four numbers, decimal, 0x-hex or
+# 0-octal. A name of letters (`deadbeef`, `1e100.net`) is not of this form.
+_NUMERIC_IPV4 = re.compile(r"(?:0[xX][0-9a-fA-F]*|[0-9]+)(?:\.(?:0[xX][0-9a-fA-F]*|[0-9]+)){0,3}")
+
+
+def host_address(host: str) -> Optional[Address]:
+    """The address a URL's host part names before any DNS lookup, as the resolver reads it, or None: an IP address
+    (an IPv4 one inside an IPv6 address is that IPv4 address; a zone is dropped), an older IPv4 form, or a name the
+    hosts file lists."""
+    try:
+        address: Optional[Address] = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
-        pass
-    if not re.fullmatch(r"[0-9][0-9a-fA-FxX.]*", host):
+        address = _numeric_ipv4(host) or hosts_file_names(HOSTS_FILE).get(host.lower().rstrip("."))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _numeric_ipv4(host: str) -> Optional[ipaddress.IPv4Address]:
+    if not _NUMERIC_IPV4.fullmatch(host):
         return None
     try:
         return ipaddress.IPv4Address(socket.inet_aton(host))
-    except OSError:
+    except OSError:  # a part past its range (256.1.1.1): no address, and the connection fails naming it
         return None
 
 
-def server_host(host: str) -> str:
-    """One spelling of `host` for each address it names without a lookup: an IP address in its compressed form
-    (`0:0:0:0:0:0:0:1` is `::1`, `127.1` is `127.0.0.1`), a name without the DNS root's trailing dot, in lower case
-    and in the ASCII form that DNS sends (IDNA: `bücher` is `xn--bcher-kva`); every loopback name of this machine is
-    `localhost`."""
-    address = host_address(host)
-    if address is not None:
-        return LOCAL_HOST if address in _LOCAL_ADDRESSES else address.compressed
-    name = host.rstrip(".").lower()
+@lru_cache(maxsize=4)
+def hosts_file_names(path: Path) -> dict[str, Address]:
+    """Each name of the hosts file (lower case) -> the address of its first line, as the resolver takes it."""
+    names: dict[str, Address] = {}
     try:
-        return name.encode("idna").decode("ascii")
-    except UnicodeError:  # a name IDNA cannot encode (a label past 63 characters): the lookup fails on it anyway
-        return name
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:  # no hosts file (another platform, a sandbox): names are then told apart as written
+        return names
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        try:
+            address = ipaddress.ip_address(fields[0].split("%")[0])
+        except ValueError:
+            continue
+        for name in fields[1:]:
+            names.setdefault(name.lower().rstrip("."), address)
+    return names
 
 
 def distinct_servers(urls: list[str]) -> list[str]:

@@ -8,6 +8,7 @@ string the loader would read as something else, so a saved config reads back equ
 
 from __future__ import annotations
 
+import codecs
 import re
 import unicodedata
 from pathlib import Path
@@ -272,17 +273,49 @@ def parse_yaml(text: str, source: str) -> Any:
 # `[section]` header alone on its line, or `key = value`. YAML read them as a list or a line of text, or failed in its
 # parser's words ("expected '<document start>', but found '<scalar>'"), saying nothing of the format.
 # Only the file's first line of content is looked at: further down, such a line may be the text of a YAML value.
-_OTHER_FORMAT_LINE = re.compile(r"[ \t]*(?:\[[A-Za-z_][\w.\- ]*\][ \t]*(?:[#;].*)?|[A-Za-z_][\w.\-]*[ \t]*=(?!=).*)")
+# TOML's array of tables (`[[rewards]]`) is a header too; a shell's `export KEY=value` is a .env line.
+_OTHER_FORMAT_LINE = re.compile(r"[ \t]*(?:(?P<header>\[\[?[A-Za-z_][\w.\- ]*\]\]?)[ \t]*(?:[#;].*)?|"
+                                r"(?P<export>export[ \t]+)?[A-Za-z_][\w.\-]*[ \t]*=(?!=).*)")
 
 
 def _other_format(text: str, source: str) -> ConfigError | None:
-    """The refusal of a config written in TOML or INI rather than YAML, naming its first line, or None."""
-    lines = _LINE_BREAK.split(text)
+    """The refusal of a config written in TOML, INI or a .env file rather than YAML, naming its first line, or None.
+    A byte order mark before that line is no part of it (an editor's "UTF-8 with BOM")."""
+    lines = _LINE_BREAK.split(text.removeprefix("\ufeff"))
     first = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(("#", ";"))), None)
-    if first is None or not _OTHER_FORMAT_LINE.fullmatch(lines[first]):
+    match = _OTHER_FORMAT_LINE.fullmatch(lines[first]) if first is not None else None
+    if match is None:
         return None
-    return ConfigError(f"{source} line {first + 1}: {lines[first].strip()[:40]!r} is TOML or INI, not YAML; a config "
-                       f"file is YAML: a section's name and a colon (run:), its keys indented below it (  max_steps: 3)")
+    kind = "a shell (.env) line" if match["export"] else "TOML or INI"
+    return ConfigError(f"{source} line {first + 1}: {lines[first].strip()[:40]!r} is {kind}, not YAML; a "
+                       f"config file is YAML: a section's name and a colon (run:), its keys indented below it "
+                       f"(  max_steps: 3)")
+
+
+# Byte order marks of the wider Unicode encodings an editor may save in ("Unicode" in Windows Notepad is UTF-16 LE),
+# the 32-bit ones first: UTF-32 LE's mark starts with UTF-16 LE's.
+_WIDE_MARKS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+               (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """The UTF-16 / UTF-32 encoding `data` is in, by its byte order mark or, without one, by the zero bytes beside
+    each ASCII character of its start, or None. Read as UTF-8, it was "not UTF-8 text (byte 0xff)" or "the character
+    U+0000 is not allowed", neither naming the encoding to change."""
+    mark = next((name for bom, name in _WIDE_MARKS if data.startswith(bom)), None)
+    if mark is not None:
+        return mark
+    for width, name in ((4, "UTF-32"), (2, "UTF-16")):
+        start = data[:64 - 64 % width] if len(data) >= 64 else data[:len(data) - len(data) % width]
+        if len(start) < 2 * width:
+            continue
+        for at in (0, width - 1):  # little endian: the ASCII byte first; big endian: last
+            text = start[at::width]
+            zeros = bytes(len(start) - len(text))
+            if bytes(b for k, b in enumerate(start) if k % width != at) == zeros and \
+                    all(32 <= b < 127 or b in b"\t\r\n" for b in text):
+                return name
+    return None
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -307,6 +340,9 @@ def read_yaml(path: str | Path) -> dict:
             data = file.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{source} is larger than {MAX_CONFIG_BYTES:,} bytes (the config reader's bound)")
+        wide = _wide_encoding(data)
+        if wide is not None:
+            raise ConfigError(f"{source} is {wide} text, not UTF-8; save it as UTF-8")
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1

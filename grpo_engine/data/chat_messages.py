@@ -96,13 +96,29 @@ def conversation_problem(messages: list[dict[str, Any]]) -> Optional[str]:
     return None
 
 
+def _is_message(value: Any) -> bool:
+    """A dict written as one chat message: {'role', 'content'} (OpenAI's, TRL's) or {'from', 'value'} (ShareGPT's)."""
+    return isinstance(value, dict) and ("role" in value and "content" in value or "from" in value and "value" in value)
+
+
+def _strip_unseen(text: str) -> str:
+    """`text` without what shows nothing at either end (str.strip keeps a byte order mark, U+200B)."""
+    start, end = 0, len(text)
+    while start < end and not shows(text[start]):
+        start += 1
+    while end > start and not shows(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
 def messages_written_as_text(text: str) -> Optional[str]:
     """How a text prompt encodes chat messages ('JSON', 'a Python list'), or None. A messages column saved through a
     table (pandas' to_csv, a Parquet export of str() of each list) reaches the data as text; the model was trained on
     its brackets, quotes and role names as the prompt, silently. One message alone ({'role', 'content'}) and a list
-    passed through json.dumps twice (a JSON string of the JSON text) are the same mistake."""
-    stripped = text.strip()
-    if "role" not in stripped:
+    passed through json.dumps twice (a JSON string of the JSON text) are the same mistake; so are ShareGPT's
+    {'from', 'value'} messages, a tuple's str(), one JSON message a line, and any of them behind a byte order mark."""
+    stripped = _strip_unseen(text)
+    if "role" not in stripped and "from" not in stripped:
         return None
     if stripped.startswith('"'):  # json.dumps of the JSON text: decoded once, it is the list as text
         try:
@@ -111,18 +127,29 @@ def messages_written_as_text(text: str) -> Optional[str]:
             return None
         kind = messages_written_as_text(inner) if isinstance(inner, str) and inner.strip() != stripped else None
         return f"{kind}, itself in a JSON string" if kind else None
-    if stripped[:1] + stripped[-1:] not in ("[]", "{}"):
+    if stripped[:1] + stripped[-1:] not in ("[]", "{}", "()"):
         return None
     for kind, parse in (("JSON", json.loads), ("a Python list (str() of one)", ast.literal_eval)):
         try:
             value = parse(stripped)
         except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not that kind of text
             continue
-        if isinstance(value, dict) and "role" in value and "content" in value:  # one message
+        if _is_message(value):  # one message
             return f"{kind.split(' (')[0].replace('list', 'dict')} (one message)"
-        if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+        if isinstance(value, (list, tuple)) and value and all(_is_message(m) or isinstance(m, dict) and "role" in m
+                                                              for m in value):
             return kind
+    lines = [line for line in stripped.splitlines() if line.strip()]
+    if len(lines) > 1 and all(_is_message(_json_or_none(line)) for line in lines):
+        return "JSON lines (one message a line)"
     return None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def message_written_as_text(messages: list[dict[str, Any]]) -> Optional[str]:

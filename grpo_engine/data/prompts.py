@@ -22,7 +22,7 @@ from ..state.bounded_read import (DATA_LINE_BYTES, FileBoundError, bounded_lines
 from .chat_messages import (BLANK, content_text, continues_final_message, conversation_problem, dropped_message,
                             message_written_as_text, messages_problem, messages_written_as_text, missing_assistant_turn, special_token_as_text,
                             unused_system_prompt, visible)
-from .row_values import RowValueError, check_column_names, check_row_values, strict_json_hooks
+from .row_values import RowValueError, check_column_names, check_row_values, lookalike_note, strict_json_hooks
 
 
 _log = logging.getLogger(__name__)
@@ -293,8 +293,9 @@ def check_prompt_column(rows: list[dict[str, Any]], column: str, source: str) ->
     missing = [i for i, row in enumerate(rows) if column not in row]
     if missing:
         columns = sorted(rows[missing[0]].keys())
-        raise DataError(f"dataset {source!r} has no {column!r} column in row {missing[0]} (columns: {columns}); "
-                        f"set data.prompt_column to the column that holds the prompt")
+        raise DataError(f"dataset {source!r} has no {column!r} column in row {missing[0]} (columns: {columns})"
+                        f"{lookalike_note(column, columns)}; set data.prompt_column to the column that holds the "
+                        f"prompt")
 
 
 def prompt_chars(prompt: Any) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from numbers import Integral, Real
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .chat_messages import shows
 
@@ -140,6 +140,18 @@ def check_column_names(rows: list[dict[str, Any]], source: str) -> None:
                     f"as the same name, in other Unicode normalizations or with invisible characters or spaces "
                     f"({_code_points(other)} and {_code_points(column)}); write the name one way (NFC, nothing around "
                     f"it)")
+
+
+def lookalike_note(name: str, columns: Iterable[str]) -> str:
+    """For a column name a setting gives that the rows lack: a note naming the column they hold that reads the same
+    (NFC in the config, NFD in the file; `prompt` and `\ufeffprompt` from a spreadsheet's export; `prompt `), with
+    both names' code points; "" when none does. The bare message listed the columns, one looking exactly like the
+    one said missing."""
+    other = next((column for column in columns if column != name and shown_name(column) == shown_name(name)), None)
+    if other is None:
+        return ""
+    return (f" (the column {other!r} reads the same, written differently: {_code_points(other)} against "
+            f"{_code_points(name)}; write the name one way)")
 
 
 def _code_points(text: str, limit: int = 12) -> str:

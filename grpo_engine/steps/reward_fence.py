@@ -14,8 +14,8 @@ engine relies on is undone when it returns (or raises), so the run goes on as if
 - torch's global switches: grad mode, default dtype, default device, thread counts, deterministic-algorithms
   mode, anomaly detection, float32 matmul precision, the TF32 / cuDNN flags, autocast (on, its dtype, its cache)
   and torch.nn.Module's global hooks (register_module_forward_hook and its kin);
-- `sys.stdout` / `sys.stderr` / `sys.stdin`, the warnings filters, the recursion limit and logging's global
-  `disable` level;
+- `sys.stdout` / `sys.stderr` / `sys.stdin` (and what `reconfigure` changes of them), the warnings filters, the
+  recursion limit and logging's global `disable` level;
 - the interpreter's and NumPy's switches (_interpreter_switches): flush-denormal mode, NumPy's error handling, the
   garbage collector (on, thresholds), trace / profile functions, switch interval, integer string limit, the exception
   and unraisable hooks, the default socket timeout, the new threads' stack size, the C locale;
@@ -36,8 +36,10 @@ reaches by import (a module's globals, including the engine's); those are the us
 
 from __future__ import annotations
 
+import _signal
 import copy
 import gc
+import io
 import locale
 import logging
 import os
@@ -67,13 +69,16 @@ def fenced_arguments(**arguments: Any) -> dict[str, Any]:
     return copy.deepcopy(arguments)
 
 
+# The signals whose handlers are read: every one but those. Read before and after every call through _signal's
+# getsignal, signal.getsignal without its conversion of each handler to an enum (most of this part's cost).
+_SIGNALS = tuple(int(signum) for signum in signal.valid_signals() if signum not in _FIXED_SIGNALS)
+
+
 def _signal_handlers() -> dict[int, Any]:
     handlers = {}
-    for signum in signal.valid_signals():
-        if signum in _FIXED_SIGNALS:
-            continue
+    for signum in _SIGNALS:
         try:
-            handlers[signum] = signal.getsignal(signum)
+            handlers[signum] = _signal.getsignal(signum)
         except (OSError, ValueError):
             continue
     return handlers
@@ -83,7 +88,7 @@ def _restore_signal_handlers(saved: dict[int, Any]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # handlers can be set from the main thread only, so a call elsewhere could not change them
     for signum, handler in saved.items():
-        if handler is not None and signal.getsignal(signum) is not handler:
+        if handler is not None and _signal.getsignal(signum) != handler:
             try:
                 signal.signal(signum, handler)
             except (OSError, ValueError):
@@ -278,6 +283,28 @@ def _reopened(stream: Any, fd: Any, changed: list[str]) -> Any:
                 encoding=getattr(stream, "encoding", None) or "utf-8", errors=getattr(stream, "errors", None))
 
 
+def _stream_settings(stream: Any) -> Any:
+    """What `reconfigure` changes in a standard stream (a TextIOWrapper): its encoding and error handler, which the CLI
+    sets so that no character ends a print in UnicodeEncodeError, and its buffering; None for another stream."""
+    if not isinstance(stream, io.TextIOWrapper) or stream.closed:
+        return None
+    return stream.encoding, stream.errors, stream.line_buffering, stream.write_through
+
+
+def _restore_stream_settings(streams: tuple, before: tuple, saved: list, changed: list[str]) -> None:
+    """Each stream still the one the call began with, reconfigured back (one replaced or reopened is another's)."""
+    for name, stream, first, settings in zip(("stdout", "stderr", "stdin"), streams, before, saved):
+        if stream is not first or settings is None or _stream_settings(stream) in (None, settings):
+            continue
+        encoding, errors, line_buffering, write_through = settings
+        try:
+            stream.reconfigure(encoding=encoding, errors=errors, line_buffering=line_buffering,
+                               write_through=write_through)
+        except (OSError, ValueError, io.UnsupportedOperation):  # stdin after a read cannot change its encoding
+            continue
+        changed.append(f"reconfigured sys.{name} (its encoding, error handler or buffering); the engine put it back")
+
+
 @contextmanager
 def _process_state(changed: list[str]) -> Iterator[None]:
     cwd = os.getcwd()
@@ -288,6 +315,7 @@ def _process_state(changed: list[str]) -> Iterator[None]:
     timers = _armed_timers()
     streams = (sys.stdout, sys.stderr, sys.stdin)
     fds = [_fileno(stream) for stream in streams]
+    stream_settings = [_stream_settings(stream) for stream in streams]
     recursion_limit = sys.getrecursionlimit()
     logging_disabled = logging.root.manager.disable
     try:
@@ -313,12 +341,13 @@ def _process_state(changed: list[str]) -> Iterator[None]:
         if (sys.stdout, sys.stderr, sys.stdin) != streams:
             changed.append("changed sys.stdout / sys.stderr / sys.stdin; the engine put it back")
         sys.stdout, sys.stderr, sys.stdin = (_reopened(stream, fd, changed) for stream, fd in zip(streams, fds))
+        _restore_stream_settings((sys.stdout, sys.stderr, sys.stdin), streams, stream_settings, changed)
         if sys.getrecursionlimit() != recursion_limit:
             changed.append("changed the recursion limit; the engine put it back")
         sys.setrecursionlimit(recursion_limit)
         if logging.root.manager.disable != logging_disabled:
             changed.append("changed logging's disable level; the engine put it back")
-        logging.disable(logging_disabled)
+            logging.disable(logging_disabled)  # only then: it clears every logger's cache (hundreds, transformers')
 
 
 # Threads a fenced call or import left running that are not daemons, each with who started it: the CLI ends the

@@ -10,7 +10,8 @@ Each was measured to outlast a reward call and change the run after it:
   and the reward time limit itself from ever arriving;
 - file descriptors 0, 1 and 2 (`os.dup2(devnull, 2)` to quiet a noisy library, or `os.close(1)`): every later line
   of the engine, its one-line error included, went nowhere;
-- functions of the standard library, torch and NumPy replaced or deleted (human-eval's `reliability_guard` sets
+- functions of any loaded standard-library module, torch and NumPy replaced or deleted, and a hook left unset
+  (None) set to the function's code (human-eval's `reliability_guard` sets
   `os.chdir`, `os.remove`, `shutil.rmtree`, `subprocess.Popen` to None; a frozen clock replaces `time.time`), and
   `sys.modules` entries replaced or removed (`sys.modules['json'] = None`): the engine's next checkpoint, or the
   fence's own `os.chdir`, failed naming nothing of the reward. New names (a submodule imported) are left;
@@ -29,13 +30,22 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from types import ModuleType
+from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import Any, Iterator
 
 # The modules whose functions the engine (and the fence itself) calls after a reward ran: their names are put back.
-WATCHED_MODULES = ("builtins", "os", "os.path", "shutil", "subprocess", "signal", "socket", "time", "io", "json",
-                   "tempfile", "threading", "random", "math", "gc", "logging", "pathlib", "torch",
-                   "torch.nn.functional", "numpy")
+# Every public module of the standard library that is loaded, not a list of the ones known to be called: a list
+# missed `copy.deepcopy = None` (every later reward call failed in the fence's copy of its arguments, blamed on that
+# function), `resource.getrlimit`, `warnings.warn`, `pickle.dumps` and `sys.exit` (the CLI's own exit).
+WATCHED_LIBRARIES = ("os.path", "torch", "torch.nn.functional", "numpy")
+_STANDARD_LIBRARY = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
+
+
+def watched_modules() -> list[str]:
+    """The names of the watched modules loaded now (a set intersection in C: sys.modules holds thousands)."""
+    return sorted(_STANDARD_LIBRARY & sys.modules.keys()) + [name for name in WATCHED_LIBRARIES if name in sys.modules]
+
+
 _LIMITS = {name: getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_")}
 _STANDARD_FDS = (0, 1, 2)
 _LOGGERS = ("", "grpo_engine")  # the root logger, and the engine's (grpo_engine/messages.py: ENGINE_LOGGER)
@@ -114,7 +124,7 @@ def _set_logger_state(name: str, state: tuple) -> None:
 
 def _module_tables() -> dict[str, dict[str, Any]]:
     tables = {}
-    for name in WATCHED_MODULES:
+    for name in watched_modules():
         module = sys.modules.get(name)
         if module is not None:
             tables[name] = dict(vars(module))
@@ -141,7 +151,11 @@ def _restore_modules(tables: dict[str, dict[str, Any]], modules: dict[str, Any],
             now = namespace.get(attribute, saved)
             if now is value:  # nearly every name, every call: decided before anything costlier
                 continue
-            if (callable(value) or isinstance(value, ModuleType)) and not _own(name, now):
+            # A hook left unset (None) that now holds the function's own code counts too: threading.settrace(f) set
+            # threading._trace_hook, and every thread the engine started after it ran f on each line.
+            hook = value is None and callable(now)
+            if (callable(value) or isinstance(value, ModuleType) or hook) and not _own(name, now) \
+                    and f"{name}.{attribute}" not in _SWITCHED:
                 namespace[attribute] = value
                 names.append(f"{name}.{attribute}")
     if replaced:
@@ -163,10 +177,18 @@ def _same_namespace(namespace: dict[str, Any], saved: dict[str, Any]) -> bool:
 
 
 def _own(module_name: str, value: Any) -> bool:
-    """Whether `value` comes from the module's own package: torch rebinds torch.Storage when the default dtype changes
-    (which the fence puts back itself) and wraps torch.manual_seed once deterministic algorithms are on."""
+    """Whether `value` comes from the module's own package, or from the standard library into one of its modules:
+    torch rebinds torch.Storage when the default dtype changes (which the fence puts back itself) and wraps
+    torch.manual_seed once deterministic algorithms are on; a standard module may set a name of its own on first use
+    to a function of another (uuid's from _uuid)."""
     top = (getattr(value, "__module__", None) or "").split(".")[0]
-    return bool(top) and top == module_name.split(".")[0]
+    owner = module_name.split(".")[0]
+    library = isinstance(value, (FunctionType, BuiltinFunctionType)) and top in sys.stdlib_module_names
+    return bool(top) and (top == owner or owner in _STANDARD_LIBRARY and library)  # not a partial: the user's
+
+
+# The hooks the fence's interpreter switches put back and name themselves (reward_fence._interpreter_switches).
+_SWITCHED = frozenset({"sys.excepthook", "sys.unraisablehook", "threading.excepthook"})
 
 
 @contextmanager

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..config import RewardsConfig
+from ..data.row_values import lookalike_note
 from ..import_path import hidden_file_note
 from .reward_exits import InterruptWatch, exit_description, interrupt_watch, is_users_interrupt
 from .reward_fence import fenced_arguments, reward_fence
@@ -126,13 +127,24 @@ def reference_answer(answer: Any) -> Optional[str]:
     return boxed if boxed is not None else text.strip()
 
 
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+# The fonts and boxes of text in math (their content is the value) and LaTeX's notation that draws no value: its
+# spacing commands (\\quad, ~, \\hspace{1em}), placeholders that draw nothing (\\phantom{1}), style switches
+# (\\displaystyle), the inline / display math delimiters and an empty group. Each alone, as a reference and in a box,
+# matched itself (`\\boxed{\\quad}` scored correct against `\\quad`) until it is dropped with the rest.
+_TEXT_WRAPPER = re.compile(r"\\(?:text(?:bf|it|rm|sf|tt|normal)?|math(?:rm|bf|it|sf|tt|normal)|mbox|operatorname)"
+                           r"\*?\{([^{}]*)\}")
+_DRAWS_NO_VALUE = re.compile(r"\\(?:[hv]?phantom|[hv]space\*?)\{[^{}]*\}|\\(?:qquad|quad|enspace|thinspace|medspace|"
+                             r"thickspace|neg(?:thin|med|thick)space|(?:script)*(?:display|text|script)style)"
+                             r"(?![A-Za-z])|\\[()\[\]:]|~")
+_EMPTY_GROUP = re.compile(r"\{\s*\}")
 _FRAC = re.compile(r"\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
 
 
 def normalize_answer(answer: str) -> str:
     """Drop the notation that does not change a value: $, spacing, \\text{}, \\left/\\right, units words."""
-    text = _TEXT_WRAPPER.sub(r"\1", answer.strip())
+    text = _DRAWS_NO_VALUE.sub("", _TEXT_WRAPPER.sub(r"\1", answer.strip()))
+    while _EMPTY_GROUP.search(text):  # {{}} is empty once its inner group is gone
+        text = _EMPTY_GROUP.sub("", text)
     for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "^\\circ", "^{\\circ}", "\\%", "%"):
         text = text.replace(token, "")
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
@@ -275,7 +287,8 @@ def check_reward_columns(rewards: list[NamedReward], rows: list[dict[str, Any]],
             whole = all(column not in row for row in rows)
             where = f"has no {column!r} column" if whole else f"row {missing} has no {column!r} column"
             raise RewardFunctionError(f"dataset {source!r} {where}, which reward function {reward.name!r} "
-                                      f"reads{_column_key(reward)}; columns: {sorted(rows[missing])}")
+                                      f"reads{_column_key(reward)}; columns: {sorted(rows[missing])}"
+                                      f"{lookalike_note(column, rows[missing])}")
         _check_signature(reward, columns, source)  # after the columns it reads: a missing one is the cause
 
 

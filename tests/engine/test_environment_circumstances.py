@@ -96,13 +96,8 @@ def test_a_deleted_working_directory_is_one_line(argv, tmp_path):
     assert done.returncode == 1 and len(lines) == 1 and "current directory is gone" in lines[0], done.stderr
 
 
-@settings(max_examples=150, deadline=None)
-@given(text=st.one_of(st.integers(-5, 10_000).map(str), st.text(max_size=6)),
-       name=st.sampled_from(["MKL_NUM_THREADS", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"]))
-def test_whole_numbers_the_libraries_read_are_whole_numbers(text, name):
-    """torch took MKL_NUM_THREADS=abc (or -1) for one thread, silently; huggingface_hub's import stopped on
-    HF_HUB_ETAG_TIMEOUT=abc with "invalid literal for int()" naming nothing. A count each reads is accepted."""
-    readable = text.strip().isascii() and text.strip().isdigit() and int(text) >= 1
+def accepted_only_if(readable: bool, name: str, text: str) -> None:
+    """`name`=`text` passes the start's check when its reader takes it, and is one line naming it otherwise."""
     try:
         check_environment({name: text})
     except ConfigError as exc:
@@ -110,3 +105,50 @@ def test_whole_numbers_the_libraries_read_are_whole_numbers(text, name):
         assert str(exc).startswith(f"environment variable {name}=") and "\n" not in str(exc)
     else:
         assert readable, text
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.integers(-5, 10_000).map(str), st.text(max_size=6)),
+       name=st.sampled_from(["MKL_NUM_THREADS", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"]))
+def test_whole_numbers_the_libraries_read_are_whole_numbers(text, name):
+    """torch took MKL_NUM_THREADS=abc (or -1) for one thread, silently; huggingface_hub's import stopped on
+    HF_HUB_ETAG_TIMEOUT=abc with "invalid literal for int()" naming nothing. A count each reads is accepted."""
+    readable = text.strip().isascii() and text.strip().isdigit() and int(text) >= 1
+    accepted_only_if(readable, name, text)
+
+
+HUB_SWITCHES = ["HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_TELEMETRY",
+                "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HUB_DISABLE_SYMLINKS", "HF_HUB_DISABLE_XET"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.sampled_from(["1", "true", "Yes", " on", "0", "off", "No", "", "ture", "enabled", "2"]),
+                      st.text(max_size=6)),
+       name=st.sampled_from(HUB_SWITCHES))
+def test_the_hub_switches_take_the_words_huggingface_hub_reads(text, name):
+    """huggingface_hub reads each of its switches as true for 1 / on / yes / true and false for any other word: a
+    typo (`ture`) turned the switch off, silently. The words it means either way are accepted, any other refused."""
+    accepted_only_if(text.strip().upper() in ("1", "ON", "YES", "TRUE", "", "0", "OFF", "NO", "FALSE"), name, text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(str), st.integers(-5, 10**12).map(str),
+                      st.sampled_from(["2GB", "1e9 ", "1_000", "", "\uff11"]), st.text(max_size=6)))
+def test_the_datasets_memory_size_is_a_number_datasets_reads(text):
+    """datasets reads HF_DATASETS_IN_MEMORY_MAX_SIZE with float() as it is imported: `2GB` stopped the command with
+    "could not convert string to float" naming no variable. What float() reads as a finite size >= 0 is accepted."""
+    try:
+        readable = 0 <= float(text) < float("inf")
+    except ValueError:
+        readable = False
+    accepted_only_if(readable, "HF_DATASETS_IN_MEMORY_MAX_SIZE", text)
+
+
+def test_a_datasets_size_it_cannot_read_stops_the_command_in_one_line(tmp_path):
+    """End to end: the command's one line names the variable, before datasets' import could stop it."""
+    done = subprocess.run([sys.executable, "-m", "grpo_engine", "train", "--run.max_steps", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_IN_MEMORY_MAX_SIZE": "2GB"})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("grpo-engine: ") and "HF_DATASETS_IN_MEMORY_MAX_SIZE='2GB'" in lines[0], lines

@@ -1,5 +1,6 @@
 """The spec itself, checked by hand on small cases whose answers are worked out in the comments."""
 
+import dataclasses
 import math
 import types
 
@@ -213,15 +214,30 @@ FROM_TRL_NAMES = ["loss_type", "beta", "epsilon", "epsilon_high", "delta", "impo
                   "max_completion_length", "entropy_coef", "top_entropy_quantile"]
 
 
-@settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(FROM_TRL_NAMES), at=st.integers(0, 30), carrier=st.sampled_from(["dict", "namespace"]),
+def _carried(given: dict, carrier: str) -> object:
+    """`given` as a mapping, a namespace, a dataclass with __slots__ (no __dict__), class attributes or properties."""
+    if carrier == "dict":
+        return given
+    if carrier == "namespace":
+        return types.SimpleNamespace(**given)
+    if carrier == "slots":
+        return dataclasses.make_dataclass("Args", list(given), slots=True)(**given)
+    if carrier == "class":
+        return type("Args", (), dict(given))()
+    return type("Args", (), {key: property(lambda self, value=value: value) for key, value in given.items()})()
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(FROM_TRL_NAMES), at=st.integers(0, 30),
+       carrier=st.sampled_from(["dict", "namespace", "slots", "class", "property"]),
        unrelated=st.dictionaries(st.sampled_from(UNRELATED), st.integers(0, 9)))
 def test_from_trl_refuses_a_misspelt_name_naming_it(name, at, carrier, unrelated):
     """A key one letter short of a setting's name (`epsilon_hgh`) in a mapping or a plain namespace was left out, and
-    the setting kept its default, silently; it is refused naming the key. TRL's own other names are not."""
+    the setting kept its default, silently; it is refused naming the key. TRL's own other names are not. An object
+    read by attribute is read whole: a dataclass with __slots__, class attributes and properties were missed."""
     typo = name[:at % len(name)] + name[at % len(name) + 1:]
     given = {**unrelated, "beta": 0.04, typo: 0.5}
-    source = given if carrier == "dict" else types.SimpleNamespace(**given)
+    source = _carried(given, carrier)
     with pytest.raises(TypeError, match=rf"^GRPOLossConfig.from_trl: '{typo}' is no argument .*did you mean '"):
         GRPOLossConfig.from_trl(source)
     assert GRPOLossConfig.from_trl({**unrelated, "beta": 0.04}) == GRPOLossConfig(beta=0.04)

@@ -1,7 +1,8 @@
 """Property tests of the forms a config file takes that are not the schema's: a key written at another place of the
 tree than its own (a flag's dotted name `run.max_steps: 3`, `--run.max_steps: 3`, a section's key outside its
-section), a section written with no keys under it (YAML's null: its keys commented out), a file in TOML or INI, a
-text setting whose value YAML reads as a number, and a blank flag value for a number.
+section), a section written with no keys under it (YAML's null: its keys commented out), a file in TOML, INI or .env
+form, one saved as UTF-16 / UTF-32, a text setting whose value YAML reads as a number, and a blank flag value for a
+number.
 
 Before: "unknown key 'run.max_steps' (valid keys: model, data, ...)", naming as unknown the name --help lists;
 "run: expected a mapping of keys, got None"; "line 2: expected '<document start>', but found '<scalar>'"; "expected
@@ -107,19 +108,41 @@ TOML_VALUES = st.sampled_from(["3", "1e-5", "true", '"runs/x"', "'linear'", "[1,
 
 
 @SETTINGS
-@given(headers=st.booleans(), sections=st.lists(NAMES, min_size=1, max_size=3, unique=True),
+@given(headers=st.sampled_from(["", "[{}]", "[[{}]]"]), sections=st.lists(NAMES, min_size=1, max_size=3, unique=True),
        keys=st.lists(NAMES, min_size=1, max_size=3, unique=True), values=TOML_VALUES,
-       spaces=st.sampled_from([" = ", "=", " =\t"]), preamble=st.sampled_from(["", "# run settings\n", "\n; x\n"]))
-def test_a_toml_or_ini_file_is_named_as_such(headers, sections, keys, values, spaces, preamble, tmp_path):
-    body = "".join((f"[{section}]\n" if headers else "") + "".join(f"{key}{spaces}{values}\n" for key in keys)
+       spaces=st.sampled_from([" = ", "=", " =\t"]), preamble=st.sampled_from(["", "# run settings\n", "\n; x\n"]),
+       mark=st.sampled_from(["", "\ufeff"]), export=st.booleans())
+def test_a_toml_ini_or_env_file_is_named_as_such(headers, sections, keys, values, spaces, preamble, mark, export,
+                                                 tmp_path):
+    """TOML's array of tables ([[rewards]]), a file opening with a byte order mark (an editor's "UTF-8 with BOM")
+    and a .env file's `export KEY=value` were refused in the YAML parser's words, naming no format."""
+    export = export and not headers  # a shell file has no sections
+    body = "".join((headers.format(section) + "\n" if headers else "") +
+                   "".join(f"{'export ' if export else ''}{key}{spaces}{values}\n" for key in keys)
                    for section in sections)
     path = tmp_path / "c.yaml"
-    path.write_text(preamble + body)
+    path.write_text(mark + preamble + body)
     with pytest.raises(ConfigError) as refused:
         load_config(path)
     message = str(refused.value)
     line = preamble.count("\n") + 1
-    assert "\n" not in message and f"line {line}: " in message and "is TOML or INI, not YAML" in message, message
+    kind = "a shell (.env) line" if export else "TOML or INI"
+    assert "\n" not in message and f"line {line}: " in message and f"is {kind}, not YAML" in message, message
+
+
+@SETTINGS
+@given(encoding=st.sampled_from(["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"]),
+       crlf=st.booleans(), keys=st.lists(NAMES, min_size=1, max_size=3, unique=True))
+def test_a_config_saved_in_a_wider_unicode_encoding_is_named_by_it(encoding, crlf, keys, tmp_path):
+    """Notepad's "Unicode" (UTF-16 LE with its mark) was "not UTF-8 text (byte 0xff)"; without the mark, "the
+    character U+0000 is not allowed in YAML (a binary file?)". Either way the file is named with its encoding."""
+    text = "run:\n" + "".join(f"  {key}: 3\n" for key in keys)
+    path = tmp_path / "c.yaml"
+    path.write_bytes((text.replace("\n", "\r\n") if crlf else text).encode(encoding))
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    width = encoding[:6].upper()
+    assert str(refused.value) == f"config file {str(path)!r} is {width} text, not UTF-8; save it as UTF-8"
 
 
 def test_a_yaml_value_that_reads_like_toml_further_down_is_yaml(tmp_path):

@@ -12,6 +12,8 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from grpo_engine.data.prompts import DataError, load_prompt_rows
+from grpo_engine.steps.rewards import (NamedReward, RewardFunctionError, check_reward_columns,
+                                      make_math_accuracy)
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 NAMES = ["réponse", "Ångström", "naïve", "answer", "año"]
@@ -47,3 +49,35 @@ def test_a_column_name_in_two_unicode_forms_is_refused_naming_both(columns, tmp_
         return
     assert clash is None, written
     assert [next(k for k in row if k != "prompt") for row in rows] == written
+
+
+# The forms a file's one spelling of a setting's column takes beside the config's: the above, and a spreadsheet
+# export's byte order mark glued to the first column's name.
+FILE_FORMS = {**FORMS, "byte order mark": lambda n: "\ufeff" + n}
+
+
+@SETTINGS
+@given(name=st.sampled_from(NAMES), form=st.sampled_from(sorted(FILE_FORMS)),
+       setting=st.sampled_from(["prompt", "answer"]))
+def test_a_settings_column_held_under_a_lookalike_name_is_named(name, form, setting, tmp_path):
+    """data.prompt_column (or rewards.answer_column) NFC in the config and NFD in the file, or with a byte order mark,
+    a space, a zero-width space: "has no 'réponse' column (columns: ['réponse'])" listed a column that reads exactly
+    as the one said missing. The look-alike is named with both names' code points."""
+    wanted = unicodedata.normalize("NFC", name)
+    written = FILE_FORMS[form](wanted)
+    if written == wanted:
+        return
+    prompt_column, answer_column = (wanted, "answer") if setting == "prompt" else ("prompt", wanted)
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({("prompt" if setting == "answer" else written): "1+1=",
+                                **({written: "2"} if setting == "answer" else {})}, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    try:
+        rows = load_prompt_rows(str(path), prompt_column, None)
+        rewards = [NamedReward("math_accuracy", make_math_accuracy(1.0, 0.0, 0.0, answer_column), 1.0)]
+        check_reward_columns(rewards, rows, str(path), prompt_column)
+    except (DataError, RewardFunctionError) as exc:
+        message = str(exc)
+    else:
+        raise AssertionError(f"{written!r} taken for {wanted!r}")
+    assert "\n" not in message and f"the column {written!r} reads the same, written differently" in message, message

@@ -1,6 +1,6 @@
-"""An answer of notation alone (`$ $`, `\\text{}`, `\\left\\right`, `\\,`, `%`: what normalize_answer drops) is no
-value: as a reference it is no answer (the row is left unscored, as a blank one is), and as a completion's boxed
-answer it matches nothing, its own notation neither. Before, both normalized to '' and '' == '' scored
+"""An answer of notation alone (`$ $`, `\\text{}`, `\\left\\right`, `\\,`, `%`, `\\quad`, `~`, `\\phantom{1}`, `{}`: what
+normalize_answer drops) is no value: as a reference it is no answer (the row is left unscored, as a blank one is), and
+as a completion's boxed answer it matches nothing, its own notation neither. Before, both normalized to '' and '' == '' scored
 `\\boxed{$ $}` correct against the reference `$ $`."""
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ from grpo_engine.config import RewardsConfig
 from grpo_engine.steps.rewards import answers_match, load_reward_functions
 
 MARKS = ["$", "\\text{}", "\\text{ }", "\\textbf{}", "\\mathrm{}", "\\mbox{}", "\\left", "\\right", "\\,", "\\;",
-         "\\!", "\\ ", "%", "\\%", "^\\circ", "^{\\circ}", " ", "\t"]
+         "\\!", "\\ ", "%", "\\%", "^\\circ", "^{\\circ}", " ", "\t",
+         # LaTeX's other spacing, placeholders, style switches, delimiters, fonts and empty groups: each alone, boxed
+         # and as the reference, scored correct
+         "\\quad", "\\qquad", "~", "\\:", "\\enspace", "\\hspace{1em}", "\\hspace*{2pt}", "\\phantom{1}",
+         "\\hphantom{x}", "\\displaystyle", "\\scriptstyle", "\\(", "\\)", "\\[", "\\]", "{}", "{ }", "\\textit{}",
+         "\\mathbf{}", "\\operatorname{}"]
 NOTATION = st.lists(st.sampled_from(MARKS), min_size=1, max_size=5).map("".join).filter(lambda t: t.strip())
 REFERENCES = st.one_of(NOTATION, NOTATION.map(lambda n: f"work #### {n}"), NOTATION.map(lambda n: f"\\boxed{{{n}}}"),
                        NOTATION.map(lambda n: f"x = {n}"))

@@ -74,6 +74,13 @@ MEDDLES = {
     "guard rmtree": ("shutil.rmtree = None; subprocess.Popen = None; builtins.exit = None",
                      "functions of modules the engine calls"),
     "frozen clock": ("time.time = lambda: 0.0", "functions of modules the engine calls"),
+    # any standard module, not a list of the known ones: the fence's own copy of the next call's arguments, its
+    # resource limits, the engine's warnings and the CLI's exit; a thread hook left set where None was
+    "guard deepcopy": ("copy.deepcopy = None", "functions of modules the engine calls"),
+    "guard getrlimit": ("resource.getrlimit = None", "functions of modules the engine calls"),
+    "guard warn exit": ("warnings.warn = None; sys.exit = None; pickle.dumps = None",
+                        "functions of modules the engine calls"),
+    "guard thread trace": ("threading.settrace(lambda *a: None)", "functions of modules the engine calls"),
     "blocked module": ("sys.modules['json'] = None", "modules in sys.modules (json)"),
     "root handler": ("logging.getLogger().addHandler(logging.StreamHandler(io.StringIO())); "  # basicConfig's doing
                      "logging.getLogger().setLevel(logging.ERROR)", "the root logger"),
@@ -89,8 +96,8 @@ MEDDLES = {
     "non-daemon thread": ("threading.Thread(target=RELEASE.wait, name='scorer-loop').start()",
                           "left 1 thread running that is not a daemon ('scorer-loop')"),
 }
-PREAMBLE = ("import builtins, gc, io, locale, logging, os, random, resource, shutil, signal, socket, subprocess, sys, "
-            "tempfile, threading, time\nimport numpy, torch\n"
+PREAMBLE = ("import builtins, copy, gc, io, locale, logging, os, pickle, random, resource, shutil, signal, socket, "
+            "subprocess, sys, tempfile, threading, time, warnings\nimport numpy, torch\n"
             "from test_reward_fence_properties import RELEASE\n")
 COUNTER = itertools.count()
 
@@ -102,10 +109,13 @@ def _release_threads():
     reward_fence.LEFT_RUNNING.clear()
 
 
-def _module(tmp_path, body: str, at_import: bool) -> str:
+def _module(tmp_path, body: str, at_import: bool, on_call: int = 1) -> str:
+    """A reward module doing `body` at import, or in its `on_call`-th call only (a change on a later call is put
+    back and said as one on the first)."""
     name = f"fence_case_{next(COUNTER)}"
-    call = "    pass\n" if at_import else "".join(f"    {line}\n" for line in body.splitlines())
-    module = PREAMBLE + (body + "\n" if at_import else "") + \
+    call = "    pass\n" if at_import else f"    CALLS.append(1)\n    if len(CALLS) == {on_call}:\n" + \
+        "".join(f"        {line}\n" for line in body.splitlines())
+    module = PREAMBLE + "CALLS = []\n" + (body + "\n" if at_import else "") + \
         f"def score(prompts, completions, **kwargs):\n{call}    return [1.0] * len(completions)\n"
     (tmp_path / f"{name}.py").write_text(module)
     return name
@@ -113,14 +123,19 @@ def _module(tmp_path, body: str, at_import: bool) -> str:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chosen=st.lists(st.sampled_from(sorted(MEDDLES)), min_size=1, max_size=5, unique=True),
-       at_import=st.booleans())
-@example(chosen=["forward hook", "backward hook", "cpu autocast"], at_import=False)  # NaN forwards, bf16 training
-@example(chosen=["forward hook", "autocast dtype", "autocast cache"], at_import=True)
-@example(chosen=["guard chdir", "quiet stderr", "signal mask", "file limit", "root handler"], at_import=False)
-@example(chosen=["frozen clock", "blocked module", "engine logger", "locale", "stack size"], at_import=True)
-@example(chosen=["socket timeout", "gc thresholds", "unraisablehook", "closed stdout", "guard rmtree"], at_import=False)
+       at_import=st.booleans(), on_call=st.sampled_from([1, 2, 3]))
+# NaN forwards, bf16 training
+@example(chosen=["forward hook", "backward hook", "cpu autocast"], at_import=False, on_call=1)
+@example(chosen=["forward hook", "autocast dtype", "autocast cache"], at_import=True, on_call=1)
+@example(chosen=["guard chdir", "quiet stderr", "signal mask", "file limit", "root handler"], at_import=False,
+         on_call=2)
+@example(chosen=["frozen clock", "blocked module", "engine logger", "locale", "stack size"], at_import=True, on_call=1)
+@example(chosen=["socket timeout", "gc thresholds", "unraisablehook", "closed stdout", "guard rmtree"], at_import=False,
+         on_call=1)
+@example(chosen=["guard deepcopy", "guard getrlimit", "guard warn exit", "guard thread trace"], at_import=False,
+         on_call=3)
 def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, at_import, tmp_path, monkeypatch,
-                                                                      capsys):
+                                                                      capsys, on_call):
     global RELEASE
     RELEASE.set()  # the threads of the previous example end
     RELEASE = threading.Event()
@@ -129,11 +144,11 @@ def test_whatever_a_reward_changes_is_put_back_and_said_once_naming_it(chosen, a
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(SUPPORT))
     monkeypatch.syspath_prepend(os.path.dirname(__file__))
-    name = _module(tmp_path, "\n".join(MEDDLES[m][0] for m in chosen), at_import)
+    name = _module(tmp_path, "\n".join(MEDDLES[m][0] for m in chosen), at_import, on_call)
     capsys.readouterr()
     before = process_state()
     rewards = load_reward_functions(RewardsConfig(functions=[f"{name}:score"]), 16)
-    for _ in range(2):  # said once, however often it happens
+    for _ in range(3):  # said once, however often it happens (and on whichever call)
         score_completions(rewards, ["p"] * 2, ["a"] * 2, {}, [[1]] * 2)
     after = process_state()
     assert {key for key in before if before[key] != after[key]} == set()
@@ -188,3 +203,24 @@ def test_a_reward_that_closes_a_standard_stream_leaves_it_open(stream, fd):
     assert done.stdout.strip() == "printed after False" and "said after" in done.stderr
     assert f"reward function 'score' closed the stream on file descriptor {fd}; the engine opened it again" \
         in done.stderr
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_reward_that_reconfigures_a_standard_stream_leaves_it_as_it_was(stream):
+    """sys.stdout.reconfigure(encoding='ascii', errors='strict') in a reward outlived the call: the CLI's error
+    handler (backslashreplace) was gone, and the engine's next line holding a non-ASCII character (a prompt, a path)
+    ended the run in UnicodeEncodeError. The stream's encoding, error handler and buffering are put back and said."""
+    code = (f"import sys\nfrom grpo_engine.steps.rewards import NamedReward, score_completions\n"
+            f"sys.{stream}.reconfigure(errors='backslashreplace')\n"
+            f"def score(prompts, completions, **_):\n"
+            f"    sys.{stream}.reconfigure(encoding='ascii', errors='strict', line_buffering=False)\n"
+            f"    return [1.0] * len(completions)\n"
+            f"before = (sys.{stream}.encoding, sys.{stream}.errors)\n"
+            f"score_completions([NamedReward('score', score, 1.0)], ['p'], ['c'], {{}}, [[1]])\n"
+            f"print('after \u00e9', (sys.{stream}.encoding, sys.{stream}.errors) == before, file=sys.{stream})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "after \u00e9 True" in getattr(done, stream), (done.stdout, done.stderr)
+    assert f"reward function 'score' reconfigured sys.{stream} (its encoding, error handler or buffering); the " \
+        f"engine put it back" in done.stderr, done.stderr

@@ -12,6 +12,7 @@ then arriving as input_ids.
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 
 import pytest
@@ -41,14 +42,17 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz_"
 
 @st.composite
 def one_letter_slips(draw) -> tuple[str, str]:
-    """(a head-mode keyword, that keyword with one letter deleted, inserted, replaced or two swapped)."""
+    """(a head-mode keyword, that keyword with one letter deleted, inserted, replaced or two swapped, or none, then
+    spelled as a dict of keywords from a config file or a command line may hold it: in capitals, with hyphens)."""
     name = draw(st.sampled_from(HEAD_MODE_KEYWORDS))
     at = draw(st.integers(0, len(name) - 2))
     letter = draw(st.sampled_from(LETTERS))
-    slip = draw(st.sampled_from(["delete", "insert", "replace", "swap"]))
+    slip = draw(st.sampled_from(["delete", "insert", "replace", "swap", "none"]))
     typo = {"delete": name[:at] + name[at + 1:], "insert": name[:at] + letter + name[at:],
-            "replace": name[:at] + letter + name[at + 1:], "swap": name[:at] + name[at + 1] + name[at] + name[at + 2:]}[slip]
-    return name, typo
+            "replace": name[:at] + letter + name[at + 1:], "swap": name[:at] + name[at + 1] + name[at] + name[at + 2:],
+            "none": name}[slip]
+    spelled = draw(st.sampled_from([str, str.upper, str.title, lambda text: text.replace("_", "-")]))(typo)
+    return name, spelled
 
 
 @settings(max_examples=40, deadline=None)
@@ -56,13 +60,13 @@ def one_letter_slips(draw) -> tuple[str, str]:
 def test_a_slip_of_a_head_mode_keyword_is_refused_naming_it_before_any_forward(counted_model, slip, head_mode):
     model, calls = counted_model
     name, typo = slip
-    if typo in HEAD_MODE_KEYWORDS:  # a swap of two equal letters
+    if typo in HEAD_MODE_KEYWORDS:  # a swap of two equal letters, or the name itself
         return
     input_ids, labels = labelled_batch()
     mode = {"labels": labels, "return_logprobs": True} if head_mode else {}
     calls.clear()
     with pytest.raises(TypeError, match=rf"^LlamaForCausalLM.forward\(\) got an unexpected keyword argument "
-                                        rf"'{typo}'; did you mean '{name}'\?"):
+                                        rf"'{re.escape(typo)}'; did you mean '{name}'\?"):
         model(input_ids, **mode, **{typo: True})
     assert calls == []
 
