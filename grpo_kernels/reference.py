@@ -71,7 +71,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
                           num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
     config = check_config(config)
-    check_logits(logits)
+    check_logits(logits, temperature=config.temperature)
     B, T, V = logits.shape
     check_targets("completion_ids", completion_ids, (B, T), V, logits.device)
     check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,
