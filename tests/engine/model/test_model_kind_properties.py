@@ -3,7 +3,8 @@ config.json rotary embedding kind transformers does not know (was "KeyError: 'bo
 with no causal-LM class (was transformers' list of ~200 classes, cut off, after the run directory was written), a
 loaded model that attends ahead (a BERT masked LM trained silently on log-probs of text after each token),
 model.lora.target_modules naming no module, a layer LoRA cannot adapt, or the LM head (peft's words after the load;
-the head's adapters never trained), and a LoRA adapter directory as train's starting model."""
+the head's adapters never trained), and a LoRA adapter directory as train's starting model. A target preflight
+takes passes the checks made of the adapted model (LoRA on embed_tokens failed them with an AttributeError)."""
 
 from __future__ import annotations
 
@@ -139,6 +140,27 @@ def test_lora_target_modules_are_checked_before_any_weight_loads_as_peft_matches
         assert not _peft_trains(tiny_model_dir, targets), f"refused {targets}: {exc}"
         return
     assert _peft_trains(tiny_model_dir, targets), f"took {targets}"
+    _checks_after_lora(tiny_model_dir, config)
+
+
+def _checks_after_lora(model_dir, config) -> None:
+    """The checks a run makes of the adapted model answer for every target preflight takes: with embed_tokens
+    adapted the input embedding is peft's wrapper, which has no num_embeddings (an AttributeError once the run
+    directory was written)."""
+    from transformers import AutoModelForCausalLM
+
+    from grpo_engine.model.limits import check_tokenizer_fits
+    from grpo_engine.model.loading import add_lora, load_tokenizer
+
+    adapted = add_lora(AutoModelForCausalLM.from_pretrained(model_dir), config.model.lora)
+    check_causal_attention(adapted.eval(), str(model_dir), ModelLoadError)
+    check_tokenizer_fits(load_tokenizer(str(model_dir)), adapted, str(model_dir))
+
+
+def test_lora_on_the_embeddings_passes_the_checks_after_it(tiny_model_dir, tmp_path):
+    config = load_config(overrides={"model.lora.enabled": True, "model.lora.target_modules": ["embed_tokens"],
+                                    "run.output_dir": str(tmp_path / "run")})
+    _checks_after_lora(tiny_model_dir, config)
 
 
 def test_a_lora_adapter_directory_is_not_trains_starting_model(tiny_model_dir, tmp_path, capsys):
