@@ -4,7 +4,8 @@ with no causal-LM class (was transformers' list of ~200 classes, cut off, after 
 loaded model that attends ahead (a BERT masked LM trained silently on log-probs of text after each token),
 model.lora.target_modules naming no module, a layer LoRA cannot adapt, or the LM head (peft's words after the load;
 the head's adapters never trained), and a LoRA adapter directory as train's starting model. A target preflight
-takes passes the checks made of the adapted model (LoRA on embed_tokens failed them with an AttributeError)."""
+takes passes the checks made of the adapted model (LoRA on embed_tokens failed them with an AttributeError), and
+the attention is checked for FSDP's whole model on the CPU too."""
 
 from __future__ import annotations
 
@@ -101,6 +102,26 @@ def test_a_model_that_attends_ahead_is_refused_and_a_causal_one_taken(kind, dtyp
     with pytest.raises(ModelLoadError, match="does not attend causally") as refused:
         check_causal_attention(model, "m", ModelLoadError)
     assert "\n" not in str(refused.value)
+
+
+@settings(max_examples=8, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kind=st.sampled_from(["llama", "bert-decoder", "bert-encoder", "roberta-encoder"]), fsdp=st.booleans())
+def test_the_load_checks_the_attention_for_fsdp_too(kind, fsdp, tmp_path_factory):
+    """The loader asks whether the model attends causally whether it moves the model to the device or keeps it on
+    the CPU for FSDP to shard (it returned before asking: a masked LM trained under model.fsdp)."""
+    from grpo_engine.config.schema import ModelConfig
+    from grpo_engine.model.loading import load_causal_lm
+
+    model, causal = _decoder_only(kind, 0)
+    directory = tmp_path_factory.mktemp("model")
+    model.save_pretrained(directory)
+    config = ModelConfig(dtype="float32")
+    if causal:
+        load_causal_lm(str(directory), config, torch.device("cpu"), keep_on_cpu=fsdp)
+        return
+    with pytest.raises(ModelLoadError, match="does not attend causally"):
+        load_causal_lm(str(directory), config, torch.device("cpu"), keep_on_cpu=fsdp)
 
 
 def _module_targets() -> st.SearchStrategy[str]:
