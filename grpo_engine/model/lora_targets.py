@@ -27,7 +27,7 @@ def adaptable(module: nn.Module) -> bool:
                                Conv1D))
 
 
-def _matches(name: str, target: str) -> bool:
+def matches_target(name: str, target: str) -> bool:
     # peft's rule for a list of names: the module's whole name, or its last dotted parts
     return name == target or name.endswith("." + target)
 
@@ -42,7 +42,7 @@ def lora_targets_problem(lm: nn.Module, targets: Union[str, Sequence[str]]) -> O
     names = sorted({name.rsplit(".", 1)[-1] for name, module in modules.items()
                     if name and adaptable(module) and module is not head})
     for target in targets:
-        matched = [name for name in modules if _matches(name, target)]
+        matched = [name for name in modules if matches_target(name, target)]
         if not matched:
             return (f"{SETTING}: {target!r} names no module of the model; its adaptable layers are "
                     f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''} (or all-linear)")

@@ -19,7 +19,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 # safetensors' dtype names of floating types: anything else (I8, U8, I32, I64, BOOL, ...) in a weight of a model
 # without quantization_config is an integer where the model computes in floats
@@ -55,21 +55,29 @@ def weight_files(directory: Path) -> WeightFiles:
     return WeightFiles([])
 
 
-def _stored_types(path: Path) -> dict[str, tuple[str, bool]]:
-    """Each tensor of the weight file `path`, read as transformers reads its header: (its stored type, whether it
-    is a floating type). A pickled file is read onto the meta device (types and shapes, no values)."""
+class Stored(NamedTuple):
+    """A tensor as a weight file's header describes it."""
+
+    dtype: str  # its stored type, as the file names it (safetensors' "I8", torch's "int8")
+    is_float: bool
+    shape: list[int]
+
+
+def stored_tensors(path: Path) -> dict[str, Stored]:
+    """Each tensor of the weight file `path`, read as transformers reads its header. A pickled file is read onto
+    the meta device (types and shapes, no values)."""
     if path.suffix == ".safetensors":
         from safetensors import safe_open
 
         with safe_open(str(path), framework="pt") as weights:
-            return {name: (dtype, dtype in FLOAT_DTYPES)
-                    for name in weights.keys() for dtype in [weights.get_slice(name).get_dtype()]}
+            return {name: Stored(part.get_dtype(), part.get_dtype() in FLOAT_DTYPES, list(part.get_shape()))
+                    for name in weights.keys() for part in [weights.get_slice(name)]}
     import torch
 
     state = torch.load(str(path), map_location="meta", weights_only=True)
     if not isinstance(state, dict):
         raise ValueError(f"it holds a {type(state).__name__}, not a mapping of tensor names to tensors")
-    return {name: (str(tensor.dtype).removeprefix("torch."), tensor.is_floating_point())
+    return {name: Stored(str(tensor.dtype).removeprefix("torch."), tensor.is_floating_point(), list(tensor.shape))
             for name, tensor in state.items() if isinstance(tensor, torch.Tensor)}
 
 
@@ -94,12 +102,12 @@ def weight_files_problem(directory: Path, config: Any) -> Optional[str]:
     where: dict[str, Path] = {}  # tensor name -> its file
     for path in found.files:
         try:
-            stored = _stored_types(path)
+            stored = stored_tensors(path)
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:  # RuntimeError: torch.load's own
             text = " ".join(str(exc).split())[:200]
             kind = "safetensors" if path.suffix == ".safetensors" else "PyTorch weights"
             return f"{path} is not a {kind} file transformers can read ({type(exc).__name__}: {text})"
-        for name, (dtype, is_float) in stored.items():
+        for name, (dtype, is_float, _) in stored.items():
             if name in where:  # which copy loads is the loader's choice: the two shards say two things
                 return (f"{path} and {where[name]} both hold tensor {name!r}: a sharded checkpoint holds each tensor "
                         f"once; save the model again (save_pretrained)")
