@@ -60,9 +60,14 @@ def model_skeleton(model_config: Any) -> Optional[nn.Module]:
     """The causal LM `model_config` describes, its weights on the meta device (no memory, no load); None when
     transformers cannot build it so (its load then says why)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # what building it logs (BERT's "add is_decoder=True"), the load says once
     try:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(model_config)
     except Exception:  # of any type: this is an early look, and the load itself reports what is wrong
         return None
+    finally:
+        hf_logging.set_verbosity(verbosity)

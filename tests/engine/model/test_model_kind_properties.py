@@ -124,6 +124,25 @@ def test_the_load_checks_the_attention_for_fsdp_too(kind, fsdp, tmp_path_factory
         load_causal_lm(str(directory), config, torch.device("cpu"), keep_on_cpu=fsdp)
 
 
+def test_eval_of_a_masked_lm_is_its_one_line_without_what_building_it_logs(tiny_model_dir, tmp_path):
+    """The checks before the load build the model on the meta device; what building it logs (BERT's "add
+    `is_decoder=True`", three times) came before the refusal's one line."""
+    import subprocess
+    import sys
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    BertForMaskedLM(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(tmp_path)  # the tiny tokenizer's 99 tokens
+    for tokenizer_file in tiny_model_dir.glob("*token*"):
+        shutil.copy(tokenizer_file, tmp_path)
+    result = subprocess.run([sys.executable, "-m", "grpo_engine", "eval", "--model", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert result.returncode == 1 and "does not attend causally" in result.stderr, result.stderr[-2000:]
+    assert "is_decoder=True" not in result.stderr, result.stderr[-2000:]
+
+
 def _module_targets() -> st.SearchStrategy[str]:
     # the tiny Qwen2's adaptable layers, its other modules, the LM head, and names of nothing
     return st.sampled_from(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
