@@ -411,7 +411,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
         return reference.grpo_loss_from_logits(logits, completion_ids, completion_mask, advantages, old_logps,
                                                ref_logps, importance_ratio, num_items_in_batch, config)
     values = _checking_values()
-    check_logits(logits, check_finite=values)
+    check_logits(logits, check_finite=values, temperature=config.temperature)
     B, T, V = logits.shape
     check_targets("completion_ids", completion_ids, (B, T), V, logits.device, values, anchor="logits")
     check_loss_inputs((B, T), logits.device, completion_mask, advantages, old_logps, ref_logps,

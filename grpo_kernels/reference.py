@@ -71,7 +71,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, completion_ids: torch.Tensor, co
                           ref_logps: Optional[torch.Tensor] = None, importance_ratio: Optional[torch.Tensor] = None,
                           num_items_in_batch=None, config: Optional[GRPOLossConfig] = None) -> GRPOLossOutput:
     config = check_config(config)
-    check_logits(logits)
+    check_logits(logits, temperature=config.temperature)
     B, T, V = logits.shape
     advantages = trainer_advantages(advantages, logits)
     completion_ids = ids_where_scored(completion_ids, completion_mask)

@@ -116,14 +116,21 @@ def _require_logits_in_range(names: ArgumentNames, hidden: torch.Tensor, largest
     overflow: every backend returned NaN log-probs and losses without an error (the float64 reference: finite ones)."""
     bound = hidden.shape[-1] * largest[names.hidden] * largest[names.weight] + largest.get(names.bias, 0.0)
     bound *= logit_factor
-    limit = torch.finfo(torch.float64 if hidden.dtype == torch.float64 else torch.float32).max / 4
+    bias = f" + max|{names.bias}|" if names.bias in largest else ""
+    factor = " times the head's largest factor (1 / temperature, logit scale)" if logit_factor != 1 else ""
+    _require_within_range(f"{names.hidden} and {names.weight} are", hidden.dtype,
+                          f"H x max|{names.hidden}| x max|{names.weight}|{bias}{factor}", bound)
+
+
+def _require_within_range(what: str, dtype: torch.dtype, formula: str, bound: float, of: str = "the logits'") -> None:
+    """`bound` (a bound on every logit, written as `formula`) within a quarter of the largest value of the dtype the
+    logits are computed in (float64 for float64 inputs, else float32)."""
+    name = "float64" if dtype == torch.float64 else "float32"
+    limit = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max / 4
     if not bound <= limit:
-        bias = f" + max|{names.bias}|" if names.bias in largest else ""
-        factor = " times the head's largest factor (1 / temperature, logit scale)" if logit_factor != 1 else ""
-        raise ValueError(f"{names.hidden} and {names.weight} are too large for the logits' "
-                         f"{'float64' if hidden.dtype == torch.float64 else 'float32'} range: H x max|{names.hidden}| x "
-                         f"max|{names.weight}|{bias}{factor} = {bound:.3g}, past {limit:.3g} (a quarter of its "
-                         f"largest value, so that log-probs and log-ratios stay finite); scale them down")
+        raise ValueError(f"{what} too large for {of} {name} range: {formula} = {bound:.3g}, past "
+                         f"{limit:.3g} (a quarter of its largest value, so that log-probs and log-ratios stay finite); "
+                         f"scale them down")
 
 
 def require_data(name: str, x: torch.Tensor) -> None:
@@ -358,7 +365,10 @@ def check_linear_inputs(hidden: object, weight: object, bias: Optional[object], 
         _require_logits_in_range(names, hidden, largest, logit_factor)
 
 
-def check_logits(logits: object, check_finite: bool = True) -> None:
+def check_logits(logits: object, check_finite: bool = True, temperature: float = 1.0) -> None:
+    """logits [B, T, V] of a float dtype; with check_finite also finite, and divided by `temperature` within the
+    range of the float32 log-probs taken from them: finite logits of 1e38 (or 1e36 at temperature 0.01) gave NaN
+    log-probs and losses without an error, as a head's did before its own check (_require_logits_in_range)."""
     logits = _require_tensor("logits", logits)
     _require_float("logits", logits)
     require_data("logits", logits)
@@ -369,7 +379,11 @@ def check_logits(logits: object, check_finite: bool = True) -> None:
     check_vocab_size("logits", logits.shape[-1])
     check_token_rows("logits", logits.shape)
     if check_finite:
-        _require_finite(logits=logits)
+        largest = _require_finite(logits=logits)["logits"]
+        # the log-probs come out float32 whatever the logits' dtype: float32's range bounds every one
+        factor = " / temperature" if temperature != 1 else ""
+        _require_within_range("logits are", torch.float32, f"max|logits|{factor}", largest / temperature,
+                              of="the log-probs'")
 
 
 def check_mask(name: str, mask: object, shape: tuple[int, ...], device: torch.device,

@@ -15,6 +15,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .limits import embedding_rows
+
 # The first position of a causal model sees one token, the same in both sequences, through the same operations on
 # the same values: its hidden states come out equal, bit for bit (masked positions weigh exactly 0), in every dtype.
 # One that attends ahead moved them by 0.2% of their size and more (a randomly initialised BERT, float32 to float16).
@@ -48,7 +50,7 @@ def check_causal_attention(lm: nn.Module, path: str, error: type[Exception]) -> 
     if decoder is None:  # nothing to call as the training forward calls it: its own failure says so
         return
     device = lm.get_input_embeddings().weight.device
-    change = attends_ahead(decoder, int(lm.get_input_embeddings().num_embeddings), device)
+    change = attends_ahead(decoder, embedding_rows(lm), device)
     if change is not None:
         # the configurations of encoder families (BERT, RoBERTa, ...) that can also be built as decoders carry the key
         hint = (" (its config.json has is_decoder false: an encoder's masked LM; a decoder of its family is saved "

@@ -44,7 +44,10 @@ def _weight_name(entry: Any) -> str:
 
 
 def embedding_rows(lm: torch.nn.Module) -> int:
-    return int(lm.get_input_embeddings().num_embeddings)
+    """The rows of the model's input embedding, read off its weight: with LoRA on the embeddings
+    (model.lora.target_modules naming embed_tokens) it is peft's wrapper, which has the weight but no
+    num_embeddings (an AttributeError once the run directory was written)."""
+    return int(lm.get_input_embeddings().weight.shape[0])
 
 
 def check_tokenizer_fits(tokenizer: Any, lm: torch.nn.Module, path: str) -> None:

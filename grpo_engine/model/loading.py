@@ -210,9 +210,11 @@ def load_causal_lm(path: str, config: ModelConfig, device: torch.device, tensor_
     check_loaded_weights(path, info)
     if tensor_parallel == 1:  # a sharded model's weights are the same files, checked by the single-process loads
         check_finite_weights(model, path)
-    if tensor_parallel > 1 or keep_on_cpu:
+    if tensor_parallel > 1:
         return model  # TP places its shards itself; a single-process load of the same files checks the attention
-    model = model.to(device)
+    if not keep_on_cpu:
+        model = model.to(device)
+    # FSDP's whole model too, on the CPU before sharding: a BERT masked LM otherwise trained under model.fsdp
     check_causal_attention(model, path, ModelLoadError)
     return model
 

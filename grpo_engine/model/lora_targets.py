@@ -27,7 +27,7 @@ def adaptable(module: nn.Module) -> bool:
                                Conv1D))
 
 
-def _matches(name: str, target: str) -> bool:
+def matches_target(name: str, target: str) -> bool:
     # peft's rule for a list of names: the module's whole name, or its last dotted parts
     return name == target or name.endswith("." + target)
 
@@ -42,7 +42,7 @@ def lora_targets_problem(lm: nn.Module, targets: Union[str, Sequence[str]]) -> O
     names = sorted({name.rsplit(".", 1)[-1] for name, module in modules.items()
                     if name and adaptable(module) and module is not head})
     for target in targets:
-        matched = [name for name in modules if _matches(name, target)]
+        matched = [name for name in modules if matches_target(name, target)]
         if not matched:
             return (f"{SETTING}: {target!r} names no module of the model; its adaptable layers are "
                     f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''} (or all-linear)")
@@ -60,9 +60,14 @@ def model_skeleton(model_config: Any) -> Optional[nn.Module]:
     """The causal LM `model_config` describes, its weights on the meta device (no memory, no load); None when
     transformers cannot build it so (its load then says why)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # what building it logs (BERT's "add is_decoder=True"), the load says once
     try:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(model_config)
     except Exception:  # of any type: this is an early look, and the load itself reports what is wrong
         return None
+    finally:
+        hf_logging.set_verbosity(verbosity)

@@ -98,10 +98,10 @@ def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
     the run's own lines, and a resume keeps the file as it was beside the rebuilt one."""
     # A UTF-8 byte order mark opening a line (an editor saved the log, two such files concatenated) is no part of
     # its row, as in data files: it made a readable log "not a JSON object" and refused plot and resume.
-    lines = [(number, raw.decode(errors="replace").removeprefix("\ufeff"))
+    lines = [(number, raw.decode(errors="replace").removeprefix("\ufeff"), raw)
              for number, raw in bounded_lines(path, RUN_LOG_LINE_BYTES, "a line of a run's log") if raw.strip()]
     rows = []
-    for index, (number, line) in enumerate(lines):
+    for index, (number, line, raw) in enumerate(lines):
         try:
             row = parse_json(line, f"{path}:{number}")
         except json.JSONDecodeError:
@@ -111,11 +111,40 @@ def jsonl_rows(path: Path) -> list[tuple[dict[str, Any], str]]:
         elif isinstance(row, dict):
             _log.warning(f"warning: {path}: line {number} has \"step\" {_shown(row.get('step'))}, which the engine "
                          f"never writes (an integer >= 0); the line is left out")
-        elif index == len(lines) - 1:
+        elif index == len(lines) - 1 and _cut_off(raw):
             _log.warning(f"warning: {path}: the last line (line {number}) was cut off mid-write; it is left out")
         else:
-            raise ValueError(f"{path}: line {number} is not a JSON object: {line[:80]!r}")
+            raise ValueError(f"{path}: line {number} {_not_a_row(raw, line)}")
     return rows
+
+
+def _encoding_problem(raw: bytes) -> Optional[tuple[str, bool]]:
+    """(why the bytes of a line are not UTF-8 text, whether a write cut off mid-character explains it), or None.
+    A NUL byte is valid UTF-8 but never in JSON text: a log an editor saved as UTF-16 or UTF-32 reads so."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}", exc.end == len(raw)
+    if b"\x00" in raw:
+        column = raw.index(b"\x00") + 1
+        return f"byte 0x00 at column {column}, as in UTF-16 or UTF-32", False
+    return None
+
+
+def _cut_off(raw: bytes) -> bool:
+    """Whether a last line could be one cut off mid-write: UTF-8 but for the first bytes of a character at its end
+    (the only line of a UTF-16 log was left out as cut off instead)."""
+    problem = _encoding_problem(raw)
+    return problem is None or problem[1]
+
+
+def _not_a_row(raw: bytes, line: str) -> str:
+    """What a line that is no row is: bytes of another encoding (a log an editor saved as UTF-16 showed as
+    '\ufffd\ufffd{\x00"\x00s\x00...'), or text that is not a JSON object."""
+    problem = _encoding_problem(raw)
+    if problem is not None:
+        return f"is not UTF-8 text ({problem[0]}): the engine writes its logs in UTF-8; save the file as UTF-8"
+    return f"is not a JSON object: {line[:80]!r}"
 
 
 def _shown(value: Any) -> str:

@@ -34,10 +34,12 @@ def plot_run_dir(named: str) -> str:
     path = Path(named).expanduser()
     if path.is_dir() or not path.exists():
         return named
-    if path.name == "metrics.jsonl" and path.is_file():
-        return str(path.parent)
+    if path.resolve().name == "metrics.jsonl" and path.is_file():  # a link to one: its run is where it points
+        return str(path.resolve().parent)
+    # the directory beside it is offered only when it is a run's (a link named otherwise was offered its own folder)
+    beside = f" ({str(path.parent)!r}?)" if (path.parent / "metrics.jsonl").is_file() else ""
     raise ValueError(f"plot RUN_DIR {named!r} is a file, not a run directory: name the directory that holds "
-                     f"metrics.jsonl ({str(path.parent)!r}?)")
+                     f"metrics.jsonl{beside}")
 
 
 def check_plot_output(output: str | Path) -> None:

@@ -18,6 +18,7 @@ from ..config import DataConfig, EngineConfig, is_hub_id
 from ..data.demo_task import addition_problems
 from ..data.prompts import load_prompt_rows, render_prompts, reward_columns
 from ..hub import resolve_model
+from ..model.adapter_fit import adapter_fit_problem
 from ..model.limits import check_lengths_fit, check_prompts_fit, check_tokenizer_fits
 from ..model.loading import ModelLoadError, check_model_dir, load_causal_lm, load_tokenizer, resolve_device
 from ..preflight import (check_tokenizer_vocabulary, check_top_k_within_vocabulary, model_config_of, model_positions,
@@ -112,6 +113,7 @@ def load_eval_model(path: str, config: EngineConfig, device: torch.device) -> tu
             raise ModelLoadError(f"{path!r} holds LoRA adapters; loading them needs peft: pip install peft") from exc
         base_dir = resolve_model(adapters["base_model_name_or_path"], adapters.get("revision"),
                                  key=f"the LoRA base model of {path!r}")
+        check_adapters_fit(Path(path), adapters, base_dir)
         lm = PeftModel.from_pretrained(load_causal_lm(base_dir, config.model, device), path).to(device)
     else:
         lm = load_causal_lm(path, config.model, device)
@@ -133,6 +135,19 @@ def adapter_config(path: str) -> dict[str, Any]:
                              f"local directory (moved or deleted?) nor a Hub id: put it back, or evaluate a merged "
                              f"model")
     return adapters
+
+
+def check_adapters_fit(adapter_dir: Path, adapters: dict[str, Any], base_dir: str) -> None:
+    """The adapters' target modules and shapes against the base adapter_config.json names, before either loads."""
+    from transformers import AutoConfig
+
+    try:
+        base_config = AutoConfig.from_pretrained(base_dir)
+    except Exception:  # of any type: the base's own load says what is wrong with it
+        return
+    problem = adapter_fit_problem(adapter_dir, adapters, base_config, adapters["base_model_name_or_path"])
+    if problem:
+        raise ModelLoadError(problem)
 
 
 def check_saved_model(path: str) -> None:

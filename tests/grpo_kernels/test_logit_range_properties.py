@@ -1,8 +1,9 @@
 """Property test of the logits' range: hidden states and a head each finite, but large enough together that their
 logits could pass float32's range (H max|hidden| max|weight| + max|bias|, times the head's factors, past a quarter of
 float32's largest value), are refused before any work in one line naming both; below that, every backend answers
-finite log-probs and losses, those of the float64 reference. Before, hidden and weight near 1e20 gave NaN log-probs
-and losses on every backend without an error (the float64 reference: finite ones)."""
+finite log-probs and losses, those of the float64 reference; logits passed whole are held to the same bound. Before,
+hidden and weight near 1e20 gave NaN log-probs and losses on every backend without an error (the float64 reference:
+finite ones), and so did logits of 3e38 passed whole."""
 
 from __future__ import annotations
 
@@ -90,3 +91,42 @@ def test_the_largest_inputs_below_the_bound_are_answered_and_just_past_it_refuse
         assert "too large" in str(exc)
     else:
         raise AssertionError("hidden x weight past the bound was taken")
+
+
+@st.composite
+def logits_calls(draw):
+    """Logits scaled to 10**k (k from 30 to 38: from moderate to float32's largest) in float32 or float64, one
+    large value or a spread of both signs, a temperature, a backend."""
+    exponent = draw(st.integers(30, 38))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    spread = draw(st.booleans())
+    temperature = draw(st.sampled_from([1.0, 0.7, 1e-3]))
+    return exponent, dtype, spread, temperature, draw(st.sampled_from(["torch", "gemm", "reference"])), \
+        draw(st.integers(0, 1000))
+
+
+@settings(max_examples=60, deadline=None, derandomize=DERANDOMIZE, suppress_health_check=[HealthCheck.too_slow])
+@given(logits_calls())
+def test_logits_given_whole_past_float32_are_refused_else_finite(call):
+    """The same bound for logits passed whole (grpo_loss_from_logits): finite logits of 3e38, or of 1e36 at
+    temperature 0.01, gave NaN log-probs and losses without an error (the log-probs come out float32)."""
+    exponent, dtype, spread, temperature, backend, seed = call
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.rand(2, 3, 5, generator=gen, dtype=torch.float64) * 3.4 * 10.0 ** exponent
+    if spread:
+        logits = logits * torch.tensor([1.0, -1.0, 1.0, -1.0, 0.5], dtype=torch.float64)
+    logits = logits.clamp(-torch.finfo(torch.float32).max, torch.finfo(torch.float32).max).to(dtype)
+    bound = float(logits.abs().max()) / temperature
+    try:
+        out = grpo_kernels.grpo_loss_from_logits(logits, torch.randint(0, 5, (2, 3), generator=gen), torch.ones(2, 3),
+                                                 torch.tensor([1.0, -1.0], dtype=dtype),
+                                                 config=GRPOLossConfig(temperature=temperature, beta=0.0),
+                                                 backend=backend)
+    except ValueError as exc:
+        message = str(exc)
+        assert "\n" not in message and message.startswith("logits are too large"), message
+        assert bound > FLOAT32_QUARTER * 0.99, f"refused with logits bounded by {bound:.3g}"
+        return
+    assert bound <= FLOAT32_QUARTER * 1.01, f"accepted logits bounded by {bound:.3g}"
+    got = torch.cat([out.logps.reshape(-1), out.loss.reshape(1)])
+    assert bool(torch.isfinite(got).all()), f"accepted logits (bound {bound:.3g}) gave {got.tolist()}"

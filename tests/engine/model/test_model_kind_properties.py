@@ -3,7 +3,9 @@ config.json rotary embedding kind transformers does not know (was "KeyError: 'bo
 with no causal-LM class (was transformers' list of ~200 classes, cut off, after the run directory was written), a
 loaded model that attends ahead (a BERT masked LM trained silently on log-probs of text after each token),
 model.lora.target_modules naming no module, a layer LoRA cannot adapt, or the LM head (peft's words after the load;
-the head's adapters never trained), and a LoRA adapter directory as train's starting model."""
+the head's adapters never trained), and a LoRA adapter directory as train's starting model. A target preflight
+takes passes the checks made of the adapted model (LoRA on embed_tokens failed them with an AttributeError), and
+the attention is checked for FSDP's whole model on the CPU too."""
 
 from __future__ import annotations
 
@@ -102,6 +104,45 @@ def test_a_model_that_attends_ahead_is_refused_and_a_causal_one_taken(kind, dtyp
     assert "\n" not in str(refused.value)
 
 
+@settings(max_examples=8, deadline=None, derandomize=DERANDOMIZE,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kind=st.sampled_from(["llama", "bert-decoder", "bert-encoder", "roberta-encoder"]), fsdp=st.booleans())
+def test_the_load_checks_the_attention_for_fsdp_too(kind, fsdp, tmp_path_factory):
+    """The loader asks whether the model attends causally whether it moves the model to the device or keeps it on
+    the CPU for FSDP to shard (it returned before asking: a masked LM trained under model.fsdp)."""
+    from grpo_engine.config.schema import ModelConfig
+    from grpo_engine.model.loading import load_causal_lm
+
+    model, causal = _decoder_only(kind, 0)
+    directory = tmp_path_factory.mktemp("model")
+    model.save_pretrained(directory)
+    config = ModelConfig(dtype="float32")
+    if causal:
+        load_causal_lm(str(directory), config, torch.device("cpu"), keep_on_cpu=fsdp)
+        return
+    with pytest.raises(ModelLoadError, match="does not attend causally"):
+        load_causal_lm(str(directory), config, torch.device("cpu"), keep_on_cpu=fsdp)
+
+
+def test_eval_of_a_masked_lm_is_its_one_line_without_what_building_it_logs(tiny_model_dir, tmp_path):
+    """The checks before the load build the model on the meta device; what building it logs (BERT's "add
+    `is_decoder=True`", three times) came before the refusal's one line."""
+    import subprocess
+    import sys
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    BertForMaskedLM(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(tmp_path)  # the tiny tokenizer's 99 tokens
+    for tokenizer_file in tiny_model_dir.glob("*token*"):
+        shutil.copy(tokenizer_file, tmp_path)
+    result = subprocess.run([sys.executable, "-m", "grpo_engine", "eval", "--model", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert result.returncode == 1 and "does not attend causally" in result.stderr, result.stderr[-2000:]
+    assert "is_decoder=True" not in result.stderr, result.stderr[-2000:]
+
+
 def _module_targets() -> st.SearchStrategy[str]:
     # the tiny Qwen2's adaptable layers, its other modules, the LM head, and names of nothing
     return st.sampled_from(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -139,6 +180,27 @@ def test_lora_target_modules_are_checked_before_any_weight_loads_as_peft_matches
         assert not _peft_trains(tiny_model_dir, targets), f"refused {targets}: {exc}"
         return
     assert _peft_trains(tiny_model_dir, targets), f"took {targets}"
+    _checks_after_lora(tiny_model_dir, config)
+
+
+def _checks_after_lora(model_dir, config) -> None:
+    """The checks a run makes of the adapted model answer for every target preflight takes: with embed_tokens
+    adapted the input embedding is peft's wrapper, which has no num_embeddings (an AttributeError once the run
+    directory was written)."""
+    from transformers import AutoModelForCausalLM
+
+    from grpo_engine.model.limits import check_tokenizer_fits
+    from grpo_engine.model.loading import add_lora, load_tokenizer
+
+    adapted = add_lora(AutoModelForCausalLM.from_pretrained(model_dir), config.model.lora)
+    check_causal_attention(adapted.eval(), str(model_dir), ModelLoadError)
+    check_tokenizer_fits(load_tokenizer(str(model_dir)), adapted, str(model_dir))
+
+
+def test_lora_on_the_embeddings_passes_the_checks_after_it(tiny_model_dir, tmp_path):
+    config = load_config(overrides={"model.lora.enabled": True, "model.lora.target_modules": ["embed_tokens"],
+                                    "run.output_dir": str(tmp_path / "run")})
+    _checks_after_lora(tiny_model_dir, config)
 
 
 def test_a_lora_adapter_directory_is_not_trains_starting_model(tiny_model_dir, tmp_path, capsys):

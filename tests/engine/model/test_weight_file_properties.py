@@ -2,7 +2,11 @@
 naming the file and tensor (hypothesis draws the tensor and the stored type): a float weight stored as an integer or
 bool type with no quantization_config (transformers cast it silently), a header that is not one (a truncated
 download failed after the run directory was written), config.json's tie_word_embeddings true beside a saved head
-that differs from the embeddings; and a stray adapter_config.json beside a whole model, refused by train's preflight."""
+that differs from the embeddings; and a stray adapter_config.json beside a whole model, refused by train's preflight.
+The files are drawn as transformers reads them: one file or shards with their index, safetensors or a pickled
+pytorch_model.bin (whose integer weights were taken unchecked); shards that disagree with their index (a tensor in
+another shard than it names: "is config.json from another model?" after the load) or with each other (a tensor
+saved twice) are refused naming both."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from grpo_engine.model.loading import ModelLoadError, check_model_dir
 from grpo_engine.preflight import PreflightError, check_whole_model
 
 STORED = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
+CONTAINERS = st.sampled_from(["safetensors", "bin"])
 
 
 def _copy(tiny_model_dir, tmp_path_factory):
@@ -32,6 +37,35 @@ def _resave(directory, edit) -> None:
     save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
 
 
+def _file_names(container: str, shards: int) -> list[str]:
+    single = "model.safetensors" if container == "safetensors" else "pytorch_model.bin"
+    return [single] if shards == 1 else [single.replace(".", f"-{i + 1:05d}-of-{shards:05d}.", 1)
+                                         for i in range(shards)]
+
+
+def _write(path, tensors: dict) -> None:
+    if path.suffix == ".safetensors":
+        save_file(tensors, path, metadata={"format": "pt"})
+    else:
+        torch.save(tensors, path)
+
+
+def _save_as(directory, weights: dict, container: str, shards: int, index_says=None) -> dict[str, str]:
+    """`weights` saved in `directory` in place of model.safetensors: one file (shards 1) or `shards` files and
+    their index, which names the file `index_says(name, file)` gives for each tensor (its own by default); returns
+    the file of each tensor."""
+    (directory / "model.safetensors").unlink()
+    files = _file_names(container, shards)
+    owner = {name: files[i % len(files)] for i, name in enumerate(sorted(weights))}
+    for file in files:
+        _write(directory / file, {name: weights[name].contiguous() for name in weights if owner[name] == file})
+    if shards > 1:
+        weight_map = {name: (index_says or (lambda name, file: file))(name, file) for name, file in owner.items()}
+        index = files[0].split("-")[0] + files[0][files[0].rindex("."):] + ".index.json"
+        (directory / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return owner
+
+
 def _refusal(directory) -> str:
     with pytest.raises(ModelLoadError) as refused:
         check_model_dir(str(directory))
@@ -41,15 +75,39 @@ def _refusal(directory) -> str:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(index=st.integers(0, 10 ** 6), dtype=st.sampled_from(STORED))
-def test_a_float_weight_stored_as_an_integer_type_is_refused_naming_it(index, dtype, tiny_model_dir,
-                                                                       tmp_path_factory):
+@given(index=st.integers(0, 10 ** 6), dtype=st.sampled_from(STORED), container=CONTAINERS, shards=st.integers(1, 3))
+def test_a_float_weight_stored_as_an_integer_type_is_refused_naming_it(index, dtype, container, shards,
+                                                                       tiny_model_dir, tmp_path_factory):
     directory = _copy(tiny_model_dir, tmp_path_factory)
-    names = sorted(load_file(directory / "model.safetensors"))
-    name = names[index % len(names)]
-    _resave(directory, lambda weights: weights.__setitem__(name, weights[name].to(dtype)))
+    weights = load_file(directory / "model.safetensors")
+    name = sorted(weights)[index % len(weights)]
+    weights[name] = weights[name].to(dtype)
+    owner = _save_as(directory, weights, container, shards)
     message = _refusal(directory)
-    assert repr(name) in message and "model.safetensors" in message and "quantization_config" in message, message
+    assert f"{directory / owner[name]}: tensor {name!r}" in message and "quantization_config" in message, message
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(index=st.integers(0, 10 ** 6), container=CONTAINERS, shards=st.integers(2, 3),
+       kind=st.sampled_from(["index names another shard", "saved in two shards"]))
+def test_shards_that_disagree_with_their_index_or_each_other_are_refused_naming_both(index, container, shards, kind,
+                                                                                   tiny_model_dir, tmp_path_factory):
+    directory = _copy(tiny_model_dir, tmp_path_factory)
+    weights = load_file(directory / "model.safetensors")
+    name = sorted(weights)[index % len(weights)]
+    files = _file_names(container, shards)
+    other = lambda file: files[(files.index(file) + 1) % shards]  # noqa: E731 - the next shard
+    if kind == "index names another shard":
+        _save_as(directory, weights, container, shards,
+                 index_says=lambda tensor, file: other(file) if tensor == name else file)
+    else:  # a second copy, of other values, in the next shard
+        owner = _save_as(directory, weights, container, shards)
+        path = directory / other(owner[name])
+        part = load_file(path) if container == "safetensors" else torch.load(path)
+        _write(path, {**part, name: weights[name] + 1})
+    message = _refusal(directory)
+    assert repr(name) in message and ("index.json names" if kind[0] == "i" else "both hold") in message, message
+    assert sum(file in message for file in files) == 2, message
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from grpo_engine.config.path_form import path_form_problem
 from grpo_engine.state import run_lock
@@ -99,3 +99,19 @@ def test_plot_takes_a_runs_metrics_file_and_names_the_directory_for_another_file
     with pytest.raises(ValueError, match="name the directory that holds metrics.jsonl") as refused:
         plot_run_dir(str(tmp_path / "config.yaml"))
     assert str(tmp_path) in str(refused.value)
+
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text("abcdefghijklmnopqrstuvwxyz-_.0123456789", min_size=1, max_size=12).filter(
+    lambda name: name not in (".", "..", "metrics.jsonl")))
+def test_plot_follows_a_link_to_a_runs_metrics_file_whatever_its_name(name, tmp_path_factory):
+    """A link to a run's metrics.jsonl named otherwise (latest.jsonl) plots that run; the folder of a file that
+    holds no metrics.jsonl is not offered (it was: "name the directory that holds metrics.jsonl ('/elsewhere'?)")."""
+    run, elsewhere = tmp_path_factory.mktemp("run"), tmp_path_factory.mktemp("elsewhere")
+    (run / "metrics.jsonl").write_text("")
+    (elsewhere / name).symlink_to(run / "metrics.jsonl")
+    assert plot_run_dir(str(elsewhere / name)) == str(run)
+    (elsewhere / f"{name}.txt").write_text("")
+    with pytest.raises(ValueError, match="name the directory that holds metrics.jsonl$"):
+        plot_run_dir(str(elsewhere / f"{name}.txt"))
