@@ -251,7 +251,9 @@ def ids_where_scored(ids: object, mask: object) -> object:
     if not (_plain(ids) and _plain(mask) and ids.dtype in _INTEGER_DTYPES and mask.dtype in _MASK_DTYPES
             and ids.shape == mask.shape and ids.device == mask.device and ids.device.type != "meta"):
         return ids
-    return ids.masked_fill(mask == 0, 0)
+    if ids.numel() > MAX_TOKEN_ROWS:  # the size check refuses it before any allocation (a stride-0 batch costs none)
+        return ids
+    return as_token_ids(ids).masked_fill(mask == 0, 0)  # int64 first: masked_fill has no kernel for uint16-uint64
 
 
 def _plain(x: object) -> bool:

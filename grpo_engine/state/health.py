@@ -2,7 +2,7 @@
 
 Read from each step's logged metrics; a condition is reported when it starts (or, for zero reward spread and
 completions that all run to the length limit, once it has lasted `zero_std_steps` steps, or every step of a run
-shorter than that: said at its last step) and again only after it has cleared, so a long run is not flooded.
+shorter than that and at least SHORT_RUN_STEPS long: said at its last step) and again only after it has cleared, so a long run is not flooded.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ import math
 from typing import Optional
 
 ZERO_STD_STEPS = 10  # "many steps" of frac_reward_zero_std = 1 before warning: single steps happen by chance
+# A run shorter than that is told at its end only when every step of at least this many had it: a 1- or 2-step run
+# is a smoke test of the set-up, where a step of equal rewards or cut completions says nothing of the task
+SHORT_RUN_STEPS = 3
 # Steps in a row in which no reward function scored any completion before the run stops: every reward is then
 # 0 (TRL's nansum), so nothing is learned; one such step can be a fluke of the samples, several are a bug.
 UNSCORED_STEPS = 3
@@ -100,7 +103,7 @@ class RunHealth:
         """The steps in a row `condition` has held, when it is to be said now: it has lasted `zero_std_steps` steps,
         or every step of a run that ends before that many (else 0)."""
         streak = self.streaks[condition] = self.streaks.get(condition, 0) + 1 if holds else 0
-        lasted = streak >= self.zero_std_steps or (last and streak == self.steps_seen)
+        lasted = streak >= self.zero_std_steps or (last and streak == self.steps_seen >= SHORT_RUN_STEPS)
         return streak if self._starts(condition, holds and lasted) else 0
 
     def _starts(self, condition: str, holds: bool) -> bool:

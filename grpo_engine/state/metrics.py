@@ -127,8 +127,27 @@ def _encoding_problem(raw: bytes) -> Optional[tuple[str, bool]]:
         return f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}", exc.end == len(raw)
     if b"\x00" in raw:
         column = raw.index(b"\x00") + 1
-        return f"byte 0x00 at column {column}, as in UTF-16 or UTF-32", False
+        # NULs that read as JSON in a wide encoding are a log saved so; other NULs at the end are what a crash
+        # leaves (a file extended before its data reached the disk reads back zeros): a cut-off last line
+        return f"byte 0x00 at column {column}, as in UTF-16 or UTF-32", not _wide_text(raw)
     return None
+
+
+def _wide_text(raw: bytes) -> bool:
+    """Whether `raw` reads as a JSON line in UTF-16 or UTF-32 (either byte order; a line split at b'\n' may start
+    with the newline's other byte)."""
+    for encoding in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):
+        width = 2 if "16" in encoding else 4
+        for start in range(width):
+            body = raw[start:]
+            body = body[:len(body) - len(body) % width]
+            try:
+                text = body.decode(encoding).lstrip("\ufeff").strip()
+            except UnicodeDecodeError:
+                continue
+            if text.startswith("{"):
+                return True
+    return False
 
 
 def _cut_off(raw: bytes) -> bool:

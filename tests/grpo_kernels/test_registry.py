@@ -31,6 +31,7 @@ NOT_BACKEND_NAMES = {
     ("grpo_engine/launch_agreement.py", "triton"): "the triton package, whose version every process compares",
     ("grpo_engine/steps/reward_fence_process.py", "torch"): "the torch package, among the modules whose functions "
                                                              "the reward fence puts back",
+    ("grpo_engine/config/plain_values.py", "torch"): "the torch package, whose scalars an override may hold",
 }
 
 
