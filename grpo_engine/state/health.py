@@ -2,7 +2,8 @@
 
 Read from each step's logged metrics; a condition is reported when it starts (or, for zero reward spread and
 completions that all run to the length limit, once it has lasted `zero_std_steps` steps, or every step of a run
-shorter than that and at least SHORT_RUN_STEPS long: said at its last step) and again only after it has cleared, so a long run is not flooded.
+shorter than that and at least SHORT_RUN_STEPS long: said at its last step) and again only after it has cleared,
+so a long run is not flooded.
 """
 
 from __future__ import annotations
